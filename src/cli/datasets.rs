@@ -1,0 +1,116 @@
+//! `stepcast datasets import|show`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use super::output::{align_numbers, table};
+use stepcast::dataset::import::{import, ImportFormat, ImportOptions};
+use stepcast::dataset::Dataset;
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetsCommand {
+    /// Convert a public measurement release into a stepcast dataset.
+    Import(ImportArgs),
+    /// Summarise a dataset: its stamp and rows per operator and phase.
+    Show {
+        /// The dataset directory (holds meta.yaml).
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Source layout.
+    #[arg(long, value_enum)]
+    pub format: ImportFormat,
+    /// Directory of the release (read in place).
+    pub source: PathBuf,
+    /// New dataset directory to write.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// System inside a multi-system release (Perlmutter, Vista; a100_sxm, h100_sxm, h200_sxm).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// aiconfigurator: the NCCL version whose table to import (default: newest).
+    #[arg(long)]
+    pub nccl_version: Option<String>,
+}
+
+pub fn run(cmd: DatasetsCommand) -> anyhow::Result<()> {
+    match cmd {
+        DatasetsCommand::Import(a) => {
+            let options = ImportOptions {
+                system: a.system.clone(),
+                nccl_version: a.nccl_version.clone(),
+            };
+            let report = import(a.format, &a.source, &a.out, &options).with_context(|| {
+                format!(
+                    "importing {} from {}",
+                    format_name(a.format),
+                    a.source.display()
+                )
+            })?;
+            let meta = report.meta.as_ref().expect("set on success");
+            println!(
+                "wrote dataset '{}' ({}) to {}",
+                meta.name,
+                meta.gpu.name,
+                a.out.display()
+            );
+            let mut t = table(&["operator", "rows"]);
+            for (op, n) in &report.rows_per_op {
+                t.add_row(vec![op.clone(), n.to_string()]);
+            }
+            align_numbers(&mut t, 1);
+            println!("{t}");
+            for (what, n, why) in &report.left_out {
+                println!("left out {what} ({n} rows): {why}");
+            }
+            Ok(())
+        }
+        DatasetsCommand::Show { dir } => {
+            let ds = Dataset::load(&dir)?;
+            let m = &ds.meta;
+            println!("{} — {} — collected {}", m.name, m.gpu.name, m.collected_at);
+            println!("source: {}", m.source.description);
+            println!("fingerprint: {}", ds.fingerprint);
+            let mut counts = std::collections::BTreeMap::new();
+            for r in &ds.rows {
+                let e = counts
+                    .entry((
+                        r.query.op.name(),
+                        r.query.phase.name(),
+                        r.query.dtype.name(),
+                    ))
+                    .or_insert((0usize, 0usize));
+                if r.is_ok() {
+                    e.0 += 1
+                } else {
+                    e.1 += 1
+                }
+            }
+            let mut t = table(&["operator", "phase", "dtype", "rows", "skipped"]);
+            for ((op, ph, dt), (ok, sk)) in counts {
+                t.add_row(vec![
+                    op.into(),
+                    ph.into(),
+                    dt.into(),
+                    ok.to_string(),
+                    sk.to_string(),
+                ]);
+            }
+            align_numbers(&mut t, 3);
+            println!("{t}");
+            Ok(())
+        }
+    }
+}
+
+fn format_name(f: ImportFormat) -> &'static str {
+    match f {
+        ImportFormat::EstimateTrainTime => "estimate-train-time",
+        ImportFormat::Aiconfigurator => "aiconfigurator",
+    }
+}

@@ -1,0 +1,138 @@
+//! `stepcast train <dataset> --out models/<cluster>`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::output::{align_numbers, bytes, pct, table};
+use stepcast::dataset::Dataset;
+use stepcast::regress::train::{task_count, train, TrainOptions};
+use stepcast::regress::{Manifest, ModelSet};
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Dataset directory (meta.yaml + <op>.csv).
+    pub dataset: PathBuf,
+    /// Models directory to write, e.g. models/perlmutter.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seed of the 80/20 split, the bootstraps and the subsamples.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Also write every grid candidate's validation error to this CSV file.
+    #[arg(long)]
+    pub grid_report: Option<PathBuf>,
+}
+
+pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let dataset = Dataset::load(&args.dataset)
+        .with_context(|| format!("loading dataset {}", args.dataset.display()))?;
+    let options = TrainOptions {
+        seed: args.seed,
+        ..TrainOptions::default()
+    };
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(task_count(&dataset, &options) as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} fits, {elapsed} (eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message("training");
+    let outcome = train(&dataset, &options, &|| bar.inc(1));
+    bar.finish_and_clear();
+    if outcome.models.is_empty() {
+        anyhow::bail!(stepcast::Error::Empty(format!(
+            "{}: no operator group had enough rows to train",
+            args.dataset.display()
+        )));
+    }
+    if let Some(path) = &args.grid_report {
+        write_grid_report(path, &outcome.grid)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let manifest = Manifest {
+        format_version: stepcast::regress::model::MODEL_FORMAT_VERSION,
+        feature_schema_version: stepcast::ops::features::FEATURE_SCHEMA_VERSION,
+        stepcast_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_at: stepcast::fsutil::today_utc(),
+        seed: args.seed,
+        training_seconds: started.elapsed().as_secs_f64(),
+        dataset: outcome.models[0].dataset.clone(),
+        gpu: dataset.meta.gpu.clone(),
+        gpus_per_node: dataset.meta.gpus_per_node,
+        network: dataset.meta.network.clone(),
+        reference_errors: dataset.meta.reference_errors.clone(),
+        models: Vec::new(),
+        skipped: outcome.skipped.clone(),
+    };
+    let set = ModelSet::save(&args.out, manifest, outcome.models)
+        .with_context(|| format!("writing models to {}", args.out.display()))?;
+
+    let mut t = table(&["model", "recipe", "rows", "val MAPE %", "val p90 %", "size"]);
+    let mut total = 0;
+    for e in &set.manifest.models {
+        total += e.bytes;
+        let mut name = e.key.to_string();
+        if !e.serves_roles.is_empty() {
+            let roles: Vec<&str> = e.serves_roles.iter().map(|r| r.name()).collect();
+            name.push_str(&format!(" (+{})", roles.join(",")));
+        }
+        t.add_row(vec![
+            name,
+            e.recipe.clone(),
+            e.training_rows.to_string(),
+            pct(e.validation.mape_percent),
+            pct(e.validation.p90_ape_percent),
+            bytes(e.bytes),
+        ]);
+    }
+    align_numbers(&mut t, 2);
+    println!("{t}");
+    for (key, why) in &set.manifest.skipped {
+        println!("not trained: {key}: {why}");
+    }
+    println!(
+        "{} models, {} in {}, trained in {:.1} s",
+        set.manifest.models.len(),
+        bytes(total),
+        args.out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn write_grid_report(
+    path: &std::path::Path,
+    grid: &[(
+        stepcast::regress::ModelKey,
+        stepcast::regress::Recipe,
+        f64,
+        usize,
+        bool,
+    )],
+) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    w.write_record(["model", "recipe", "val_mape_percent", "nodes", "chosen"])?;
+    for (key, recipe, mape, nodes, chosen) in grid {
+        w.write_record([
+            key.to_string(),
+            recipe.to_string(),
+            format!("{mape:.4}"),
+            nodes.to_string(),
+            (*chosen as u8).to_string(),
+        ])?;
+    }
+    w.flush()?;
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! Importers that turn public measurement releases into stepcast datasets. They read the source
+//! files in place (nothing is copied verbatim), convert units and shapes, and refuse malformed
+//! rows with the file and line.
+
+mod aiconfigurator;
+mod estimate_train_time;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+use super::{DatasetMeta, Measurement, MeasurementWriter};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImportFormat {
+    /// The paper's own data (github.com/DebarghaG/estimate-train-time): a system directory with
+    /// operator/ and nccl/, or the release root with --system Perlmutter|Vista.
+    EstimateTrainTime,
+    /// NVIDIA aiconfigurator's perf database converted to CSV: gemm/, context_attention/,
+    /// nccl/, systems/; pick the GPU with --system a100_sxm|h100_sxm|h200_sxm.
+    Aiconfigurator,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions {
+    /// Which system of a multi-system release.
+    pub system: Option<String>,
+    /// aiconfigurator: which NCCL version's table (default: the newest).
+    pub nccl_version: Option<String>,
+}
+
+/// What an import wrote and what it left out, and why.
+#[derive(Debug, Default)]
+pub struct ImportReport {
+    pub rows_per_op: BTreeMap<String, usize>,
+    /// (what, rows, reason) for every source row or file not imported.
+    pub left_out: Vec<(String, usize, String)>,
+    pub meta: Option<DatasetMeta>,
+}
+
+pub fn import(
+    format: ImportFormat,
+    source: &Path,
+    out: &Path,
+    options: &ImportOptions,
+) -> Result<ImportReport> {
+    if !source.is_dir() {
+        return Err(Error::bad_file(source, "source directory not found"));
+    }
+    if out.join(super::META_FILE).exists() {
+        return Err(Error::Invalid(format!(
+            "{}: already holds a dataset; choose another --out or remove it first",
+            out.display()
+        )));
+    }
+    let (meta, rows, left_out) = match format {
+        ImportFormat::EstimateTrainTime => estimate_train_time::read(source, options)?,
+        ImportFormat::Aiconfigurator => aiconfigurator::read(source, options)?,
+    };
+    if rows.is_empty() {
+        return Err(Error::Empty(format!(
+            "{}: no rows found to import",
+            source.display()
+        )));
+    }
+    let mut writer = MeasurementWriter::new(out)?;
+    let mut report = ImportReport {
+        left_out,
+        ..Default::default()
+    };
+    for row in &rows {
+        writer.append(row)?;
+        *report
+            .rows_per_op
+            .entry(row.query.op.name().to_string())
+            .or_default() += 1;
+    }
+    meta.save(out)?;
+    report.meta = Some(meta);
+    Ok(report)
+}
+
+/// Picks the system sub-directory of a multi-system release.
+fn system_dir(source: &Path, marker: &str, system: Option<&str>) -> Result<std::path::PathBuf> {
+    if source.join(marker).exists() && system.is_none() {
+        return Ok(source.to_path_buf());
+    }
+    let mut systems: Vec<String> = std::fs::read_dir(source)
+        .map_err(|e| Error::io(source, e))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join(marker).exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    systems.sort();
+    match system {
+        Some(s) if systems.iter().any(|x| x == s) => Ok(source.join(s)),
+        Some(s) => Err(Error::Invalid(format!(
+            "{}: no system '{s}' here (found: {})",
+            source.display(),
+            systems.join(", ")
+        ))),
+        None => Err(Error::Invalid(format!(
+            "{}: holds several systems; pick one with --system ({})",
+            source.display(),
+            systems.join(", ")
+        ))),
+    }
+}
+
+/// A source file's records with their 1-based line numbers.
+type Records = Vec<(u64, Vec<String>)>;
+
+/// Reads a CSV source file into header and records.
+fn read_source_csv(path: &Path) -> Result<(Vec<String>, Records)> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(bytes.as_slice());
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| Error::bad_file(path, e.to_string()))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let mut rows = Vec::new();
+    for rec in reader.records() {
+        let rec = rec.map_err(|e| {
+            let line = e.position().map(|p| p.line()).unwrap_or(0);
+            Error::bad_row(path, line, format!("malformed CSV row: {e}"))
+        })?;
+        let line = rec.position().map(|p| p.line()).unwrap_or(0);
+        rows.push((line, rec.iter().map(str::to_string).collect()));
+    }
+    Ok((header, rows))
+}
+
+/// Column lookup that names the file and the missing column.
+struct Columns<'a> {
+    path: &'a Path,
+    header: &'a [String],
+}
+
+impl<'a> Columns<'a> {
+    fn index(&self, name: &str) -> Result<usize> {
+        self.header.iter().position(|h| h == name).ok_or_else(|| {
+            Error::bad_file(
+                self.path,
+                format!("missing column '{name}' (found: {})", self.header.join(",")),
+            )
+        })
+    }
+}
+
+/// A positive number from a source cell.
+fn number(path: &Path, line: u64, col: &str, text: &str) -> Result<f64> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(Error::bad_row(
+            path,
+            line,
+            format!("{col} = '{text}' must be a positive number"),
+        )),
+    }
+}
+
+/// A positive integer (integral floats such as "4096.0" are fine).
+fn integer(path: &Path, line: u64, col: &str, text: &str) -> Result<u64> {
+    let v = number(path, line, col, text)?;
+    if v.fract() != 0.0 {
+        return Err(Error::bad_row(
+            path,
+            line,
+            format!("{col} = '{text}' must be an integer"),
+        ));
+    }
+    Ok(v as u64)
+}
+
+fn measured(query: crate::ops::OpQuery, time_us: f64) -> Measurement {
+    Measurement {
+        query,
+        context: Default::default(),
+        time_us,
+        samples_us: Vec::new(),
+        status: super::Status::Ok,
+        throttled: false,
+        note: String::new(),
+    }
+}

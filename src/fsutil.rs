@@ -1,0 +1,89 @@
+//! File helpers: atomic writes (temporary file + rename) so a crash never leaves half a model
+//! or metadata file behind.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(path, e)
+    })
+}
+
+pub fn read_to_string(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(|e| Error::io(path, e))
+}
+
+/// Parses a YAML file into `T`, naming the file (and the serde path of the bad field) on error.
+pub fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = read_to_string(path)?;
+    serde_norway::from_str(&text).map_err(|e| Error::bad_file(path, e.to_string()))
+}
+
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = read_to_string(path)?;
+    serde_json::from_str(&text).map_err(|e| Error::bad_file(path, e.to_string()))
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock (civil-from-days, Howard Hinnant).
+pub fn today_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn today_is_a_plausible_date() {
+        let d = today_utc();
+        assert_eq!(d.len(), 10);
+        assert!(
+            d.as_str() > "2024-01-01" && d.as_str() < "2100-01-01",
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/model.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "two");
+        let names: Vec<_> = fs::read_dir(p.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+}

@@ -1,0 +1,22 @@
+//! stepcast predicts the time (and memory) of one training step of a distributed LLM before the
+//! cluster is rented.
+//!
+//! The pipeline:
+//! 1. `dataset`: measured operator timings (from `stepcast bench collect` or imported public
+//!    data), one CSV per operator kind plus a metadata stamp;
+//! 2. `ops`: the operator vocabulary and the one feature encoding training and prediction share;
+//! 3. `regress`: per-(operator, phase) random forests and gradient-boosted trees on log time,
+//!    exported to a compact flat-tree format for microsecond CPU prediction;
+//! 4. `roofline`: the analytic baseline every learned model is compared with.
+
+pub mod dataset;
+pub mod error;
+pub mod fsutil;
+pub mod hardware;
+pub mod ops;
+pub mod regress;
+pub mod rng;
+pub mod roofline;
+pub mod stats;
+
+pub use error::{Error, Result};

@@ -1,0 +1,24 @@
+//! The `stepcast` binary: parse, run, report. Errors from user input (a bad file, an impossible
+//! layout, a missing model) print their chain and exit with code 2; anything else exits 1.
+
+mod cli;
+
+use clap::Parser;
+
+fn main() {
+    let cli = cli::Cli::parse();
+    if let Err(err) = cli::run(cli) {
+        // a closed pipe (`stepcast … | head`) is not an error
+        if err.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        }) {
+            std::process::exit(0);
+        }
+        eprintln!("error: {err:#}");
+        let user_error = err
+            .chain()
+            .any(|c| c.downcast_ref::<stepcast::Error>().is_some());
+        std::process::exit(if user_error { 2 } else { 1 });
+    }
+}

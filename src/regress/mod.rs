@@ -1,0 +1,15 @@
+//! Learned per-operator models: grown with our own CART code (random forests and gradient
+//! boosting on binned features), stored in our own flat-tree format, predicted in microseconds.
+
+pub mod boost;
+pub mod cart;
+pub mod eval;
+pub mod flat;
+pub mod forest;
+pub mod model;
+pub mod modelset;
+pub mod split;
+pub mod train;
+
+pub use model::{ModelKey, Prediction, Recipe, TrainedModel};
+pub use modelset::{Manifest, Match, ModelSet};

@@ -1,0 +1,109 @@
+//! Pure statistics used by the measurement protocol and by model evaluation. No GPU code here:
+//! the harness and the trainer share these functions and their edge cases are tested once.
+
+/// The paper's "sorted median": sort the timed samples and average the middle `keep` of them
+/// (mean of the middle 5 of 10 by default). With fewer than `keep` samples all are averaged;
+/// when the count and `keep` differ in parity the window leans to the faster side.
+pub fn sorted_median(samples: &[f64], keep: usize) -> Option<f64> {
+    if samples.is_empty() || samples.iter().any(|s| !s.is_finite()) {
+        return None;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let keep = keep.clamp(1, sorted.len());
+    let start = (sorted.len() - keep) / 2;
+    let window = &sorted[start..start + keep];
+    Some(window.iter().sum::<f64>() / keep as f64)
+}
+
+/// Linear-interpolated percentile (`q` in 0..=100) of unsorted values.
+pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    Some(percentile_sorted(&sorted, q))
+}
+
+/// Percentile of already sorted values.
+pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
+    let rank = (q / 100.0).clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let lo = rank.floor() as usize;
+    let hi = rank.ceil() as usize;
+    let frac = rank - lo as f64;
+    sorted[lo] * (1.0 - frac) + sorted[hi] * frac
+}
+
+/// Absolute percentage errors (in percent) of predictions against positive actual values.
+pub fn ape(actual: &[f64], predicted: &[f64]) -> Vec<f64> {
+    actual
+        .iter()
+        .zip(predicted)
+        .map(|(a, p)| ((p - a) / a).abs() * 100.0)
+        .collect()
+}
+
+/// Mean absolute percentage error, in percent.
+pub fn mape(actual: &[f64], predicted: &[f64]) -> f64 {
+    mean(&ape(actual, predicted))
+}
+
+pub fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// Relative spread of samples: (max - min) / min; 0 for a single sample.
+pub fn relative_range(samples: &[f64]) -> Option<f64> {
+    let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (min.is_finite() && min > 0.0).then(|| (max - min) / min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorted_median_of_ten_averages_middle_five() {
+        // sorted: 1..=10 -> middle five are 3,4,5,6,7 -> mean 5
+        let s = [10.0, 1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0, 5.0];
+        assert_eq!(sorted_median(&s, 5), Some(5.0));
+    }
+
+    #[test]
+    fn sorted_median_ignores_outliers() {
+        let mut s = vec![100.0; 10];
+        s[0] = 1e9;
+        s[1] = 1e-9;
+        assert_eq!(sorted_median(&s, 5), Some(100.0));
+    }
+
+    #[test]
+    fn sorted_median_edge_cases() {
+        assert_eq!(sorted_median(&[], 5), None);
+        assert_eq!(sorted_median(&[3.0], 5), Some(3.0));
+        assert_eq!(sorted_median(&[1.0, 2.0, 3.0], 5), Some(2.0));
+        assert_eq!(sorted_median(&[1.0, f64::NAN], 5), None);
+        // keep = 1 is the plain (lower) median
+        assert_eq!(sorted_median(&[4.0, 1.0, 3.0, 2.0], 1), Some(2.0));
+    }
+
+    #[test]
+    fn percentile_interpolates() {
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&v, 50.0), Some(3.0));
+        assert_eq!(percentile(&v, 90.0), Some(4.6));
+        assert_eq!(percentile(&v, 100.0), Some(5.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn mape_in_percent() {
+        assert!((mape(&[100.0, 200.0], &[110.0, 180.0]) - 10.0).abs() < 1e-12);
+    }
+}
