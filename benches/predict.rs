@@ -126,7 +126,7 @@ fn main() {
         "query", "median ns", "p90 ns", "trees"
     );
     for (name, query) in &queries {
-        let Some((model, _)) = set.lookup(query) else {
+        let Some((model, _)) = set.lookup(query).unwrap() else {
             println!("{name:<22} (no model)");
             continue;
         };
@@ -135,7 +135,7 @@ fn main() {
         for _ in 0..200 {
             let start = Instant::now();
             for _ in 0..BATCH {
-                let (m, _) = set.lookup(black_box(query)).unwrap();
+                let (m, _) = set.lookup(black_box(query)).unwrap().unwrap();
                 black_box(m.predict(black_box(query)));
             }
             per_query.push(start.elapsed().as_nanos() as f64 / BATCH as f64);

@@ -16,6 +16,10 @@ if [ ! -d "$ref/estimate-train-time-2509.22832" ] || [ ! -d "$ref/aiconfigurator
 fi
 [ -x "$bin" ] || cargo build --release --manifest-path "$root/Cargo.toml"
 
+if [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
+  echo "error: $out is not empty; give a new directory" >&2
+  exit 2
+fi
 mkdir -p "$out"
 echo "== importing into $out"
 "$bin" datasets import --format estimate-train-time "$ref/estimate-train-time-2509.22832" \
@@ -43,10 +47,37 @@ done
 
 echo
 echo "== shipped models reproduce from the data (same seed, same recipe choice)"
-for cluster in perlmutter vista; do
-  python3 "$root/scripts/compare-manifests.py" "$root/models/$cluster/manifest.json" \
-    "$out/models-$cluster/manifest.json"
-done
+python3 "$root/scripts/compare-manifests.py" "$root/models/perlmutter/manifest.json" \
+  "$out/models-perlmutter/manifest.json"
+python3 "$root/scripts/compare-manifests.py" "$root/models/vista/manifest.json" \
+  "$out/models-vista/manifest.json"
+python3 "$root/scripts/compare-manifests.py" "$root/models/h100-aiconfigurator/manifest.json" \
+  "$out/models-h100/manifest.json"
+
+echo
+echo "== the paper's bundled example (Llemma-7B, Perlmutter), component by component"
+python3 "$root/scripts/compare-paper-example.py" "$bin" "$ref"
+
+echo
+echo "== published end-to-end runs (NeMo on DGX H100, MosaicML MPT on A100/H100)"
+python3 "$root/scripts/eval-real-runs.py" "$bin" "$ref" --json "$out/real-runs.json"
+
+echo
+echo "== a warm predict, timed as a whole process (median of 30)"
+python3 - "$bin" "$root" <<'PY'
+import statistics, subprocess, sys, time
+binary, root = sys.argv[1], sys.argv[2]
+cmd = [binary, "predict", "--cluster", f"{root}/hardware-profiles/perlmutter.yaml", "--model", "llemma-7b",
+       "--tp", "2", "--pp", "4", "--dp", "2", "--micro-batch", "4", "--micro-batches", "8"]
+for _ in range(3):
+    subprocess.run(cmd, check=True, capture_output=True)
+times = []
+for _ in range(30):
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    times.append((time.perf_counter() - start) * 1e3)
+print(f"median {statistics.median(times):.1f} ms, min {min(times):.1f} ms, max {max(times):.1f} ms")
+PY
 
 echo
 echo "== one operator query (µs)"

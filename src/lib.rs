@@ -14,9 +14,11 @@ pub mod error;
 pub mod fsutil;
 pub mod hardware;
 pub mod ops;
+pub mod predict;
 pub mod regress;
 pub mod rng;
 pub mod roofline;
 pub mod stats;
+pub mod workload;
 
 pub use error::{Error, Result};

@@ -173,17 +173,17 @@ fn models_of_another_version_are_refused() {
         .status
         .success());
 
-    let file = models.join("rmsnorm.fwd.fp16.json");
-    let text = fs::read_to_string(&file).unwrap();
-    fs::write(
-        &file,
-        text.replacen(
-            "\"feature_schema_version\":1",
-            "\"feature_schema_version\":99",
-            1,
-        ),
-    )
-    .unwrap();
+    let set_field = |path: &std::path::Path, field: &str, value: u64| {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+        v[field] = value.into();
+        fs::write(path, v.to_string()).unwrap();
+    };
+    set_field(
+        &models.join("rmsnorm.fwd.fp16.json"),
+        "feature_schema_version",
+        99,
+    );
     assert_user_error(
         &stepcast(&["eval", s(&models), s(&ds)]),
         &[
@@ -193,13 +193,7 @@ fn models_of_another_version_are_refused() {
         ],
     );
 
-    let manifest = models.join("manifest.json");
-    let text = fs::read_to_string(&manifest).unwrap();
-    fs::write(
-        &manifest,
-        text.replacen("\"format_version\": 1", "\"format_version\": 7", 1),
-    )
-    .unwrap();
+    set_field(&models.join("manifest.json"), "format_version", 7);
     assert_user_error(
         &stepcast(&["models", "show", s(&models)]),
         &["manifest.json", "version 7"],
@@ -297,5 +291,234 @@ fn import_reads_the_estimate_train_time_layout() {
     assert_user_error(
         &out,
         &["NVIDIAA100-SXM4-80GB_linear1_fp16.csv:10", "l = 'abc'"],
+    );
+}
+
+fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn predict_reproduces_the_papers_llemma_example() {
+    // the paper's tool predicts 9,465,235 µs for this job (estimate-train-time
+    // results_backup/llemma_7b_4_2_2_P.csv); with its composition rules we land within 3 %
+    let cluster = repo("hardware-profiles/perlmutter.yaml");
+    let out = stepcast(&[
+        "predict",
+        "--cluster",
+        &cluster,
+        "--model",
+        "llemma-7b",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--dp",
+        "2",
+        "--micro-batch",
+        "4",
+        "--micro-batches",
+        "8",
+        "--rules",
+        "paper",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let step = p["step_time_s"].as_f64().unwrap();
+    assert!((step / 9.465235 - 1.0).abs() < 0.03, "{step}");
+    assert_eq!(p["layout"]["stage_layers"], serde_json::json!([8, 9, 9, 6]));
+    let [lo, hi] = [
+        p["interval_s"][0].as_f64().unwrap(),
+        p["interval_s"][1].as_f64().unwrap(),
+    ];
+    assert!(lo < step && step < hi);
+    // everything came from the shipped A100 models
+    assert_eq!(
+        p["sources_percent"]["learned"].as_f64().unwrap().round(),
+        100.0
+    );
+}
+
+#[test]
+fn predict_reads_a_job_file_and_flags_override_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = tmp.path().join("job.yaml");
+    fs::write(
+        &job,
+        format!(
+            "cluster: {}\nmodel: llama2-7b\nparallel:\n  tp: 2\n  pp: 2\n  dp: 2\n  micro_batch: 1\n  global_batch: 64\n",
+            repo("hardware-profiles/dgx-h100.yaml")
+        ),
+    )
+    .unwrap();
+    let out = stepcast(&["predict", "--job", s(&job), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(p["layout"]["micro_batches"], 32);
+    let out = stepcast(&["predict", "--job", s(&job), "--dp", "4", "--json"]);
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            p["layout"]["dp"].as_u64(),
+            p["layout"]["micro_batches"].as_u64()
+        ),
+        (Some(4), Some(16))
+    );
+    // the table names the model and its sources
+    let out = stepcast(&["predict", "--job", s(&job)]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("step time") && text.contains("sources") && text.contains("llama2-7b"),
+        "{text}"
+    );
+}
+
+#[test]
+fn predict_without_models_falls_back_to_the_roofline_unless_strict() {
+    let cluster = repo("hardware-profiles/mi300x.yaml");
+    let args = [
+        "predict",
+        "--cluster",
+        &cluster,
+        "--model",
+        "llama3-8b",
+        "--tp",
+        "1",
+        "--dp",
+        "8",
+        "--global-batch",
+        "64",
+    ];
+    let out = stepcast(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("roofline"), "{}", stdout(&out));
+    let mut strict = args.to_vec();
+    strict.push("--strict");
+    assert_user_error(&stepcast(&strict), &["--strict"]);
+}
+
+#[test]
+fn predict_rejects_bad_inputs_with_what_to_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let h100 = repo("hardware-profiles/dgx-h100.yaml");
+    let base = |extra: &[&str]| {
+        let mut a = vec![
+            "predict",
+            "--cluster",
+            h100.as_str(),
+            "--micro-batch",
+            "1",
+            "--micro-batches",
+            "8",
+        ];
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+    };
+    let run = |a: Vec<String>| stepcast(&a.iter().map(String::as_str).collect::<Vec<_>>());
+
+    assert_user_error(
+        &run(base(&["--model", "llama9-1t"])),
+        &["unknown model 'llama9-1t'", "llama2-7b"],
+    );
+    assert_user_error(
+        &run(base(&["--model", "llama2-7b", "--tp", "3"])),
+        &["heads (32)", "tp = 3", "1, 2, 4, 8"],
+    );
+    assert_user_error(
+        &run(base(&[
+            "--model",
+            "llama2-7b",
+            "--tp",
+            "8",
+            "--pp",
+            "8",
+            "--dp",
+            "64",
+        ])),
+        &["4096 GPUs", "1024", "lower dp"],
+    );
+    assert_user_error(
+        &run(base(&["--model", "llama2-7b", "--pp", "64"])),
+        &["32 layers", "pp = 64"],
+    );
+    let out = stepcast(&[
+        "predict",
+        "--cluster",
+        &h100,
+        "--model",
+        "llama2-7b",
+        "--dp",
+        "8",
+        "--micro-batch",
+        "3",
+        "--global-batch",
+        "100",
+    ]);
+    assert_user_error(&out, &["global batch 100", "micro-batch × dp = 3 × 8 = 24"]);
+
+    // malformed config.json
+    let cfg = tmp.path().join("config.json");
+    fs::write(
+        &cfg,
+        r#"{"model_type": "llama", "num_hidden_layers": "many"}"#,
+    )
+    .unwrap();
+    assert_user_error(
+        &run(base(&["--model", s(&cfg)])),
+        &["config.json", "num_hidden_layers"],
+    );
+
+    // cluster YAML with a missing field, and with a wrong unit in a key name
+    let yaml = fs::read_to_string(&h100).unwrap();
+    let missing = tmp.path().join("missing.yaml");
+    fs::write(&missing, yaml.replace("gpus_per_node: 8\n", "")).unwrap();
+    let out = stepcast(&[
+        "predict",
+        "--cluster",
+        s(&missing),
+        "--model",
+        "llama2-7b",
+        "--micro-batches",
+        "2",
+    ]);
+    assert_user_error(&out, &["missing.yaml", "gpus_per_node"]);
+    let unit = tmp.path().join("unit.yaml");
+    fs::write(
+        &unit,
+        yaml.replace("bandwidth_gb_per_s: 450", "bandwidth_gbps: 450"),
+    )
+    .unwrap();
+    let out = stepcast(&[
+        "predict",
+        "--cluster",
+        s(&unit),
+        "--model",
+        "llama2-7b",
+        "--micro-batches",
+        "2",
+    ]);
+    assert_user_error(&out, &["unit.yaml", "bandwidth_gbps", "bandwidth_gb_per_s"]);
+    let negative = tmp.path().join("negative.yaml");
+    fs::write(
+        &negative,
+        yaml.replace(
+            "bandwidth_gbit_per_s_per_nic: 400",
+            "bandwidth_gbit_per_s_per_nic: -400",
+        ),
+    )
+    .unwrap();
+    let out = stepcast(&[
+        "predict",
+        "--cluster",
+        s(&negative),
+        "--model",
+        "llama2-7b",
+        "--micro-batches",
+        "2",
+    ]);
+    assert_user_error(
+        &out,
+        &["negative.yaml", "bandwidth_gbit_per_s_per_nic", "positive"],
     );
 }

@@ -4,6 +4,7 @@ mod datasets;
 mod eval;
 mod models;
 mod output;
+mod predict;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +23,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Predict the step time of a model on a cluster under a parallel layout.
+    Predict(Box<predict::PredictArgs>),
     /// Work with measurement datasets.
     #[command(subcommand)]
     Datasets(datasets::DatasetsCommand),
@@ -36,6 +39,7 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Predict(args) => predict::run(*args),
         Command::Datasets(cmd) => datasets::run(cmd),
         Command::Train(args) => train::run(args),
         Command::Eval(args) => eval::run(args),

@@ -1,7 +1,9 @@
-//! What the hardware can do: GPU peaks and interconnect tiers.
+//! What the hardware can do: GPU peaks, interconnect tiers, whole clusters.
 
+mod cluster;
 mod gpu;
 mod network;
 
+pub use cluster::{Cluster, ClusterSpec, Efficiency, MemoryOverheads, ModelsRef};
 pub use gpu::{GpuSpec, PeakTflops};
 pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};

@@ -435,7 +435,7 @@ impl fmt::Display for Shape {
 }
 
 /// One operator call to time or predict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OpQuery {
     pub op: OpKind,
     pub phase: Phase,

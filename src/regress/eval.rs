@@ -87,7 +87,7 @@ pub fn evaluate(set: &ModelSet, dataset: &Dataset, options: &EvalOptions) -> Res
 
     if options.split == SplitKind::None {
         for (i, m) in prepared.rows.iter().enumerate() {
-            if let Some((model, _)) = set.lookup(&m.query) {
+            if let Some((model, _)) = set.lookup(&m.query)? {
                 let p = model.predict(&m.query);
                 predicted[i] = Some(Predicted {
                     ln_time: p.time_us.ln(),

@@ -3,11 +3,10 @@
 //! left child is the next node). Prediction is a tight loop over these arrays, a few
 //! nanoseconds per tree level, and needs no training library at run time.
 //!
-//! On disk the arrays are little-endian bytes in base64 inside the model's JSON (7 bytes a
-//! node): `feature` u8 (255 = leaf), `value` f32, `right` u16 offset from the node.
+//! On disk the model's JSON holds the forest's header and a `.nodes` file beside it the raw
+//! arrays (7 bytes a node): `feature` u8 (255 = leaf), `value` f32 LE, `right` u16 LE offset
+//! from the node — read with one copy, no parsing.
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 /// Feature index marking a leaf.
@@ -79,7 +78,7 @@ impl FlatForest {
         self.feature.len()
     }
 
-    /// Bytes of the node arrays as stored (before base64).
+    /// Bytes of the node arrays as stored.
     pub fn stored_bytes(&self) -> usize {
         self.feature.len() * 7 + self.roots.len() * 4
     }
@@ -186,71 +185,92 @@ impl TreeBuilder {
     }
 }
 
+/// What the model's JSON holds of a forest; the node arrays live in the `.nodes` file beside it.
 #[derive(Serialize, Deserialize)]
-struct Stored {
+struct Header {
     n_features: usize,
     base: f64,
     scale: f64,
     trees: usize,
     nodes: usize,
     roots: Vec<u32>,
-    feature_u8_b64: String,
-    value_f32le_b64: String,
-    right_u16le_b64: String,
 }
 
 impl Serialize for FlatForest {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let value: Vec<u8> = self.value.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let right: Vec<u8> = self.right.iter().flat_map(|v| v.to_le_bytes()).collect();
-        Stored {
+        Header {
             n_features: self.n_features,
             base: self.base,
             scale: self.scale,
             trees: self.roots.len(),
             nodes: self.feature.len(),
             roots: self.roots.clone(),
-            feature_u8_b64: B64.encode(&self.feature),
-            value_f32le_b64: B64.encode(value),
-            right_u16le_b64: B64.encode(right),
         }
         .serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for FlatForest {
+    /// Reads the header only: `attach_nodes` must follow.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        let s = Stored::deserialize(d)?;
-        let decode = |name: &str, text: &str| {
-            B64.decode(text)
-                .map_err(|e| D::Error::custom(format!("forest.{name}: {e}")))
-        };
-        let feature = decode("feature_u8_b64", &s.feature_u8_b64)?;
-        let value: Vec<f32> = decode("value_f32le_b64", &s.value_f32le_b64)?
+        let h = Header::deserialize(d)?;
+        if h.roots.len() != h.trees {
+            return Err(D::Error::custom(
+                "forest: tree count does not match its roots",
+            ));
+        }
+        Ok(FlatForest {
+            n_features: h.n_features,
+            base: h.base,
+            scale: h.scale,
+            roots: h.roots,
+            feature: Vec::new(),
+            value: Vec::new(),
+            right: Vec::with_capacity(h.nodes),
+        })
+    }
+}
+
+impl FlatForest {
+    /// The node arrays as stored in a `.nodes` file: every `feature` byte, then every `value`
+    /// as f32 little-endian, then every `right` offset as u16 little-endian (7 bytes a node).
+    pub fn node_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.feature.len() * 7);
+        out.extend_from_slice(&self.feature);
+        for v in &self.value {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for r in &self.right {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        out
+    }
+
+    /// Fills a forest read by `Deserialize` with its node arrays and checks the result.
+    pub fn attach_nodes(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let expected = self.right.capacity();
+        if bytes.len() != expected * 7 {
+            return Err(format!(
+                "{} bytes of nodes where the model expects {} nodes ({} bytes); the .nodes file \
+                 belongs to another training",
+                bytes.len(),
+                expected,
+                expected * 7
+            ));
+        }
+        let (feature, rest) = bytes.split_at(expected);
+        let (value, right) = rest.split_at(expected * 4);
+        self.feature = feature.to_vec();
+        self.value = value
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        let right: Vec<u16> = decode("right_u16le_b64", &s.right_u16le_b64)?
+        self.right = right
             .chunks_exact(2)
             .map(|c| u16::from_le_bytes([c[0], c[1]]))
             .collect();
-        if feature.len() != s.nodes || s.roots.len() != s.trees {
-            return Err(D::Error::custom(
-                "forest: node or tree count does not match its arrays",
-            ));
-        }
-        let forest = FlatForest {
-            n_features: s.n_features,
-            base: s.base,
-            scale: s.scale,
-            roots: s.roots,
-            feature,
-            value,
-            right,
-        };
-        forest.validate().map_err(D::Error::custom)?;
-        Ok(forest)
+        self.validate()
     }
 }
 
@@ -283,19 +303,28 @@ mod tests {
         assert_eq!(f.tree_predictions(&[3.0, 5.0]), vec![30.5, 1.5]);
     }
 
+    fn round_trip(f: &FlatForest) -> Result<FlatForest, String> {
+        let text = serde_json::to_string(f).unwrap();
+        let mut back: FlatForest = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        back.attach_nodes(&f.node_bytes())?;
+        Ok(back)
+    }
+
     #[test]
-    fn json_round_trip_is_exact() {
+    fn header_and_nodes_round_trip_exactly() {
         let f = small();
-        let text = serde_json::to_string(&f).unwrap();
-        let back: FlatForest = serde_json::from_str(&text).unwrap();
-        assert_eq!(back, f);
+        assert_eq!(round_trip(&f).unwrap(), f);
     }
 
     #[test]
     fn corrupt_forests_are_refused() {
-        let mut text = serde_json::to_value(small()).unwrap();
-        text["n_features"] = 1.into(); // node 2 splits on feature 1
-        let e = serde_json::from_value::<FlatForest>(text).unwrap_err();
-        assert!(e.to_string().contains("feature 1"), "{e}");
+        let mut f = small();
+        f.n_features = 1; // node 2 splits on feature 1
+        assert!(round_trip(&f).unwrap_err().contains("feature 1"));
+        let f = small();
+        let text = serde_json::to_string(&f).unwrap();
+        let mut back: FlatForest = serde_json::from_str(&text).unwrap();
+        let e = back.attach_nodes(&f.node_bytes()[1..]).unwrap_err();
+        assert!(e.contains("another training"), "{e}");
     }
 }

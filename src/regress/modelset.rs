@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -60,11 +61,13 @@ pub enum Match {
     TwinDtype,
 }
 
+/// A models directory. Models are read on first use, so a prediction that needs a dozen of a
+/// cluster's forty models reads only those.
 #[derive(Debug)]
 pub struct ModelSet {
     pub dir: PathBuf,
     pub manifest: Manifest,
-    models: BTreeMap<ModelKey, TrainedModel>,
+    slots: BTreeMap<ModelKey, OnceLock<std::result::Result<TrainedModel, String>>>,
 }
 
 impl ModelSet {
@@ -76,12 +79,15 @@ impl ModelSet {
             .map(|m| m.models.into_iter().map(|e| e.file).collect())
             .unwrap_or_default();
         manifest.models.clear();
-        let mut map = BTreeMap::new();
+        let mut slots = BTreeMap::new();
         for model in models {
             let file = model.key.file_name();
             let path = dir.join(&file);
             model.save(&path)?;
-            let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let bytes = [path.clone(), path.with_extension("nodes")]
+                .iter()
+                .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+                .sum();
             manifest.models.push(ManifestEntry {
                 file,
                 key: model.key,
@@ -92,12 +98,14 @@ impl ModelSet {
                 nodes: model.forest.node_count(),
                 bytes,
             });
-            map.insert(model.key, model);
+            slots.insert(model.key, OnceLock::from(Ok(model)));
         }
         manifest.models.sort_by_key(|e| e.key);
         for stale in old {
             if !manifest.models.iter().any(|e| e.file == stale) {
-                let _ = std::fs::remove_file(dir.join(stale));
+                let path = dir.join(stale);
+                let _ = std::fs::remove_file(path.with_extension("nodes"));
+                let _ = std::fs::remove_file(path);
             }
         }
         let text = serde_json::to_string_pretty(&manifest)
@@ -106,32 +114,62 @@ impl ModelSet {
         Ok(ModelSet {
             dir: dir.to_path_buf(),
             manifest,
-            models: map,
+            slots,
         })
     }
 
+    /// Opens a models directory and reads every model now (so a corrupt file fails here).
     pub fn load(dir: &Path) -> Result<ModelSet> {
-        let manifest = Self::load_manifest(dir)?;
-        let mut models = BTreeMap::new();
-        for entry in &manifest.models {
-            let path = dir.join(&entry.file);
-            let model = TrainedModel::load(&path)?;
-            if model.key != entry.key {
-                return Err(Error::bad_file(
-                    &path,
-                    format!(
-                        "holds the model for {} but the manifest lists {}",
-                        model.key, entry.key
-                    ),
-                ));
-            }
-            models.insert(model.key, model);
+        let set = Self::open(dir)?;
+        for key in set.slots.keys() {
+            set.try_get(key)?;
         }
+        Ok(set)
+    }
+
+    /// Opens a models directory reading only its manifest; models are read on first use.
+    pub fn open(dir: &Path) -> Result<ModelSet> {
+        let manifest = Self::load_manifest(dir)?;
+        let slots = manifest
+            .models
+            .iter()
+            .map(|e| (e.key, OnceLock::new()))
+            .collect();
         Ok(ModelSet {
             dir: dir.to_path_buf(),
             manifest,
-            models,
+            slots,
         })
+    }
+
+    /// The model of a key, read from disk on first use.
+    pub fn try_get(&self, key: &ModelKey) -> Result<Option<&TrainedModel>> {
+        let Some(slot) = self.slots.get(key) else {
+            return Ok(None);
+        };
+        let loaded = slot.get_or_init(|| {
+            let entry = self
+                .manifest
+                .models
+                .iter()
+                .find(|e| e.key == *key)
+                .expect("slots mirror the manifest");
+            let path = self.dir.join(&entry.file);
+            let model = TrainedModel::load(&path).map_err(|e| e.to_string())?;
+            if model.key != entry.key {
+                return Err(format!(
+                    "{}: holds the model for {} but the manifest lists {}",
+                    path.display(),
+                    model.key,
+                    entry.key
+                ));
+            }
+            Ok(model)
+        });
+        match loaded {
+            Ok(m) => Ok(Some(m)),
+            Err(message) => Err(Error::Invalid(message.clone())),
+        }
     }
 
     /// Reads and checks only the manifest.
@@ -149,21 +187,26 @@ impl ModelSet {
                 format!("no {MANIFEST_FILE}: not a stepcast models directory"),
             ));
         }
-        super::model::check_versions(&path, &crate::fsutil::read_to_string(&path)?)?;
-        crate::fsutil::read_json(&path)
+        let text = crate::fsutil::read_to_string(&path)?;
+        super::model::check_versions(&path, &text)?;
+        serde_json::from_str(&text).map_err(|e| Error::bad_file(&path, e.to_string()))
     }
 
+    /// Every model that could be read (all of them after a successful `load`).
     pub fn models(&self) -> impl Iterator<Item = &TrainedModel> {
-        self.models.values()
+        self.slots
+            .keys()
+            .filter_map(|k| self.try_get(k).ok().flatten())
     }
 
+    /// The model of a key if it exists and can be read.
     pub fn get(&self, key: &ModelKey) -> Option<&TrainedModel> {
-        self.models.get(key)
+        self.try_get(key).ok().flatten()
     }
 
     /// The model that answers a query: the exact key, else the pooled model of the kind, else
     /// the same with the twin data type.
-    pub fn lookup(&self, q: &OpQuery) -> Option<(&TrainedModel, Match)> {
+    pub fn lookup(&self, q: &OpQuery) -> Result<Option<(&TrainedModel, Match)>> {
         let key = ModelKey::of(q);
         let twin = q.dtype.twin().map(|dtype| ModelKey { dtype, ..key });
         let candidates = [
@@ -172,10 +215,11 @@ impl ModelSet {
             twin.map(|t| (t, Match::TwinDtype)),
             twin.map(|t| (t.pooled(), Match::TwinDtype)),
         ];
-        candidates.into_iter().flatten().find_map(|(k, how)| {
-            self.models
-                .get(&k)
-                .map(|m| (m, if k == key { Match::Exact } else { how }))
-        })
+        for (k, how) in candidates.into_iter().flatten() {
+            if let Some(m) = self.try_get(&k)? {
+                return Ok(Some((m, if k == key { Match::Exact } else { how })));
+            }
+        }
+        Ok(None)
     }
 }

@@ -26,8 +26,8 @@ pub struct TrainOptions {
     /// more capacity pays off.
     pub large_grid: Vec<Recipe>,
     pub large_rows: usize,
-    /// Tree nodes (7 bytes each on disk, before base64) all models of a cluster may hold; the
-    /// cheapest downgrades (validation MAPE lost per node saved) are made until they fit.
+    /// Tree nodes (7 bytes each on disk) all models of a cluster may hold; the cheapest
+    /// downgrades (validation MAPE lost per node saved) are made until they fit.
     pub node_budget: usize,
 }
 
@@ -39,7 +39,7 @@ impl Default for TrainOptions {
             grid: default_grid(),
             large_grid: large_grid(),
             large_rows: 5_000,
-            // ≈ 6.3 MB of node arrays, ≈ 8.4 MB of JSON: under the 10 MB a cluster may ship
+            // ≈ 6.3 MB of node arrays: under the 10 MB a cluster may ship, with its metadata
             node_budget: 900_000,
         }
     }
@@ -159,6 +159,21 @@ impl<'a> Prepared<'a> {
     pub fn times(&self, idx: &[usize]) -> Vec<f64> {
         idx.iter().map(|&i| self.rows[i].time_us).collect()
     }
+}
+
+/// The distinct collective layouts among `rows` (empty for other operators).
+fn layouts_of<'a>(rows: impl Iterator<Item = &'a Measurement>) -> Vec<[u64; 2]> {
+    let mut out: Vec<[u64; 2]> = rows
+        .filter_map(|m| {
+            m.query
+                .shape
+                .collective()
+                .map(|c| [c.nodes, c.gpus_per_node])
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Validation metrics of ln-predictions against measured rows.
@@ -402,6 +417,7 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
                 feature_names: names.iter().map(|s| s.to_string()).collect(),
                 feature_ranges: ranges,
                 training_rows: g.rows.len(),
+                layouts: layouts_of(g.rows.iter().map(|&i| prepared.rows[i])),
                 validation: validation_of(&prepared, val, &chosen.ln_pred),
                 gpu: gpu.clone(),
                 dataset: dataset_ref.clone(),

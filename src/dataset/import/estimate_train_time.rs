@@ -139,8 +139,9 @@ pub(super) fn read(
     Ok((meta, rows, left_out))
 }
 
-/// The two systems of the paper. Perlmutter: 4 × A100-SXM4 per node, each pair joined by four
-/// NVLink-3 links (100 GB/s per direction), 4 × HPE Slingshot-11 NICs of 200 Gb/s per node on
+/// The two systems of the paper (as in hardware-profiles/). Perlmutter: 4 × A100-SXM4 per node,
+/// each pair joined by four NVLink-3 links (300 GB/s per GPU and direction, 100 GB/s to one
+/// peer), 4 × HPE Slingshot-11 NICs of 200 Gb/s per node on
 /// a dragonfly (NERSC Perlmutter architecture docs). Vista: 1 × GH200 per node, one NDR
 /// InfiniBand NIC (400 Gb/s) on a fat-tree (TACC Vista user guide); no GPU peers inside a node,
 /// so the intra-node tier is the NVLink-C2C link to the Grace CPU (450 GB/s per direction).
@@ -151,7 +152,7 @@ fn system_network(system: &str) -> (Option<u32>, Option<NetworkSpec>) {
             Some(NetworkSpec {
                 intra_node: IntraNodeTier {
                     technology: "NVLink 3 (4 links per GPU pair)".to_string(),
-                    bandwidth_gb_per_s: 100.0,
+                    bandwidth_gb_per_s: 300.0,
                     latency_us: 3.0,
                 },
                 inter_node: InterNodeTier {

@@ -1,0 +1,232 @@
+//! A cluster file (`hardware-profiles/*.yaml`), mapped one-to-one onto `ClusterSpec`: the GPU,
+//! how many per node and how many nodes, the interconnect tiers, which trained models to use,
+//! the software stack, and the efficiencies the analytic fallbacks assume.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{GpuSpec, NetworkSpec};
+use crate::dataset::SoftwareStamp;
+use crate::error::{Error, Result};
+
+/// Which trained models predict this cluster's operators.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsRef {
+    /// Models directory, relative to the cluster file.
+    pub dir: PathBuf,
+    /// Whether the models' NCCL timings were measured on this cluster's network (else the
+    /// learned collectives are not used and the analytic model answers).
+    #[serde(default)]
+    pub collectives: bool,
+}
+
+/// What fraction of peak the analytic fallbacks assume a real kernel or transfer reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Efficiency {
+    /// Fraction of peak FLOP/s a large GEMM reaches.
+    pub compute: f64,
+    /// Fraction of HBM bandwidth a streaming kernel reaches.
+    pub memory: f64,
+    /// Fixed cost of one kernel launch, microseconds.
+    pub kernel_launch_us: f64,
+    /// Fraction of link bandwidth NCCL reaches on large messages.
+    pub network: f64,
+}
+
+impl Default for Efficiency {
+    /// Typical achieved fractions: ~70 % of dense peak for large GEMMs and ~80 % of HBM
+    /// bandwidth for streaming kernels on A100/H100, ~85 % of line rate for NCCL rings.
+    fn default() -> Self {
+        Efficiency {
+            compute: 0.7,
+            memory: 0.8,
+            kernel_launch_us: 4.0,
+            network: 0.85,
+        }
+    }
+}
+
+/// Memory the framework and communicators take on every GPU besides the model (issue-level
+/// detail lives in the memory projection).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryOverheads {
+    /// CUDA context, allocator fragmentation and framework buffers, GiB.
+    pub framework_gib: f64,
+    /// NCCL communicator buffers per process group, GiB.
+    pub communicator_gib: f64,
+}
+
+impl Default for MemoryOverheads {
+    fn default() -> Self {
+        MemoryOverheads {
+            framework_gib: 2.0,
+            communicator_gib: 0.5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub gpu: GpuSpec,
+    pub gpus_per_node: u32,
+    /// Nodes available to one job.
+    pub nodes: u32,
+    pub network: NetworkSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<ModelsRef>,
+    #[serde(default)]
+    pub software: SoftwareStamp,
+    #[serde(default)]
+    pub efficiency: Efficiency,
+    #[serde(default)]
+    pub memory: MemoryOverheads,
+}
+
+/// A loaded cluster file with its models directory resolved.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub path: PathBuf,
+    pub spec: ClusterSpec,
+    /// `models.dir` resolved against the file's directory.
+    pub models_dir: Option<PathBuf>,
+}
+
+impl Cluster {
+    pub fn load(path: &Path) -> Result<Cluster> {
+        if !path.is_file() {
+            return Err(Error::bad_file(
+                path,
+                "cluster file not found (see hardware-profiles/ for examples)",
+            ));
+        }
+        let spec: ClusterSpec = crate::fsutil::read_yaml(path)?;
+        spec.validate(&path.display().to_string())
+            .map_err(Error::Invalid)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let models_dir = spec.models.as_ref().map(|m| lexical_join(base, &m.dir));
+        Ok(Cluster {
+            path: path.to_path_buf(),
+            spec,
+            models_dir,
+        })
+    }
+
+    pub fn total_gpus(&self) -> u64 {
+        self.spec.gpus_per_node as u64 * self.spec.nodes as u64
+    }
+}
+
+/// `base/rel` with `..` and `.` resolved on the text (no file-system access), so messages show
+/// `models/perlmutter`, not `hardware-profiles/../models/perlmutter`.
+fn lexical_join(base: &Path, rel: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in base.join(rel).components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir) => {} // "/.." is "/"
+                _ => out.push(".."),
+            },
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+impl ClusterSpec {
+    pub fn validate(&self, what: &str) -> std::result::Result<(), String> {
+        self.gpu.validate(what)?;
+        self.network.validate(what)?;
+        if self.gpus_per_node == 0 {
+            return Err(format!("{what}: gpus_per_node must be at least 1"));
+        }
+        if self.nodes == 0 {
+            return Err(format!("{what}: nodes must be at least 1"));
+        }
+        let e = &self.efficiency;
+        for (field, v) in [
+            ("efficiency.compute", e.compute),
+            ("efficiency.memory", e.memory),
+            ("efficiency.network", e.network),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(format!("{what}: {field} = {v} must be in (0, 1]"));
+            }
+        }
+        if !(e.kernel_launch_us >= 0.0 && e.kernel_launch_us.is_finite()) {
+            return Err(format!(
+                "{what}: efficiency.kernel_launch_us must be zero or positive"
+            ));
+        }
+        for (field, v) in [
+            ("memory.framework_gib", self.memory.framework_gib),
+            ("memory.communicator_gib", self.memory.communicator_gib),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(format!("{what}: {field} must be zero or positive"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn models_dir_is_resolved_against_the_file() {
+        assert_eq!(
+            lexical_join(
+                Path::new("hardware-profiles"),
+                Path::new("../models/perlmutter")
+            ),
+            PathBuf::from("models/perlmutter")
+        );
+        assert_eq!(
+            lexical_join(Path::new("/a/b"), Path::new("../../../c")),
+            PathBuf::from("/c")
+        );
+        assert_eq!(
+            lexical_join(Path::new(""), Path::new("../m")),
+            PathBuf::from("../m")
+        );
+    }
+
+    #[test]
+    fn every_shipped_cluster_file_loads_and_agrees_with_the_gpu_catalogue() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware-profiles");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let c = Cluster::load(&path).unwrap();
+            if let Some(known) = GpuSpec::builtin(&c.spec.gpu.name) {
+                let g = &c.spec.gpu;
+                assert_eq!(g.sm_count, known.sm_count, "{}", path.display());
+                assert_eq!(
+                    g.peak_dense_tflops.bf16,
+                    known.peak_dense_tflops.bf16,
+                    "{}",
+                    path.display()
+                );
+                assert_eq!(
+                    g.hbm_bandwidth_gb_per_s,
+                    known.hbm_bandwidth_gb_per_s,
+                    "{}",
+                    path.display()
+                );
+            }
+        }
+    }
+}

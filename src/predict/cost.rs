@@ -1,0 +1,430 @@
+//! The cost of one operator call, and where the number came from.
+//!
+//! In order: a learned model (exact key, the pooled model of the kind, or the fp16/bf16 twin);
+//! a derivation from a learned model (a GEMM backward as its data-gradient and weight-gradient
+//! GEMMs through the forward model, a flash-attention backward as 2.5× the forward, a causal
+//! attention as half a full one); for collectives outside the measured layouts, the analytic
+//! model scaled by a correction fitted on the measured ones; and last the cluster's derated
+//! roofline. Every estimate carries its source, a log-space uncertainty and the features that
+//! lay outside the training data.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use super::comm;
+use crate::error::Result;
+use crate::hardware::Cluster;
+use crate::ops::work::work;
+use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Shape};
+use crate::regress::{Match, ModelSet, TrainedModel};
+use crate::roofline;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A trained model answered the call itself.
+    Learned,
+    /// Computed from a trained model of a related call.
+    Derived,
+    /// The analytic network model scaled by a correction fitted on measured layouts.
+    CalibratedAnalytic,
+    /// The analytic network model with the cluster's assumed efficiency.
+    Analytic,
+    /// The cluster's derated roofline: no model measured this operator.
+    Roofline,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Learned => "learned",
+            Source::Derived => "derived",
+            Source::CalibratedAnalytic => "calibrated analytic",
+            Source::Analytic => "analytic",
+            Source::Roofline => "roofline",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Estimate {
+    pub time_us: f64,
+    /// Standard deviation of ln(actual / predicted).
+    pub sigma_log: f64,
+    pub source: Source,
+    /// What produced the number; estimates from the same model share their errors.
+    pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub out_of_coverage: Vec<String>,
+    /// Faster than the GPU's peak allows: the training data is suspect here.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub below_roofline: bool,
+}
+
+/// Uncertainty assumed for estimates no measurement backs.
+const ROOFLINE_SIGMA: f64 = 0.35;
+const ANALYTIC_SIGMA: f64 = 0.3;
+/// FlashAttention-2 backward does 2.5× the forward's matmul work (5 GEMMs to 2).
+const FLASH_BWD_OVER_FWD: f64 = 2.5;
+
+#[derive(Debug, Clone)]
+struct Calibration {
+    factor: f64,
+    sigma_log: f64,
+    from: String,
+}
+
+pub struct CostModel<'a> {
+    cluster: &'a Cluster,
+    models: Option<ModelSet>,
+    learned_collectives: bool,
+    cache: Mutex<HashMap<OpQuery, Estimate>>,
+    calibrations: Mutex<HashMap<(OpKind, bool), Option<Calibration>>>,
+}
+
+impl<'a> CostModel<'a> {
+    pub fn new(cluster: &'a Cluster, models: Option<ModelSet>) -> Self {
+        let learned_collectives = cluster.spec.models.as_ref().is_some_and(|m| m.collectives);
+        CostModel {
+            cluster,
+            models,
+            learned_collectives,
+            cache: Mutex::new(HashMap::new()),
+            calibrations: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn models(&self) -> Option<&ModelSet> {
+        self.models.as_ref()
+    }
+
+    pub fn estimate(&self, q: &OpQuery) -> Result<Estimate> {
+        if let Some(e) = self.cache.lock().expect("not poisoned").get(q) {
+            return Ok(e.clone());
+        }
+        let mut e = if q.op.is_collective() {
+            self.collective(q)?
+        } else {
+            match self.learned(q)? {
+                Some(e) => e,
+                None => self.roofline(q),
+            }
+        };
+        if matches!(e.source, Source::Learned | Source::Derived) {
+            if let Some(bound) = roofline::device_time_us(q, &self.cluster.spec.gpu) {
+                e.below_roofline = e.time_us < 0.9 * bound;
+            }
+        }
+        self.cache
+            .lock()
+            .expect("not poisoned")
+            .insert(*q, e.clone());
+        Ok(e)
+    }
+
+    fn learned(&self, q: &OpQuery) -> Result<Option<Estimate>> {
+        let Some(set) = &self.models else {
+            return Ok(None);
+        };
+        if let Some((m, how)) = set.lookup(q)? {
+            return Ok(Some(from_model(m, how, q)));
+        }
+        let fwd = OpQuery {
+            phase: Phase::Fwd,
+            ..*q
+        };
+        if q.phase != Phase::Bwd {
+            return Ok(None);
+        }
+        let Some((m, how)) = set.lookup(&fwd)? else {
+            return Ok(None);
+        };
+        let derived = match (q.op, q.shape) {
+            (OpKind::Gemm, Shape::Gemm(g)) => {
+                // dX[m,k] = dY[m,n]·Wᵀ and dW[k,n] = Xᵀ·dY[m,n], timed as forward GEMMs
+                let dgrad = Shape::Gemm(GemmShape {
+                    m: g.m,
+                    n: g.k,
+                    k: g.n,
+                    batch: g.batch,
+                });
+                let wgrad = Shape::Gemm(GemmShape {
+                    m: g.k,
+                    n: g.n,
+                    k: g.m,
+                    batch: g.batch,
+                });
+                let a = from_model(
+                    m,
+                    how,
+                    &OpQuery {
+                        shape: dgrad,
+                        ..fwd
+                    },
+                );
+                let b = from_model(
+                    m,
+                    how,
+                    &OpQuery {
+                        shape: wgrad,
+                        ..fwd
+                    },
+                );
+                let mut e = combine(a, b);
+                e.note = Some("data- plus weight-gradient GEMMs through the forward model".into());
+                e
+            }
+            (OpKind::FlashAttention, _) => {
+                let mut e = from_model(m, how, &fwd);
+                e.time_us *= FLASH_BWD_OVER_FWD;
+                e.note = Some(
+                    "2.5 × the learned forward (FlashAttention-2 backward/forward work)".into(),
+                );
+                e
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(Estimate {
+            source: Source::Derived,
+            ..derived
+        }))
+    }
+
+    fn roofline(&self, q: &OpQuery) -> Estimate {
+        let spec = &self.cluster.spec;
+        let eff = spec.efficiency;
+        let w = work(q.op, q.phase, &q.shape, q.dtype);
+        let compute = w.flops / (spec.gpu.peak_flops(q.dtype) * eff.compute);
+        let memory = w.bytes / (spec.gpu.hbm_bytes_per_s() * eff.memory);
+        Estimate {
+            time_us: compute.max(memory) * 1e6 + eff.kernel_launch_us,
+            sigma_log: ROOFLINE_SIGMA,
+            source: Source::Roofline,
+            model: "roofline".into(),
+            note: Some(format!(
+                "no model: {:.0} % of peak FLOP/s, {:.0} % of HBM bandwidth, {} µs launch",
+                eff.compute * 100.0,
+                eff.memory * 100.0,
+                eff.kernel_launch_us
+            )),
+            out_of_coverage: Vec::new(),
+            below_roofline: false,
+        }
+    }
+
+    fn collective(&self, q: &OpQuery) -> Result<Estimate> {
+        let c = q.shape.collective().expect("collective shape");
+        let spec = &self.cluster.spec;
+        let (analytic, algorithm) =
+            comm::collective_time_us(q.op, c, &spec.network, spec.efficiency.network);
+        if self.learned_collectives {
+            if let Some(set) = &self.models {
+                if let Some((m, how)) = set.lookup(q)? {
+                    if covers(m, c) {
+                        return Ok(from_model(m, how, q));
+                    }
+                }
+                if let Some(cal) = self.calibration(set, q, c.nodes > 1)? {
+                    return Ok(Estimate {
+                        time_us: analytic * cal.factor,
+                        sigma_log: cal.sigma_log,
+                        source: Source::CalibratedAnalytic,
+                        model: format!("calibrated {} ({})", q.op, tier_name(c.nodes > 1)),
+                        note: Some(format!(
+                            "{algorithm} × {:.3}, fitted on the measured {}",
+                            cal.factor, cal.from
+                        )),
+                        out_of_coverage: Vec::new(),
+                        below_roofline: false,
+                    });
+                }
+            }
+        }
+        Ok(Estimate {
+            time_us: analytic,
+            sigma_log: ANALYTIC_SIGMA,
+            source: Source::Analytic,
+            model: format!("analytic {}", tier_name(c.nodes > 1)),
+            note: Some(format!(
+                "{algorithm}, {:.0} % of link bandwidth (no measured layout to calibrate on)",
+                spec.efficiency.network * 100.0
+            )),
+            out_of_coverage: Vec::new(),
+            below_roofline: false,
+        })
+    }
+
+    /// Ratio of learned to analytic time over the measured layouts of one tier (single node or
+    /// several), from the query's own collective if it was measured there, else from the first
+    /// other collective that was.
+    fn calibration(
+        &self,
+        set: &ModelSet,
+        q: &OpQuery,
+        multi_node: bool,
+    ) -> Result<Option<Calibration>> {
+        let key = (q.op, multi_node);
+        if let Some(c) = self.calibrations.lock().expect("not poisoned").get(&key) {
+            return Ok(c.clone());
+        }
+        let order = [
+            q.op,
+            OpKind::AllReduce,
+            OpKind::AllGather,
+            OpKind::ReduceScatter,
+            OpKind::SendRecv,
+            OpKind::AllToAll,
+        ];
+        let mut found = None;
+        for op in order {
+            let probe = OpQuery { op, ..*q };
+            let Some((m, how)) = set.lookup(&probe)? else {
+                continue;
+            };
+            if let Some(c) = fit(self.cluster, m, how, &probe, multi_node) {
+                found = Some(c);
+                break;
+            }
+        }
+        self.calibrations
+            .lock()
+            .expect("not poisoned")
+            .insert(key, found.clone());
+        Ok(found)
+    }
+}
+
+fn tier_name(multi_node: bool) -> &'static str {
+    if multi_node {
+        "across nodes"
+    } else {
+        "inside a node"
+    }
+}
+
+/// Whether a learned collective model measured this layout and message size.
+fn covers(m: &TrainedModel, c: &CollectiveShape) -> bool {
+    if !m.layouts.contains(&[c.nodes, c.gpus_per_node]) {
+        return false;
+    }
+    let bytes = (c.bytes as f64).max(1.0).log2();
+    m.feature_names
+        .iter()
+        .position(|f| f == "log2_bytes")
+        .is_some_and(|i| {
+            let [lo, hi] = m.feature_ranges[i];
+            bytes >= lo - 1e-9 && bytes <= hi + 1e-9
+        })
+}
+
+fn fit(
+    cluster: &Cluster,
+    m: &TrainedModel,
+    how: Match,
+    probe: &OpQuery,
+    multi_node: bool,
+) -> Option<Calibration> {
+    let i = m.feature_names.iter().position(|f| f == "log2_bytes")?;
+    let [lo, hi] = m.feature_ranges[i];
+    let spec = &cluster.spec;
+    let mut logs = Vec::new();
+    let mut used = Vec::new();
+    for &[nodes, gpn] in m.layouts.iter().filter(|l| (l[0] > 1) == multi_node) {
+        used.push(format!("{nodes}×{gpn}"));
+        for k in 0..8 {
+            let bytes = (lo + (hi - lo) * k as f64 / 7.0).exp2() as u64;
+            let c = CollectiveShape {
+                bytes: bytes.max(1),
+                nodes,
+                gpus_per_node: gpn,
+            };
+            let q = OpQuery {
+                shape: Shape::Collective(c),
+                ..*probe
+            };
+            let learned = from_model(m, how, &q).time_us;
+            let (analytic, _) =
+                comm::collective_time_us(probe.op, &c, &spec.network, spec.efficiency.network);
+            logs.push((learned / analytic).ln());
+        }
+    }
+    if logs.is_empty() {
+        return None;
+    }
+    let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+    let var = logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / logs.len() as f64;
+    Some(Calibration {
+        factor: mean.exp(),
+        sigma_log: (var + m.validation.sigma_log.powi(2)).sqrt(),
+        from: format!("{} layouts {}", probe.op, used.join(", ")),
+    })
+}
+
+/// A learned model's estimate of `q`, handling a causal query on a model trained only without
+/// a mask (and back) by the 2:1 work ratio.
+fn from_model(m: &TrainedModel, how: Match, q: &OpQuery) -> Estimate {
+    let mut query = *q;
+    let mut factor = 1.0;
+    let mut notes = Vec::new();
+    if let Shape::Attention(mut a) = q.shape {
+        if q.op == OpKind::FlashAttention {
+            if let Some(i) = m.feature_names.iter().position(|f| f == "causal") {
+                let [lo, hi] = m.feature_ranges[i];
+                let want = a.causal as u8 as f64;
+                if want < lo || want > hi {
+                    a.causal = !a.causal;
+                    query.shape = Shape::Attention(a);
+                    factor = if q_causal(q) { 0.5 } else { 2.0 };
+                    notes.push(if q_causal(q) {
+                        "causal as half the unmasked model's time"
+                    } else {
+                        "unmasked as twice the causal model's time"
+                    });
+                }
+            }
+        }
+    }
+    let p = m.predict(&query);
+    match how {
+        Match::TwinDtype => notes.push("model of the twin 16-bit type"),
+        Match::Pooled if q.role.is_some() => notes.push("pooled model of the kind"),
+        _ => {}
+    }
+    Estimate {
+        time_us: p.time_us * factor,
+        sigma_log: p.sigma_log,
+        source: if factor == 1.0 {
+            Source::Learned
+        } else {
+            Source::Derived
+        },
+        model: m.key.to_string(),
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+        out_of_coverage: p.out_of_coverage,
+        below_roofline: false,
+    }
+}
+
+fn q_causal(q: &OpQuery) -> bool {
+    matches!(q.shape, Shape::Attention(a) if a.causal)
+}
+
+/// Sum of two estimates of the same model (errors fully correlated).
+fn combine(a: Estimate, b: Estimate) -> Estimate {
+    let mut ooc = a.out_of_coverage;
+    for f in b.out_of_coverage {
+        if !ooc.contains(&f) {
+            ooc.push(f);
+        }
+    }
+    Estimate {
+        time_us: a.time_us + b.time_us,
+        sigma_log: a.sigma_log.max(b.sigma_log),
+        out_of_coverage: ooc,
+        ..a
+    }
+}

@@ -1,0 +1,283 @@
+//! Model architectures: a raw `ArchSpec` (from a preset, a YAML file or a Hugging Face
+//! `config.json`) checked once into an `Arch`.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    Layernorm,
+    Rmsnorm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// GELU MLP: up (d → ffn), GELU, down.
+    Gelu,
+    /// Gated SiLU MLP: gate and up (d → 2·ffn, fused), SwiGLU, down.
+    Swiglu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionImpl {
+    /// FlashAttention / cuDNN fused attention.
+    Flash,
+    /// Q·Kᵀ batched GEMM, fused scale-mask-softmax, attention·V batched GEMM.
+    Unfused,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Position {
+    Rope,
+    Learned,
+    Alibi,
+}
+
+/// An architecture as written by a user; `validate` turns it into an `Arch`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchSpec {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    /// Key/value heads (GQA); default = heads.
+    #[serde(default)]
+    pub kv_heads: Option<u64>,
+    /// MLP inner size; default 4·hidden.
+    #[serde(default)]
+    pub ffn_hidden: Option<u64>,
+    pub vocab: u64,
+    pub norm: NormKind,
+    pub activation: Activation,
+    #[serde(default)]
+    pub tied_embeddings: bool,
+    #[serde(default = "default_attention")]
+    pub attention: AttentionImpl,
+    #[serde(default = "default_position")]
+    pub position: Position,
+    /// Biases on the linear layers (GPT-2, GPT-NeoX); LLaMA has none.
+    #[serde(default)]
+    pub linear_bias: bool,
+    /// A bias (shift) on each norm; default: LayerNorm has one, RMSNorm none.
+    #[serde(default)]
+    pub norm_bias: Option<bool>,
+    /// Sequence length it is usually trained at.
+    #[serde(default)]
+    pub seq_len: Option<u64>,
+}
+
+fn default_attention() -> AttentionImpl {
+    AttentionImpl::Flash
+}
+
+fn default_position() -> Position {
+    Position::Rope
+}
+
+/// A checked architecture.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Arch {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub ffn_hidden: u64,
+    pub vocab: u64,
+    pub norm: NormKind,
+    pub activation: Activation,
+    pub tied_embeddings: bool,
+    pub attention: AttentionImpl,
+    pub position: Position,
+    pub linear_bias: bool,
+    pub norm_bias: bool,
+    pub seq_len: u64,
+}
+
+impl ArchSpec {
+    /// Checks the numbers; `source` names the file or preset in messages.
+    pub fn validate(self, source: &str) -> Result<Arch> {
+        let bad = |msg: String| Error::Invalid(format!("{source}: {msg}"));
+        for (field, v) in [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("vocab", self.vocab),
+        ] {
+            if v == 0 {
+                return Err(bad(format!("{field} must be at least 1")));
+            }
+        }
+        if self.hidden % self.heads != 0 {
+            return Err(bad(format!(
+                "hidden ({}) must be a multiple of heads ({})",
+                self.hidden, self.heads
+            )));
+        }
+        let kv_heads = self.kv_heads.unwrap_or(self.heads);
+        if kv_heads == 0 || self.heads % kv_heads != 0 {
+            return Err(bad(format!(
+                "heads ({}) must be a multiple of kv_heads ({kv_heads})",
+                self.heads
+            )));
+        }
+        let ffn_hidden = self.ffn_hidden.unwrap_or(4 * self.hidden);
+        if ffn_hidden == 0 {
+            return Err(bad("ffn_hidden must be at least 1".into()));
+        }
+        Ok(Arch {
+            head_dim: self.hidden / self.heads,
+            kv_heads,
+            ffn_hidden,
+            seq_len: self.seq_len.unwrap_or(2048),
+            name: self.name,
+            layers: self.layers,
+            hidden: self.hidden,
+            heads: self.heads,
+            vocab: self.vocab,
+            norm: self.norm,
+            activation: self.activation,
+            tied_embeddings: self.tied_embeddings,
+            attention: self.attention,
+            position: self.position,
+            linear_bias: self.linear_bias,
+            norm_bias: self.norm_bias.unwrap_or(self.norm == NormKind::Layernorm),
+        })
+    }
+}
+
+impl Arch {
+    /// Loads `--model`: a preset name, a YAML architecture file, or a Hugging Face config.json.
+    pub fn resolve(name_or_path: &str) -> Result<Arch> {
+        if let Some(spec) = super::presets::preset(name_or_path) {
+            return spec.validate(name_or_path);
+        }
+        let path = Path::new(name_or_path);
+        if path.is_file() {
+            let source = path.display().to_string();
+            let spec = if path.extension().is_some_and(|e| e == "json") {
+                super::hf::from_config_json(path)?
+            } else {
+                crate::fsutil::read_yaml::<ArchSpec>(path)?
+            };
+            return spec.validate(&source);
+        }
+        Err(Error::Invalid(format!(
+            "unknown model '{name_or_path}': not a preset ({}) nor a file (YAML architecture or \
+             Hugging Face config.json)",
+            super::presets::names().join(", ")
+        )))
+    }
+
+    /// Vocabulary padded as Megatron and GPT-NeoX pad it: to a multiple of 128·tp.
+    pub fn padded_vocab(&self, tp: u64) -> u64 {
+        self.vocab.div_ceil(128 * tp) * 128 * tp
+    }
+
+    /// Parameters of one transformer layer on one tensor-parallel rank, and its tensor count.
+    /// Column- and row-parallel weights are split over tp; norms are replicated.
+    pub fn layer_params(&self, tp: u64) -> (u64, u64) {
+        let (d, f) = (self.hidden, self.ffn_hidden);
+        let qkv_out = (self.heads + 2 * self.kv_heads) * self.head_dim;
+        let up_out = match self.activation {
+            Activation::Gelu => f,
+            Activation::Swiglu => 2 * f,
+        };
+        let bias = self.linear_bias as u64;
+        let norm_tensors = 1 + self.norm_bias as u64;
+        let norm = norm_tensors * d;
+        let sharded = d * qkv_out + bias * qkv_out // QKV, column-parallel
+            + self.heads * self.head_dim * d       // output, row-parallel (bias replicated)
+            + d * up_out + bias * up_out           // MLP up (and gate)
+            + f * d; // MLP down
+        let replicated = 2 * norm + bias * 2 * d;
+        (sharded / tp + replicated, 2 * norm_tensors + 4 + 4 * bias)
+    }
+
+    /// Embedding table (or LM head) parameters on one rank: padded vocabulary over tp × hidden.
+    pub fn vocab_params(&self, tp: u64) -> u64 {
+        self.padded_vocab(tp) / tp * self.hidden
+    }
+
+    /// Parameters of the final norm.
+    pub fn final_norm_params(&self) -> u64 {
+        (1 + self.norm_bias as u64) * self.hidden
+    }
+
+    /// All parameters of the model (tp = 1), for reports.
+    pub fn total_params(&self) -> u64 {
+        let (layer, _) = self.layer_params(1);
+        let final_norm = self.final_norm_params();
+        let heads = if self.tied_embeddings { 1 } else { 2 };
+        layer * self.layers + final_norm + heads * self.vocab * self.hidden
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama2_7b_has_6_7_billion_parameters() {
+        let a = Arch::resolve("llama2-7b").unwrap();
+        let p = a.total_params() as f64;
+        assert!((p - 6.74e9).abs() / 6.74e9 < 0.01, "{p}");
+    }
+
+    #[test]
+    fn llama2_70b_uses_gqa() {
+        let a = Arch::resolve("llama2-70b").unwrap();
+        assert_eq!(a.kv_heads, 8);
+        let p = a.total_params() as f64;
+        assert!((p - 68.98e9).abs() / 68.98e9 < 0.01, "{p}");
+    }
+
+    #[test]
+    fn gpt3_175b_matches_its_name() {
+        let p = Arch::resolve("gpt3-175b").unwrap().total_params() as f64;
+        assert!((p - 175e9).abs() / 175e9 < 0.02, "{p}");
+    }
+
+    #[test]
+    fn paper_presets_count_parameters_as_the_paper_does() {
+        // predictions/llemma_7b_4_2_2_P_predicted.csv: 906,283,008 parameters per rank on a
+        // 9-layer stage at tp 2
+        // (the paper also splits the row-parallel biases over tp, which Megatron replicates:
+        // 4,096 more here per layer, 0.004 %)
+        let a = Arch::resolve("llemma-7b").unwrap();
+        let stage = (a.layer_params(2).0 * 9) as f64;
+        assert!((stage / 906_283_008.0 - 1.0).abs() < 1e-4, "{stage}");
+        assert_eq!(a.layer_params(2).1, 12);
+    }
+
+    #[test]
+    fn vocabulary_is_padded_to_128_tp() {
+        let a = Arch::resolve("llemma-7b").unwrap();
+        assert_eq!(a.padded_vocab(2) / 2, 25216);
+    }
+
+    #[test]
+    fn bad_architectures_say_what_to_fix() {
+        let mut spec = super::super::presets::preset("llama2-7b").unwrap();
+        spec.heads = 30;
+        let e = spec.validate("x.yaml").unwrap_err().to_string();
+        assert!(
+            e.contains("x.yaml") && e.contains("multiple of heads (30)"),
+            "{e}"
+        );
+        let e = Arch::resolve("llama9-1t").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown model 'llama9-1t'") && e.contains("llama2-7b"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! What is trained and how it is split: model architectures and parallel layouts.
+
+pub mod arch;
+pub mod hf;
+pub mod parallel;
+pub mod presets;
+
+pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, NormKind, Position};
+pub use parallel::{Layout, ParallelSpec, Partition, Recompute, Rules};
