@@ -522,3 +522,29 @@ fn predict_rejects_bad_inputs_with_what_to_change() {
         &["negative.yaml", "bandwidth_gbit_per_s_per_nic", "positive"],
     );
 }
+
+#[test]
+fn bench_commands_run_the_harness_or_say_how_to_build_it() {
+    let me = std::path::PathBuf::from(env!("CARGO_BIN_EXE_stepcast"));
+    // a stepcast alone in a directory, with no harness on PATH
+    let tmp = tempfile::tempdir().unwrap();
+    let lonely = tmp.path().join("stepcast");
+    fs::copy(&me, &lonely).unwrap();
+    let out = std::process::Command::new(&lonely)
+        .args(["bench", "plan"])
+        .env("PATH", tmp.path())
+        .output()
+        .unwrap();
+    assert_user_error(
+        &out,
+        &["stepcast-bench is not installed", "--features cuda"],
+    );
+    // beside the harness (cargo builds both when testing the workspace) it is run
+    if me.with_file_name("stepcast-bench").is_file() {
+        let out = stepcast(&["bench", "plan", "--quick"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains("plan 'quick'"));
+        let out = stepcast(&["models", "check", "--help"]);
+        assert!(stdout(&out).contains("--cluster"), "{}", stdout(&out));
+    }
+}

@@ -1,5 +1,6 @@
 //! Command-line interface: argument types (clap) and one module per command.
 
+mod bench;
 mod datasets;
 mod eval;
 mod models;
@@ -32,9 +33,23 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Measure models' error on a dataset (refitting their recipes on a split).
     Eval(eval::EvalArgs),
-    /// Inspect trained models.
+    /// Inspect trained models, or check them against this machine.
     #[command(subcommand)]
     Models(models::ModelsCommand),
+    /// The GPU harness: `stepcast bench collect --out <dir>`, `stepcast bench plan` (runs
+    /// stepcast-bench; see `stepcast bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Re-collect what drifted on this GPU node and retrain the cluster's models (runs
+    /// `stepcast-bench retrain`).
+    #[command(disable_help_flag = true)]
+    Retrain {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -43,6 +58,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Datasets(cmd) => datasets::run(cmd),
         Command::Train(args) => train::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Models(models::ModelsCommand::Check { args }) => {
+            bench::run(&[vec!["check".to_string()], args].concat())
+        }
         Command::Models(cmd) => models::run(cmd),
+        Command::Bench { args } => bench::run(&args),
+        Command::Retrain { args } => bench::run(&[vec!["retrain".to_string()], args].concat()),
     }
 }

@@ -17,10 +17,18 @@ pub enum ModelsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// On a GPU node: compare its software and timings with a cluster's models (runs
+    /// `stepcast-bench check --cluster <file>`; exit code 3 when something drifted).
+    #[command(disable_help_flag = true)]
+    Check {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 pub fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
     match cmd {
+        ModelsCommand::Check { .. } => unreachable!("dispatched to stepcast-bench by cli::run"),
         ModelsCommand::Show { dir, json } => {
             let m = ModelSet::load_manifest(&dir)?;
             if json {

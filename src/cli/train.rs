@@ -34,6 +34,13 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let dataset = Dataset::load(&args.dataset)
         .with_context(|| format!("loading dataset {}", args.dataset.display()))?;
+    if dataset.meta.source.description.starts_with("MOCK") {
+        eprintln!(
+            "warning: {} holds the mock device's synthetic timings (a test double): models \
+             trained from it predict nothing real",
+            args.dataset.display()
+        );
+    }
     let options = TrainOptions {
         seed: args.seed,
         ..TrainOptions::default()

@@ -1,0 +1,401 @@
+//! After a driver or library update: does this machine still time operators the way the models
+//! it predicts with were trained? `check` compares the software stamps, re-measures the quick
+//! probe plan and compares every probe with the models' prediction; `retrain` re-collects the
+//! operator kinds that drifted past a threshold, keeps the rows of the others from the previous
+//! dataset, and retrains the cluster's models (the old directory is kept beside the new one).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use stepcast::dataset::{Dataset, MeasurementWriter};
+use stepcast::hardware::Cluster;
+use stepcast::ops::{OpKind, Phase};
+use stepcast::predict::cost::{CostModel, Source};
+use stepcast::regress::train::{train, TrainOptions};
+use stepcast::regress::{Manifest, ModelSet};
+
+use crate::collect::{collect, CollectOptions};
+use crate::device::Device;
+use crate::plan::{Plan, PlanSpec, Target};
+use crate::torch::TorchBackend;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KindDrift {
+    pub op: OpKind,
+    pub phase: Phase,
+    pub points: usize,
+    /// Median of measured / predicted.
+    pub median_ratio: f64,
+    pub mape_percent: f64,
+    pub drifted: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DriftReport {
+    pub models: String,
+    pub threshold_percent: f64,
+    /// (field, the models' value, this machine's value).
+    pub software_changes: Vec<(String, String, String)>,
+    pub kinds: Vec<KindDrift>,
+    /// Probes no learned model answers (not compared).
+    pub unmodelled: usize,
+    pub probe_dataset: String,
+}
+
+impl DriftReport {
+    pub fn drifted_kinds(&self) -> Vec<OpKind> {
+        let mut k: Vec<OpKind> = self
+            .kinds
+            .iter()
+            .filter(|d| d.drifted)
+            .map(|d| d.op)
+            .collect();
+        k.sort();
+        k.dedup();
+        k
+    }
+}
+
+pub fn target_of(device: &dyn Device, nodes: u32) -> Target {
+    let info = device.info();
+    Target {
+        gpus_per_node: info.gpus,
+        nodes,
+        fp8: info.gpu.peak_dense_tflops.fp8.is_some(),
+    }
+}
+
+/// Re-measures the quick probe plan into `probe_dir` and compares it with the cluster's models.
+pub fn check(
+    cluster: &Cluster,
+    device: &mut dyn Device,
+    torch: Option<&TorchBackend>,
+    probe_dir: &Path,
+    threshold_percent: f64,
+    progress: bool,
+) -> anyhow::Result<DriftReport> {
+    let dir = cluster.models_dir.clone().ok_or_else(|| {
+        stepcast::Error::Invalid(format!(
+            "{}: names no models directory to check",
+            cluster.path.display()
+        ))
+    })?;
+    let models = ModelSet::open(&dir)?;
+    let info = device.info();
+    if models.manifest.gpu.name != info.gpu.name {
+        anyhow::bail!(stepcast::Error::Invalid(format!(
+            "{} were trained on {}; this node has {}: check them on such a node",
+            dir.display(),
+            models.manifest.gpu.name,
+            info.gpu.name
+        )));
+    }
+    let plan = PlanSpec::builtin(true).expand(target_of(device, 1))?;
+    collect(
+        &plan,
+        device,
+        torch,
+        &CollectOptions {
+            out: probe_dir.to_path_buf(),
+            resume: false,
+            retry_skipped: false,
+            progress,
+            launch: None,
+        },
+    )?;
+    let probe = Dataset::load(probe_dir)?;
+    let software_changes = models
+        .manifest
+        .dataset
+        .software
+        .differences(&probe.meta.software)
+        .into_iter()
+        .map(|(f, a, b)| (f.to_string(), a, b))
+        .collect();
+    let cost = CostModel::new(cluster, Some(models));
+    let mut ratios: BTreeMap<(OpKind, Phase), Vec<f64>> = BTreeMap::new();
+    let mut unmodelled = 0;
+    for m in probe.ok_rows() {
+        let e = cost.estimate(&m.query)?;
+        if matches!(e.source, Source::Learned | Source::Derived) {
+            ratios
+                .entry((m.query.op, m.query.phase))
+                .or_default()
+                .push(m.time_us / e.time_us);
+        } else {
+            unmodelled += 1;
+        }
+    }
+    let kinds = ratios
+        .into_iter()
+        .map(|((op, phase), r)| {
+            let median = stepcast::stats::percentile(&r, 50.0).unwrap_or(1.0);
+            let mape =
+                100.0 * r.iter().map(|x| (1.0 / x - 1.0).abs()).sum::<f64>() / r.len() as f64;
+            KindDrift {
+                op,
+                phase,
+                points: r.len(),
+                median_ratio: median,
+                mape_percent: mape,
+                drifted: (median - 1.0).abs() * 100.0 > threshold_percent,
+            }
+        })
+        .collect();
+    Ok(DriftReport {
+        models: dir.display().to_string(),
+        threshold_percent,
+        software_changes,
+        kinds,
+        unmodelled,
+        probe_dataset: probe_dir.display().to_string(),
+    })
+}
+
+#[derive(Debug)]
+pub struct RetrainReport {
+    pub drift: DriftReport,
+    pub recollected: Vec<OpKind>,
+    pub carried_rows: usize,
+    pub models_dir: Option<PathBuf>,
+    pub previous_models: Option<PathBuf>,
+}
+
+/// Re-collects the drifted kinds into `out` (plus the previous dataset's rows of the others)
+/// and retrains the cluster's models from it.
+#[allow(clippy::too_many_arguments)]
+pub fn retrain(
+    cluster: &Cluster,
+    device: &mut dyn Device,
+    torch: Option<&TorchBackend>,
+    previous: Option<&Path>,
+    out: &Path,
+    plan: &PlanSpec,
+    threshold_percent: f64,
+    progress: bool,
+) -> anyhow::Result<RetrainReport> {
+    let probe = out.with_file_name(format!(
+        "{}-probe",
+        out.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    let drift = check(cluster, device, torch, &probe, threshold_percent, progress)?;
+    let drifted = drift.drifted_kinds();
+    if drifted.is_empty() {
+        return Ok(RetrainReport {
+            drift,
+            recollected: Vec::new(),
+            carried_rows: 0,
+            models_dir: None,
+            previous_models: None,
+        });
+    }
+    let full = plan.expand(target_of(device, 1))?;
+    let subset = Plan {
+        spec: full.spec.clone(),
+        points: full
+            .points
+            .into_iter()
+            .filter(|p| drifted.contains(&p.query.op))
+            .collect(),
+    };
+    collect(
+        &subset,
+        device,
+        torch,
+        &CollectOptions {
+            out: out.to_path_buf(),
+            resume: out.join(stepcast::dataset::META_FILE).exists(),
+            retry_skipped: false,
+            progress,
+            launch: None,
+        },
+    )?;
+    let mut carried = 0;
+    if let Some(prev) = previous {
+        let old = Dataset::load(prev)?;
+        let mut writer = MeasurementWriter::new(out)?;
+        for m in old
+            .rows
+            .iter()
+            .filter(|m| m.is_ok() && !drifted.contains(&m.query.op))
+        {
+            writer.append(m)?;
+            carried += 1;
+        }
+        let mut meta = stepcast::dataset::DatasetMeta::load(out)?;
+        meta.source.description.push_str(&format!(
+            "; rows of the kinds that did not drift carried over from '{}' (collected {})",
+            old.meta.name, old.meta.collected_at
+        ));
+        meta.save(out)?;
+    }
+    let dataset = Dataset::load(out)?;
+    let outcome = train(&dataset, &TrainOptions::default(), &|| {});
+    let models_dir = cluster.models_dir.clone().expect("checked by check()");
+    let staging = models_dir.with_extension("new");
+    let _ = std::fs::remove_dir_all(&staging);
+    let manifest = Manifest {
+        format_version: stepcast::regress::model::MODEL_FORMAT_VERSION,
+        feature_schema_version: stepcast::ops::features::FEATURE_SCHEMA_VERSION,
+        stepcast_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_at: stepcast::fsutil::today_utc(),
+        seed: 0,
+        training_seconds: 0.0,
+        dataset: outcome.models[0].dataset.clone(),
+        gpu: dataset.meta.gpu.clone(),
+        gpus_per_node: dataset.meta.gpus_per_node,
+        network: cluster.spec.network.clone().into(),
+        reference_errors: Vec::new(),
+        models: Vec::new(),
+        skipped: outcome.skipped.clone(),
+    };
+    ModelSet::save(&staging, manifest, outcome.models)?;
+    let kept = models_dir.with_extension(format!("before-{}", stepcast::fsutil::today_utc()));
+    if models_dir.exists() {
+        std::fs::rename(&models_dir, &kept)?;
+    }
+    std::fs::rename(&staging, &models_dir)?;
+    Ok(RetrainReport {
+        drift,
+        recollected: drifted,
+        carried_rows: carried,
+        models_dir: Some(models_dir),
+        previous_models: Some(kept),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::mock::MockDevice;
+
+    /// Trains models from a mock collection, then checks the same mock device against them.
+    fn setup(dir: &Path) -> Cluster {
+        let data = dir.join("data");
+        let mut spec = PlanSpec::builtin(true);
+        spec.saturate_ms = 0;
+        let plan = spec
+            .expand(Target {
+                gpus_per_node: 4,
+                nodes: 1,
+                fp8: true,
+            })
+            .unwrap();
+        collect(
+            &plan,
+            &mut MockDevice::new(4),
+            None,
+            &CollectOptions {
+                out: data.clone(),
+                resume: false,
+                retry_skipped: false,
+                progress: false,
+                launch: None,
+            },
+        )
+        .unwrap();
+        let ds = Dataset::load(&data).unwrap();
+        let outcome = train(&ds, &TrainOptions::default(), &|| {});
+        let models = dir.join("models");
+        let manifest = Manifest {
+            format_version: stepcast::regress::model::MODEL_FORMAT_VERSION,
+            feature_schema_version: stepcast::ops::features::FEATURE_SCHEMA_VERSION,
+            stepcast_version: "test".into(),
+            created_at: "2026-01-01".into(),
+            seed: 0,
+            training_seconds: 0.0,
+            dataset: outcome.models[0].dataset.clone(),
+            gpu: ds.meta.gpu.clone(),
+            gpus_per_node: Some(4),
+            network: None,
+            reference_errors: Vec::new(),
+            models: Vec::new(),
+            skipped: Vec::new(),
+        };
+        ModelSet::save(&models, manifest, outcome.models).unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hardware-profiles/dgx-h100.yaml");
+        let mut cluster = Cluster::load(&root).unwrap();
+        cluster.models_dir = Some(models);
+        cluster.spec.models.as_mut().unwrap().collectives = true;
+        cluster
+    }
+
+    #[test]
+    fn the_same_device_shows_no_drift_and_a_changed_one_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = setup(dir.path());
+        let r = check(
+            &cluster,
+            &mut MockDevice::new(4),
+            None,
+            &dir.path().join("probe1"),
+            10.0,
+            false,
+        )
+        .unwrap();
+        assert!(!r.kinds.is_empty());
+        assert!(r.drifted_kinds().is_empty(), "{:?}", r.kinds);
+        // a "driver update" that makes every GEMM 30 % slower drifts the GEMM kinds only
+        let mut slower = MockDevice::new(4);
+        slower.slowdown = vec![(OpKind::Gemm, 1.3)];
+        let r = check(
+            &cluster,
+            &mut slower,
+            None,
+            &dir.path().join("probe2"),
+            10.0,
+            false,
+        )
+        .unwrap();
+        assert_eq!(r.drifted_kinds(), vec![OpKind::Gemm]);
+        let gemm = r.kinds.iter().find(|k| k.op == OpKind::Gemm).unwrap();
+        assert!(
+            (gemm.median_ratio - 1.3).abs() < 0.1,
+            "{}",
+            gemm.median_ratio
+        );
+    }
+
+    #[test]
+    fn retrain_recollects_what_drifted_and_replaces_the_models() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = setup(dir.path());
+        let mut slower = MockDevice::new(4);
+        slower.slowdown = vec![(OpKind::Gemm, 1.3)];
+        let mut plan = PlanSpec::builtin(true);
+        plan.saturate_ms = 0;
+        let r = retrain(
+            &cluster,
+            &mut slower,
+            None,
+            Some(&dir.path().join("data")),
+            &dir.path().join("new"),
+            &plan,
+            10.0,
+            false,
+        )
+        .unwrap();
+        assert_eq!(r.recollected, vec![OpKind::Gemm]);
+        assert!(r.carried_rows > 0);
+        assert!(r
+            .previous_models
+            .as_ref()
+            .unwrap()
+            .join("manifest.json")
+            .is_file());
+        // the retrained models agree with the slower device
+        let again = check(
+            &cluster,
+            &mut slower,
+            None,
+            &dir.path().join("probe3"),
+            10.0,
+            false,
+        )
+        .unwrap();
+        assert!(again.drifted_kinds().is_empty(), "{:?}", again.kinds);
+    }
+}

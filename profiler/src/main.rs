@@ -1,0 +1,439 @@
+//! `stepcast-bench`: the GPU harness behind `stepcast bench`, `stepcast models check` and
+//! `stepcast retrain` (the `stepcast` CLI runs this binary, which sits beside it).
+//!
+//! It is a binary of its own because of the direction of dependencies: the harness uses the
+//! core's dataset schema, operators, statistics and decomposition, while the core must never
+//! link GPU code; `stepcast` finds `stepcast-bench` beside itself or on PATH.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use stepcast::hardware::Cluster;
+use stepcast_profiler::collect::{collect, CollectOptions};
+use stepcast_profiler::device::{self, mock::MockDevice, null::NullDevice, Device, Launch};
+use stepcast_profiler::drift::{check, retrain, target_of, DriftReport};
+use stepcast_profiler::plan::{PlanSpec, Target};
+use stepcast_profiler::protocol::Protocol;
+use stepcast_profiler::torch::TorchBackend;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "stepcast-bench",
+    version,
+    about = "Time operators on one GPU node into a stepcast dataset"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DeviceKind {
+    /// cuBLASLt GEMMs and NCCL collectives in-process (needs the `cuda` build), PyTorch for the rest.
+    Cuda,
+    /// Everything through the node's PyTorch (GEMMs via torch.bmm); collectives are skipped.
+    Torch,
+    /// A TEST DOUBLE with synthetic timings (for trying the workflow; never publish its data).
+    Mock,
+}
+
+#[derive(Debug, clap::Args)]
+struct PlanArgs {
+    /// Plan file (YAML); default: the built-in default plan.
+    #[arg(long, conflicts_with = "quick")]
+    plan: Option<PathBuf>,
+    /// The built-in quick probe plan.
+    #[arg(long)]
+    quick: bool,
+    /// Untimed runs before the timed ones (default: the plan's, 10).
+    #[arg(long)]
+    warmup: Option<u32>,
+    /// Timed runs, each bracketed by device events (default: the plan's, 10).
+    #[arg(long)]
+    timed: Option<u32>,
+    /// Middle samples of the sorted timed runs averaged into the summary (default: 5).
+    #[arg(long)]
+    keep: Option<u32>,
+}
+
+impl PlanArgs {
+    fn spec(&self) -> anyhow::Result<PlanSpec> {
+        let mut spec = match &self.plan {
+            Some(p) => PlanSpec::load(p)?,
+            None => PlanSpec::builtin(self.quick),
+        };
+        let p = &mut spec.protocol;
+        *p = Protocol {
+            warmup: self.warmup.unwrap_or(p.warmup),
+            timed: self.timed.unwrap_or(p.timed),
+            keep: self.keep.unwrap_or(p.keep),
+        };
+        p.validate().map_err(stepcast::Error::Invalid)?;
+        Ok(spec)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct DeviceArgs {
+    #[arg(long, value_enum, default_value = "cuda")]
+    device: DeviceKind,
+    /// GPUs to use, e.g. 0,1,2,3 (default: all).
+    #[arg(long, value_delimiter = ',')]
+    gpus: Option<Vec<usize>>,
+    /// Python with the node's PyTorch.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// SDPA backend for attention: auto (flash, then cuDNN, then memory-efficient), flash,
+    /// cudnn or efficient.
+    #[arg(long, default_value = "auto")]
+    attention_backend: String,
+    /// Directory on a shared file system for NCCL ids when launched on several nodes.
+    #[arg(long)]
+    rendezvous: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// What `--device` opened: the timing device, the PyTorch backend for the kernels only PyTorch
+/// runs, and the multi-node launch it belongs to.
+struct Opened {
+    device: Box<dyn Device>,
+    torch: Option<TorchBackend>,
+    launch: Option<Launch>,
+}
+
+impl DeviceArgs {
+    fn open(&self) -> anyhow::Result<Opened> {
+        let launch =
+            Launch::from_env(self.rendezvous.as_deref()).map_err(stepcast::Error::Invalid)?;
+        let torch = |gemms| TorchBackend {
+            python: self.python.clone(),
+            device: self
+                .gpus
+                .as_ref()
+                .and_then(|g| g.first().copied())
+                .unwrap_or(0),
+            attention_backend: self.attention_backend.clone(),
+            gemms,
+        };
+        Ok(match self.device {
+            DeviceKind::Cuda => {
+                device::cuda::ensure_nccl_loadable();
+                Opened {
+                    device: device::cuda::open(self.gpus.clone(), launch.clone())?,
+                    torch: Some(torch(false)),
+                    launch,
+                }
+            }
+            DeviceKind::Torch => Opened {
+                device: Box::new(NullDevice::probe(&self.python, torch(true).device)?),
+                torch: Some(torch(true)),
+                launch: None,
+            },
+            DeviceKind::Mock => {
+                let n = self.gpus.as_ref().map_or(8, |g| g.len() as u32);
+                Opened {
+                    device: Box::new(MockDevice::new(n)),
+                    torch: None,
+                    launch,
+                }
+            }
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Time a plan's operators into a dataset directory (appended and flushed row by row).
+    Collect {
+        #[command(flatten)]
+        plan: PlanArgs,
+        #[command(flatten)]
+        device: DeviceArgs,
+        /// Dataset directory, e.g. datasets/h100-sxm/2026-11-22.
+        #[arg(long)]
+        out: PathBuf,
+        /// Continue an interrupted collection in --out, skipping what it holds.
+        #[arg(long)]
+        resume: bool,
+        /// With --resume, measure the skipped points again.
+        #[arg(long)]
+        retry_skipped: bool,
+    },
+    /// Print what a plan times and roughly how long it takes.
+    Plan {
+        #[command(flatten)]
+        plan: PlanArgs,
+        /// GPUs per node the plan is expanded for.
+        #[arg(long, default_value_t = 8)]
+        gpus: u32,
+        #[arg(long, default_value_t = 1)]
+        nodes: u32,
+        /// Whether the GPU has FP8 tensor cores.
+        #[arg(long)]
+        fp8: bool,
+    },
+    /// Compare this machine with the models of a cluster file: software stamp and the quick
+    /// probe plan measured against the models' predictions. Exit code 3 when something drifted.
+    Check {
+        #[arg(long)]
+        cluster: PathBuf,
+        #[command(flatten)]
+        device: DeviceArgs,
+        /// Drift (median measured / predicted off by more than this many percent) that counts.
+        #[arg(long, default_value_t = 10.0)]
+        threshold: f64,
+        /// Where the probe measurements go (default: a new temporary directory).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-collect the operator kinds that drifted and retrain the cluster's models.
+    Retrain {
+        #[arg(long)]
+        cluster: PathBuf,
+        #[command(flatten)]
+        device: DeviceArgs,
+        #[command(flatten)]
+        plan: PlanArgs,
+        /// The dataset the current models were trained from: rows of kinds that did not drift
+        /// are carried over.
+        #[arg(long)]
+        previous: Option<PathBuf>,
+        /// New dataset directory.
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 10.0)]
+        threshold: f64,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            let user = err
+                .chain()
+                .any(|c| c.downcast_ref::<stepcast::Error>().is_some());
+            std::process::exit(if user { 2 } else { 1 });
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Plan {
+            plan,
+            gpus,
+            nodes,
+            fp8,
+        } => {
+            let spec = plan.spec()?;
+            let expanded = spec.expand(Target {
+                gpus_per_node: gpus,
+                nodes,
+                fp8,
+            })?;
+            println!(
+                "plan '{}': {} points ({} GPUs per node, {} nodes)",
+                spec.name,
+                expanded.points.len(),
+                gpus,
+                nodes
+            );
+            let gpu = stepcast::hardware::GpuSpec::builtin("h100").expect("in the catalogue");
+            println!(
+                "  {:<20} {:>6} {:>12}",
+                "operator", "points", "est. s (H100)"
+            );
+            for (kind, n, secs) in expanded.summary(&gpu, 15.0) {
+                println!("  {:<20} {n:>6} {secs:>12.0}", kind.name());
+            }
+            println!(
+                "estimated time on an H100: {:.1} min (runs at 60 % of the roofline, collectives at \
+                 300 GB/s, 15 ms of set-up per point)",
+                expanded.estimated_seconds(&gpu, 15.0) / 60.0
+            );
+            Ok(0)
+        }
+        Command::Collect {
+            plan,
+            device,
+            out,
+            resume,
+            retry_skipped,
+        } => {
+            let spec = plan.spec()?;
+            let Opened {
+                device: mut dev,
+                torch,
+                launch,
+            } = device.open()?;
+            let nodes = launch.as_ref().map_or(1, |l| l.nodes as u32);
+            let expanded = spec.expand(target_of(dev.as_ref(), nodes))?;
+            let info = dev.info();
+            if !info.real {
+                eprintln!("warning: the mock device is a test double: its timings are synthetic, never publish them");
+            }
+            eprintln!(
+                "collecting plan '{}' ({} points) on {} × {} into {}",
+                spec.name,
+                expanded.points.len(),
+                info.gpus,
+                info.gpu.name,
+                out.display()
+            );
+            let report = collect(
+                &expanded,
+                dev.as_mut(),
+                torch.as_ref(),
+                &CollectOptions {
+                    out: out.clone(),
+                    resume,
+                    retry_skipped,
+                    progress: !device.quiet,
+                    launch,
+                },
+            )?;
+            if report.repaired_bytes > 0 {
+                println!(
+                    "dropped a partial last row ({} bytes) left by the interruption",
+                    report.repaired_bytes
+                );
+            }
+            println!(
+                "{} points measured, {} already in {}, {} skipped, {} with throttled clocks, in {:.0} s",
+                report.measured,
+                report.already_done,
+                out.display(),
+                report.skipped.iter().map(|(_, n)| n).sum::<usize>(),
+                report.throttled,
+                report.seconds
+            );
+            for (why, n) in &report.skipped {
+                println!("  skipped {n} × {why}");
+            }
+            Ok(0)
+        }
+        Command::Check {
+            cluster,
+            device,
+            threshold,
+            out,
+            json,
+        } => {
+            let cluster = Cluster::load(&cluster)?;
+            let Opened {
+                device: mut dev,
+                torch,
+                ..
+            } = device.open()?;
+            let probe = out.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("stepcast-probe-{}", std::process::id()))
+            });
+            let report = check(
+                &cluster,
+                dev.as_mut(),
+                torch.as_ref(),
+                &probe,
+                threshold,
+                !device.quiet,
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print_drift(&report);
+            }
+            Ok(if report.drifted_kinds().is_empty() {
+                0
+            } else {
+                3
+            })
+        }
+        Command::Retrain {
+            cluster,
+            device,
+            plan,
+            previous,
+            out,
+            threshold,
+        } => {
+            let cluster = Cluster::load(&cluster)?;
+            let spec = plan.spec()?;
+            let Opened {
+                device: mut dev,
+                torch,
+                ..
+            } = device.open()?;
+            let r = retrain(
+                &cluster,
+                dev.as_mut(),
+                torch.as_ref(),
+                previous.as_deref(),
+                &out,
+                &spec,
+                threshold,
+                !device.quiet,
+            )
+            .context("retraining")?;
+            print_drift(&r.drift);
+            if r.recollected.is_empty() {
+                println!("nothing drifted past {threshold} %: the models are kept");
+            } else {
+                let kinds: Vec<&str> = r.recollected.iter().map(|k| k.name()).collect();
+                println!(
+                    "re-collected {} into {} ({} rows carried over), retrained {} (previous models kept in {})",
+                    kinds.join(", "),
+                    out.display(),
+                    r.carried_rows,
+                    r.models_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                    r.previous_models.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn print_drift(r: &DriftReport) {
+    println!(
+        "models {} — probe measurements in {}",
+        r.models, r.probe_dataset
+    );
+    if r.software_changes.is_empty() {
+        println!("software: same as the models' (where both are known)");
+    }
+    for (field, theirs, ours) in &r.software_changes {
+        println!("software: {field} {theirs} → {ours}");
+    }
+    println!(
+        "{:<22} {:>5} {:>7} {:>15} {:>8}  drift",
+        "operator", "phase", "probes", "measured/model", "MAPE %"
+    );
+    for k in &r.kinds {
+        println!(
+            "{:<22} {:>5} {:>7} {:>15.3} {:>8.2}  {}",
+            k.op.name(),
+            k.phase.name(),
+            k.points,
+            k.median_ratio,
+            k.mape_percent,
+            if k.drifted {
+                format!("DRIFTED (> {} %)", r.threshold_percent)
+            } else {
+                String::new()
+            }
+        );
+    }
+    if r.unmodelled > 0 {
+        println!(
+            "{} probes have no learned model and were not compared",
+            r.unmodelled
+        );
+    }
+}

@@ -1,0 +1,472 @@
+//! The sampling plan: which operator calls to time, from a YAML file.
+//!
+//! Points are not listed shape by shape. A plan names layer configurations — a seeded sample of
+//! the paper's spans (hidden 2048–8192, heads 16–80, sequence 1024–5120, micro-batch 4–8, tp
+//! 1–16) and the shipped model presets at each TP degree — and every configuration is run
+//! through the predictor's own decomposition, so the harness times exactly the calls `stepcast
+//! predict` will ask the models about (forward and backward, GEMMs in every role, attention,
+//! norms, element-wise, embedding, cross-entropy, optimizer). Collectives are a grid of message
+//! sizes over every group size 2..G of the node's GPUs (and of nodes, when launched on several).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use stepcast::dataset::LayerContext;
+use stepcast::hardware::{
+    Cluster, ClusterSpec, GpuSpec, InterNodeTier, IntraNodeTier, NetworkSpec,
+};
+use stepcast::ops::{CollectiveShape, Dtype, OpKind, OpQuery, Phase, Shape};
+use stepcast::predict::decompose::decompose;
+use stepcast::rng::Rng;
+use stepcast::workload::{
+    Activation, Arch, ArchSpec, AttentionImpl, Layout, NormKind, ParallelSpec, Position,
+};
+
+use crate::protocol::Protocol;
+
+pub const DEFAULT_PLAN: &str = include_str!("../plans/default.yaml");
+pub const QUICK_PLAN: &str = include_str!("../plans/quick.yaml");
+
+/// An inclusive arithmetic range.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Span {
+    pub from: u64,
+    pub to: u64,
+    pub step: u64,
+}
+
+impl Span {
+    fn values(&self) -> Vec<u64> {
+        (self.from..=self.to)
+            .step_by(self.step.max(1) as usize)
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GridSpec {
+    /// How many configurations to sample from the grid.
+    pub configs: usize,
+    pub tp: Vec<u64>,
+    pub micro_batch: Vec<u64>,
+    pub seq: Span,
+    pub hidden: Span,
+    pub heads: Span,
+    /// MLP width over hidden.
+    pub ffn_ratio: Vec<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PresetSpec {
+    pub models: Vec<String>,
+    pub tp: Vec<u64>,
+    pub micro_batch: Vec<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectiveSpec {
+    pub ops: Vec<OpKind>,
+    /// Message sizes: from, ×factor, up to.
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub factor: u64,
+}
+
+/// A plan as written in YAML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanSpec {
+    pub name: String,
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// Milliseconds of a saturating GEMM before each group of operators.
+    #[serde(default)]
+    pub saturate_ms: u64,
+    /// Training types: GEMMs are timed in each (fp8 only where the GPU has FP8 units).
+    pub dtypes: Vec<Dtype>,
+    pub seed: u64,
+    pub grid: Option<GridSpec>,
+    pub presets: Option<PresetSpec>,
+    pub collectives: Option<CollectiveSpec>,
+    /// Optimizer steps over more parameters than this are not planned: their fp32 states
+    /// (16 bytes a parameter) would not fit one GPU.
+    #[serde(default = "default_max_optimizer_params")]
+    pub max_optimizer_params: u64,
+}
+
+fn default_max_optimizer_params() -> u64 {
+    3_000_000_000
+}
+
+/// One call to time, with the layer it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanPoint {
+    pub query: OpQuery,
+    pub context: LayerContext,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub spec: PlanSpec,
+    pub points: Vec<PlanPoint>,
+}
+
+/// Where the plan runs: how many GPUs per node and nodes, and whether FP8 exists.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    pub gpus_per_node: u32,
+    pub nodes: u32,
+    pub fp8: bool,
+}
+
+impl PlanSpec {
+    pub fn load(path: &Path) -> stepcast::Result<PlanSpec> {
+        let spec: PlanSpec = stepcast::fsutil::read_yaml(path)?;
+        spec.protocol
+            .validate()
+            .map_err(|m| stepcast::Error::bad_file(path, m))?;
+        Ok(spec)
+    }
+
+    pub fn builtin(quick: bool) -> PlanSpec {
+        serde_norway::from_str(if quick { QUICK_PLAN } else { DEFAULT_PLAN })
+            .expect("built-in plans parse")
+    }
+
+    pub fn expand(&self, target: Target) -> stepcast::Result<Plan> {
+        let cluster = planning_cluster(target);
+        let mut points = Vec::new();
+        let mut seen = HashSet::new();
+        let dtypes: Vec<Dtype> = self
+            .dtypes
+            .iter()
+            .copied()
+            .filter(|d| *d != Dtype::Fp8 || target.fp8)
+            .collect();
+        let mut configs: Vec<(Arch, ParallelSpec)> = Vec::new();
+        if let Some(p) = &self.presets {
+            for model in &p.models {
+                let arch = Arch::resolve(model)?;
+                for &tp in &p.tp {
+                    for &mb in &p.micro_batch {
+                        configs.push((arch.clone(), layer_spec(tp, mb, arch.seq_len)));
+                    }
+                }
+            }
+        }
+        if let Some(g) = &self.grid {
+            let mut rng = Rng::new(self.seed);
+            let pick = |rng: &mut Rng, v: &[u64]| v[rng.below(v.len())];
+            let (seqs, hiddens, heads) = (g.seq.values(), g.hidden.values(), g.heads.values());
+            for i in 0..g.configs {
+                let hidden = pick(&mut rng, &hiddens);
+                // heads that divide the hidden size; head size at most 256
+                let ok: Vec<u64> = heads
+                    .iter()
+                    .copied()
+                    .filter(|h| hidden % h == 0 && hidden / h <= 256)
+                    .collect();
+                let h = if ok.is_empty() {
+                    hidden / 128
+                } else {
+                    pick(&mut rng, &ok)
+                };
+                let ratio = g.ffn_ratio[rng.below(g.ffn_ratio.len())];
+                let ffn = ((hidden as f64 * ratio / 128.0).round() as u64).max(1) * 128;
+                let arch = ArchSpec {
+                    name: format!("grid-{i}"),
+                    layers: 1,
+                    hidden,
+                    heads: h,
+                    kv_heads: Some(if rng.below(2) == 0 { h } else { (h / 8).max(1) }),
+                    ffn_hidden: Some(ffn),
+                    vocab: 50257,
+                    norm: if rng.below(2) == 0 {
+                        NormKind::Layernorm
+                    } else {
+                        NormKind::Rmsnorm
+                    },
+                    activation: if rng.below(2) == 0 {
+                        Activation::Gelu
+                    } else {
+                        Activation::Swiglu
+                    },
+                    tied_embeddings: false,
+                    attention: if rng.below(4) == 0 {
+                        AttentionImpl::Unfused
+                    } else {
+                        AttentionImpl::Flash
+                    },
+                    position: Position::Rope,
+                    linear_bias: false,
+                    norm_bias: None,
+                    seq_len: Some(pick(&mut rng, &seqs)),
+                }
+                .validate("plan grid")?;
+                let tp = pick(&mut rng, &g.tp);
+                let mb = pick(&mut rng, &g.micro_batch);
+                configs.push((arch.clone(), layer_spec(tp, mb, arch.seq_len)));
+            }
+        }
+        for (arch, spec) in &configs {
+            for &dtype in &dtypes {
+                let mut spec = spec.clone();
+                spec.dtype = Some(dtype);
+                // layouts the GPU count or the architecture rule out are simply not planned
+                let Ok(layout) = Layout::new(&spec, arch, &cluster) else {
+                    continue;
+                };
+                let d = decompose(arch, &layout, &cluster);
+                let context = LayerContext {
+                    batch: Some(layout.micro_batch),
+                    seq: Some(layout.seq_len),
+                    hidden: Some(arch.hidden),
+                    heads: Some(arch.heads),
+                    tp: Some(layout.tp),
+                };
+                for stage in &d.stages {
+                    for call in stage.fwd.iter().chain(&stage.bwd).chain(&stage.update) {
+                        let too_big = matches!(call.query.shape, Shape::Optimizer(o) if o.params > self.max_optimizer_params);
+                        if call.query.op.is_collective() || too_big || !seen.insert(call.query) {
+                            continue;
+                        }
+                        points.push(PlanPoint {
+                            query: call.query,
+                            context,
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(c) = &self.collectives {
+            for layout in collective_layouts(target) {
+                let mut bytes = c.min_bytes.max(1);
+                while bytes <= c.max_bytes {
+                    for &op in &c.ops {
+                        if op == OpKind::SendRecv && layout.0 * layout.1 != 2 {
+                            continue;
+                        }
+                        let q = OpQuery {
+                            op,
+                            phase: Phase::None,
+                            dtype: Dtype::Bf16,
+                            role: None,
+                            shape: Shape::Collective(CollectiveShape {
+                                bytes,
+                                nodes: layout.0,
+                                gpus_per_node: layout.1,
+                            }),
+                        };
+                        if seen.insert(q) {
+                            points.push(PlanPoint {
+                                query: q,
+                                context: LayerContext::default(),
+                            });
+                        }
+                    }
+                    bytes = bytes.saturating_mul(c.factor.max(2));
+                }
+            }
+        }
+        Ok(Plan {
+            spec: self.clone(),
+            points,
+        })
+    }
+}
+
+/// (nodes, GPUs per node) of every collective to time: each group size 2..G on one node, and,
+/// on several nodes, every node count with one GPU and with all GPUs of each node.
+fn collective_layouts(t: Target) -> Vec<(u64, u64)> {
+    let g = t.gpus_per_node as u64;
+    let mut out: Vec<(u64, u64)> = (2..=g).map(|n| (1, n)).collect();
+    for nodes in 2..=t.nodes as u64 {
+        out.push((nodes, 1));
+        if g > 1 {
+            out.push((nodes, g));
+        }
+    }
+    out
+}
+
+fn layer_spec(tp: u64, micro_batch: u64, seq: u64) -> ParallelSpec {
+    ParallelSpec {
+        tp: Some(tp),
+        pp: Some(1),
+        dp: Some(1),
+        micro_batch: Some(micro_batch),
+        micro_batches: Some(1),
+        seq_len: Some(seq),
+        ..Default::default()
+    }
+}
+
+/// A cluster just big enough for one layer at the plan's widest TP degree; only its shape of
+/// node matters to the decomposition.
+fn planning_cluster(t: Target) -> Cluster {
+    let gpu = GpuSpec::builtin("h100").expect("catalogue has the H100");
+    Cluster {
+        path: PathBuf::from("(plan)"),
+        models_dir: None,
+        spec: ClusterSpec {
+            name: "plan".into(),
+            description: None,
+            gpu,
+            gpus_per_node: t.gpus_per_node.max(16),
+            nodes: 1,
+            network: NetworkSpec {
+                intra_node: IntraNodeTier {
+                    technology: "plan".into(),
+                    bandwidth_gb_per_s: 1.0,
+                    latency_us: 0.0,
+                },
+                inter_node: InterNodeTier {
+                    technology: "plan".into(),
+                    nics_per_node: 1,
+                    bandwidth_gbit_per_s_per_nic: 1.0,
+                    latency_us: 0.0,
+                    topology: "plan".into(),
+                },
+            },
+            models: None,
+            software: Default::default(),
+            efficiency: Default::default(),
+            memory: Default::default(),
+        },
+    }
+}
+
+impl Plan {
+    /// Estimated wall time on a GPU with `gpu`'s peaks: (warm-up + timed runs) × the derated
+    /// roofline time of each point, plus a fixed per-point cost for allocation and setup.
+    pub fn estimated_seconds(&self, gpu: &GpuSpec, per_point_overhead_ms: f64) -> f64 {
+        self.points
+            .iter()
+            .map(|p| self.point_seconds(p, gpu, per_point_overhead_ms))
+            .sum()
+    }
+
+    fn point_seconds(&self, p: &PlanPoint, gpu: &GpuSpec, per_point_overhead_ms: f64) -> f64 {
+        let runs = (self.spec.protocol.warmup + self.spec.protocol.timed) as f64;
+        // collectives: bus bytes at 300 GB/s
+        let t = stepcast::roofline::device_time_us(&p.query, gpu)
+            .unwrap_or_else(|| stepcast::roofline::work_scale_us(&p.query, gpu) / 300.0);
+        runs * t / 0.6 / 1e6 + per_point_overhead_ms / 1e3
+    }
+
+    /// Points and estimated seconds per operator kind.
+    pub fn summary(&self, gpu: &GpuSpec, per_point_overhead_ms: f64) -> Vec<(OpKind, usize, f64)> {
+        let mut out: Vec<(OpKind, usize, f64)> = Vec::new();
+        for p in &self.points {
+            let s = self.point_seconds(p, gpu, per_point_overhead_ms);
+            match out.iter_mut().find(|(k, _, _)| *k == p.query.op) {
+                Some((_, n, t)) => {
+                    *n += 1;
+                    *t += s;
+                }
+                None => out.push((p.query.op, 1, s)),
+            }
+        }
+        out.sort_by_key(|(k, _, _)| *k);
+        out
+    }
+
+    pub fn count_by_kind(&self) -> Vec<(OpKind, usize)> {
+        let mut out: Vec<(OpKind, usize)> = Vec::new();
+        for p in &self.points {
+            match out.iter_mut().find(|(k, _)| *k == p.query.op) {
+                Some((_, n)) => *n += 1,
+                None => out.push((p.query.op, 1)),
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target {
+            gpus_per_node: 8,
+            nodes: 1,
+            fp8: true,
+        }
+    }
+
+    #[test]
+    fn builtin_plans_expand_to_distinct_points_of_every_kind() {
+        for quick in [true, false] {
+            let plan = PlanSpec::builtin(quick).expand(target()).unwrap();
+            let kinds: Vec<OpKind> = plan.count_by_kind().into_iter().map(|(k, _)| k).collect();
+            for k in [
+                OpKind::Gemm,
+                OpKind::FlashAttention,
+                OpKind::RmsNorm,
+                OpKind::LayerNorm,
+                OpKind::Embedding,
+                OpKind::CrossEntropy,
+                OpKind::AllReduce,
+                OpKind::OptimizerStep,
+            ] {
+                assert!(kinds.contains(&k), "quick={quick}: no {k}");
+            }
+            let unique: HashSet<OpQuery> = plan.points.iter().map(|p| p.query).collect();
+            assert_eq!(unique.len(), plan.points.len());
+        }
+    }
+
+    #[test]
+    fn plans_are_deterministic_and_respect_the_node() {
+        let a = PlanSpec::builtin(false).expand(target()).unwrap();
+        let b = PlanSpec::builtin(false).expand(target()).unwrap();
+        assert_eq!(a.points, b.points);
+        let small = PlanSpec::builtin(true)
+            .expand(Target {
+                gpus_per_node: 2,
+                nodes: 1,
+                fp8: false,
+            })
+            .unwrap();
+        for p in &small.points {
+            if let Some(c) = p.query.shape.collective() {
+                assert!(c.gpus_per_node <= 2 && c.nodes == 1);
+            }
+            assert_ne!(p.query.dtype, Dtype::Fp8, "no fp8 without fp8 units");
+        }
+    }
+
+    #[test]
+    fn collectives_cover_every_group_size_and_node_count() {
+        let l = collective_layouts(Target {
+            gpus_per_node: 4,
+            nodes: 3,
+            fp8: false,
+        });
+        assert_eq!(
+            l,
+            vec![(1, 2), (1, 3), (1, 4), (2, 1), (2, 4), (3, 1), (3, 4)]
+        );
+    }
+
+    #[test]
+    fn preset_shapes_include_the_exact_llama_layers() {
+        let plan = PlanSpec::builtin(false).expand(target()).unwrap();
+        // Llama-2-7B at tp 2, micro-batch 1, 4096 tokens: the MLP up GEMM (gate+up) is
+        // 4096 × 11008 (2·11008/2) × 4096
+        assert!(plan.points.iter().any(|p| p.query.shape
+            == Shape::Gemm(stepcast::ops::GemmShape {
+                m: 4096,
+                n: 11008,
+                k: 4096,
+                batch: 1
+            })));
+    }
+}

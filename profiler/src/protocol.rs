@@ -1,0 +1,198 @@
+//! The measurement protocol (method.md §1): warm-up runs, then timed runs each bracketed by
+//! device events, every raw sample kept, the summary the mean of the middle of the sorted
+//! samples (5 of 10 by default), and the GPU's clocks read before and after to flag throttling.
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::{Device, DeviceError, Runnable, Telemetry};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Protocol {
+    pub warmup: u32,
+    pub timed: u32,
+    /// The summary averages this many middle samples of the sorted timed runs.
+    pub keep: u32,
+}
+
+impl Default for Protocol {
+    fn default() -> Self {
+        Protocol {
+            warmup: 10,
+            timed: 10,
+            keep: 5,
+        }
+    }
+}
+
+impl Protocol {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.timed == 0 || self.keep == 0 || self.keep > self.timed {
+            return Err(format!(
+                "protocol: need timed ≥ 1 and 1 ≤ keep ≤ timed (got timed {}, keep {})",
+                self.timed, self.keep
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One measured point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    pub samples_us: Vec<f64>,
+    pub summary_us: f64,
+    pub throttled: bool,
+    /// Clocks and temperature around the measurement, when known.
+    pub note: String,
+}
+
+/// Runs the protocol on a prepared call.
+pub fn measure(
+    protocol: &Protocol,
+    run: &mut dyn Runnable,
+) -> Result<(Vec<f64>, f64), DeviceError> {
+    for _ in 0..protocol.warmup {
+        run.run()?;
+    }
+    let mut samples = Vec::with_capacity(protocol.timed as usize);
+    for _ in 0..protocol.timed {
+        let t = run.run_timed()?;
+        if !(t.is_finite() && t > 0.0) {
+            return Err(DeviceError::Skip(format!(
+                "device reported a time of {t} µs"
+            )));
+        }
+        samples.push(t);
+    }
+    let summary = stepcast::stats::sorted_median(&samples, protocol.keep as usize)
+        .ok_or_else(|| DeviceError::Skip("no valid samples".into()))?;
+    Ok((samples, summary))
+}
+
+/// Prepares and measures one call on a device, reading telemetry before and after.
+pub fn measure_on(
+    device: &mut dyn Device,
+    protocol: &Protocol,
+    q: &stepcast::ops::OpQuery,
+) -> Result<Timing, DeviceError> {
+    let before = device.telemetry();
+    let (samples, summary) = {
+        let mut run = device.prepare(q)?;
+        measure(protocol, run.as_mut())?
+    };
+    let after = device.telemetry();
+    Ok(Timing {
+        samples_us: samples,
+        summary_us: summary,
+        throttled: [before, after].iter().flatten().any(Telemetry::throttled),
+        note: telemetry_note(before, after),
+    })
+}
+
+fn telemetry_note(before: Option<Telemetry>, after: Option<Telemetry>) -> String {
+    match (before, after) {
+        (Some(b), Some(a)) => format!(
+            "sm {}→{} MHz (max {}), {}→{} °C, {:.0} W{}",
+            b.sm_clock_mhz,
+            a.sm_clock_mhz,
+            a.max_sm_clock_mhz,
+            b.temperature_c,
+            a.temperature_c,
+            a.power_w,
+            if a.throttle_reasons & crate::device::THROTTLE_MASK != 0 {
+                format!(", throttle reasons {:#x}", a.throttle_reasons)
+            } else {
+                String::new()
+            }
+        ),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Times from a list; counts untimed runs.
+    struct Scripted {
+        times: Vec<f64>,
+        untimed: u32,
+    }
+
+    impl Runnable for Scripted {
+        fn run(&mut self) -> Result<(), DeviceError> {
+            self.untimed += 1;
+            Ok(())
+        }
+        fn run_timed(&mut self) -> Result<f64, DeviceError> {
+            Ok(self.times.remove(0))
+        }
+    }
+
+    #[test]
+    fn ten_warmups_then_mean_of_the_middle_five_of_ten() {
+        let mut r = Scripted {
+            times: vec![9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 6.0, 4.0, 5.0, 100.0],
+            untimed: 0,
+        };
+        let (samples, summary) = measure(&Protocol::default(), &mut r).unwrap();
+        assert_eq!(r.untimed, 10);
+        assert_eq!(samples.len(), 10);
+        // sorted 1..9, 100: the middle five are 3,4,5,6,7
+        assert_eq!(summary, 5.0);
+    }
+
+    #[test]
+    fn a_bad_sample_skips_the_point() {
+        let mut r = Scripted {
+            times: vec![1.0, f64::NAN],
+            untimed: 0,
+        };
+        let p = Protocol {
+            warmup: 0,
+            timed: 2,
+            keep: 1,
+        };
+        assert!(matches!(measure(&p, &mut r), Err(DeviceError::Skip(_))));
+    }
+
+    #[test]
+    fn throttling_is_flagged_from_clocks_or_reasons() {
+        let t = Telemetry {
+            sm_clock_mhz: 1980,
+            max_sm_clock_mhz: 1980,
+            temperature_c: 60,
+            power_w: 500.0,
+            throttle_reasons: 0,
+        };
+        assert!(!t.throttled());
+        assert!(Telemetry {
+            sm_clock_mhz: 1500,
+            ..t
+        }
+        .throttled());
+        assert!(Telemetry {
+            throttle_reasons: 0x20,
+            ..t
+        }
+        .throttled());
+        assert!(!Telemetry {
+            throttle_reasons: 0x1,
+            ..t
+        }
+        .throttled()); // GPU idle
+    }
+
+    #[test]
+    fn protocol_checks_its_numbers() {
+        assert!(Protocol {
+            warmup: 1,
+            timed: 3,
+            keep: 5
+        }
+        .validate()
+        .is_err());
+        assert!(Protocol::default().validate().is_ok());
+    }
+}

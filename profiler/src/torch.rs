@@ -1,0 +1,271 @@
+//! The PyTorch backend: `scripts/bench_torch.py` (embedded in the binary) run on the node's own
+//! Python, so attention is timed on the kernels a PyTorch/Megatron step runs (FlashAttention,
+//! cuDNN or memory-efficient SDPA, chosen explicitly and recorded), and norms, element-wise,
+//! embedding, cross-entropy and the fused AdamW step on PyTorch's own kernels.
+//!
+//! Why a script and not `tch` in-process: tch pins one libtorch version (2.13 for tch 0.26)
+//! while a node has its own (2.11 on our H100 node), needs a C++ build against it, and exposes
+//! neither SDPA backend selection nor CUDA events; the script costs nothing to build, uses the
+//! node's torch as it is, and times with `torch.cuda.Event`. It returns raw samples; the summary
+//! is computed by the same `sorted_median` as every other row.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use stepcast::ops::{OpKind, OpQuery};
+
+use crate::plan::PlanPoint;
+use crate::protocol::Protocol;
+
+pub const SCRIPT: &str = include_str!("../scripts/bench_torch.py");
+
+#[derive(Debug, Clone)]
+pub struct TorchBackend {
+    pub python: String,
+    pub device: usize,
+    /// auto, flash, cudnn or efficient.
+    pub attention_backend: String,
+    /// Also time GEMMs (torch.bmm) — when the CUDA build is not available.
+    pub gemms: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TorchVersions {
+    pub torch: Option<String>,
+    pub cuda: Option<String>,
+    pub cudnn: Option<String>,
+    pub gpu: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Measured {
+        samples_us: Vec<f64>,
+        backend: String,
+        telemetry: String,
+    },
+    Skipped(String),
+}
+
+#[derive(Deserialize)]
+struct Line {
+    id: Option<usize>,
+    versions: Option<TorchVersions>,
+    samples_us: Option<Vec<f64>>,
+    backend: Option<String>,
+    telemetry: Option<String>,
+    skip: Option<String>,
+}
+
+impl TorchBackend {
+    pub fn handles(&self, q: &OpQuery) -> bool {
+        !q.op.is_collective() && (q.op != OpKind::Gemm || self.gemms)
+    }
+
+    /// The request the script reads.
+    pub fn request(&self, points: &[&PlanPoint], protocol: &Protocol, saturate_ms: u64) -> Value {
+        let points: Vec<Value> = points
+            .iter()
+            .enumerate()
+            .map(|(id, p)| {
+                let q = &p.query;
+                let shape: serde_json::Map<String, Value> = q
+                    .shape
+                    .family()
+                    .columns()
+                    .iter()
+                    .zip(q.shape.values())
+                    .map(|(c, v)| (c.to_string(), json!(v)))
+                    .collect();
+                json!({"id": id, "op": q.op.name(), "phase": q.phase.name(), "dtype": q.dtype.name(), "shape": shape})
+            })
+            .collect();
+        json!({
+            "protocol": protocol,
+            "device": self.device,
+            "saturate_ms": saturate_ms,
+            "attention_backend": self.attention_backend,
+            "points": points,
+        })
+    }
+
+    /// Runs the script over `points`, calling `on` with each point's outcome as it arrives.
+    /// Points the script never answered (it could not start, or died) are reported skipped.
+    pub fn run(
+        &self,
+        points: &[&PlanPoint],
+        protocol: &Protocol,
+        saturate_ms: u64,
+        on: &mut dyn FnMut(usize, Outcome) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Option<TorchVersions>> {
+        let script =
+            std::env::temp_dir().join(format!("stepcast-bench-torch-{}.py", std::process::id()));
+        std::fs::write(&script, SCRIPT)?;
+        let spawned = Command::new(&self.python)
+            .arg("-u")
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_file(&script);
+                for i in 0..points.len() {
+                    on(
+                        i,
+                        Outcome::Skipped(format!("cannot run {}: {e}", self.python)),
+                    )?;
+                }
+                return Ok(None);
+            }
+        };
+        let request = self.request(points, protocol, saturate_ms);
+        {
+            let mut stdin = child.stdin.take().expect("piped");
+            // a script that exits at once (no torch) closes its end: not an error here
+            let _ = stdin.write_all(request.to_string().as_bytes());
+        }
+        let stderr = child.stderr.take().expect("piped");
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+            text
+        });
+        let mut versions = None;
+        let mut answered = vec![false; points.len()];
+        for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+            let line = line?;
+            let parsed: Line = serde_json::from_str(&line).map_err(|e| {
+                anyhow::anyhow!("the PyTorch backend wrote an unreadable line ({e}): {line}")
+            })?;
+            if let Some(v) = parsed.versions {
+                versions = Some(v);
+                continue;
+            }
+            let Some(id) = parsed.id.filter(|&i| i < points.len()) else {
+                anyhow::bail!("the PyTorch backend answered an unknown point: {line}");
+            };
+            answered[id] = true;
+            let outcome = match (parsed.samples_us, parsed.skip) {
+                (Some(samples_us), None) => Outcome::Measured {
+                    samples_us,
+                    backend: parsed.backend.unwrap_or_default(),
+                    telemetry: parsed.telemetry.unwrap_or_default(),
+                },
+                (_, Some(reason)) => Outcome::Skipped(reason),
+                _ => Outcome::Skipped("no samples".into()),
+            };
+            on(id, outcome)?;
+        }
+        let status = child.wait()?;
+        let stderr_text = errors.join().unwrap_or_default();
+        let _ = std::fs::remove_file(&script);
+        if answered.iter().any(|a| !a) {
+            let tail: String = stderr_text
+                .trim()
+                .lines()
+                .last()
+                .unwrap_or("")
+                .chars()
+                .take(300)
+                .collect();
+            let reason = format!("PyTorch backend stopped ({status}): {tail}");
+            for (i, done) in answered.iter().enumerate() {
+                if !done {
+                    on(i, Outcome::Skipped(reason.clone()))?;
+                }
+            }
+        }
+        Ok(versions)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stepcast::dataset::LayerContext;
+    use stepcast::ops::{Dtype, Phase, Shape, TokenShape};
+
+    fn point() -> PlanPoint {
+        PlanPoint {
+            query: OpQuery {
+                op: OpKind::RmsNorm,
+                phase: Phase::Bwd,
+                dtype: Dtype::Bf16,
+                role: None,
+                shape: Shape::Tokens(TokenShape {
+                    batch: 2,
+                    seq: 8,
+                    width: 64,
+                }),
+            },
+            context: LayerContext::default(),
+        }
+    }
+
+    fn backend(python: &str) -> TorchBackend {
+        TorchBackend {
+            python: python.into(),
+            device: 0,
+            attention_backend: "auto".into(),
+            gemms: false,
+        }
+    }
+
+    #[test]
+    fn the_request_names_every_shape_column() {
+        let p = point();
+        let r = backend("python3").request(&[&p], &Protocol::default(), 0);
+        assert_eq!(
+            r["points"][0]["shape"],
+            json!({"batch": 2, "seq": 8, "width": 64})
+        );
+        assert_eq!(r["points"][0]["phase"], "bwd");
+        assert_eq!(r["protocol"]["keep"], 5);
+    }
+
+    #[test]
+    fn a_missing_python_skips_every_point_with_the_reason() {
+        let p = point();
+        let mut seen = Vec::new();
+        backend("/no/such/python")
+            .run(&[&p, &p], &Protocol::default(), 0, &mut |i, o| {
+                seen.push((i, o));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen.len(), 2);
+        assert!(matches!(&seen[0].1, Outcome::Skipped(r) if r.contains("cannot run")));
+    }
+
+    #[test]
+    fn a_python_without_torch_skips_with_the_scripts_message() {
+        // the CI machine has python3 but no torch: the script's own message reaches the row
+        if Command::new("python3")
+            .arg("-c")
+            .arg("import torch")
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            return; // a machine with torch would try to run the kernels
+        }
+        let p = point();
+        let mut reasons = Vec::new();
+        backend("python3")
+            .run(&[&p], &Protocol::default(), 0, &mut |_, o| {
+                if let Outcome::Skipped(r) = o {
+                    reasons.push(r);
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert!(
+            reasons[0].contains("PyTorch is not importable") || reasons[0].contains("no CUDA"),
+            "{reasons:?}"
+        );
+    }
+}

@@ -1,0 +1,33 @@
+//! `stepcast bench …`, `stepcast models check …` and `stepcast retrain …` run `stepcast-bench`
+//! (the GPU harness, a binary of the profiler crate), found beside this executable or on PATH:
+//! the core never links GPU code, the harness depends on the core.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const HARNESS: &str = "stepcast-bench";
+
+fn harness() -> Option<PathBuf> {
+    let beside = std::env::current_exe().ok()?.with_file_name(HARNESS);
+    if beside.is_file() {
+        return Some(beside);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(HARNESS))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Runs the harness with `args` and exits with its exit code.
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let Some(path) = harness() else {
+        anyhow::bail!(stepcast::Error::Invalid(format!(
+            "{HARNESS} is not installed beside stepcast or on PATH: build it with \
+             `cargo build --release -p stepcast-profiler --features cuda` (no CUDA toolkit needed \
+             to build; on the GPU node the libraries are loaded at run time)"
+        )));
+    };
+    let status = Command::new(&path).args(args).status()?;
+    std::process::exit(status.code().unwrap_or(1));
+}
