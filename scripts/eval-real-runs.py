@@ -78,8 +78,6 @@ def nemo():
             reason = "LoRA fine-tuning (frozen weights, adapters: not modelled)"
         elif cp == cp and cp > 1:
             reason = "context parallelism (not modelled)"
-        elif vp == vp and vp > 1:
-            reason = "interleaved pipeline (virtual stages): needs the schedule simulator"
         elif model not in PRESETS and model not in dims:
             reason = "architecture not described"
         if reason:
@@ -99,12 +97,14 @@ def nemo():
         n = int(row["n_gpus"])
         dp = n // (tp * pp)
         precision = row["precision"] or "FP8"
-        rows.append(dict(source="nemo", label=f"{row['container']} {model} {row['section']} {n} GPUs tp{tp} pp{pp} dp{dp} "
+        rows.append(dict(source="nemo", label=f"{row['container']} {model} {row['section']} {n} GPUs tp{tp} pp{pp}"
+                                          f"{' vp' + str(int(vp)) if vp == vp and vp > 1 else ''} dp{dp} "
                                           f"mbs{row['mbs']} gbs{row['gbs']} {precision}",
                          cluster="dgx-h100.yaml", model=arch, measured=float(row["derived_step_time_s"]),
                          layout=dict(tp=tp, pp=pp, dp=dp, micro_batch=row["mbs"], global_batch=row["gbs"],
                                      seq_len=row["seq_len"], dtype="fp8" if precision.startswith("FP8") else "bf16",
-                                     sequence_parallel=tp > 1, zero=3 if fsdp == fsdp and fsdp > 0 else 1)))
+                                     sequence_parallel=tp > 1, zero=3 if fsdp == fsdp and fsdp > 0 else 1,
+                                     vpp=int(vp) if vp == vp and vp > 1 else None)))
     return rows, skipped
 
 

@@ -9,6 +9,14 @@ use crate::error::{Error, Result};
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// Like `write_atomic`, for content streamed by `write` into a buffered writer.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
@@ -18,8 +26,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
     let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+        let f = fs::File::create(&tmp)?;
+        let mut buf = std::io::BufWriter::new(f);
+        write(&mut buf)?;
+        let f = buf.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
         fs::rename(&tmp, path)
     })();

@@ -7,17 +7,22 @@
 //! 2. `ops`: the operator vocabulary and the one feature encoding training and prediction share;
 //! 3. `regress`: per-(operator, phase) random forests and gradient-boosted trees on log time,
 //!    exported to a compact flat-tree format for microsecond CPU prediction;
-//! 4. `roofline`: the analytic baseline every learned model is compared with.
+//! 4. `roofline`: the analytic baseline every learned model is compared with;
+//! 5. `workload` and `predict`: a model under a parallel layout, decomposed into operator calls,
+//!    each costed, composed into a step by `schedule` (the pipeline simulator); `memory`
+//!    projects what each GPU holds.
 
 pub mod dataset;
 pub mod error;
 pub mod fsutil;
 pub mod hardware;
+pub mod memory;
 pub mod ops;
 pub mod predict;
 pub mod regress;
 pub mod rng;
 pub mod roofline;
+pub mod schedule;
 pub mod stats;
 pub mod workload;
 

@@ -6,6 +6,12 @@ mod cli;
 use clap::Parser;
 
 fn main() {
+    // Rust ignores SIGPIPE, so printing into a closed pipe (`stepcast … | head`) would panic;
+    // end quietly instead, as other command-line tools do
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = cli::Cli::parse();
     if let Err(err) = cli::run(cli) {
         // a closed pipe (`stepcast … | head`) is not an error

@@ -4,7 +4,7 @@ mod common;
 
 use std::fs;
 
-use common::{assert_user_error, stderr, stdout, stepcast, write_dataset};
+use common::{assert_user_error, repo, stderr, stdout, stepcast, write_dataset};
 
 fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
@@ -292,10 +292,6 @@ fn import_reads_the_estimate_train_time_layout() {
         &out,
         &["NVIDIAA100-SXM4-80GB_linear1_fp16.csv:10", "l = 'abc'"],
     );
-}
-
-fn repo(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]

@@ -206,6 +206,7 @@ impl PlanSpec {
                     linear_bias: false,
                     norm_bias: None,
                     seq_len: Some(pick(&mut rng, &seqs)),
+                    dropout: false,
                 }
                 .validate("plan grid")?;
                 let tp = pick(&mut rng, &g.tp);

@@ -3,8 +3,11 @@
 mod bench;
 mod datasets;
 mod eval;
+mod layout;
+mod memory;
 mod models;
 mod output;
+mod plot;
 mod predict;
 mod train;
 
@@ -26,6 +29,8 @@ pub struct Cli {
 pub enum Command {
     /// Predict the step time of a model on a cluster under a parallel layout.
     Predict(Box<predict::PredictArgs>),
+    /// Project the memory each GPU of a layout needs, and whether it fits.
+    Memory(Box<memory::MemoryArgs>),
     /// Work with measurement datasets.
     #[command(subcommand)]
     Datasets(datasets::DatasetsCommand),
@@ -55,6 +60,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Predict(args) => predict::run(*args),
+        Command::Memory(args) => memory::run(*args),
         Command::Datasets(cmd) => datasets::run(cmd),
         Command::Train(args) => train::run(args),
         Command::Eval(args) => eval::run(args),

@@ -1,68 +1,21 @@
-//! `stepcast predict`: flags, or a job file (`--job`) that flags override.
+//! `stepcast predict`: the job (flags or `--job`), the models, and what to write besides the
+//! summary (JSON, a Perfetto trace, an SVG breakdown).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use serde::Deserialize;
 
+use super::layout::{describe, rules_name, JobArgs};
 use super::output::{align_numbers, table};
-use stepcast::hardware::Cluster;
-use stepcast::ops::Dtype;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, OperatorReport, PredictOptions, Prediction};
 use stepcast::regress::ModelSet;
-use stepcast::workload::{Arch, Layout, ParallelSpec, Partition, Recompute, Rules};
 
 #[derive(Debug, Args)]
 pub struct PredictArgs {
-    /// Cluster file, e.g. hardware-profiles/perlmutter.yaml.
-    #[arg(long)]
-    pub cluster: Option<PathBuf>,
-    /// Architecture: a preset (llemma-7b, llama2-70b, gpt3-175b, …), a YAML architecture file
-    /// or a Hugging Face config.json.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Job file holding cluster, model and parallel settings; flags override it.
-    #[arg(long)]
-    pub job: Option<PathBuf>,
-    #[arg(long)]
-    pub tp: Option<u64>,
-    #[arg(long)]
-    pub pp: Option<u64>,
-    #[arg(long)]
-    pub dp: Option<u64>,
-    /// Sequences per micro-batch.
-    #[arg(long)]
-    pub micro_batch: Option<u64>,
-    /// Sequences per step over all data-parallel replicas (or give --micro-batches).
-    #[arg(long)]
-    pub global_batch: Option<u64>,
-    /// Micro-batches per step on each pipeline (gradient accumulation).
-    #[arg(long)]
-    pub micro_batches: Option<u64>,
-    /// Sequence length (default: the architecture's).
-    #[arg(long)]
-    pub seq_len: Option<u64>,
-    /// Megatron sequence parallelism (needs tp > 1).
-    #[arg(long)]
-    pub sequence_parallel: bool,
-    #[arg(long, value_enum)]
-    pub recompute: Option<Recompute>,
-    #[arg(long, value_enum)]
-    pub partition: Option<Partition>,
-    /// Optimizer sharding over data parallelism: 0, 1 (distributed optimizer), 2, 3 (FSDP).
-    #[arg(long)]
-    pub zero: Option<u8>,
-    /// Training data type: bf16, fp16 or fp8 (fp8 GEMMs, 16-bit elsewhere).
-    #[arg(long)]
-    pub dtype: Option<Dtype>,
-    /// Composition rules: megatron (default) or paper (Zhang et al.'s tool).
-    #[arg(long, value_enum)]
-    pub rules: Option<Rules>,
-    /// Elements per data-parallel gradient bucket.
-    #[arg(long)]
-    pub dp_bucket_elements: Option<u64>,
+    #[command(flatten)]
+    pub job: JobArgs,
     /// Models directory to use instead of the cluster file's.
     #[arg(long)]
     pub models: Option<PathBuf>,
@@ -75,82 +28,24 @@ pub struct PredictArgs {
     /// Also list every operator call of the slowest stage.
     #[arg(long)]
     pub operators: bool,
-}
-
-/// A job file: paths in it are relative to the file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JobFile {
-    cluster: Option<PathBuf>,
-    model: Option<String>,
-    #[serde(default)]
-    parallel: ParallelSpec,
+    /// Write the simulated step as a Chrome/Perfetto trace (open in ui.perfetto.dev).
+    #[arg(long, value_name = "FILE.json")]
+    pub trace: Option<PathBuf>,
+    /// Write an SVG chart of how each pipeline rank spends the step.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 pub fn run(args: PredictArgs) -> anyhow::Result<()> {
-    let (job, job_dir) = match &args.job {
-        Some(path) => {
-            let job: JobFile = stepcast::fsutil::read_yaml(path)?;
-            (
-                job,
-                path.parent().map(Path::to_path_buf).unwrap_or_default(),
-            )
-        }
-        None => (
-            JobFile {
-                cluster: None,
-                model: None,
-                parallel: ParallelSpec::default(),
-            },
-            PathBuf::new(),
-        ),
-    };
-    let cluster_path = args
-        .cluster
-        .clone()
-        .or_else(|| job.cluster.as_ref().map(|p| job_dir.join(p)))
-        .ok_or_else(|| {
-            stepcast::Error::Invalid(
-                "give a cluster file with --cluster (or cluster: in the job file)".into(),
-            )
-        })?;
-    let model = args
-        .model
-        .clone()
-        .or_else(|| {
-            job.model.as_ref().map(|m| {
-                let rel = job_dir.join(m);
-                if rel.is_file() {
-                    rel.display().to_string()
-                } else {
-                    m.clone()
-                }
-            })
-        })
-        .ok_or_else(|| {
-            stepcast::Error::Invalid("give a model with --model (or model: in the job file)".into())
-        })?;
-    let flags = ParallelSpec {
-        tp: args.tp,
-        pp: args.pp,
-        dp: args.dp,
-        micro_batch: args.micro_batch,
-        global_batch: args.global_batch,
-        micro_batches: args.micro_batches,
-        seq_len: args.seq_len,
-        sequence_parallel: args.sequence_parallel.then_some(true),
-        recompute: args.recompute,
-        partition: args.partition,
-        zero: args.zero,
-        dtype: args.dtype,
-        rules: args.rules,
-        dp_bucket_elements: args.dp_bucket_elements,
-    };
-    let spec = job.parallel.overridden_by(flags);
-
-    let cluster = Cluster::load(&cluster_path)?;
-    let arch = Arch::resolve(&model)?;
-    let layout = Layout::new(&spec, &arch, &cluster)?;
+    let job = args.job.resolve()?;
+    if args.trace.is_some() && job.layout.schedule == stepcast::workload::Schedule::ClosedForm {
+        anyhow::bail!(stepcast::Error::Invalid(
+            "--trace needs a simulated schedule; the closed form has no timeline: add --schedule \
+             1f1b (or gpipe, interleaved, zb-h1)"
+                .into()
+        ));
+    }
+    let cluster = &job.cluster;
     let models_dir = args.models.clone().or_else(|| cluster.models_dir.clone());
     let models = match &models_dir {
         Some(dir)
@@ -168,25 +63,54 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let cost = CostModel::new(&cluster, models);
+    let cost = CostModel::new(cluster, models);
     let prediction = predict(
-        &arch,
-        &layout,
-        &cluster,
+        &job.arch,
+        &job.layout,
+        cluster,
         &cost,
         PredictOptions {
             strict: args.strict,
         },
     )?;
+    let title = format!(
+        "{} on {}: tp {} pp {} dp {}, {} micro-batches of {}",
+        prediction.model,
+        prediction.cluster,
+        job.layout.tp,
+        job.layout.pp,
+        job.layout.dp,
+        job.layout.micro_batches,
+        job.layout.micro_batch
+    );
+    if let (Some(path), Some((work, timeline))) = (&args.trace, &prediction.timeline) {
+        stepcast::fsutil::write_atomic_with(path, |w| {
+            stepcast::schedule::trace::write_trace(w, work, timeline, &title)
+        })?;
+    }
+    if let Some(path) = &args.plot {
+        let svg = super::plot::breakdown_svg(&prediction, &title)?;
+        stepcast::fsutil::write_atomic(path, svg.as_bytes())?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&prediction)?);
     } else {
-        print_prediction(&prediction, models_dir.as_deref(), args.operators);
+        print_prediction(&prediction, &job, models_dir.as_deref(), args.operators);
+        for (what, path) in [("trace", &args.trace), ("plot", &args.plot)] {
+            if let Some(p) = path {
+                println!("{what} written to {}", p.display());
+            }
+        }
     }
     Ok(())
 }
 
-fn print_prediction(p: &Prediction, models_dir: Option<&Path>, operators: bool) {
+fn print_prediction(
+    p: &Prediction,
+    job: &super::layout::Job,
+    models_dir: Option<&Path>,
+    operators: bool,
+) {
     let l = &p.layout;
     println!(
         "{} on {} ({}), {} rules",
@@ -195,23 +119,7 @@ fn print_prediction(p: &Prediction, models_dir: Option<&Path>, operators: bool) 
         p.gpu,
         rules_name(l.rules)
     );
-    println!(
-        "layout   tp {} · pp {} · dp {} = {} GPUs; micro-batch {} × {} per step = global batch {} × {} tokens",
-        l.tp, l.pp, l.dp, l.world, l.micro_batch, l.micro_batches, l.global_batch, l.seq_len
-    );
-    println!(
-        "         {}, recompute {:?}, {:?} partition {:?}, ZeRO {}{}",
-        l.dtype,
-        l.recompute,
-        l.partition,
-        l.stage_layers,
-        l.zero,
-        if l.sequence_parallel {
-            ", sequence parallel"
-        } else {
-            ""
-        }
-    );
+    println!("{}", describe(job));
     match models_dir {
         Some(d) if p.models_dir.is_some() => println!("models   {}", d.display()),
         Some(d) => println!(
@@ -248,6 +156,49 @@ fn print_prediction(p: &Prediction, models_dir: Option<&Path>, operators: bool) 
         part("optimizer", b.optimizer),
         part("bubble", b.bubble)
     );
+    let o = &l.overlap;
+    let overlapped: Vec<&str> = [
+        (o.grad_reduce, "gradient reduction"),
+        (o.param_gather, "parameter all-gather"),
+        (o.p2p, "pipeline sends"),
+        (o.tp_fraction > 0.0, "TP communication (part)"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect();
+    println!(
+        "pipeline      {}, bubble {:.1} % of busy time{}; overlapped: {}",
+        p.schedule,
+        100.0 * p.bubble_ratio,
+        p.timeline
+            .as_ref()
+            .map(|(_, t)| format!(" (critical rank {})", t.critical_rank))
+            .unwrap_or_default(),
+        if p.timeline.is_none() {
+            "— (the closed form adds the first stage's gradient sync in full)".to_string()
+        } else if overlapped.is_empty() {
+            "nothing".to_string()
+        } else {
+            overlapped.join(", ")
+        }
+    );
+    let m = p.memory.peak();
+    println!(
+        "memory        {:.1} GiB of {:.0} GiB on rank {} ({}): weights {:.1}, gradients {:.1}, optimizer {:.1}, \
+         activations {:.1} ({:.1} micro-batches in flight), transient {:.1}, overhead {:.1}",
+        m.total_gib,
+        p.memory.capacity_gib,
+        m.rank,
+        p.memory.verdict.name(),
+        m.weights_gib,
+        m.gradients_gib,
+        m.optimizer_gib,
+        m.activations_gib,
+        m.in_flight,
+        m.transient_gib,
+        m.overhead_gib
+    );
     let sources: Vec<String> = p
         .sources_percent
         .iter()
@@ -265,8 +216,9 @@ fn print_prediction(p: &Prediction, models_dir: Option<&Path>, operators: bool) 
         "grad sync ms",
         "optimizer ms",
         "all-gather ms",
+        "memory GiB",
     ]);
-    for s in &p.stages {
+    for (s, mem) in p.stages.iter().zip(&p.memory.ranks) {
         t.add_row(vec![
             s.index.to_string(),
             format!("{:?}", s.role).to_lowercase(),
@@ -277,6 +229,7 @@ fn print_prediction(p: &Prediction, models_dir: Option<&Path>, operators: bool) 
             format!("{:.2}", s.grad_sync_ms),
             format!("{:.2}", s.optimizer_ms),
             format!("{:.2}", s.param_gather_ms),
+            format!("{:.1} {}", mem.total_gib, mem.verdict.name()),
         ]);
     }
     align_numbers(&mut t, 2);
@@ -322,12 +275,5 @@ fn print_prediction(p: &Prediction, models_dir: Option<&Path>, operators: bool) 
     }
     for w in &p.warnings {
         println!("warning: {w}");
-    }
-}
-
-fn rules_name(r: Rules) -> &'static str {
-    match r {
-        Rules::Megatron => "Megatron",
-        Rules::Paper => "paper",
     }
 }

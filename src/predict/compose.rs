@@ -25,6 +25,16 @@ pub struct ClassTimes {
 }
 
 impl ClassTimes {
+    pub fn plus(&self, o: &ClassTimes) -> ClassTimes {
+        ClassTimes {
+            compute: self.compute + o.compute,
+            tp_comm: self.tp_comm + o.tp_comm,
+            pp_comm: self.pp_comm + o.pp_comm,
+            dp_comm: self.dp_comm + o.dp_comm,
+            optimizer: self.optimizer + o.optimizer,
+        }
+    }
+
     fn add(&mut self, class: Class, t: f64) {
         match class {
             Class::Compute => self.compute += t,
@@ -39,7 +49,7 @@ impl ClassTimes {
         self.compute + self.tp_comm + self.pp_comm + self.dp_comm + self.optimizer
     }
 
-    fn scaled(&self, k: f64) -> ClassTimes {
+    pub fn scaled(&self, k: f64) -> ClassTimes {
         ClassTimes {
             compute: self.compute * k,
             tp_comm: self.tp_comm * k,
@@ -91,10 +101,20 @@ pub struct Step {
 /// Time of a list of calls run one after another, split by class. Calls marked `overlapped`
 /// run beside the compute and only their excess over it counts (as data-parallel time).
 pub fn serial_time(ops: &[OpCall], time_of: &dyn Fn(&OpCall) -> f64) -> ClassTimes {
+    serial_share(ops, time_of, &|_| 1.0)
+}
+
+/// `serial_time` of the part `share(op)` (0–1) of each call: a backward's input-gradient or
+/// weight-gradient half.
+pub fn serial_share(
+    ops: &[OpCall],
+    time_of: &dyn Fn(&OpCall) -> f64,
+    share: &dyn Fn(&OpCall) -> f64,
+) -> ClassTimes {
     let mut parts = ClassTimes::default();
     let mut beside = 0.0;
     for op in ops {
-        let t = time_of(op) * op.count;
+        let t = time_of(op) * op.count * share(op);
         if op.overlapped {
             beside += t;
         } else {
@@ -105,14 +125,9 @@ pub fn serial_time(ops: &[OpCall], time_of: &dyn Fn(&OpCall) -> f64) -> ClassTim
     parts
 }
 
-/// The paper's 1F1B step; `time_of` gives one call's time in µs.
-pub fn one_f_one_b(
-    d: &Decomposition,
-    micro_batches: u64,
-    time_of: &dyn Fn(&OpCall) -> f64,
-) -> Step {
-    let stages: Vec<StageTiming> = d
-        .stages
+/// Per-stage times of one micro-batch's forward and backward and of the per-step work.
+pub fn stage_timings(d: &Decomposition, time_of: &dyn Fn(&OpCall) -> f64) -> Vec<StageTiming> {
+    d.stages
         .iter()
         .map(|s| {
             let fwd = serial_time(&s.fwd, time_of);
@@ -130,7 +145,16 @@ pub fn one_f_one_b(
                 param_gather_us: update.dp_comm,
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The paper's 1F1B step; `time_of` gives one call's time in µs.
+pub fn one_f_one_b(
+    d: &Decomposition,
+    micro_batches: u64,
+    time_of: &dyn Fn(&OpCall) -> f64,
+) -> Step {
+    let stages = stage_timings(d, time_of);
     let slowest = |f: &dyn Fn(&StageTiming) -> f64| {
         stages
             .iter()

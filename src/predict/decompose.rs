@@ -79,7 +79,10 @@ pub struct StageWork {
     /// Parameters held by one rank of the stage.
     pub params: u64,
     pub tensors: u64,
-    /// Per micro-batch.
+    /// Holds the embedding (the first chunk of the model) / the LM head (the last).
+    pub embedding: bool,
+    pub head: bool,
+    /// Per micro-batch, all of the rank's chunks.
     pub fwd: Vec<OpCall>,
     /// Per micro-batch, recomputation included.
     pub bwd: Vec<OpCall>,
@@ -89,9 +92,34 @@ pub struct StageWork {
     pub update: Vec<OpCall>,
 }
 
+/// The building blocks every stage is made of, per micro-batch on one rank: what the pipeline
+/// simulator strings together chunk by chunk and layer by layer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Parts {
+    pub embedding_fwd: Vec<OpCall>,
+    pub embedding_bwd: Vec<OpCall>,
+    /// One transformer layer.
+    pub layer_fwd: Vec<OpCall>,
+    /// One layer's backward, recomputation not included.
+    pub layer_bwd: Vec<OpCall>,
+    /// What one layer's backward recomputes first (empty without recomputation).
+    pub layer_recompute: Vec<OpCall>,
+    /// Final norm, LM head and cross-entropy.
+    pub head_fwd: Vec<OpCall>,
+    pub head_bwd: Vec<OpCall>,
+    /// One activation (or gradient) transfer between neighbouring pipeline ranks.
+    pub send: Option<OpCall>,
+    /// Parameters on one rank: one layer, the embedding, the final norm and LM head (with tied
+    /// embeddings the head shares the embedding's table when both sit on one rank).
+    pub layer_params: u64,
+    pub embedding_params: u64,
+    pub head_params: u64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Decomposition {
     pub stages: Vec<StageWork>,
+    pub parts: Parts,
     /// Model FLOPs of one step (forward + backward, no recomputation; attention counted in
     /// full, as in Narayanan et al. 2021): the numerator of MFU.
     pub model_flops_per_step: f64,
@@ -369,18 +397,131 @@ pub fn decompose(arch: &Arch, layout: &Layout, cluster: &Cluster) -> Decompositi
         ops
     };
     let layer_fwd = layer(Phase::Fwd);
-    let mut layer_bwd = layer(Phase::Bwd);
-    match layout.recompute {
-        Recompute::None => {}
-        Recompute::Full => layer_bwd.extend(layer_fwd.iter().cloned()),
-        Recompute::Selective => layer_bwd.extend(attention(Phase::Fwd)),
-    }
+    let layer_bwd = layer(Phase::Bwd);
+    let layer_recompute = match layout.recompute {
+        Recompute::None => Vec::new(),
+        Recompute::Full => layer_fwd.clone(),
+        Recompute::Selective => attention(Phase::Fwd),
+    };
 
     let (layer_params, layer_tensors) = arch.layer_params(t);
     let vocab_params = arch.vocab_params(t);
-    let final_norm = arch.final_norm_params();
-    let pp = layout.pp as usize;
     let zero3 = layout.zero >= 3 && layout.dp > 1;
+    let mut parts = Parts {
+        embedding_fwd: Vec::new(),
+        embedding_bwd: Vec::new(),
+        layer_fwd,
+        layer_bwd,
+        layer_recompute,
+        head_fwd: Vec::new(),
+        head_bwd: Vec::new(),
+        send: None,
+        layer_params,
+        embedding_params: vocab_params,
+        head_params: arch.final_norm_params() + vocab_params,
+    };
+    let emb = Shape::Lookup(LookupShape {
+        batch: b,
+        seq: s,
+        hidden: d,
+        vocab: vocab_rank,
+    });
+    parts.embedding_fwd.push(call(
+        "embedding",
+        OpKind::Embedding,
+        Phase::Fwd,
+        act,
+        None,
+        emb,
+        Class::Compute,
+    ));
+    if t > 1 {
+        parts.embedding_fwd.push(collective(
+            "embedding all-reduce",
+            OpKind::AllReduce,
+            tokens * d * act_bytes,
+            g.tp,
+            Class::TpComm,
+        ));
+    }
+    parts.embedding_bwd.push(call(
+        "embedding",
+        OpKind::Embedding,
+        Phase::Bwd,
+        act,
+        None,
+        emb,
+        Class::Compute,
+    ));
+    for (phase, list) in [
+        (Phase::Fwd, &mut parts.head_fwd),
+        (Phase::Bwd, &mut parts.head_bwd),
+    ] {
+        list.push(call(
+            "final norm",
+            norm_op,
+            phase,
+            act,
+            None,
+            tok_sp(d),
+            Class::Compute,
+        ));
+        list.push(call(
+            "lm head",
+            OpKind::Gemm,
+            phase,
+            gemm_dtype,
+            Some(Role::LmHead),
+            gemm(tokens, vocab_rank, d, 1),
+            Class::Compute,
+        ));
+        list.push(call(
+            "cross-entropy",
+            OpKind::CrossEntropy,
+            phase,
+            act,
+            None,
+            tok(vocab_rank),
+            Class::Compute,
+        ));
+    }
+    if layout.pp > 1 {
+        parts.send = Some(collective(
+            "pp send/recv",
+            OpKind::SendRecv,
+            tokens * d / t * act_bytes,
+            g.pp,
+            Class::PpComm,
+        ));
+    }
+    if zero3 {
+        // FSDP: gather each layer's weights before its forward and again before its backward,
+        // reduce-scatter its gradients after; prefetched beside the compute
+        let layer_bytes = layer_params * act_bytes;
+        for (list, ops) in [
+            (&mut parts.layer_fwd, vec![OpKind::AllGather]),
+            (
+                &mut parts.layer_bwd,
+                vec![OpKind::AllGather, OpKind::ReduceScatter],
+            ),
+        ] {
+            for op in ops {
+                let mut c = collective(
+                    "fsdp parameter collective",
+                    op,
+                    layer_bytes,
+                    g.dp,
+                    Class::DpComm,
+                );
+                c.overlapped = true;
+                list.push(c);
+            }
+        }
+    }
+
+    let pp = layout.pp as usize;
+    let placement = layout.virtual_stage_ranks();
+    let last_vs = placement.len() - 1;
     let mut stages = Vec::with_capacity(pp);
     for (i, &layers) in layout.stage_layers.iter().enumerate() {
         let role = match (pp, i) {
@@ -389,106 +530,53 @@ pub fn decompose(arch: &Arch, layout: &Layout, cluster: &Cluster) -> Decompositi
             (n, i) if i + 1 == n => StageRole::Last,
             _ => StageRole::Middle,
         };
-        let first = matches!(role, StageRole::Only | StageRole::First);
-        let last = matches!(role, StageRole::Only | StageRole::Last);
-        let scale = |ops: &[OpCall]| -> Vec<OpCall> {
+        let embedding = placement[0] == i;
+        let head = placement[last_vs] == i;
+        // pipeline transfers of one micro-batch leaving this rank: forward from every chunk
+        // whose successor sits on another rank, backward from every chunk whose predecessor does
+        let sends_fwd = (0..last_vs)
+            .filter(|&k| placement[k] == i && placement[k + 1] != i)
+            .count();
+        let sends_bwd = (1..=last_vs)
+            .filter(|&k| placement[k] == i && placement[k - 1] != i)
+            .count();
+        let scaled = |ops: &[OpCall], n: f64| -> Vec<OpCall> {
             ops.iter()
                 .map(|o| OpCall {
-                    count: o.count * layers as f64,
+                    count: o.count * n,
                     ..o.clone()
                 })
                 .collect()
         };
+        let per_layer = layers as f64;
         let mut fwd = Vec::new();
         let mut bwd = Vec::new();
         let mut params = layer_params * layers;
         let mut tensors = layer_tensors * layers;
-        if first {
-            let emb = Shape::Lookup(LookupShape {
-                batch: b,
-                seq: s,
-                hidden: d,
-                vocab: vocab_rank,
-            });
-            fwd.push(call(
-                "embedding",
-                OpKind::Embedding,
-                Phase::Fwd,
-                act,
-                None,
-                emb,
-                Class::Compute,
-            ));
-            if t > 1 {
-                fwd.push(collective(
-                    "embedding all-reduce",
-                    OpKind::AllReduce,
-                    tokens * d * act_bytes,
-                    g.tp,
-                    Class::TpComm,
-                ));
-            }
-            bwd.push(call(
-                "embedding",
-                OpKind::Embedding,
-                Phase::Bwd,
-                act,
-                None,
-                emb,
-                Class::Compute,
-            ));
-            params += vocab_params;
+        if embedding {
+            fwd.extend(parts.embedding_fwd.iter().cloned());
+            params += parts.embedding_params;
             tensors += 1;
         }
-        fwd.extend(scale(&layer_fwd));
-        bwd.extend(scale(&layer_bwd));
-        if last {
-            for (phase, list) in [(Phase::Fwd, &mut fwd), (Phase::Bwd, &mut bwd)] {
-                list.push(call(
-                    "final norm",
-                    norm_op,
-                    phase,
-                    act,
-                    None,
-                    tok_sp(d),
-                    Class::Compute,
-                ));
-                list.push(call(
-                    "lm head",
-                    OpKind::Gemm,
-                    phase,
-                    gemm_dtype,
-                    Some(Role::LmHead),
-                    gemm(tokens, vocab_rank, d, 1),
-                    Class::Compute,
-                ));
-                list.push(call(
-                    "cross-entropy",
-                    OpKind::CrossEntropy,
-                    phase,
-                    act,
-                    None,
-                    tok(vocab_rank),
-                    Class::Compute,
-                ));
-            }
-            let own_head = !(arch.tied_embeddings && first);
-            params += final_norm + if own_head { vocab_params } else { 0 };
+        fwd.extend(scaled(&parts.layer_fwd, per_layer));
+        if head {
+            fwd.extend(parts.head_fwd.iter().cloned());
+            bwd.extend(parts.head_bwd.iter().cloned());
+            let own_head = !(arch.tied_embeddings && embedding);
+            params += parts.head_params - if own_head { 0 } else { vocab_params };
             tensors += 1 + arch.norm_bias as u64 + own_head as u64;
         }
-        if pp > 1 {
-            let p2p = collective(
-                "pp send/recv",
-                OpKind::SendRecv,
-                tokens * d / t * act_bytes,
-                g.pp,
-                Class::PpComm,
-            );
-            if !last {
-                fwd.push(p2p.clone());
+        bwd.extend(scaled(&parts.layer_bwd, per_layer));
+        bwd.extend(scaled(&parts.layer_recompute, per_layer));
+        if embedding {
+            bwd.extend(parts.embedding_bwd.iter().cloned());
+        }
+        if let Some(send) = &parts.send {
+            if sends_fwd > 0 {
+                fwd.extend(scaled(std::slice::from_ref(send), sends_fwd as f64));
             }
-            if !first {
-                bwd.push(p2p);
+            if sends_bwd > 0 {
+                bwd.extend(scaled(std::slice::from_ref(send), sends_bwd as f64));
             }
         }
 
@@ -500,28 +588,7 @@ pub fn decompose(arch: &Arch, layout: &Layout, cluster: &Cluster) -> Decompositi
         } else {
             OpKind::AllReduce
         };
-        if zero3 {
-            // FSDP: gather each layer's weights before its forward and again before its
-            // backward, reduce-scatter its gradients after; prefetched beside the compute
-            let layer_bytes = layer_params * act_bytes;
-            for (list, ops) in [
-                (&mut fwd, vec![OpKind::AllGather]),
-                (&mut bwd, vec![OpKind::AllGather, OpKind::ReduceScatter]),
-            ] {
-                for op in ops {
-                    let mut c = collective(
-                        "fsdp parameter collective",
-                        op,
-                        layer_bytes,
-                        g.dp,
-                        Class::DpComm,
-                    );
-                    c.count = layers as f64;
-                    c.overlapped = true;
-                    list.push(c);
-                }
-            }
-        } else if dp > 1 {
+        if !zero3 && dp > 1 {
             for (elements, n) in buckets(params, layout.dp_bucket_elements) {
                 let mut c = collective(
                     "dp gradient sync",
@@ -567,6 +634,8 @@ pub fn decompose(arch: &Arch, layout: &Layout, cluster: &Cluster) -> Decompositi
             layers,
             params,
             tensors,
+            embedding,
+            head,
             fwd,
             bwd,
             grad_sync,
@@ -575,6 +644,7 @@ pub fn decompose(arch: &Arch, layout: &Layout, cluster: &Cluster) -> Decompositi
     }
     Decomposition {
         stages,
+        parts,
         model_flops_per_step: model_flops(arch, layout),
     }
 }

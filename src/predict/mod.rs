@@ -7,6 +7,7 @@ pub mod comm;
 pub mod compose;
 pub mod cost;
 pub mod decompose;
+pub mod pipeline;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,8 +16,9 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::hardware::Cluster;
 use crate::ops::OpQuery;
-use crate::workload::{Arch, Layout};
-use compose::{one_f_one_b, Breakdown, Step};
+use crate::schedule::{simulate, PipelineWork, Timeline};
+use crate::workload::{Arch, Layout, Schedule};
+use compose::{one_f_one_b, stage_timings, Breakdown, Step};
 use cost::{CostModel, Estimate, Source};
 use decompose::{decompose, Class, Decomposition, OpCall, StageRole};
 
@@ -73,12 +75,41 @@ pub struct Prediction {
     pub model_tflops_per_gpu: f64,
     pub mfu_percent: f64,
     pub breakdown_s: Breakdown,
+    /// The pipeline schedule the step was composed with.
+    pub schedule: &'static str,
+    /// Pipeline bubble over busy pipeline time ((pp − 1)/m for balanced 1F1B).
+    pub bubble_ratio: f64,
     /// Share of the summed operator time each source produced, in percent.
     pub sources_percent: BTreeMap<&'static str, f64>,
     pub stages: Vec<StageReport>,
+    /// What each GPU holds at its peak, and whether it fits.
+    pub memory: crate::memory::MemoryReport,
     /// Calls whose features lay outside their model's training range.
     pub out_of_coverage: Vec<String>,
     pub warnings: Vec<String>,
+    /// The simulated timeline and what it was simulated from (none for the closed form).
+    #[serde(skip)]
+    pub timeline: Option<(PipelineWork, Timeline)>,
+}
+
+/// One step composed with the layout's schedule: the paper's closed form, or the event
+/// simulator (whose timeline comes along).
+pub fn compose_step(
+    d: &Decomposition,
+    layout: &Layout,
+    time_of: &dyn Fn(&OpCall) -> f64,
+) -> Result<(Step, Option<(PipelineWork, Timeline)>)> {
+    if layout.schedule == Schedule::ClosedForm {
+        return Ok((one_f_one_b(d, layout.micro_batches, time_of), None));
+    }
+    let work = pipeline::pipeline_work(d, layout, time_of);
+    let timeline = simulate(&work)?;
+    let step = Step {
+        step_us: timeline.step_us,
+        breakdown_us: timeline.breakdown,
+        stages: stage_timings(d, time_of),
+    };
+    Ok((step, Some((work, timeline))))
 }
 
 pub fn predict(
@@ -89,6 +120,7 @@ pub fn predict(
     options: PredictOptions,
 ) -> Result<Prediction> {
     let mut d = decompose(arch, layout, cluster);
+    let memory = crate::memory::project(arch, layout, cluster, &d);
     // one estimate per distinct query; each call remembers its query's index so the step can
     // be recomposed (for the interval) without hashing
     let mut index: HashMap<OpQuery, usize> = HashMap::new();
@@ -122,12 +154,13 @@ pub fn predict(
         }
     }
 
-    let at = |scale: &dyn Fn(&Estimate) -> f64| -> Step {
-        let times: Vec<f64> = list.iter().map(|e| e.time_us * scale(e)).collect();
-        one_f_one_b(&d, layout.micro_batches, &|op: &OpCall| times[op.estimate])
-    };
-    let step = at(&|_| 1.0);
-    let interval = interval(&list, &at, step.step_us);
+    let at =
+        |scale: &dyn Fn(&Estimate) -> f64| -> Result<(Step, Option<(PipelineWork, Timeline)>)> {
+            let times: Vec<f64> = list.iter().map(|e| e.time_us * scale(e)).collect();
+            compose_step(&d, layout, &|op: &OpCall| times[op.estimate])
+        };
+    let (step, timeline) = at(&|_| 1.0)?;
+    let interval = interval(&list, &|scale| Ok(at(scale)?.0), step.step_us)?;
 
     let step_s = step.step_us / 1e6;
     let tokens = layout.tokens_per_step();
@@ -239,6 +272,8 @@ pub fn predict(
         tokens_per_s_per_gpu: tokens as f64 / step_s / layout.world as f64,
         model_tflops_per_gpu: flops_per_gpu / 1e12,
         mfu_percent: 100.0 * flops_per_gpu / peak,
+        schedule: layout.schedule.name(),
+        bubble_ratio: crate::schedule::bubble_ratio(&b),
         breakdown_s: Breakdown {
             compute: b.compute / 1e6,
             tp_comm: b.tp_comm / 1e6,
@@ -249,28 +284,44 @@ pub fn predict(
         },
         sources_percent: sources,
         stages,
+        memory,
         out_of_coverage,
         warnings,
+        timeline,
     })
 }
 
 fn all_calls_mut(d: &mut Decomposition) -> impl Iterator<Item = &mut OpCall> {
-    d.stages.iter_mut().flat_map(|s| {
-        s.fwd
-            .iter_mut()
-            .chain(s.bwd.iter_mut())
-            .chain(s.grad_sync.iter_mut())
-            .chain(s.update.iter_mut())
-    })
+    let p = &mut d.parts;
+    d.stages
+        .iter_mut()
+        .flat_map(|s| {
+            s.fwd
+                .iter_mut()
+                .chain(s.bwd.iter_mut())
+                .chain(s.grad_sync.iter_mut())
+                .chain(s.update.iter_mut())
+        })
+        .chain(
+            p.embedding_fwd
+                .iter_mut()
+                .chain(p.embedding_bwd.iter_mut())
+                .chain(p.layer_fwd.iter_mut())
+                .chain(p.layer_bwd.iter_mut())
+                .chain(p.layer_recompute.iter_mut())
+                .chain(p.head_fwd.iter_mut())
+                .chain(p.head_bwd.iter_mut())
+                .chain(p.send.iter_mut()),
+        )
 }
 
 /// 80 % interval of the step: the errors of one model are taken as fully correlated over all
 /// its calls (a model that is 5 % slow is slow everywhere), different models as independent.
 /// Each model is moved by ±1.28σ on its own and the step's moves are added in quadrature.
 /// Recomposes the step with every estimate scaled by a factor of its choosing.
-type Recompose<'a> = dyn Fn(&dyn Fn(&Estimate) -> f64) -> Step + 'a;
+type Recompose<'a> = dyn Fn(&dyn Fn(&Estimate) -> f64) -> Result<Step> + 'a;
 
-fn interval(estimates: &[Estimate], at: &Recompose, step_us: f64) -> (f64, f64) {
+fn interval(estimates: &[Estimate], at: &Recompose, step_us: f64) -> Result<(f64, f64)> {
     let mut models: BTreeMap<&str, f64> = BTreeMap::new();
     for e in estimates {
         let s = models.entry(e.model.as_str()).or_default();
@@ -283,11 +334,11 @@ fn interval(estimates: &[Estimate], at: &Recompose, step_us: f64) -> (f64, f64) 
         }
         for (sign, acc) in [(-1.0, &mut down), (1.0, &mut up)] {
             let k = (sign * Z80 * sigma).exp();
-            let moved = at(&|e: &Estimate| if e.model == model { k } else { 1.0 }).step_us;
+            let moved = at(&|e: &Estimate| if e.model == model { k } else { 1.0 })?.step_us;
             *acc += (moved - step_us).powi(2);
         }
     }
-    (step_us - down.sqrt(), step_us + up.sqrt())
+    Ok((step_us - down.sqrt(), step_us + up.sqrt()))
 }
 
 #[cfg(test)]

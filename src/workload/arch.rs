@@ -72,6 +72,10 @@ pub struct ArchSpec {
     /// Sequence length it is usually trained at.
     #[serde(default)]
     pub seq_len: Option<u64>,
+    /// Dropout in training (GPT-3: 0.1 on attention and hidden states): its masks are stored
+    /// activations (one byte per element).
+    #[serde(default)]
+    pub dropout: bool,
 }
 
 fn default_attention() -> AttentionImpl {
@@ -101,6 +105,7 @@ pub struct Arch {
     pub linear_bias: bool,
     pub norm_bias: bool,
     pub seq_len: u64,
+    pub dropout: bool,
 }
 
 impl ArchSpec {
@@ -151,6 +156,7 @@ impl ArchSpec {
             position: self.position,
             linear_bias: self.linear_bias,
             norm_bias: self.norm_bias.unwrap_or(self.norm == NormKind::Layernorm),
+            dropout: self.dropout,
         })
     }
 }

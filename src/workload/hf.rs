@@ -35,6 +35,12 @@ pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
         }
     };
     let flag = |key: &str, default: bool| v.get(key).and_then(Value::as_bool).unwrap_or(default);
+    // dropout probabilities (any non-zero one means masks are stored for the backward)
+    let dropout = |keys: &[&str], default: f64| {
+        keys.iter()
+            .map(|k| v.get(*k).and_then(Value::as_f64).unwrap_or(default))
+            .any(|p| p > 0.0)
+    };
     let name = v
         .get("_name_or_path")
         .and_then(Value::as_str)
@@ -73,6 +79,7 @@ pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
                 linear_bias: flag("attention_bias", false),
                 norm_bias: None,
                 seq_len: opt_int("max_position_embeddings")?,
+                dropout: dropout(&["attention_dropout"], 0.0),
             }
         }
         "gpt_neox" => ArchSpec {
@@ -91,6 +98,7 @@ pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
             linear_bias: true,
             norm_bias: None,
             seq_len: opt_int("max_position_embeddings")?,
+            dropout: dropout(&["attention_dropout", "hidden_dropout"], 0.0),
         },
         "gpt2" => {
             let hidden = int("n_embd")?;
@@ -110,6 +118,7 @@ pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
                 linear_bias: true,
                 norm_bias: None,
                 seq_len: opt_int("n_positions")?,
+                dropout: dropout(&["attn_pdrop", "resid_pdrop", "embd_pdrop"], 0.1),
             }
         }
         other => {

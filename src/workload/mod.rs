@@ -6,4 +6,4 @@ pub mod parallel;
 pub mod presets;
 
 pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, NormKind, Position};
-pub use parallel::{Layout, ParallelSpec, Partition, Recompute, Rules};
+pub use parallel::{Layout, Overlap, ParallelSpec, Partition, Recompute, Rules, Schedule};

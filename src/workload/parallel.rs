@@ -32,6 +32,68 @@ pub enum Recompute {
     Full,
 }
 
+/// How the micro-batches of a step flow through the pipeline stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Schedule {
+    /// The paper's closed form: (m − 1 + pp) · (slowest forward + slowest backward), not
+    /// simulated (the default under the paper's rules).
+    #[serde(rename = "closed-form")]
+    #[value(name = "closed-form")]
+    ClosedForm,
+    /// All forwards, then all backwards (Huang et al. 2019).
+    #[serde(rename = "gpipe")]
+    #[value(name = "gpipe")]
+    Gpipe,
+    /// One-forward-one-backward (Narayanan et al. 2021; Megatron's default).
+    #[serde(rename = "1f1b")]
+    #[value(name = "1f1b")]
+    OneFOneB,
+    /// Megatron's interleaved 1F1B over `vpp` model chunks per rank.
+    #[serde(rename = "interleaved")]
+    #[value(name = "interleaved")]
+    Interleaved,
+    /// Zero-bubble ZB-H1 (Qi et al. 2024): backward split into input and weight gradients,
+    /// rank r running its weight gradients r micro-batches late so they fill the cool-down
+    /// bubbles; every rank holds at most pp micro-batches, the first rank's 1F1B peak.
+    #[serde(rename = "zb-h1")]
+    #[value(name = "zb-h1")]
+    ZbH1,
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::ClosedForm => "closed-form",
+            Schedule::Gpipe => "gpipe",
+            Schedule::OneFOneB => "1f1b",
+            Schedule::Interleaved => "interleaved",
+            Schedule::ZbH1 => "zb-h1",
+        }
+    }
+
+    /// Whether the backward runs as separate input-gradient and weight-gradient passes.
+    pub fn splits_backward(self) -> bool {
+        self == Schedule::ZbH1
+    }
+}
+
+/// Which communication runs beside the compute.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Overlap {
+    /// Data-parallel gradient reduction bucket by bucket during the last backward
+    /// (Megatron `--overlap-grad-reduce`).
+    pub grad_reduce: bool,
+    /// The distributed optimizer's parameter all-gather during the next step's first forward
+    /// (Megatron `--overlap-param-gather`).
+    pub param_gather: bool,
+    /// Pipeline sends on their own stream instead of blocking the sender (Megatron
+    /// `--overlap-p2p-communication`).
+    pub p2p: bool,
+    /// Fraction of the tensor-parallel communication hidden behind GEMMs (Megatron
+    /// `--tp-comm-overlap` reaches most of it; 0 = none).
+    pub tp_fraction: f64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Partition {
@@ -80,6 +142,22 @@ pub struct ParallelSpec {
     /// Elements per data-parallel gradient bucket.
     #[serde(default)]
     pub dp_bucket_elements: Option<u64>,
+    /// Pipeline schedule (default: 1f1b, interleaved when vpp > 1; closed-form under the
+    /// paper's rules).
+    #[serde(default)]
+    pub schedule: Option<Schedule>,
+    /// Model chunks per pipeline rank (virtual pipeline stages) for the interleaved schedule.
+    #[serde(default)]
+    pub vpp: Option<u64>,
+    #[serde(default)]
+    pub overlap_grad_reduce: Option<bool>,
+    #[serde(default)]
+    pub overlap_param_gather: Option<bool>,
+    #[serde(default)]
+    pub overlap_p2p: Option<bool>,
+    /// Fraction (0–1) of tensor-parallel communication hidden behind compute.
+    #[serde(default)]
+    pub tp_comm_overlap: Option<f64>,
 }
 
 impl ParallelSpec {
@@ -100,6 +178,12 @@ impl ParallelSpec {
             dtype: over.dtype.or(self.dtype),
             rules: over.rules.or(self.rules),
             dp_bucket_elements: over.dp_bucket_elements.or(self.dp_bucket_elements),
+            schedule: over.schedule.or(self.schedule),
+            vpp: over.vpp.or(self.vpp),
+            overlap_grad_reduce: over.overlap_grad_reduce.or(self.overlap_grad_reduce),
+            overlap_param_gather: over.overlap_param_gather.or(self.overlap_param_gather),
+            overlap_p2p: over.overlap_p2p.or(self.overlap_p2p),
+            tp_comm_overlap: over.tp_comm_overlap.or(self.tp_comm_overlap),
         }
     }
 }
@@ -122,7 +206,11 @@ pub struct Layout {
     pub dtype: Dtype,
     pub rules: Rules,
     pub dp_bucket_elements: u64,
-    /// Transformer layers on each pipeline stage.
+    pub schedule: Schedule,
+    /// Model chunks per pipeline rank (1 unless interleaved or ZB-V).
+    pub vpp: u64,
+    pub overlap: Overlap,
+    /// Transformer layers on each pipeline stage (all of a rank's chunks together).
     pub stage_layers: Vec<u64>,
 }
 
@@ -225,7 +313,56 @@ impl Layout {
         } else {
             Partition::Uniform
         });
-        let stage_layers = partition_layers(arch.layers, pp, partition).map_err(Error::Invalid)?;
+        let (schedule, vpp) = schedule_and_chunks(spec, rules, pp, micro_batches)?;
+        let stage_layers = if vpp > 1 {
+            if spec.partition == Some(Partition::Neox) {
+                return bad(format!(
+                    "the {} schedule places layers / (pp·vpp) layers in every chunk: drop \
+                     --partition neox",
+                    schedule.name()
+                ));
+            }
+            if arch.layers % (pp * vpp) != 0 {
+                return bad(format!(
+                    "{}: {} layers do not split into pp·vpp = {pp}·{vpp} equal chunks: use a \
+                     vpp that divides {}",
+                    arch.name,
+                    arch.layers,
+                    arch.layers / pp.max(1)
+                ));
+            }
+            vec![arch.layers / pp; pp as usize]
+        } else {
+            partition_layers(arch.layers, pp, partition).map_err(Error::Invalid)?
+        };
+        let megatron = rules == Rules::Megatron;
+        let sharded_optimizer = zero >= 1 && dp > 1;
+        let overlap = Overlap {
+            grad_reduce: spec.overlap_grad_reduce.unwrap_or(megatron),
+            param_gather: match spec.overlap_param_gather {
+                Some(true) if !(sharded_optimizer && megatron && zero < 3) => {
+                    return bad(
+                        "--overlap-param-gather needs the distributed optimizer: zero 1 or 2, \
+                         dp > 1 and Megatron rules"
+                            .into(),
+                    )
+                }
+                Some(v) => v,
+                None => megatron && sharded_optimizer && zero < 3,
+            },
+            p2p: spec
+                .overlap_p2p
+                .unwrap_or(megatron && schedule == Schedule::Interleaved),
+            tp_fraction: match spec.tp_comm_overlap {
+                Some(f) if !(0.0..=1.0).contains(&f) => {
+                    return bad(format!(
+                        "tp-comm-overlap = {f}: give the fraction hidden, between 0 and 1"
+                    ))
+                }
+                Some(f) => f,
+                None => 0.0,
+            },
+        };
         Ok(Layout {
             tp,
             pp,
@@ -252,12 +389,69 @@ impl Layout {
             } else {
                 40_000_000u64.max(1_000_000 * dp)
             }),
+            schedule,
+            vpp,
+            overlap,
             stage_layers,
         })
     }
 
+    /// The pipeline rank of each virtual stage (model chunk), in the order data flows through
+    /// the model: round-robin, so rank r holds chunks r, r + pp, r + 2·pp, …
+    pub fn virtual_stage_ranks(&self) -> Vec<usize> {
+        let (pp, n) = (self.pp as usize, (self.pp * self.vpp) as usize);
+        (0..n).map(|k| k % pp).collect()
+    }
+
+    /// Transformer layers in each model chunk (virtual stage).
+    pub fn chunk_layers(&self, rank: usize) -> u64 {
+        self.stage_layers[rank] / self.vpp
+    }
+
     pub fn tokens_per_step(&self) -> u64 {
         self.global_batch * self.seq_len
+    }
+}
+
+/// The schedule and the chunks per rank, checked against the layout.
+fn schedule_and_chunks(
+    spec: &ParallelSpec,
+    rules: Rules,
+    pp: u64,
+    micro_batches: u64,
+) -> Result<(Schedule, u64)> {
+    let bad = |m: String| Err(Error::Invalid(m));
+    let vpp = spec.vpp.unwrap_or(1);
+    if vpp == 0 {
+        return bad("vpp must be at least 1".into());
+    }
+    let schedule = spec.schedule.unwrap_or(match (rules, vpp) {
+        (_, v) if v > 1 => Schedule::Interleaved,
+        (Rules::Paper, _) => Schedule::ClosedForm,
+        (Rules::Megatron, _) => Schedule::OneFOneB,
+    });
+    match schedule {
+        Schedule::Interleaved => {
+            if pp < 2 || vpp < 2 {
+                return bad(format!(
+                    "the interleaved schedule needs pp ≥ 2 and vpp ≥ 2 (got pp {pp}, vpp {vpp}): \
+                     give --vpp, or use --schedule 1f1b"
+                ));
+            }
+            if micro_batches % pp != 0 {
+                return bad(format!(
+                    "the interleaved schedule runs micro-batches in groups of pp = {pp}: \
+                     {micro_batches} micro-batches per step is not a multiple; use {}",
+                    micro_batches.div_ceil(pp) * pp
+                ));
+            }
+            Ok((schedule, vpp))
+        }
+        _ if vpp > 1 => bad(format!(
+            "vpp = {vpp} needs the interleaved schedule, not {}",
+            schedule.name()
+        )),
+        _ => Ok((schedule, 1)),
     }
 }
 

@@ -76,6 +76,9 @@ fn spec(
             Family::NeoxFlash | Family::NeoxRms | Family::NeoxLn | Family::Gpt3
         )),
         seq_len: Some(seq),
+        // GPT-3 trained with 0.1 dropout (Brown et al. 2020, Megatron's GPT-3 recipes); the
+        // others without
+        dropout: matches!(family, Family::Gpt3),
     }
 }
 

@@ -22,6 +22,11 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A path inside the repository.
+pub fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
 /// Asserts a user error: exit code 2 and every `needle` in stderr.
 pub fn assert_user_error(o: &Output, needles: &[&str]) {
     let err = stderr(o);

@@ -1,0 +1,212 @@
+//! The job every prediction command takes: a cluster, a model and a parallel layout, from
+//! flags or a job file (`--job`) that flags override.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde::Deserialize;
+
+use stepcast::hardware::Cluster;
+use stepcast::ops::Dtype;
+use stepcast::workload::{Arch, Layout, ParallelSpec, Partition, Recompute, Rules, Schedule};
+
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// Cluster file, e.g. hardware-profiles/perlmutter.yaml.
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+    /// Architecture: a preset (llemma-7b, llama2-70b, gpt3-175b, …), a YAML architecture file
+    /// or a Hugging Face config.json.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Job file holding cluster, model and parallel settings; flags override it.
+    #[arg(long)]
+    pub job: Option<PathBuf>,
+    #[arg(long)]
+    pub tp: Option<u64>,
+    #[arg(long)]
+    pub pp: Option<u64>,
+    #[arg(long)]
+    pub dp: Option<u64>,
+    /// Sequences per micro-batch.
+    #[arg(long)]
+    pub micro_batch: Option<u64>,
+    /// Sequences per step over all data-parallel replicas (or give --micro-batches).
+    #[arg(long)]
+    pub global_batch: Option<u64>,
+    /// Micro-batches per step on each pipeline (gradient accumulation).
+    #[arg(long)]
+    pub micro_batches: Option<u64>,
+    /// Sequence length (default: the architecture's).
+    #[arg(long)]
+    pub seq_len: Option<u64>,
+    /// Megatron sequence parallelism (needs tp > 1).
+    #[arg(long)]
+    pub sequence_parallel: bool,
+    #[arg(long, value_enum)]
+    pub recompute: Option<Recompute>,
+    #[arg(long, value_enum)]
+    pub partition: Option<Partition>,
+    /// Optimizer sharding over data parallelism: 0, 1 (distributed optimizer), 2, 3 (FSDP).
+    #[arg(long)]
+    pub zero: Option<u8>,
+    /// Training data type: bf16, fp16 or fp8 (fp8 GEMMs, 16-bit elsewhere).
+    #[arg(long)]
+    pub dtype: Option<Dtype>,
+    /// Composition rules: megatron (default) or paper (Zhang et al.'s tool).
+    #[arg(long, value_enum)]
+    pub rules: Option<Rules>,
+    /// Elements per data-parallel gradient bucket.
+    #[arg(long)]
+    pub dp_bucket_elements: Option<u64>,
+    /// Pipeline schedule (default 1f1b; interleaved with --vpp; closed-form under paper rules).
+    #[arg(long, value_enum)]
+    pub schedule: Option<Schedule>,
+    /// Model chunks per pipeline rank for the interleaved schedule.
+    #[arg(long)]
+    pub vpp: Option<u64>,
+    /// Reduce gradients bucket by bucket during the last backward [megatron default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub overlap_grad_reduce: Option<bool>,
+    /// All-gather the distributed optimizer's parameters during the first forward [megatron
+    /// default: true with zero 1–2 and dp > 1].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub overlap_param_gather: Option<bool>,
+    /// Pipeline sends on their own stream instead of blocking the sender [default: true for
+    /// the interleaved schedule].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub overlap_p2p: Option<bool>,
+    /// Fraction (0–1) of tensor-parallel communication hidden behind GEMMs [default 0].
+    #[arg(long, value_name = "FRACTION")]
+    pub tp_comm_overlap: Option<f64>,
+}
+
+/// A job file: paths in it are relative to the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobFile {
+    cluster: Option<PathBuf>,
+    model: Option<String>,
+    #[serde(default)]
+    parallel: ParallelSpec,
+}
+
+/// A resolved job.
+pub struct Job {
+    pub cluster: Cluster,
+    pub arch: Arch,
+    pub layout: Layout,
+}
+
+impl JobArgs {
+    pub fn resolve(&self) -> anyhow::Result<Job> {
+        let (job, job_dir) = match &self.job {
+            Some(path) => {
+                let job: JobFile = stepcast::fsutil::read_yaml(path)?;
+                (
+                    job,
+                    path.parent().map(Path::to_path_buf).unwrap_or_default(),
+                )
+            }
+            None => (JobFile::default(), PathBuf::new()),
+        };
+        let cluster_path = self
+            .cluster
+            .clone()
+            .or_else(|| job.cluster.as_ref().map(|p| job_dir.join(p)))
+            .ok_or_else(|| {
+                stepcast::Error::Invalid(
+                    "give a cluster file with --cluster (or cluster: in the job file)".into(),
+                )
+            })?;
+        let model = self
+            .model
+            .clone()
+            .or_else(|| {
+                job.model.as_ref().map(|m| {
+                    let rel = job_dir.join(m);
+                    if rel.is_file() {
+                        rel.display().to_string()
+                    } else {
+                        m.clone()
+                    }
+                })
+            })
+            .ok_or_else(|| {
+                stepcast::Error::Invalid(
+                    "give a model with --model (or model: in the job file)".into(),
+                )
+            })?;
+        let flags = ParallelSpec {
+            tp: self.tp,
+            pp: self.pp,
+            dp: self.dp,
+            micro_batch: self.micro_batch,
+            global_batch: self.global_batch,
+            micro_batches: self.micro_batches,
+            seq_len: self.seq_len,
+            sequence_parallel: self.sequence_parallel.then_some(true),
+            recompute: self.recompute,
+            partition: self.partition,
+            zero: self.zero,
+            dtype: self.dtype,
+            rules: self.rules,
+            dp_bucket_elements: self.dp_bucket_elements,
+            schedule: self.schedule,
+            vpp: self.vpp,
+            overlap_grad_reduce: self.overlap_grad_reduce,
+            overlap_param_gather: self.overlap_param_gather,
+            overlap_p2p: self.overlap_p2p,
+            tp_comm_overlap: self.tp_comm_overlap,
+        };
+        let spec = job.parallel.overridden_by(flags);
+        let cluster = Cluster::load(&cluster_path)?;
+        let arch = Arch::resolve(&model)?;
+        let layout = Layout::new(&spec, &arch, &cluster)?;
+        Ok(Job {
+            cluster,
+            arch,
+            layout,
+        })
+    }
+}
+
+pub fn rules_name(r: Rules) -> &'static str {
+    match r {
+        Rules::Megatron => "Megatron",
+        Rules::Paper => "paper",
+    }
+}
+
+/// The two header lines every command prints for a job.
+pub fn describe(job: &Job) -> String {
+    let l = &job.layout;
+    let chunks = if l.vpp > 1 {
+        format!(", {} chunks per rank", l.vpp)
+    } else {
+        String::new()
+    };
+    format!(
+        "layout   tp {} · pp {} · dp {} = {} GPUs; micro-batch {} × {} per step = global batch {} × {} tokens\n\
+         \x20        {}, recompute {:?}, {:?} partition {:?}, ZeRO {}{}, schedule {}{chunks}",
+        l.tp,
+        l.pp,
+        l.dp,
+        l.world,
+        l.micro_batch,
+        l.micro_batches,
+        l.global_batch,
+        l.seq_len,
+        l.dtype,
+        l.recompute,
+        l.partition,
+        l.stage_layers,
+        l.zero,
+        if l.sequence_parallel {
+            ", sequence parallel"
+        } else {
+            ""
+        },
+        l.schedule.name(),
+    )
+}

@@ -1,0 +1,87 @@
+//! `stepcast memory`: what each GPU of a layout holds at its peak, and whether it fits.
+
+use clap::Args;
+
+use super::layout::{describe, JobArgs};
+use super::output::{align_numbers, table};
+use stepcast::memory::project;
+use stepcast::predict::decompose::decompose;
+
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Print the projection as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
+    let job = args.job.resolve()?;
+    let d = decompose(&job.arch, &job.layout, &job.cluster);
+    let report = project(&job.arch, &job.layout, &job.cluster, &d);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{} on {} ({}, {:.0} GiB per GPU)",
+        job.arch.name, job.cluster.spec.name, job.cluster.spec.gpu.name, report.capacity_gib
+    );
+    println!("{}", describe(&job));
+    println!();
+    let mut t = table(&[
+        "rank",
+        "params/GPU",
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "in flight",
+        "transient",
+        "overhead",
+        "total GiB",
+        "verdict",
+    ]);
+    for r in &report.ranks {
+        t.add_row(vec![
+            r.rank.to_string(),
+            format!("{:.1} M", r.params as f64 / 1e6),
+            format!("{:.2}", r.weights_gib),
+            format!("{:.2}", r.gradients_gib),
+            format!("{:.2}", r.optimizer_gib),
+            format!("{:.2}", r.activations_gib),
+            format!("{:.2}", r.in_flight),
+            format!("{:.2}", r.transient_gib),
+            format!("{:.2}", r.overhead_gib),
+            format!("{:.2}", r.total_gib),
+            r.verdict.name().to_string(),
+        ]);
+    }
+    align_numbers(&mut t, 1);
+    println!("{t}");
+    let peak = report.peak();
+    println!(
+        "peak {:.1} GiB on rank {} of {:.0} GiB: {}",
+        peak.total_gib,
+        peak.rank,
+        report.capacity_gib,
+        report.verdict.name()
+    );
+    println!(
+        "one layer stores {:.1} MiB per micro-batch and GPU:",
+        report.layer_activations_gib * 1024.0
+    );
+    for s in &report.layer.stored {
+        println!(
+            "  {:<42} {:>9.1} MiB",
+            s.what,
+            s.bytes / (1u64 << 20) as f64
+        );
+    }
+    println!(
+        "(in flight: micro-batches of the rank's layers whose activations the schedule holds at \
+         its peak; AT-RISK above 90 % of the GPU's memory)"
+    );
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! Activation bytes one transformer layer stores for its backward, per micro-batch and GPU,
+//! tensor by tensor, following Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+//! Large Transformer Models", §4): with 16-bit activations, 1-byte dropout masks, an unfused
+//! attention and a 4·h GELU MLP the sum is s·b·h·(34 + 5·a·s/h), each tensor-parallel term
+//! divided by t, the rest too under sequence parallelism. Flash attention, SwiGLU, grouped
+//! key/value heads and no dropout change individual terms, named below.
+
+use serde::Serialize;
+
+use crate::workload::{Activation, Arch, AttentionImpl, Layout, Recompute};
+
+/// One stored tensor.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stored {
+    pub what: &'static str,
+    pub bytes: f64,
+    /// Still needed after the input-gradient pass, by the weight-gradient pass (a GEMM input).
+    pub for_weight_grad: bool,
+}
+
+/// What one layer keeps between its forward and its backward.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerActivations {
+    pub stored: Vec<Stored>,
+    /// Bytes one layer holds when the backward is split: the weight-gradient pass needs its
+    /// GEMM inputs and the output gradients of its GEMMs.
+    pub for_weight_grad: f64,
+    /// The whole layer's intermediate tensors, which a full-recompute backward rebuilds one
+    /// layer at a time.
+    pub recompute_working: f64,
+}
+
+impl LayerActivations {
+    pub fn total(&self) -> f64 {
+        self.stored.iter().map(|s| s.bytes).sum()
+    }
+}
+
+/// Elements of the hidden state of a micro-batch: s·b·h.
+fn sbh(arch: &Arch, layout: &Layout) -> f64 {
+    (layout.seq_len * layout.micro_batch * arch.hidden) as f64
+}
+
+pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
+    let (s, b) = (layout.seq_len as f64, layout.micro_batch as f64);
+    let t = layout.tp as f64;
+    let h = sbh(arch, layout);
+    // replicated over the TP ranks unless sequence parallelism splits them
+    let rep = if layout.sequence_parallel {
+        1.0 / t
+    } else {
+        1.0
+    };
+    let heads = arch.heads as f64 / t;
+    let kv_heads = (arch.kv_heads as f64 / t).max(1.0);
+    let hd = arch.head_dim as f64;
+    let q = 2.0 * s * b * heads * hd;
+    let kv = 2.0 * s * b * kv_heads * hd;
+    let ffn = arch.ffn_hidden as f64 / t;
+    let scores = heads * s * s * b; // elements of one rank's attention matrix
+    let dropout = arch.dropout;
+    let mut v = Vec::new();
+    let mut add = |what, bytes: f64, w| {
+        if bytes > 0.0 {
+            v.push(Stored {
+                what,
+                bytes,
+                for_weight_grad: w,
+            })
+        }
+    };
+    let full = layout.recompute == Recompute::Full;
+    add("input norm input", 2.0 * h * rep, false);
+    add("QKV input (norm output)", 2.0 * h * rep, true);
+    match arch.attention {
+        AttentionImpl::Unfused => {
+            add("Q and K", q + kv, false);
+            add("softmax output", 2.0 * scores, false);
+            if dropout {
+                add("attention dropout mask", scores, false);
+                add("attention dropout output", 2.0 * scores, false);
+            }
+            add("V", kv, false);
+            add("attention output (out-projection input)", q, true);
+        }
+        AttentionImpl::Flash => {
+            // FlashAttention keeps Q, K, V, its output and the fp32 log-sum-exp; dropout masks
+            // are regenerated from the RNG state, not stored
+            add("Q, K and V", q + 2.0 * kv, false);
+            add("attention output (out-projection input)", q, true);
+            add("softmax log-sum-exp (fp32)", 4.0 * s * b * heads, false);
+        }
+    }
+    if dropout {
+        add("attention-out dropout mask", h * rep, false);
+    }
+    add("post-attention norm input", 2.0 * h * rep, false);
+    add("MLP input (norm output)", 2.0 * h * rep, true);
+    match arch.activation {
+        Activation::Gelu => add("GELU input", 2.0 * s * b * ffn, false),
+        Activation::Swiglu => add("SwiGLU input (gate and up)", 4.0 * s * b * ffn, false),
+    }
+    add(
+        "MLP down input (activation output)",
+        2.0 * s * b * ffn,
+        true,
+    );
+    if dropout {
+        add("MLP dropout mask", h * rep, false);
+    }
+    let recompute_working: f64 = v.iter().map(|s| s.bytes).sum();
+    // output gradients the weight-gradient GEMMs read: of QKV, out-projection, MLP up, down
+    let up_width = match arch.activation {
+        Activation::Gelu => ffn,
+        Activation::Swiglu => 2.0 * ffn,
+    };
+    let out_grads = 2.0 * s * b * (heads * hd + 2.0 * kv_heads * hd)
+        + 2.0 * h * rep
+        + 2.0 * s * b * up_width
+        + 2.0 * h * rep;
+    let gemm_inputs: f64 = v
+        .iter()
+        .filter(|s| s.for_weight_grad)
+        .map(|s| s.bytes)
+        .sum();
+    let stored = match layout.recompute {
+        Recompute::None => v,
+        Recompute::Selective => v
+            .into_iter()
+            .filter(|s| {
+                !matches!(
+                    s.what,
+                    "softmax output"
+                        | "attention dropout mask"
+                        | "attention dropout output"
+                        | "softmax log-sum-exp (fp32)"
+                )
+            })
+            .collect(),
+        Recompute::Full => vec![Stored {
+            what: "layer input (checkpoint)",
+            bytes: 2.0 * h * rep,
+            for_weight_grad: false,
+        }],
+    };
+    LayerActivations {
+        stored,
+        for_weight_grad: if full { 0.0 } else { gemm_inputs + out_grads },
+        recompute_working: if full { recompute_working } else { 0.0 },
+    }
+}
+
+/// Per micro-batch, what the rank with the embedding stores besides its layers: the token ids
+/// (int64) and the embedding dropout mask.
+pub fn embedding_extra(arch: &Arch, layout: &Layout) -> f64 {
+    let rep = if layout.sequence_parallel {
+        1.0 / layout.tp as f64
+    } else {
+        1.0
+    };
+    let tokens = (layout.seq_len * layout.micro_batch) as f64;
+    8.0 * tokens
+        + if arch.dropout {
+            sbh(arch, layout) * rep
+        } else {
+            0.0
+        }
+}
+
+/// Per micro-batch, what the rank with the LM head stores: the final norm's and the head's
+/// inputs and the fp32 logits the vocabulary-parallel cross-entropy keeps for its backward.
+pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
+    let t = layout.tp as f64;
+    let rep = if layout.sequence_parallel {
+        1.0 / t
+    } else {
+        1.0
+    };
+    let tokens = (layout.seq_len * layout.micro_batch) as f64;
+    4.0 * sbh(arch, layout) * rep + 4.0 * tokens * arch.padded_vocab(layout.tp) as f64 / t
+}
+
+/// The 16-bit logits the LM head produces before the loss converts them to fp32: transient.
+pub fn head_transient(arch: &Arch, layout: &Layout) -> f64 {
+    let tokens = (layout.seq_len * layout.micro_batch) as f64;
+    2.0 * tokens * arch.padded_vocab(layout.tp) as f64 / layout.tp as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::Cluster;
+    use crate::workload::{ArchSpec, ParallelSpec};
+
+    fn cluster() -> Cluster {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap()
+    }
+
+    /// GPT-3 175B as Korthikanti et al. model it: unfused attention, dropout, GELU MLP of 4·h.
+    fn gpt3_as_in_the_paper() -> Arch {
+        let mut spec: ArchSpec = crate::workload::presets::preset("gpt3-175b").unwrap();
+        spec.attention = AttentionImpl::Unfused;
+        spec.dropout = true;
+        spec.validate("gpt3").unwrap()
+    }
+
+    fn layout(arch: &Arch, tp: u64, sp: bool, recompute: Recompute) -> Layout {
+        let s = ParallelSpec {
+            tp: Some(tp),
+            pp: Some(8),
+            dp: Some(1),
+            micro_batch: Some(1),
+            micro_batches: Some(8),
+            sequence_parallel: Some(sp),
+            recompute: Some(recompute),
+            ..Default::default()
+        };
+        Layout::new(&s, arch, &cluster()).unwrap()
+    }
+
+    #[test]
+    fn korthikanti_table_2_exactly() {
+        let a = gpt3_as_in_the_paper();
+        let (s, b, h, heads) = (2048.0, 1.0, 12288.0, 96.0);
+        let sbh = s * b * h;
+        let attn = 5.0 * heads * s / h;
+        let bytes = |tp, sp, r| layer(&a, &layout(&a, tp, sp, r)).total();
+        // no parallelism: sbh(34 + 5as/h)
+        assert_eq!(bytes(1, false, Recompute::None), sbh * (34.0 + attn));
+        // tensor parallel: sbh(10 + 24/t + 5as/(ht))
+        assert_eq!(
+            bytes(8, false, Recompute::None),
+            sbh * (10.0 + 24.0 / 8.0 + attn / 8.0)
+        );
+        // tensor + sequence parallel: sbh/t (34 + 5as/h)
+        assert_eq!(bytes(8, true, Recompute::None), sbh / 8.0 * (34.0 + attn));
+        // selective recompute: 34 sbh/t; tensor parallel alone sbh(10 + 24/t)
+        assert_eq!(bytes(8, true, Recompute::Selective), 34.0 * sbh / 8.0);
+        assert_eq!(
+            bytes(8, false, Recompute::Selective),
+            sbh * (10.0 + 24.0 / 8.0)
+        );
+        // full recompute keeps the layer input: 2 sbh (split by t under sequence parallelism)
+        assert_eq!(bytes(8, false, Recompute::Full), 2.0 * sbh);
+        assert_eq!(bytes(8, true, Recompute::Full), 2.0 * sbh / 8.0);
+    }
+
+    #[test]
+    fn megatron_theoretical_formula_under_its_assumptions() {
+        // Megatron-LM's theoretical_memory_usage: sbh(18 + 4·ffn/h) per layer, selective
+        // recompute and sequence parallelism, divided by t
+        let a = gpt3_as_in_the_paper();
+        let l = layout(&a, 8, true, Recompute::Selective);
+        let sbh = 2048.0 * 12288.0;
+        let ffn_over_h = 49152.0 / 12288.0;
+        assert_eq!(layer(&a, &l).total(), sbh * (18.0 + 4.0 * ffn_over_h) / 8.0);
+    }
+
+    #[test]
+    fn flash_attention_and_swiglu_change_the_named_terms() {
+        let a = crate::workload::Arch::resolve("llama2-70b").unwrap();
+        let l = layout(&a, 8, true, Recompute::None);
+        let acts = layer(&a, &l);
+        let (s, h) = (4096.0, 8192.0);
+        let sbh = s * h;
+        // norms 2+2, QKV and MLP inputs 2+2, all /t; Q and output 2·sbh/t each; K and V with
+        // 8 of 64 heads; fp32 log-sum-exp 4·s·heads/t; SwiGLU input 4·s·ffn/t and its
+        // output 2·s·ffn/t; no dropout masks
+        let expected = (8.0 * sbh
+            + 2.0 * sbh
+            + 2.0 * sbh
+            + 2.0 * 2.0 * s * 8.0 * 128.0
+            + 4.0 * s * 64.0
+            + 6.0 * s * 28672.0)
+            / 8.0;
+        assert!(
+            (acts.total() - expected).abs() < 1.0,
+            "{} {expected}",
+            acts.total()
+        );
+    }
+}

@@ -1,0 +1,343 @@
+//! Memory projection: what one GPU of each pipeline rank holds at its peak — weights,
+//! gradients, optimizer states (replicated, or sharded over data parallelism by ZeRO 1/2/3),
+//! the activations of the micro-batches the schedule keeps in flight, the transient buffers of
+//! the backward, and the framework's and communicators' own memory from the cluster file — and
+//! whether it fits.
+//!
+//! Bytes per parameter follow Megatron-LM (16-bit weights, fp32 main gradients, fp32 master
+//! weights and two Adam moments: 2 + 4 + 12 = 18, or 6 + 12/dp with the distributed optimizer)
+//! and ZeRO (Rajbhandari et al. 2020: stage 2 also shards gradients, stage 3 the weights);
+//! under the paper's rules (DeepSpeed, fp16) gradients are 16-bit. Activations are in
+//! `activations`; the in-flight count comes from the schedule's own per-rank order, so 1F1B
+//! gives pp − r micro-batches on rank r and the interleaved schedule Megatron's
+//! (1 + (pp − 1)/(pp·vpp)) penalty on rank 0.
+
+pub mod activations;
+
+use serde::Serialize;
+
+use crate::hardware::Cluster;
+use crate::predict::decompose::Decomposition;
+use crate::schedule::{order, Pass};
+use crate::workload::{Arch, Layout, Rules, Schedule};
+
+const GIB: f64 = (1u64 << 30) as f64;
+/// Above this share of the GPU's memory a projection is AT-RISK: allocator fragmentation and
+/// transient workspaces the analysis does not see commonly take several GiB.
+const AT_RISK_SHARE: f64 = 0.9;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "SCREAMING-KEBAB-CASE")]
+pub enum Verdict {
+    Fits,
+    AtRisk,
+    Oom,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Fits => "FITS",
+            Verdict::AtRisk => "AT-RISK",
+            Verdict::Oom => "OOM",
+        }
+    }
+}
+
+/// One GPU of a pipeline rank, GiB.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankMemory {
+    pub rank: usize,
+    pub params: u64,
+    pub weights_gib: f64,
+    pub gradients_gib: f64,
+    pub optimizer_gib: f64,
+    /// Stored activations at the schedule's peak.
+    pub activations_gib: f64,
+    /// That peak in micro-batches of the whole rank's layers.
+    pub in_flight: f64,
+    /// Buffers alive only inside a pass (a recomputed layer, the 16-bit logits).
+    pub transient_gib: f64,
+    /// Framework, allocator and communicator memory from the cluster file.
+    pub overhead_gib: f64,
+    pub total_gib: f64,
+    pub verdict: Verdict,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryReport {
+    pub capacity_gib: f64,
+    pub ranks: Vec<RankMemory>,
+    /// The rank with the most memory.
+    pub peak_rank: usize,
+    pub verdict: Verdict,
+    /// One layer's stored activations per micro-batch, GiB, and what they are.
+    pub layer_activations_gib: f64,
+    pub layer: activations::LayerActivations,
+}
+
+impl MemoryReport {
+    pub fn peak(&self) -> &RankMemory {
+        &self.ranks[self.peak_rank]
+    }
+}
+
+/// Bytes per parameter held for weights, gradients and optimizer states.
+fn bytes_per_param(layout: &Layout) -> (f64, f64, f64) {
+    let sharded = |stage: u8| {
+        if layout.zero >= stage && layout.dp > 1 {
+            layout.dp as f64
+        } else {
+            1.0
+        }
+    };
+    // 16-bit weights (and Transformer Engine's fp8 copy when training in fp8)
+    let weights = if layout.dtype == crate::ops::Dtype::Fp8 {
+        3.0
+    } else {
+        2.0
+    };
+    // Megatron accumulates fp32 main gradients; DeepSpeed fp16 keeps 16-bit ones
+    let grads = if layout.rules == Rules::Paper {
+        2.0
+    } else {
+        4.0
+    };
+    (weights / sharded(3), grads / sharded(2), 12.0 / sharded(1))
+}
+
+/// Peak bytes of stored activations on each rank: walks the rank's pass order, adding a
+/// chunk's activations at its forward and freeing them at its backward (all but what the
+/// weight-gradient pass needs, when split) and weight-gradient pass.
+fn peak_activations(layout: &Layout, chunk_bytes: &[f64], chunk_w_bytes: &[f64]) -> Vec<f64> {
+    let schedule = match layout.schedule {
+        Schedule::ClosedForm => Schedule::OneFOneB,
+        s => s,
+    };
+    let split = schedule.splits_backward();
+    order::orders(
+        schedule,
+        layout.pp as usize,
+        layout.vpp as usize,
+        layout.micro_batches as usize,
+    )
+    .iter()
+    .map(|tasks| {
+        let (mut now, mut peak) = (0.0f64, 0.0f64);
+        for t in tasks {
+            let s = t.stage as usize;
+            match t.pass {
+                Pass::Forward => now += chunk_bytes[s],
+                Pass::Backward if split => now -= chunk_bytes[s] - chunk_w_bytes[s],
+                Pass::Backward => now -= chunk_bytes[s],
+                Pass::WeightGrad => now -= chunk_w_bytes[s],
+            }
+            peak = peak.max(now);
+        }
+        peak
+    })
+    .collect()
+}
+
+pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, d: &Decomposition) -> MemoryReport {
+    let layer = activations::layer(arch, layout);
+    let per_layer = layer.total();
+    let placement = layout.virtual_stage_ranks();
+    let last = placement.len() - 1;
+    let (emb, head) = (
+        activations::embedding_extra(arch, layout),
+        activations::head_extra(arch, layout),
+    );
+    let split = layout.schedule.splits_backward();
+    let mut chunk_bytes = Vec::with_capacity(placement.len());
+    let mut chunk_w = Vec::with_capacity(placement.len());
+    for (vs, &r) in placement.iter().enumerate() {
+        let n = layout.chunk_layers(r) as f64;
+        let extra = if vs == 0 { emb } else { 0.0 } + if vs == last { head } else { 0.0 };
+        chunk_bytes.push(n * per_layer + extra);
+        chunk_w.push(if split {
+            n * layer.for_weight_grad
+        } else {
+            0.0
+        });
+    }
+    let peaks = peak_activations(layout, &chunk_bytes, &chunk_w);
+    let (w, g, o) = bytes_per_param(layout);
+    let capacity = cluster.spec.gpu.memory_gib;
+    let groups = [
+        layout.tp > 1,
+        layout.pp > 1,
+        layout.dp > 1,
+        layout.tp > 1 && layout.pp > 1,
+    ]
+    .iter()
+    .filter(|&&b| b)
+    .count() as f64;
+    let overhead =
+        cluster.spec.memory.framework_gib + cluster.spec.memory.communicator_gib * groups;
+    let ranks: Vec<RankMemory> = d
+        .stages
+        .iter()
+        .map(|s| {
+            let r = s.index;
+            let params = s.params as f64;
+            let mut transient = layer.recompute_working;
+            if placement[last] == r {
+                transient = transient.max(activations::head_transient(arch, layout));
+            }
+            if layout.zero >= 3 && layout.dp > 1 {
+                // FSDP gathers the next layer's weights while the current one runs
+                transient += 2.0 * 2.0 * d.parts.layer_params as f64;
+            }
+            let rank_layers: f64 = placement
+                .iter()
+                .enumerate()
+                .filter(|(_, &x)| x == r)
+                .map(|(vs, _)| chunk_bytes[vs])
+                .sum();
+            let weights = params * w / GIB;
+            let gradients = params * g / GIB;
+            let optimizer = params * o / GIB;
+            let acts = peaks[r] / GIB;
+            let total = weights + gradients + optimizer + acts + transient / GIB + overhead;
+            RankMemory {
+                rank: r,
+                params: s.params,
+                weights_gib: weights,
+                gradients_gib: gradients,
+                optimizer_gib: optimizer,
+                activations_gib: acts,
+                in_flight: peaks[r] / rank_layers.max(f64::MIN_POSITIVE),
+                transient_gib: transient / GIB,
+                overhead_gib: overhead,
+                total_gib: total,
+                verdict: if total > capacity {
+                    Verdict::Oom
+                } else if total > AT_RISK_SHARE * capacity {
+                    Verdict::AtRisk
+                } else {
+                    Verdict::Fits
+                },
+            }
+        })
+        .collect();
+    let peak_rank = (0..ranks.len())
+        .max_by(|&a, &b| ranks[a].total_gib.total_cmp(&ranks[b].total_gib))
+        .unwrap_or(0);
+    let verdict = ranks
+        .iter()
+        .map(|r| r.verdict)
+        .max()
+        .unwrap_or(Verdict::Fits);
+    MemoryReport {
+        capacity_gib: capacity,
+        ranks,
+        peak_rank,
+        verdict,
+        layer_activations_gib: per_layer / GIB,
+        layer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::predict::decompose::decompose;
+    use crate::workload::{ParallelSpec, Recompute};
+
+    fn cluster() -> Cluster {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap()
+    }
+
+    fn report(model: &str, spec: ParallelSpec) -> (Layout, MemoryReport) {
+        let c = cluster();
+        let arch = Arch::resolve(model).unwrap();
+        let layout = Layout::new(&spec, &arch, &c).unwrap();
+        let d = decompose(&arch, &layout, &c);
+        let r = project(&arch, &layout, &c, &d);
+        (layout, r)
+    }
+
+    fn spec(tp: u64, pp: u64, dp: u64, m: u64) -> ParallelSpec {
+        ParallelSpec {
+            tp: Some(tp),
+            pp: Some(pp),
+            dp: Some(dp),
+            micro_batch: Some(1),
+            micro_batches: Some(m),
+            sequence_parallel: Some(tp > 1),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_f_one_b_keeps_pp_minus_rank_micro_batches() {
+        let (_, r) = report("llama2-13b", spec(4, 4, 2, 16));
+        for m in &r.ranks {
+            assert!((m.in_flight - (4 - m.rank) as f64).abs() < 1e-9, "{m:?}");
+        }
+        // fewer micro-batches than stages: all of them
+        let (_, r) = report("llama2-13b", spec(4, 4, 2, 2));
+        assert!((r.ranks[0].in_flight - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn interleaving_costs_megatrons_penalty_on_rank_0() {
+        let mut s = spec(4, 4, 2, 8);
+        s.vpp = Some(5);
+        let (_, r) = report("llama2-13b", s);
+        // pp (1 + (pp − 1)/(pp·vpp)) = 4 · (1 + 3/20) (rank 0's first chunk also holds the
+        // token ids, hence the tolerance); rank r: (2(pp − r − 1) + (vpp − 1)·pp + 1)/vpp
+        assert!(
+            (r.ranks[0].in_flight - 4.6).abs() < 1e-3,
+            "{}",
+            r.ranks[0].in_flight
+        );
+        assert!(
+            (r.ranks[1].in_flight - 4.2).abs() < 1e-9,
+            "{}",
+            r.ranks[1].in_flight
+        );
+    }
+
+    #[test]
+    fn zb_h1_holds_weight_gradient_inputs_on_later_ranks() {
+        let mut s = spec(4, 4, 2, 16);
+        s.schedule = Some(Schedule::ZbH1);
+        let (layout, r) = report("llama2-13b", s);
+        let arch = Arch::resolve("llama2-13b").unwrap();
+        let l = activations::layer(&arch, &layout);
+        let stage = 10.0; // layers per rank
+                          // rank 1 runs F0 F1 F2 B0 F3 B1 F4 W0 …: after F4, three micro-batches whole and two
+                          // waiting for their weight gradients
+        let expected = (3.0 * l.total() + 2.0 * l.for_weight_grad) * stage;
+        assert!((r.ranks[1].activations_gib * GIB - expected).abs() < 1.0);
+    }
+
+    #[test]
+    fn states_use_megatron_bytes_per_parameter() {
+        let mut s = spec(8, 1, 8, 8);
+        s.zero = Some(0);
+        let (_, r) = report("llama2-7b", s.clone());
+        let m = &r.ranks[0];
+        let per_param = (m.weights_gib + m.gradients_gib + m.optimizer_gib) * GIB / m.params as f64;
+        assert!((per_param - 18.0).abs() < 1e-9);
+        s.zero = Some(1);
+        let (_, r) = report("llama2-7b", s);
+        let m = &r.ranks[0];
+        let per_param = (m.weights_gib + m.gradients_gib + m.optimizer_gib) * GIB / m.params as f64;
+        assert!((per_param - (6.0 + 12.0 / 8.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn verdicts_follow_the_total() {
+        // Llama 3 70B on 8 GPUs without model parallelism cannot fit in 80 GB
+        let (_, r) = report("llama3-70b", spec(1, 1, 8, 8));
+        assert_eq!(r.verdict, Verdict::Oom);
+        let mut s = spec(8, 8, 2, 16);
+        s.recompute = Some(Recompute::Full);
+        let (_, r) = report("llama2-70b", s);
+        assert_eq!(r.verdict, Verdict::Fits, "{:?}", r.peak());
+    }
+}

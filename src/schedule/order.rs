@@ -1,0 +1,191 @@
+//! The order in which each pipeline rank runs its passes, per schedule. Every schedule here
+//! is a fixed per-rank order (as the frameworks run them); the engine only times it.
+
+use super::{Pass, Task};
+use crate::workload::Schedule;
+
+/// Per rank, the passes in the order the rank runs them. `ranks` = pp, `chunks` = model chunks
+/// per rank (vpp), `micro_batches` per step; chunk c of rank r is virtual stage c·pp + r.
+pub fn orders(
+    schedule: Schedule,
+    ranks: usize,
+    chunks: usize,
+    micro_batches: usize,
+) -> Vec<Vec<Task>> {
+    (0..ranks)
+        .map(|r| match schedule {
+            Schedule::Gpipe => gpipe(r, micro_batches),
+            Schedule::ClosedForm | Schedule::OneFOneB => one_f_one_b(r, ranks, micro_batches),
+            Schedule::ZbH1 => zb_h1(r, ranks, micro_batches),
+            Schedule::Interleaved => interleaved(r, ranks, chunks, micro_batches),
+        })
+        .collect()
+}
+
+fn task(stage: usize, pass: Pass, micro_batch: usize) -> Task {
+    Task {
+        stage: stage as u32,
+        pass,
+        micro_batch: micro_batch as u32,
+    }
+}
+
+/// All forwards, then all backwards, the last micro-batch first.
+fn gpipe(r: usize, m: usize) -> Vec<Task> {
+    (0..m)
+        .map(|i| task(r, Pass::Forward, i))
+        .chain((0..m).rev().map(|i| task(r, Pass::Backward, i)))
+        .collect()
+}
+
+/// pp − r − 1 warm-up forwards, then forward/backward pairs, then the cool-down backwards.
+fn one_f_one_b(r: usize, p: usize, m: usize) -> Vec<Task> {
+    let warmup = (p - r - 1).min(m);
+    let mut out: Vec<Task> = (0..warmup).map(|i| task(r, Pass::Forward, i)).collect();
+    for j in 0..m - warmup {
+        out.push(task(r, Pass::Forward, warmup + j));
+        out.push(task(r, Pass::Backward, j));
+    }
+    out.extend((m - warmup..m).map(|j| task(r, Pass::Backward, j)));
+    out
+}
+
+/// ZB-H1: 1F1B's forwards and input-gradient backwards (pp − r forwards in flight), with rank
+/// r running each weight-gradient pass r micro-batches late. The late passes fill the bubbles
+/// of the cool-down, so the bubble is (pp − 1)(F + B − W) instead of 1F1B's (pp − 1)(F + B + W)
+/// (Qi et al. 2024), and rank r holds at most (pp − r) + r = pp micro-batches: the first
+/// rank's 1F1B peak.
+fn zb_h1(r: usize, p: usize, m: usize) -> Vec<Task> {
+    let warmup = (p - r).min(m);
+    let mut out: Vec<Task> = (0..warmup).map(|i| task(r, Pass::Forward, i)).collect();
+    let mut next_w = 0;
+    for j in 0..m {
+        out.push(task(r, Pass::Backward, j));
+        if warmup + j < m {
+            out.push(task(r, Pass::Forward, warmup + j));
+        }
+        if j >= r {
+            out.push(task(r, Pass::WeightGrad, next_w));
+            next_w += 1;
+        }
+    }
+    out.extend((next_w..m).map(|i| task(r, Pass::WeightGrad, i)));
+    out
+}
+
+/// Megatron's interleaved 1F1B: micro-batches go through the chunks in groups of pp; the
+/// warm-up is 2·(pp − r − 1) + (vpp − 1)·pp chunk-passes (all of them when m = pp).
+fn interleaved(r: usize, p: usize, v: usize, m: usize) -> Vec<Task> {
+    let total = m * v;
+    let group = p * v;
+    let chunk_fwd = |k: usize| (k % group) / p;
+    let micro_batch = |k: usize| (k / group) * p + k % p;
+    let fwd = |k: usize| task(chunk_fwd(k) * p + r, Pass::Forward, micro_batch(k));
+    let bwd = |k: usize| {
+        task(
+            (v - 1 - chunk_fwd(k)) * p + r,
+            Pass::Backward,
+            micro_batch(k),
+        )
+    };
+    let warmup = if m == p {
+        total
+    } else {
+        (2 * (p - r - 1) + (v - 1) * p).min(total)
+    };
+    let mut out: Vec<Task> = (0..warmup).map(fwd).collect();
+    for k in 0..total - warmup {
+        out.push(fwd(warmup + k));
+        out.push(bwd(k));
+    }
+    out.extend((total - warmup..total).map(bwd));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn names(tasks: &[Task]) -> String {
+        tasks
+            .iter()
+            .map(|t| {
+                let p = match t.pass {
+                    Pass::Forward => "F",
+                    Pass::Backward => "B",
+                    Pass::WeightGrad => "W",
+                };
+                format!("{p}{}", t.micro_batch)
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn one_f_one_b_warms_up_pp_minus_rank_minus_one() {
+        let o = orders(Schedule::OneFOneB, 4, 1, 6);
+        assert_eq!(names(&o[0]), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+        assert_eq!(names(&o[3]), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
+    }
+
+    #[test]
+    fn zb_h1_delays_weight_gradients_by_the_rank() {
+        let o = orders(Schedule::ZbH1, 4, 1, 6);
+        assert_eq!(
+            names(&o[0]),
+            "F0 F1 F2 F3 B0 F4 W0 B1 F5 W1 B2 W2 B3 W3 B4 W4 B5 W5"
+        );
+        assert_eq!(
+            names(&o[3]),
+            "F0 B0 F1 B1 F2 B2 F3 B3 F4 W0 B4 F5 W1 B5 W2 W3 W4 W5"
+        );
+    }
+
+    #[test]
+    fn interleaved_follows_megatron_chunk_order() {
+        // pp 2, vpp 2, m 4: rank 0 warms up 2·1 + 1·2 = 4 chunk-passes
+        let o = orders(Schedule::Interleaved, 2, 2, 4);
+        let stages: Vec<String> = o[0]
+            .iter()
+            .map(|t| {
+                format!("{:?}{}s{}", t.pass, t.micro_batch, t.stage)
+                    .replace("Forward", "F")
+                    .replace("Backward", "B")
+            })
+            .collect();
+        assert_eq!(
+            stages.join(" "),
+            "F0s0 F1s0 F0s2 F1s2 F2s0 B0s2 F3s0 B1s2 F2s2 B0s0 F3s2 B1s0 B2s2 B3s2 B2s0 B3s0"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn every_pass_runs_once_and_after_its_forward(
+            p in 1usize..9, v in 1usize..5, groups in 1usize..5,
+            schedule in prop::sample::select(vec![Schedule::Gpipe, Schedule::OneFOneB, Schedule::ZbH1, Schedule::Interleaved]),
+        ) {
+            let v = if schedule == Schedule::Interleaved { v } else { 1 };
+            let m = groups * p;
+            let o = orders(schedule, p, v, m);
+            let passes = if schedule.splits_backward() { 3 } else { 2 };
+            for (r, tasks) in o.iter().enumerate() {
+                prop_assert_eq!(tasks.len(), m * v * passes);
+                let mut seen = std::collections::HashSet::new();
+                for t in tasks {
+                    prop_assert_eq!(t.stage as usize % p, r);
+                    prop_assert!(seen.insert(*t), "{:?} twice", t);
+                    if t.pass != Pass::Forward {
+                        let f = Task { pass: Pass::Forward, ..*t };
+                        prop_assert!(seen.contains(&f), "{:?} before its forward", t);
+                    }
+                    if t.pass == Pass::WeightGrad {
+                        let b = Task { pass: Pass::Backward, ..*t };
+                        prop_assert!(seen.contains(&b));
+                    }
+                }
+            }
+        }
+    }
+}
