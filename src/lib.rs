@@ -14,6 +14,7 @@
 
 pub mod dataset;
 pub mod error;
+pub mod fault;
 pub mod fsutil;
 pub mod hardware;
 pub mod memory;
@@ -23,6 +24,7 @@ pub mod regress;
 pub mod rng;
 pub mod roofline;
 pub mod schedule;
+pub mod search;
 pub mod stats;
 pub mod workload;
 

@@ -338,6 +338,8 @@ fn planning_cluster(t: Target) -> Cluster {
             software: Default::default(),
             efficiency: Default::default(),
             memory: Default::default(),
+            reliability: None,
+            storage: None,
         },
     }
 }

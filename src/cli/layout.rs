@@ -77,7 +77,7 @@ pub struct JobArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_p2p: Option<bool>,
     /// Fraction (0–1) of tensor-parallel communication hidden behind GEMMs [default 0].
-    #[arg(long, value_name = "FRACTION")]
+    #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
     pub tp_comm_overlap: Option<f64>,
 }
 
@@ -168,6 +168,31 @@ impl JobArgs {
             arch,
             layout,
         })
+    }
+}
+
+/// The models a prediction uses: `--models` or the cluster file's directory, when it holds
+/// trained models; with `strict`, a directory without them is an error.
+pub fn open_models(
+    dir: Option<&Path>,
+    strict: bool,
+) -> anyhow::Result<Option<stepcast::regress::ModelSet>> {
+    use anyhow::Context;
+    match dir {
+        Some(dir)
+            if dir
+                .join(stepcast::regress::modelset::MANIFEST_FILE)
+                .is_file() =>
+        {
+            Ok(Some(stepcast::regress::ModelSet::open(dir).with_context(
+                || format!("opening models {}", dir.display()),
+            )?))
+        }
+        Some(dir) if strict => anyhow::bail!(stepcast::Error::MissingModel(format!(
+            "{}: no trained models there (--strict)",
+            dir.display()
+        ))),
+        _ => Ok(None),
     }
 }
 

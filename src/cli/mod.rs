@@ -9,6 +9,9 @@ mod models;
 mod output;
 mod plot;
 mod predict;
+mod report;
+mod run;
+mod search;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +34,11 @@ pub enum Command {
     Predict(Box<predict::PredictArgs>),
     /// Project the memory each GPU of a layout needs, and whether it fits.
     Memory(Box<memory::MemoryArgs>),
+    /// Find the best layouts of a model on N GPUs at a global batch.
+    Search(Box<search::SearchArgs>),
+    /// A run's effective training time ratio, end-to-end time and best checkpoint interval
+    /// from a known step time (MoFa's fault-tolerance model).
+    Ettr(run::EttrArgs),
     /// Work with measurement datasets.
     #[command(subcommand)]
     Datasets(datasets::DatasetsCommand),
@@ -61,6 +69,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Predict(args) => predict::run(*args),
         Command::Memory(args) => memory::run(*args),
+        Command::Search(args) => search::run(*args),
+        Command::Ettr(args) => run::run_ettr(args),
         Command::Datasets(cmd) => datasets::run(cmd),
         Command::Train(args) => train::run(args),
         Command::Eval(args) => eval::run(args),

@@ -3,14 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::Args;
 
 use super::layout::{describe, rules_name, JobArgs};
 use super::output::{align_numbers, table};
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, OperatorReport, PredictOptions, Prediction};
-use stepcast::regress::ModelSet;
 
 #[derive(Debug, Args)]
 pub struct PredictArgs {
@@ -34,6 +32,11 @@ pub struct PredictArgs {
     /// Write an SVG chart of how each pipeline rank spends the step.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Write a self-contained HTML report (summary, breakdown, timeline, memory).
+    #[arg(long, value_name = "FILE.html")]
+    pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: super::run::RunArgs,
 }
 
 pub fn run(args: PredictArgs) -> anyhow::Result<()> {
@@ -47,22 +50,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     }
     let cluster = &job.cluster;
     let models_dir = args.models.clone().or_else(|| cluster.models_dir.clone());
-    let models = match &models_dir {
-        Some(dir)
-            if dir
-                .join(stepcast::regress::modelset::MANIFEST_FILE)
-                .is_file() =>
-        {
-            Some(ModelSet::open(dir).with_context(|| format!("opening models {}", dir.display()))?)
-        }
-        Some(dir) if args.strict => {
-            anyhow::bail!(stepcast::Error::MissingModel(format!(
-                "{}: no trained models there (--strict)",
-                dir.display()
-            )))
-        }
-        _ => None,
-    };
+    let models = super::layout::open_models(models_dir.as_deref(), args.strict)?;
     let cost = CostModel::new(cluster, models);
     let prediction = predict(
         &job.arch,
@@ -92,11 +80,40 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         let svg = super::plot::breakdown_svg(&prediction, &title)?;
         stepcast::fsutil::write_atomic(path, svg.as_bytes())?;
     }
+    if let Some(path) = &args.html {
+        let html = super::report::prediction_page(&prediction, &title)?;
+        stepcast::fsutil::write_atomic(path, html.as_bytes())?;
+    }
+    let tokens_per_step = job.layout.tokens_per_step() as f64;
+    let run = match args.run.spec(cluster, tokens_per_step)? {
+        Some(spec) => Some(spec.outcome(
+            &job.arch,
+            &job.layout,
+            cluster.spec.gpus_per_node as u64,
+            prediction.step_time_s,
+        )?),
+        None => None,
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&prediction)?);
+        let mut value = serde_json::to_value(&prediction)?;
+        if let Some((outcome, save_s)) = &run {
+            value["run"] = serde_json::json!({"outcome": outcome, "checkpoint_save_s": save_s});
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_prediction(&prediction, &job, models_dir.as_deref(), args.operators);
-        for (what, path) in [("trace", &args.trace), ("plot", &args.plot)] {
+        if let Some((o, save_s)) = &run {
+            let steps = (o.training_s / prediction.step_time_s).round();
+            println!(
+                "run           {}",
+                super::run::describe_run(o, steps, *save_s)
+            );
+        }
+        for (what, path) in [
+            ("trace", &args.trace),
+            ("plot", &args.plot),
+            ("HTML report", &args.html),
+        ] {
             if let Some(p) = path {
                 println!("{what} written to {}", p.display());
             }

@@ -88,6 +88,12 @@ pub struct ClusterSpec {
     pub efficiency: Efficiency,
     #[serde(default)]
     pub memory: MemoryOverheads,
+    /// Failure rate and recovery times for run-time projections (default: MoFa's figures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reliability: Option<crate::fault::Reliability>,
+    /// Checkpoint write bandwidth (default: 2 GB/s per node, 100 GB/s in all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<crate::fault::Storage>,
 }
 
 /// A loaded cluster file with its models directory resolved.
@@ -177,6 +183,12 @@ impl ClusterSpec {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(format!("{what}: {field} must be zero or positive"));
             }
+        }
+        if let Some(r) = &self.reliability {
+            r.validate(&format!("{what}: reliability"))?;
+        }
+        if let Some(s) = &self.storage {
+            s.validate(&format!("{what}: storage"))?;
         }
         Ok(())
     }

@@ -121,20 +121,10 @@ pub fn predict(
 ) -> Result<Prediction> {
     let mut d = decompose(arch, layout, cluster);
     let memory = crate::memory::project(arch, layout, cluster, &d);
-    // one estimate per distinct query; each call remembers its query's index so the step can
-    // be recomposed (for the interval) without hashing
-    let mut index: HashMap<OpQuery, usize> = HashMap::new();
-    let mut list: Vec<Estimate> = Vec::new();
-    for op in all_calls_mut(&mut d) {
-        op.estimate = match index.get(&op.query) {
-            Some(&i) => i,
-            None => {
-                list.push(cost.estimate(&op.query)?);
-                index.insert(op.query, list.len() - 1);
-                list.len() - 1
-            }
-        };
-    }
+    let list = estimate_calls(&mut d, cost)?;
+    let index: HashMap<OpQuery, usize> = all_calls_mut(&mut d)
+        .map(|op| (op.query, op.estimate))
+        .collect();
     let estimates: HashMap<OpQuery, Estimate> =
         index.iter().map(|(q, &i)| (*q, list[i].clone())).collect();
     if options.strict {
@@ -289,6 +279,24 @@ pub fn predict(
         warnings,
         timeline,
     })
+}
+
+/// Estimates every distinct call of a decomposition once; each call remembers its query's
+/// index (`OpCall::estimate`) so a step can be recomposed without hashing.
+pub fn estimate_calls(d: &mut Decomposition, cost: &CostModel) -> Result<Vec<Estimate>> {
+    let mut index: HashMap<OpQuery, usize> = HashMap::new();
+    let mut list: Vec<Estimate> = Vec::new();
+    for op in all_calls_mut(d) {
+        op.estimate = match index.get(&op.query) {
+            Some(&i) => i,
+            None => {
+                list.push(cost.estimate(&op.query)?);
+                index.insert(op.query, list.len() - 1);
+                list.len() - 1
+            }
+        };
+    }
+    Ok(list)
 }
 
 fn all_calls_mut(d: &mut Decomposition) -> impl Iterator<Item = &mut OpCall> {

@@ -1,0 +1,430 @@
+//! `stepcast search`: the best layouts of a model on N GPUs at a global batch.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::output::{align_numbers, table};
+use super::run::{duration, RunArgs};
+use stepcast::hardware::Cluster;
+use stepcast::ops::Dtype;
+use stepcast::predict::cost::CostModel;
+use stepcast::predict::{predict, PredictOptions, Prediction};
+use stepcast::search::{
+    search, Objective, SearchReport, SearchRequest, SearchRow, SearchSpace, Status,
+};
+use stepcast::workload::{Arch, Layout, Recompute, Rules, Schedule};
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// Cluster file, e.g. hardware-profiles/dgx-h100.yaml.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// Architecture: a preset, a YAML architecture file or a Hugging Face config.json.
+    #[arg(long)]
+    pub model: String,
+    /// GPUs to lay the job out on.
+    #[arg(long)]
+    pub gpus: u64,
+    /// Sequences per step.
+    #[arg(long)]
+    pub global_batch: u64,
+    /// Sequence length (default: the architecture's).
+    #[arg(long)]
+    pub seq_len: Option<u64>,
+    #[arg(long)]
+    pub dtype: Option<Dtype>,
+    #[arg(long, value_enum, default_value = "megatron")]
+    pub rules: Rules,
+    /// Tensor-parallel degrees to try, e.g. 1,2,4,8 [every divisor of --gpus].
+    #[arg(long, value_delimiter = ',')]
+    pub tp: Option<Vec<u64>>,
+    /// Pipeline degrees to try [every divisor of --gpus].
+    #[arg(long, value_delimiter = ',')]
+    pub pp: Option<Vec<u64>>,
+    /// Micro-batch sizes to try.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub micro_batch: Vec<u64>,
+    /// Schedules to try.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "1f1b,interleaved,zb-h1"
+    )]
+    pub schedule: Vec<Schedule>,
+    /// Largest number of chunks per rank for the interleaved schedule.
+    #[arg(long, default_value_t = 64)]
+    pub max_vpp: u64,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "none,selective,full"
+    )]
+    pub recompute: Vec<Recompute>,
+    /// Sequence parallelism settings to try (with tp > 1).
+    #[arg(long, value_delimiter = ',', default_value = "false,true")]
+    pub sequence_parallel: Vec<bool>,
+    /// ZeRO stages to try (3 only without pipeline stages).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,3")]
+    pub zero: Vec<u8>,
+    /// Keep layouts within 10 % of the GPU's memory (AT-RISK).
+    #[arg(long)]
+    pub allow_at_risk: bool,
+    /// Fraction (0–1) of tensor-parallel communication hidden behind GEMMs in every layout
+    /// (Megatron's --tp-comm-overlap; 0 = none).
+    #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
+    pub tp_comm_overlap: Option<f64>,
+    /// Rank by step time, or by end-to-end run time (needs --tokens or --steps).
+    #[arg(long, value_enum, default_value = "step")]
+    pub objective: Objective,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Rows in the table (their 80 % intervals are computed too).
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Write every layout (predicted and memory-pruned) as CSV.
+    #[arg(long, value_name = "FILE.csv")]
+    pub csv: Option<PathBuf>,
+    /// Write the whole report as JSON.
+    #[arg(long, value_name = "FILE.json")]
+    pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report of the search and its best layout.
+    #[arg(long, value_name = "FILE.html")]
+    pub html: Option<PathBuf>,
+    /// Models directory to use instead of the cluster file's.
+    #[arg(long)]
+    pub models: Option<PathBuf>,
+}
+
+/// One CSV line: the row flattened.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    rank: usize,
+    status: &'static str,
+    tp: u64,
+    pp: u64,
+    dp: u64,
+    micro_batch: u64,
+    micro_batches: u64,
+    vpp: u64,
+    schedule: &'a str,
+    recompute: &'static str,
+    sequence_parallel: bool,
+    zero: u8,
+    step_s: Option<f64>,
+    step_s_low: Option<f64>,
+    step_s_high: Option<f64>,
+    tokens_per_s_per_gpu: Option<f64>,
+    mfu_percent: Option<f64>,
+    bubble_ratio: Option<f64>,
+    memory_peak_gib: f64,
+    memory_headroom_gib: f64,
+    ettr: Option<f64>,
+    end_to_end_s: Option<f64>,
+    checkpoint_interval: Option<u64>,
+    checkpoint_save_s: Option<f64>,
+}
+
+fn recompute_name(r: Recompute) -> &'static str {
+    match r {
+        Recompute::None => "none",
+        Recompute::Selective => "selective",
+        Recompute::Full => "full",
+    }
+}
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Predicted => "predicted",
+        Status::Oom => "oom",
+        Status::AtRisk => "at-risk",
+    }
+}
+
+fn write_csv(path: &std::path::Path, report: &SearchReport) -> anyhow::Result<()> {
+    stepcast::fsutil::write_atomic_with(path, |w| {
+        let mut out = csv::Writer::from_writer(w);
+        for (i, r) in report.rows.iter().enumerate() {
+            out.serialize(CsvRow {
+                rank: i + 1,
+                status: status_name(r.status),
+                tp: r.tp,
+                pp: r.pp,
+                dp: r.dp,
+                micro_batch: r.micro_batch,
+                micro_batches: r.micro_batches,
+                vpp: r.vpp,
+                schedule: r.schedule,
+                recompute: recompute_name(r.recompute),
+                sequence_parallel: r.sequence_parallel,
+                zero: r.zero,
+                step_s: r.step_s,
+                step_s_low: r.interval_s.map(|i| i[0]),
+                step_s_high: r.interval_s.map(|i| i[1]),
+                tokens_per_s_per_gpu: r.tokens_per_s_per_gpu,
+                mfu_percent: r.mfu_percent,
+                bubble_ratio: r.bubble_ratio,
+                memory_peak_gib: r.memory_peak_gib,
+                memory_headroom_gib: r.memory_headroom_gib,
+                ettr: r.run.map(|o| o.ettr),
+                end_to_end_s: r.run.map(|o| o.end_to_end_s),
+                checkpoint_interval: r.run.map(|o| o.checkpoint_interval),
+                checkpoint_save_s: r.checkpoint_save_s,
+            })
+            .map_err(std::io::Error::other)?;
+        }
+        out.flush()
+    })?;
+    Ok(())
+}
+
+/// The `stepcast predict` line that reproduces a row.
+pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
+    let mut cmd = format!(
+        "stepcast predict --cluster {} --model {} --tp {} --pp {} --dp {} --micro-batch {} --global-batch {}",
+        args.cluster.display(),
+        args.model,
+        r.tp,
+        r.pp,
+        r.dp,
+        r.micro_batch,
+        args.global_batch
+    );
+    if r.vpp > 1 {
+        cmd += &format!(" --vpp {}", r.vpp);
+    } else {
+        cmd += &format!(" --schedule {}", r.schedule);
+    }
+    cmd += &format!(
+        " --recompute {} --zero {}",
+        recompute_name(r.recompute),
+        r.zero
+    );
+    if r.sequence_parallel {
+        cmd += " --sequence-parallel";
+    }
+    if let Some(s) = args.seq_len {
+        cmd += &format!(" --seq-len {s}");
+    }
+    if let Some(d) = args.dtype {
+        cmd += &format!(" --dtype {d}");
+    }
+    if args.rules == Rules::Paper {
+        cmd += " --rules paper";
+    }
+    if let Some(f) = args.tp_comm_overlap {
+        cmd += &format!(" --tp-comm-overlap {f}");
+    }
+    cmd
+}
+
+pub fn run(args: SearchArgs) -> anyhow::Result<()> {
+    let cluster = Cluster::load(&args.cluster)?;
+    let arch = Arch::resolve(&args.model)?;
+    let seq = args.seq_len.unwrap_or(arch.seq_len);
+    let run_spec = args.run.spec(&cluster, (args.global_batch * seq) as f64)?;
+    if args.objective == Objective::E2e && run_spec.is_none() {
+        anyhow::bail!(stepcast::Error::Invalid(
+            "--objective e2e ranks by the whole run's time: give --tokens or --steps".into()
+        ));
+    }
+    let models_dir = args.models.clone().or_else(|| cluster.models_dir.clone());
+    let models = super::layout::open_models(models_dir.as_deref(), false)?;
+    let cost = CostModel::new(&cluster, models);
+    let req = SearchRequest {
+        arch: &arch,
+        cluster: &cluster,
+        gpus: args.gpus,
+        global_batch: args.global_batch,
+        seq_len: args.seq_len,
+        dtype: args.dtype,
+        rules: args.rules,
+        tp_comm_overlap: args.tp_comm_overlap,
+        space: SearchSpace {
+            tp: args.tp.clone(),
+            pp: args.pp.clone(),
+            micro_batch: args.micro_batch.clone(),
+            schedules: args.schedule.clone(),
+            recompute: args.recompute.clone(),
+            sequence_parallel: args.sequence_parallel.clone(),
+            zero: args.zero.clone(),
+            max_vpp: args.max_vpp,
+        },
+        allow_at_risk: args.allow_at_risk,
+        objective: args.objective,
+        run: run_spec,
+    };
+    let mut report = search(&req, &cost)?;
+    // the best rows again with their intervals (and the full prediction for the HTML page)
+    let top: Vec<usize> = (0..report.rows.len())
+        .filter(|&i| report.rows[i].status == Status::Predicted)
+        .take(args.top.max(1))
+        .collect();
+    let full: Vec<(usize, Prediction)> = top
+        .par_iter()
+        .map(|&i| {
+            let spec = report.rows[i].spec(&report.base);
+            let layout = Layout::new(&spec, &arch, &cluster)?;
+            Ok((
+                i,
+                predict(&arch, &layout, &cluster, &cost, PredictOptions::default())?,
+            ))
+        })
+        .collect::<stepcast::Result<_>>()?;
+    for (i, p) in &full {
+        report.rows[*i].interval_s = Some(p.interval_s);
+    }
+    if let Some(path) = &args.csv {
+        write_csv(path, &report)?;
+    }
+    if let Some(path) = &args.json {
+        stepcast::fsutil::write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+    }
+    print_report(&args, &report, &arch, &cluster);
+    if report.predicted == 0 {
+        let closest = report
+            .rows
+            .iter()
+            .min_by(|a, b| a.memory_peak_gib.total_cmp(&b.memory_peak_gib))
+            .map(|r| {
+                format!(
+                    "; the smallest needs {:.1} GiB (tp {} pp {} dp {}, micro-batch {}, recompute \
+                     {}, ZeRO {})",
+                    r.memory_peak_gib,
+                    r.tp,
+                    r.pp,
+                    r.dp,
+                    r.micro_batch,
+                    recompute_name(r.recompute),
+                    r.zero
+                )
+            })
+            .unwrap_or_else(|| "; no layout passed the rules above".into());
+        anyhow::bail!(stepcast::Error::Invalid(format!(
+            "no layout of {} fits {} × {} ({:.0} GiB) at global batch {}{closest}: use more GPUs, \
+             a smaller batch or --allow-at-risk",
+            arch.name,
+            args.gpus,
+            cluster.spec.gpu.name,
+            cluster.spec.gpu.memory_gib,
+            args.global_batch
+        )));
+    }
+    if let Some(path) = &args.html {
+        let best = &full.first().expect("a predicted row").1;
+        let html = super::report::search_page(&args, &report, best)?;
+        stepcast::fsutil::write_atomic(path, html.as_bytes())?;
+        println!("HTML report written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: &Cluster) {
+    println!(
+        "{} on {} × {} ({}), global batch {} × {} tokens, ranked by {}",
+        arch.name,
+        args.gpus,
+        cluster.spec.gpu.name,
+        cluster.spec.name,
+        args.global_batch,
+        args.seq_len.unwrap_or(arch.seq_len),
+        match args.objective {
+            Objective::Step => "step time",
+            Objective::E2e => "end-to-end run time",
+        }
+    );
+    println!(
+        "{} layouts enumerated, {} pruned by the rules, {} by memory, {} predicted in {:.2} s",
+        report.enumerated,
+        report.pruned.values().sum::<usize>(),
+        report.pruned_memory,
+        report.predicted,
+        report.seconds
+    );
+    for (rule, n) in &report.pruned {
+        println!("  pruned {n:>6} × {rule}");
+    }
+    if report.predicted == 0 {
+        return;
+    }
+    let with_run = report.rows.first().is_some_and(|r| r.run.is_some());
+    let mut header = vec![
+        "#",
+        "tp",
+        "pp",
+        "dp",
+        "mb",
+        "m",
+        "vpp",
+        "schedule",
+        "recompute",
+        "SP",
+        "ZeRO",
+        "step s (80 % interval)",
+        "tok/s/GPU",
+        "MFU %",
+        "bubble %",
+        "memory GiB (free)",
+    ];
+    if with_run {
+        header.extend(["ETTR %", "end to end", "ckpt every"]);
+    }
+    let mut t = table(&header);
+    for (i, r) in report
+        .rows
+        .iter()
+        .filter(|r| r.status == Status::Predicted)
+        .take(args.top.max(1))
+        .enumerate()
+    {
+        let step = r.step_s.unwrap_or(f64::NAN);
+        let interval = r
+            .interval_s
+            .map(|[lo, hi]| format!("{step:.3} ({lo:.3}–{hi:.3})"))
+            .unwrap_or_else(|| format!("{step:.3}"));
+        let mut cells = vec![
+            (i + 1).to_string(),
+            r.tp.to_string(),
+            r.pp.to_string(),
+            r.dp.to_string(),
+            r.micro_batch.to_string(),
+            r.micro_batches.to_string(),
+            r.vpp.to_string(),
+            r.schedule.to_string(),
+            recompute_name(r.recompute).to_string(),
+            if r.sequence_parallel { "yes" } else { "no" }.to_string(),
+            r.zero.to_string(),
+            interval,
+            format!("{:.0}", r.tokens_per_s_per_gpu.unwrap_or(f64::NAN)),
+            format!("{:.1}", r.mfu_percent.unwrap_or(f64::NAN)),
+            format!("{:.1}", 100.0 * r.bubble_ratio.unwrap_or(f64::NAN)),
+            format!("{:.1} ({:.1})", r.memory_peak_gib, r.memory_headroom_gib),
+        ];
+        if let Some(o) = r.run {
+            cells.extend([
+                format!("{:.2}", 100.0 * o.ettr),
+                duration(o.end_to_end_s),
+                o.checkpoint_interval.to_string(),
+            ]);
+        }
+        t.add_row(cells);
+    }
+    align_numbers(&mut t, 1);
+    println!("{t}");
+    if let Some(best) = report.best() {
+        println!("best: {}", predict_command(args, best));
+    }
+    for (what, path) in [("CSV", &args.csv), ("JSON", &args.json)] {
+        if let Some(p) = path {
+            println!(
+                "{what} of all {} layouts written to {}",
+                report.rows.len(),
+                p.display()
+            );
+        }
+    }
+}

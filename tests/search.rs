@@ -1,0 +1,201 @@
+//! End-to-end tests of `stepcast search` and `stepcast ettr` through the binary.
+
+mod common;
+
+use common::{assert_user_error, repo, stderr, stdout, stepcast};
+
+fn search(extra: &[&str]) -> std::process::Output {
+    let cluster = repo("hardware-profiles/dgx-h100.yaml");
+    let mut args = vec!["search", "--cluster", cluster.as_str()];
+    args.extend_from_slice(extra);
+    stepcast(&args)
+}
+
+#[test]
+fn search_ranks_layouts_and_writes_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv_path = dir.path().join("all.csv");
+    let json_path = dir.path().join("all.json");
+    let o = search(&[
+        "--model",
+        "llama2-13b",
+        "--gpus",
+        "32",
+        "--global-batch",
+        "64",
+        "--top",
+        "3",
+        "--csv",
+        csv_path.to_str().unwrap(),
+        "--json",
+        json_path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("layouts enumerated") && text.contains("best: stepcast predict"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let predicted: Vec<&serde_json::Value> =
+        rows.iter().filter(|r| r["status"] == "predicted").collect();
+    assert_eq!(
+        predicted.len() as u64,
+        report["predicted"].as_u64().unwrap()
+    );
+    let pruned: u64 = report["pruned"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        report["enumerated"].as_u64().unwrap(),
+        pruned + rows.len() as u64
+    );
+    let steps: Vec<f64> = predicted
+        .iter()
+        .map(|r| r["step_s"].as_f64().unwrap())
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]));
+    // the best three carry their 80 % interval
+    for r in &predicted[..3] {
+        let i = r["interval_s"].as_array().unwrap();
+        assert!(i[0].as_f64().unwrap() <= r["step_s"].as_f64().unwrap());
+    }
+    let mut csv = csv::Reader::from_path(&csv_path).unwrap();
+    assert_eq!(csv.records().count(), rows.len());
+    // the best row's predict command gives the same step time
+    let best = text
+        .lines()
+        .find_map(|l| l.strip_prefix("best: stepcast "))
+        .unwrap()
+        .to_string();
+    let mut args: Vec<&str> = best.split_whitespace().collect();
+    args.push("--json");
+    let p = stepcast(&args);
+    assert!(p.status.success(), "{}", stderr(&p));
+    let p: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
+    let rel = p["step_time_s"].as_f64().unwrap() / steps[0] - 1.0;
+    assert!(rel.abs() < 1e-9, "{rel}");
+}
+
+#[test]
+fn end_to_end_objective_reports_the_run() {
+    let o = search(&[
+        "--model",
+        "llama2-7b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "32",
+        "--objective",
+        "e2e",
+        "--tokens",
+        "1e11",
+        "--top",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("ETTR %") && text.contains("end to end") && text.contains("days"),
+        "{text}"
+    );
+}
+
+#[test]
+fn search_inputs_that_cannot_work_say_why() {
+    assert_user_error(
+        &search(&[
+            "--model",
+            "llama3-405b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+        ]),
+        &["no layout of llama3-405b fits", "smallest needs"],
+    );
+    assert_user_error(
+        &search(&[
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--objective",
+            "e2e",
+        ]),
+        &["--tokens"],
+    );
+    assert_user_error(
+        &search(&[
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "100000",
+            "--global-batch",
+            "8",
+        ]),
+        &["100000 GPUs"],
+    );
+    assert_user_error(
+        &search(&[
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--tokens",
+            "1e9",
+            "--checkpoint-write-gbps-per-node",
+            "-5",
+        ]),
+        &["must be positive"],
+    );
+}
+
+#[test]
+fn ettr_reproduces_mofa_and_refuses_impossible_inputs() {
+    // MoFa Table 5, LLaMA2-70B on 128 GPUs: ETTR 98.49 %, T_E2E 26,947,190.75 s
+    let o = stepcast(&[
+        "ettr",
+        "--step-s",
+        "27.83",
+        "--steps",
+        "953675",
+        "--nodes",
+        "16",
+        "--failures-per-node-day",
+        "0.005",
+        "--recovery-s",
+        "134.41",
+        "--save-s",
+        "4.19",
+        "--checkpoint-interval",
+        "10",
+        "--first-start-s",
+        "0",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!((v["outcome"]["ettr"].as_f64().unwrap() - 0.9849).abs() < 1e-4);
+    assert!((v["outcome"]["end_to_end_s"].as_f64().unwrap() - 26_947_190.75).abs() < 0.2);
+    let base = [
+        "ettr", "--step-s", "28", "--steps", "1000", "--nodes", "32", "--save-s", "2",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        stepcast(&a)
+    };
+    assert_user_error(&with(&["--failures-per-node-day", "0"]), &["positive rate"]);
+    assert_user_error(&with(&["--recovery-s", "-3"]), &["zero or positive"]);
+    assert_user_error(&with(&["--failures-per-node-day", "500"]), &["recovering"]);
+}
