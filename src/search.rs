@@ -137,7 +137,7 @@ pub struct SearchRow {
     pub micro_batch: u64,
     pub micro_batches: u64,
     pub vpp: u64,
-    pub schedule: &'static str,
+    pub schedule: Schedule,
     pub recompute: Recompute,
     pub sequence_parallel: bool,
     pub zero: u8,
@@ -171,13 +171,7 @@ impl SearchRow {
             dp: Some(self.dp),
             micro_batch: Some(self.micro_batch),
             vpp: Some(self.vpp),
-            schedule: Some(match self.schedule {
-                "interleaved" => Schedule::Interleaved,
-                "zb-h1" => Schedule::ZbH1,
-                "gpipe" => Schedule::Gpipe,
-                "closed-form" => Schedule::ClosedForm,
-                _ => Schedule::OneFOneB,
-            }),
+            schedule: Some(self.schedule),
             recompute: Some(self.recompute),
             sequence_parallel: Some(self.sequence_parallel),
             zero: Some(self.zero),
@@ -190,7 +184,7 @@ impl SearchRow {
 pub struct SearchReport {
     pub enumerated: usize,
     /// Layouts the structural rules removed, by rule.
-    pub pruned: BTreeMap<String, usize>,
+    pub pruned: BTreeMap<&'static str, usize>,
     /// Layouts the memory projection removed.
     pub pruned_memory: usize,
     pub predicted: usize,
@@ -305,19 +299,17 @@ fn broken_rule(req: &SearchRequest, spec: &ParallelSpec) -> Option<&'static str>
     if spec.zero == Some(3) && pp > 1 {
         return Some("ZeRO-3 (FSDP) with pipeline stages");
     }
+    // chunk counts are enumerated from the divisors of the layers per rank
+    if spec.schedule == Some(Schedule::Interleaved) && (req.global_batch / (mb * dp)) % pp != 0 {
+        return Some("interleaving needs layers divisible by pp·vpp and micro-batches by pp");
+    }
     None
 }
 
-fn evaluate(
-    req: &SearchRequest,
-    cost: &CostModel,
-    spec: &ParallelSpec,
-) -> Result<std::result::Result<SearchRow, String>> {
-    let layout = match Layout::new(spec, req.arch, req.cluster) {
-        Ok(l) => l,
-        Err(Error::Invalid(m)) => return Ok(Err(rule_of(&m))),
-        Err(e) => return Err(e),
-    };
+/// Projects a layout's memory and, when it fits, predicts its step. The rules above leave no
+/// layout `Layout::new` refuses.
+fn evaluate(req: &SearchRequest, cost: &CostModel, spec: &ParallelSpec) -> Result<SearchRow> {
+    let layout = Layout::new(spec, req.arch, req.cluster)?;
     let mut d = decompose(req.arch, &layout, req.cluster);
     let memory = project(req.arch, &layout, req.cluster, &d);
     let peak = memory.peak().total_gib;
@@ -328,7 +320,7 @@ fn evaluate(
         micro_batch: layout.micro_batch,
         micro_batches: layout.micro_batches,
         vpp: layout.vpp,
-        schedule: layout.schedule.name(),
+        schedule: layout.schedule,
         recompute: layout.recompute,
         sequence_parallel: layout.sequence_parallel,
         zero: layout.zero,
@@ -346,11 +338,11 @@ fn evaluate(
     match memory.verdict {
         Verdict::Oom => {
             row.status = Status::Oom;
-            return Ok(Ok(row));
+            return Ok(row);
         }
         Verdict::AtRisk if !req.allow_at_risk => {
             row.status = Status::AtRisk;
-            return Ok(Ok(row));
+            return Ok(row);
         }
         _ => {}
     }
@@ -372,17 +364,7 @@ fn evaluate(
         row.run = Some(outcome);
         row.checkpoint_save_s = Some(save);
     }
-    Ok(Ok(row))
-}
-
-/// A short name for the layout rule a message is about, for the pruning summary.
-fn rule_of(message: &str) -> String {
-    if message.contains("interleaved") || message.contains("vpp") {
-        "interleaving needs layers divisible by pp·vpp and micro-batches by pp".into()
-    } else {
-        let first = message.split(':').next().unwrap_or(message);
-        format!("invalid layout ({first})")
-    }
+    Ok(row)
 }
 
 pub fn search(req: &SearchRequest, cost: &CostModel) -> Result<SearchReport> {
@@ -415,25 +397,18 @@ pub fn search(req: &SearchRequest, cost: &CostModel) -> Result<SearchReport> {
         ..Default::default()
     };
     let candidates = enumerate(req, &base);
-    let mut pruned: BTreeMap<String, usize> = BTreeMap::new();
+    let mut pruned: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut survivors = Vec::new();
     for c in &candidates {
         match broken_rule(req, &c.spec) {
-            Some(rule) => *pruned.entry(rule.to_string()).or_default() += 1,
+            Some(rule) => *pruned.entry(rule).or_default() += 1,
             None => survivors.push(&c.spec),
         }
     }
-    let evaluated: Vec<Result<std::result::Result<SearchRow, String>>> = survivors
+    let mut rows: Vec<SearchRow> = survivors
         .par_iter()
         .map(|spec| evaluate(req, cost, spec))
-        .collect();
-    let mut rows = Vec::new();
-    for e in evaluated {
-        match e? {
-            Ok(row) => rows.push(row),
-            Err(rule) => *pruned.entry(rule).or_default() += 1,
-        }
-    }
+        .collect::<Result<_>>()?;
     let predicted = rows
         .iter()
         .filter(|r| r.status == Status::Predicted)
@@ -460,12 +435,7 @@ pub fn search(req: &SearchRequest, cost: &CostModel) -> Result<SearchReport> {
 mod tests {
     use super::*;
 
-    fn cluster() -> Cluster {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut c = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap();
-        c.models_dir = None;
-        c
-    }
+    use crate::hardware::dgx_h100_without_models as cluster;
 
     fn request<'a>(arch: &'a Arch, c: &'a Cluster, gpus: u64, batch: u64) -> SearchRequest<'a> {
         SearchRequest {

@@ -363,7 +363,7 @@ pub fn search_page(
             r.dp,
             r.micro_batch,
             r.vpp,
-            r.schedule,
+            r.schedule.name(),
             r.recompute,
             if r.sequence_parallel { "yes" } else { "no" },
             r.zero,

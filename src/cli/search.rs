@@ -158,7 +158,7 @@ fn write_csv(path: &std::path::Path, report: &SearchReport) -> anyhow::Result<()
                 micro_batch: r.micro_batch,
                 micro_batches: r.micro_batches,
                 vpp: r.vpp,
-                schedule: r.schedule,
+                schedule: r.schedule.name(),
                 recompute: recompute_name(r.recompute),
                 sequence_parallel: r.sequence_parallel,
                 zero: r.zero,
@@ -197,7 +197,7 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if r.vpp > 1 {
         cmd += &format!(" --vpp {}", r.vpp);
     } else {
-        cmd += &format!(" --schedule {}", r.schedule);
+        cmd += &format!(" --schedule {}", r.schedule.name());
     }
     cmd += &format!(
         " --recompute {} --zero {}",
@@ -394,7 +394,7 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
             r.micro_batch.to_string(),
             r.micro_batches.to_string(),
             r.vpp.to_string(),
-            r.schedule.to_string(),
+            r.schedule.name().to_string(),
             recompute_name(r.recompute).to_string(),
             if r.sequence_parallel { "yes" } else { "no" }.to_string(),
             r.zero.to_string(),

@@ -130,6 +130,16 @@ impl Cluster {
     }
 }
 
+/// The shipped DGX H100 cluster file without its models (so every kernel cost comes from the
+/// roofline and every collective from the analytic model): the tests' cluster.
+#[cfg(test)]
+pub(crate) fn dgx_h100_without_models() -> Cluster {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut c = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).expect("shipped");
+    c.models_dir = None;
+    c
+}
+
 /// `base/rel` with `..` and `.` resolved on the text (no file-system access), so messages show
 /// `models/perlmutter`, not `hardware-profiles/../models/perlmutter`.
 fn lexical_join(base: &Path, rel: &Path) -> PathBuf {

@@ -1,6 +1,8 @@
 //! What the hardware can do: GPU peaks, interconnect tiers, whole clusters.
 
 mod cluster;
+#[cfg(test)]
+pub(crate) use cluster::dgx_h100_without_models;
 mod gpu;
 mod network;
 

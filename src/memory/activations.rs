@@ -189,13 +189,9 @@ pub fn head_transient(arch: &Arch, layout: &Layout) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hardware::Cluster;
     use crate::workload::{ArchSpec, ParallelSpec};
 
-    fn cluster() -> Cluster {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap()
-    }
+    use crate::hardware::dgx_h100_without_models as cluster;
 
     /// GPT-3 175B as Korthikanti et al. model it: unfused attention, dropout, GELU MLP of 4·h.
     fn gpt3_as_in_the_paper() -> Arch {

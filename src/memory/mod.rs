@@ -245,10 +245,7 @@ mod tests {
     use crate::predict::decompose::decompose;
     use crate::workload::{ParallelSpec, Recompute};
 
-    fn cluster() -> Cluster {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap()
-    }
+    use crate::hardware::dgx_h100_without_models as cluster;
 
     fn report(model: &str, spec: ParallelSpec) -> (Layout, MemoryReport) {
         let c = cluster();

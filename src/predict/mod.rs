@@ -355,12 +355,7 @@ mod tests {
     use crate::workload::{ParallelSpec, Recompute, Rules};
     use proptest::prelude::*;
 
-    fn cluster() -> Cluster {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut c = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap();
-        c.models_dir = None;
-        c
-    }
+    use crate::hardware::dgx_h100_without_models as cluster;
 
     fn spec(tp: u64, pp: u64, dp: u64, mb: u64, m: u64) -> ParallelSpec {
         ParallelSpec {

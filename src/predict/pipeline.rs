@@ -211,16 +211,12 @@ pub fn pipeline_work(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hardware::Cluster;
     use crate::predict::compose_step;
     use crate::predict::decompose::decompose;
     use crate::workload::{Arch, ParallelSpec, Recompute, Schedule};
     use proptest::prelude::*;
 
-    fn cluster() -> Cluster {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap()
-    }
+    use crate::hardware::dgx_h100_without_models as cluster;
 
     /// Deterministic made-up times: kernels 1–1000 µs by a hash of the query, collectives
     /// growing with their size; `send` µs for a pipeline transfer, and the first stage's extra

@@ -28,12 +28,11 @@ pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
     let mut ranks: Vec<RankTimeline> = vec![RankTimeline::default(); p];
     // the first forward of each chunk waits for its gathered weights when the all-gather of
     // the distributed optimizer overlaps the step's start
-    let gathered = if work.overlap.param_gather {
+    let (gathered, gathers_end) = if work.overlap.param_gather {
         start_gathers(work, &mut ranks)
     } else {
-        Vec::new()
+        (Vec::new(), vec![0.0; p])
     };
-    let mut blocked_send = vec![Vec::<f64>::new(); p];
 
     let total: usize = orders.iter().map(Vec::len).sum();
     let mut done = 0;
@@ -92,15 +91,15 @@ pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
                     }
                     Pass::WeightGrad => {}
                 }
-                blocked_send[r].push(if work.overlap.p2p {
-                    0.0
-                } else {
-                    send_us.max(0.0)
-                });
                 ranks[r].tasks.push(TaskRun {
                     task,
                     start_us: start,
                     end_us: end,
+                    blocking_send_us: if work.overlap.p2p {
+                        0.0
+                    } else {
+                        send_us.max(0.0)
+                    },
                     gather_wait_us: waits.iter().map(|w| w.1).sum(),
                     gather_waits: waits,
                 });
@@ -122,8 +121,8 @@ pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
 
     for r in 0..p {
         ranks[r].compute_end_us = compute_free[r];
-        reduce_gradients(work, r, &mut ranks[r]);
-        account(work, &mut ranks[r], &blocked_send[r]);
+        reduce_gradients(work, r, &mut ranks[r], gathers_end[r]);
+        account(work, &mut ranks[r]);
     }
     let critical_rank = (0..p)
         .max_by(|&a, &b| ranks[a].sync_end_us.total_cmp(&ranks[b].sync_end_us))
@@ -205,10 +204,11 @@ fn chunk_params(work: &PipelineWork, stage: usize, pass: Pass) -> u64 {
 
 /// Starts every chunk's parameter all-gather at t = 0 on the data-parallel stream, first chunk
 /// first, each chunk's buckets in forward order; returns per stage the time each bucket (in
-/// gradient order) is ready. Stages of other ranks get an empty list.
-fn start_gathers(work: &PipelineWork, ranks: &mut [RankTimeline]) -> Vec<Vec<f64>> {
+/// gradient order) is ready, and per rank when its data-parallel stream is free again.
+fn start_gathers(work: &PipelineWork, ranks: &mut [RankTimeline]) -> (Vec<Vec<f64>>, Vec<f64>) {
     let p = work.pp();
     let mut ready = vec![Vec::new(); work.chunks.len()];
+    let mut free = vec![0.0; p];
     for (r, rank) in ranks.iter_mut().enumerate() {
         let w = &work.ranks[r];
         let mut t = 0.0;
@@ -228,8 +228,9 @@ fn start_gathers(work: &PipelineWork, ranks: &mut [RankTimeline]) -> Vec<Vec<f64
             }
             ready[s] = times;
         }
+        free[r] = t;
     }
-    ready
+    (ready, free)
 }
 
 /// A first forward that needs each segment's weights gathered before it runs: returns its
@@ -264,9 +265,10 @@ fn gated_forward(
     (t, waits)
 }
 
-/// Reduces the rank's gradient buckets: each chunk's as its last backward (weight-gradient
-/// pass when split) completes them with overlap, else all after the rank's last pass.
-fn reduce_gradients(work: &PipelineWork, r: usize, rank: &mut RankTimeline) {
+/// Reduces the rank's gradient buckets on its data-parallel stream (free from `dp_free`): each
+/// chunk's as its last backward (weight-gradient pass when split) completes them with overlap,
+/// else all after the rank's last pass.
+fn reduce_gradients(work: &PipelineWork, r: usize, rank: &mut RankTimeline, dp_free: f64) {
     let w = &work.ranks[r];
     let grad_pass = if work.schedule.splits_backward() {
         Pass::WeightGrad
@@ -306,13 +308,15 @@ fn reduce_gradients(work: &PipelineWork, r: usize, rank: &mut RankTimeline) {
             }
         }
     }
-    let mut free = 0.0f64;
-    if !work.overlap.grad_reduce {
-        free = rank.compute_end_us;
-    }
+    let mut free = if work.overlap.grad_reduce {
+        dp_free
+    } else {
+        dp_free.max(rank.compute_end_us)
+    };
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    rank.sync_end_us = rank.compute_end_us;
     for (ready, us, name) in buckets {
-        let start = free.max(ready).max(rank_gather_end(rank));
+        let start = free.max(ready);
         rank.data_parallel.push(Span {
             name,
             start_us: start,
@@ -320,26 +324,18 @@ fn reduce_gradients(work: &PipelineWork, r: usize, rank: &mut RankTimeline) {
             blocking: !work.overlap.grad_reduce,
         });
         free = start + us;
+        rank.sync_end_us = rank.sync_end_us.max(free);
     }
-    rank.sync_end_us = rank.compute_end_us.max(free);
-}
-
-/// When the rank's overlapped parameter all-gathers (at the step's start) are done.
-fn rank_gather_end(rank: &RankTimeline) -> f64 {
-    rank.data_parallel
-        .iter()
-        .filter(|s| s.name.starts_with("parameter"))
-        .map(|s| s.end_us)
-        .fold(0.0, f64::max)
 }
 
 /// How the rank spent [0, sync end]: its passes by class, blocking sends as pipeline
 /// communication, waits for gathered weights and the exposed gradient reduction as data-parallel
 /// communication, the rest as bubble.
-fn account(work: &PipelineWork, rank: &mut RankTimeline, blocked_send: &[f64]) {
+fn account(work: &PipelineWork, rank: &mut RankTimeline) {
     let mut spent = Breakdown::default();
     let mut cursor = 0.0f64;
-    for (run, &send) in rank.tasks.iter().zip(blocked_send) {
+    for run in &rank.tasks {
+        let send = run.blocking_send_us;
         spent.bubble += (run.start_us - cursor).max(0.0);
         let parts = work.chunks[run.task.stage as usize]
             .pass(run.task.pass)

@@ -152,6 +152,8 @@ pub struct TaskRun {
     pub task: Task,
     pub start_us: f64,
     pub end_us: f64,
+    /// The send after it that held the compute stream (pipeline communication).
+    pub blocking_send_us: f64,
     /// Time inside the pass spent waiting for gathered parameters.
     pub gather_wait_us: f64,
     /// Where it waited: (repetition index over the pass's segments, µs) before that repetition.
