@@ -9,10 +9,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use stepcast::hardware::Cluster;
+use stepcast::plan::Plan;
 use stepcast::predict::cost::CostModel;
-use stepcast::predict::decompose::decompose;
 use stepcast::predict::pipeline::pipeline_work;
-use stepcast::predict::{predict, PredictOptions};
+use stepcast::predict::{estimate, predict, PredictOptions};
 use stepcast::regress::ModelSet;
 use stepcast::schedule::simulate;
 use stepcast::workload::{Arch, Layout, ParallelSpec, Schedule};
@@ -61,35 +61,11 @@ fn main() {
             ..Default::default()
         };
         let layout = Layout::new(&spec, &arch, &cluster).expect("layout");
-        let d = decompose(&arch, &layout, &cluster);
-        let estimates: std::collections::HashMap<_, _> = d
-            .stages
-            .iter()
-            .flat_map(|s| {
-                s.fwd
-                    .iter()
-                    .chain(&s.bwd)
-                    .chain(&s.grad_sync)
-                    .chain(&s.update)
-            })
-            .chain(d.parts.layer_fwd.iter().chain(&d.parts.layer_bwd))
-            .map(|op| {
-                (
-                    op.query,
-                    cost.estimate(&op.query).expect("estimate").time_us,
-                )
-            })
-            .collect();
-        let time_of = |op: &stepcast::predict::decompose::OpCall| {
-            estimates.get(&op.query).copied().unwrap_or(1.0)
-        };
-        let work = pipeline_work(&d, &layout, &time_of);
-        let passes: usize = simulate(&work)
-            .expect("simulates")
-            .ranks
-            .iter()
-            .map(|r| r.tasks.len())
-            .sum();
+        let plan = Plan::new(&arch, &layout, &cluster);
+        let costed = estimate(&plan, &cost, false).expect("estimates");
+        let work = pipeline_work(&plan, &layout, &costed.times);
+        let passes: usize =
+            work.chunks.len() * work.micro_batches * if schedule.splits_backward() { 3 } else { 2 };
         let sim = median_ms(21, || {
             black_box(simulate(black_box(&work)).expect("simulates"));
         });

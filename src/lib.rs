@@ -12,20 +12,24 @@
 //!    each costed, composed into a step by `schedule` (the pipeline simulator); `memory`
 //!    projects what each GPU holds.
 
+pub mod analytic;
 pub mod dataset;
 pub mod error;
 pub mod fault;
 pub mod fsutil;
 pub mod hardware;
+pub mod limits;
 pub mod memory;
+pub mod named;
 pub mod ops;
+pub mod plan;
 pub mod predict;
 pub mod regress;
 pub mod rng;
-pub mod roofline;
 pub mod schedule;
 pub mod search;
 pub mod stats;
+pub mod timing;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -22,9 +22,10 @@ fn main() {
             std::process::exit(0);
         }
         eprintln!("error: {err:#}");
-        let user_error = err
-            .chain()
-            .any(|c| c.downcast_ref::<stepcast::Error>().is_some());
+        let user_error = err.chain().any(|c| {
+            c.downcast_ref::<stepcast::Error>().is_some()
+                || c.downcast_ref::<stepcast::error::LayoutError>().is_some()
+        });
         std::process::exit(if user_error { 2 } else { 1 });
     }
 }

@@ -22,7 +22,7 @@ fn train_eval_and_show_work_end_to_end() {
     let text = stdout(&out);
     assert!(text.contains("gemm fwd fp16"), "{text}");
     assert!(models.join("manifest.json").is_file());
-    assert!(models.join("rmsnorm.fwd.fp16.json").is_file());
+    assert!(models.join("models.bin").is_file());
 
     let out = stepcast(&["eval", s(&models), s(&ds), "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -105,13 +105,10 @@ fn training_is_reproducible() {
     assert!(stepcast(&["train", s(&ds), "--out", s(&b), "--quiet"])
         .status
         .success());
-    for file in ["gemm.fwd.fp16.json", "all_reduce.none.fp16.json"] {
-        let fa: serde_json::Value =
-            serde_json::from_str(&fs::read_to_string(a.join(file)).unwrap()).unwrap();
-        let fb: serde_json::Value =
-            serde_json::from_str(&fs::read_to_string(b.join(file)).unwrap()).unwrap();
-        assert_eq!(fa["forest"], fb["forest"], "{file}");
-    }
+    // the same models, byte for byte
+    let fa = fs::read(a.join("models.bin")).unwrap();
+    let fb = fs::read(b.join("models.bin")).unwrap();
+    assert!(fa == fb, "models.bin differs between two trainings");
 }
 
 #[test]
@@ -179,18 +176,23 @@ fn models_of_another_version_are_refused() {
         v[field] = value.into();
         fs::write(path, v.to_string()).unwrap();
     };
-    set_field(
-        &models.join("rmsnorm.fwd.fp16.json"),
-        "feature_schema_version",
-        99,
-    );
+    // models.bin: magic, format version, feature schema version (u32 LE each after the magic)
+    let bin = models.join("models.bin");
+    let mut bytes = fs::read(&bin).unwrap();
+    bytes[20..24].copy_from_slice(&99u32.to_le_bytes());
+    fs::write(&bin, &bytes).unwrap();
     assert_user_error(
         &stepcast(&["eval", s(&models), s(&ds)]),
-        &[
-            "rmsnorm.fwd.fp16.json",
-            "feature schema version 99",
-            "retrain",
-        ],
+        &["models.bin", "feature schema version 99", "retrain"],
+    );
+    // trees changed after training are refused, not used
+    bytes[20..24].copy_from_slice(&1u32.to_le_bytes());
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0x55;
+    fs::write(&bin, &bytes).unwrap();
+    assert_user_error(
+        &stepcast(&["eval", s(&models), s(&ds)]),
+        &["models.bin", "checksum", "retrain"],
     );
 
     set_field(&models.join("manifest.json"), "format_version", 7);

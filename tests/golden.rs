@@ -328,27 +328,15 @@ fn search_summary(r: &Value) -> Value {
         .iter()
         .take(12)
         .map(|row| {
-            pick(
-                row,
-                &[
-                    "tp",
-                    "pp",
-                    "dp",
-                    "micro_batch",
-                    "micro_batches",
-                    "vpp",
-                    "schedule",
-                    "recompute",
-                    "sequence_parallel",
-                    "zero",
-                    "status",
-                    "step_s",
-                    "interval_s",
-                    "mfu_percent",
-                    "bubble_ratio",
-                    "memory_peak_gib",
-                ],
-            )
+            let l = &row["layout"];
+            json!({
+                "tp": l["tp"], "pp": l["pp"], "dp": l["dp"], "micro_batch": l["micro_batch"],
+                "micro_batches": l["micro_batches"], "vpp": l["vpp"], "schedule": l["schedule"],
+                "recompute": l["recompute"], "sequence_parallel": l["sequence_parallel"],
+                "zero": l["zero"], "status": row["status"], "step_s": row["step_time_s"],
+                "interval_s": row["interval_s"], "mfu_percent": row["mfu_percent"],
+                "bubble_ratio": row["bubble_ratio"], "memory_peak_gib": row["memory_peak_gib"],
+            })
         })
         .collect();
     json!({

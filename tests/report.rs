@@ -1,8 +1,9 @@
 //! The HTML reports, opened in headless Chromium: they must render (a screenshot with real
 //! content, kept in the test's output directory) and hold the charts and tables they promise.
 //!
-//! Needs Chromium (`apt-get install chromium`; `.ci/run` installs it). Set STEPCAST_CHROMIUM to
-//! the browser's path if it is not on PATH as chromium, chromium-browser or google-chrome.
+//! Needs Chromium, so the tests are opt-in: `cargo test --test report -- --ignored` (`.ci/run`
+//! installs Chromium and runs them). Set STEPCAST_CHROMIUM to the browser's path if it is not on
+//! PATH as chromium, chromium-browser or google-chrome.
 
 mod common;
 
@@ -79,6 +80,7 @@ fn keep_dir() -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs Chromium: cargo test --test report -- --ignored"]
 fn prediction_report_renders() {
     let html = keep_dir().join("predict.html");
     let cluster = repo("hardware-profiles/dgx-h100.yaml");
@@ -125,6 +127,7 @@ fn prediction_report_renders() {
 }
 
 #[test]
+#[ignore = "needs Chromium: cargo test --test report -- --ignored"]
 fn search_report_renders() {
     let html = keep_dir().join("search.html");
     let cluster = repo("hardware-profiles/dgx-h100.yaml");

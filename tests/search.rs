@@ -57,13 +57,13 @@ fn search_ranks_layouts_and_writes_every_row() {
     );
     let steps: Vec<f64> = predicted
         .iter()
-        .map(|r| r["step_s"].as_f64().unwrap())
+        .map(|r| r["step_time_s"].as_f64().unwrap())
         .collect();
     assert!(steps.windows(2).all(|w| w[0] <= w[1]));
     // the best three carry their 80 % interval
     for r in &predicted[..3] {
         let i = r["interval_s"].as_array().unwrap();
-        assert!(i[0].as_f64().unwrap() <= r["step_s"].as_f64().unwrap());
+        assert!(i[0].as_f64().unwrap() <= r["step_time_s"].as_f64().unwrap());
     }
     let mut csv = csv::Reader::from_path(&csv_path).unwrap();
     assert_eq!(csv.records().count(), rows.len());

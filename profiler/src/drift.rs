@@ -83,11 +83,11 @@ pub fn check(
     })?;
     let models = ModelSet::open(&dir)?;
     let info = device.info();
-    if models.manifest.gpu.name != info.gpu.name {
+    if models.gpu().name != info.gpu.name {
         anyhow::bail!(stepcast::Error::Invalid(format!(
             "{} were trained on {}; this node has {}: check them on such a node",
             dir.display(),
-            models.manifest.gpu.name,
+            models.gpu().name,
             info.gpu.name
         )));
     }
@@ -106,8 +106,7 @@ pub fn check(
     )?;
     let probe = Dataset::load(probe_dir)?;
     let software_changes = models
-        .manifest
-        .dataset
+        .dataset()
         .software
         .differences(&probe.meta.software)
         .into_iter()
@@ -249,6 +248,7 @@ pub fn retrain(
         gpus_per_node: dataset.meta.gpus_per_node,
         network: cluster.spec.network.clone().into(),
         reference_errors: Vec::new(),
+        bundle: None,
         models: Vec::new(),
         skipped: outcome.skipped.clone(),
     };
@@ -312,6 +312,7 @@ mod tests {
             gpus_per_node: Some(4),
             network: None,
             reference_errors: Vec::new(),
+            bundle: None,
             models: Vec::new(),
             skipped: Vec::new(),
         };

@@ -17,7 +17,7 @@ use stepcast::hardware::{
     Cluster, ClusterSpec, GpuSpec, InterNodeTier, IntraNodeTier, NetworkSpec,
 };
 use stepcast::ops::{CollectiveShape, Dtype, OpKind, OpQuery, Phase, Shape};
-use stepcast::predict::decompose::decompose;
+use stepcast::plan::Plan as ModelPlan;
 use stepcast::rng::Rng;
 use stepcast::workload::{
     Activation, Arch, ArchSpec, AttentionImpl, Layout, NormKind, ParallelSpec, Position,
@@ -222,7 +222,7 @@ impl PlanSpec {
                 let Ok(layout) = Layout::new(&spec, arch, &cluster) else {
                     continue;
                 };
-                let d = decompose(arch, &layout, &cluster);
+                let plan = ModelPlan::new(arch, &layout, &cluster);
                 let context = LayerContext {
                     batch: Some(layout.micro_batch),
                     seq: Some(layout.seq_len),
@@ -230,16 +230,19 @@ impl PlanSpec {
                     heads: Some(arch.heads),
                     tp: Some(layout.tp),
                 };
-                for stage in &d.stages {
-                    for call in stage.fwd.iter().chain(&stage.bwd).chain(&stage.update) {
-                        let too_big = matches!(call.query.shape, Shape::Optimizer(o) if o.params > self.max_optimizer_params);
-                        if call.query.op.is_collective() || too_big || !seen.insert(call.query) {
+                for stage in &plan.stages {
+                    let calls = plan
+                        .stage_fwd(stage)
+                        .chain(plan.stage_bwd(stage))
+                        .map(|(c, _)| c)
+                        .chain(&stage.update);
+                    for call in calls {
+                        let query = *plan.query(call);
+                        let too_big = matches!(query.shape, Shape::Optimizer(o) if o.params > self.max_optimizer_params);
+                        if query.op.is_collective() || too_big || !seen.insert(query) {
                             continue;
                         }
-                        points.push(PlanPoint {
-                            query: call.query,
-                            context,
-                        });
+                        points.push(PlanPoint { query, context });
                     }
                 }
             }
@@ -357,8 +360,8 @@ impl Plan {
     fn point_seconds(&self, p: &PlanPoint, gpu: &GpuSpec, per_point_overhead_ms: f64) -> f64 {
         let runs = (self.spec.protocol.warmup + self.spec.protocol.timed) as f64;
         // collectives: bus bytes at 300 GB/s
-        let t = stepcast::roofline::device_time_us(&p.query, gpu)
-            .unwrap_or_else(|| stepcast::roofline::work_scale_us(&p.query, gpu) / 300.0);
+        let t = stepcast::analytic::roofline::device_time_us(&p.query, gpu)
+            .unwrap_or_else(|| stepcast::analytic::roofline::work_scale_us(&p.query, gpu) / 300.0);
         runs * t / 0.6 / 1e6 + per_point_overhead_ms / 1e3
     }
 

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::named;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
@@ -23,7 +24,7 @@ pub enum DatasetsCommand {
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// Source layout.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = named::<ImportFormat>())]
     pub format: ImportFormat,
     /// Directory of the release (read in place).
     pub source: PathBuf,

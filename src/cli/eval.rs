@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::named;
 use anyhow::Context;
 use clap::Args;
 
@@ -18,7 +19,7 @@ pub struct EvalArgs {
     /// Dataset directory to evaluate on.
     pub dataset: PathBuf,
     /// How rows are held out; `none` judges the saved models as they are.
-    #[arg(long, value_enum, default_value = "random")]
+    #[arg(long, value_parser = named::<SplitKind>(), default_value = "random")]
     pub split: SplitKind,
     /// Seed of the random split.
     #[arg(long, default_value_t = 0)]

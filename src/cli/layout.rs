@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+
+use super::named;
 use serde::Deserialize;
 
 use stepcast::hardware::Cluster;
@@ -43,24 +45,24 @@ pub struct JobArgs {
     /// Megatron sequence parallelism (needs tp > 1).
     #[arg(long)]
     pub sequence_parallel: bool,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = named::<Recompute>())]
     pub recompute: Option<Recompute>,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = named::<Partition>())]
     pub partition: Option<Partition>,
     /// Optimizer sharding over data parallelism: 0, 1 (distributed optimizer), 2, 3 (FSDP).
     #[arg(long)]
     pub zero: Option<u8>,
     /// Training data type: bf16, fp16 or fp8 (fp8 GEMMs, 16-bit elsewhere).
-    #[arg(long)]
+    #[arg(long, value_parser = named::<Dtype>())]
     pub dtype: Option<Dtype>,
     /// Composition rules: megatron (default) or paper (Zhang et al.'s tool).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = named::<Rules>())]
     pub rules: Option<Rules>,
     /// Elements per data-parallel gradient bucket.
     #[arg(long)]
     pub dp_bucket_elements: Option<u64>,
     /// Pipeline schedule (default 1f1b; interleaved with --vpp; closed-form under paper rules).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = named::<Schedule>())]
     pub schedule: Option<Schedule>,
     /// Model chunks per pipeline rank for the interleaved schedule.
     #[arg(long)]

@@ -5,7 +5,7 @@ use clap::Args;
 use super::layout::{describe, JobArgs};
 use super::output::{align_numbers, table};
 use stepcast::memory::project;
-use stepcast::predict::decompose::decompose;
+use stepcast::plan::Plan;
 
 #[derive(Debug, Args)]
 pub struct MemoryArgs {
@@ -18,8 +18,8 @@ pub struct MemoryArgs {
 
 pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
     let job = args.job.resolve()?;
-    let d = decompose(&job.arch, &job.layout, &job.cluster);
-    let report = project(&job.arch, &job.layout, &job.cluster, &d);
+    let plan = Plan::new(&job.arch, &job.layout, &job.cluster);
+    let report = project(&job.arch, &job.layout, &job.cluster, &plan);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());

@@ -65,6 +65,24 @@ pub enum Command {
     },
 }
 
+/// A value parser for a library enum users write by name: its names as the possible values,
+/// each with its one-line help, so the library needs no clap.
+pub fn named<T>() -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: stepcast::named::Named + std::str::FromStr + Clone + Send + Sync,
+{
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        T::ALL
+            .iter()
+            .map(|v| PossibleValue::new(v.name()).help(v.help())),
+    )
+    .map(|s| {
+        s.parse::<T>()
+            .unwrap_or_else(|_| unreachable!("clap admits only the names it was given"))
+    })
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Predict(args) => predict::run(*args),

@@ -4,8 +4,8 @@
 
 use plotters::prelude::*;
 
-use stepcast::predict::compose::Breakdown;
 use stepcast::predict::Prediction;
+use stepcast::timing::Breakdown;
 
 /// Colours per class, in stacking order.
 const CLASSES: [(&str, RGBColor); 6] = [
@@ -41,18 +41,11 @@ fn bars(p: &Prediction) -> Vec<(String, [f64; 6])> {
             // waiting for the slowest rank, then this rank's optimizer and all-gather, then
             // waiting for the step's end
             b.bubble += t.barrier_us - rank.sync_end_us;
-            let mut end = t.barrier_us;
-            if let Some(o) = &rank.optimizer {
-                b.optimizer += o.end_us - o.start_us;
-                end = o.end_us;
-            }
-            for s in rank
-                .data_parallel
-                .iter()
-                .filter(|s| s.start_us >= t.barrier_us)
-            {
-                b.dp_comm += s.end_us - s.start_us;
-                end = end.max(s.end_us);
+            let [start, mut end] = rank.optimizer_us;
+            b.optimizer += end - start;
+            if let Some([start, stop]) = rank.param_gather_us {
+                b.dp_comm += stop - start;
+                end = end.max(stop);
             }
             b.bubble += t.step_us - end;
             (format!("rank {r}"), values(&b))
@@ -63,7 +56,7 @@ fn bars(p: &Prediction) -> Vec<(String, [f64; 6])> {
 pub fn breakdown_svg(p: &Prediction, title: &str) -> anyhow::Result<String> {
     let bars = bars(p);
     let n = bars.len();
-    let step_ms = p.step_time_s * 1e3;
+    let step_ms = p.metrics.step_time_s * 1e3;
     let mut svg = String::new();
     {
         let height = 150 + 36 * n as u32;
@@ -72,8 +65,8 @@ pub fn breakdown_svg(p: &Prediction, title: &str) -> anyhow::Result<String> {
         let caption = format!(
             "{title} — {} schedule, step {:.3} s, bubble {:.1} %",
             p.schedule,
-            p.step_time_s,
-            100.0 * p.bubble_ratio
+            p.metrics.step_time_s,
+            100.0 * p.metrics.bubble_ratio
         );
         let mut chart = ChartBuilder::on(&root)
             .caption(caption, ("sans-serif", 15))

@@ -71,9 +71,9 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         job.layout.micro_batches,
         job.layout.micro_batch
     );
-    if let (Some(path), Some((work, timeline))) = (&args.trace, &prediction.timeline) {
+    if let (Some(path), Some((work, _))) = (&args.trace, &prediction.timeline) {
         stepcast::fsutil::write_atomic_with(path, |w| {
-            stepcast::schedule::trace::write_trace(w, work, timeline, &title)
+            stepcast::schedule::trace::write_trace(w, work, &title).map(|_| ())
         })?;
     }
     if let Some(path) = &args.plot {
@@ -90,7 +90,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             &job.arch,
             &job.layout,
             cluster.spec.gpus_per_node as u64,
-            prediction.step_time_s,
+            prediction.metrics.step_time_s,
         )?),
         None => None,
     };
@@ -103,7 +103,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     } else {
         print_prediction(&prediction, &job, models_dir.as_deref(), args.operators);
         if let Some((o, save_s)) = &run {
-            let steps = (o.training_s / prediction.step_time_s).round();
+            let steps = (o.training_s / prediction.metrics.step_time_s).round();
             println!(
                 "run           {}",
                 super::run::describe_run(o, steps, *save_s)
@@ -148,15 +148,15 @@ fn print_prediction(
     println!();
     println!(
         "step time     {:.3} s   (80 % interval {:.3} – {:.3} s)",
-        p.step_time_s, p.interval_s[0], p.interval_s[1]
+        p.metrics.step_time_s, p.interval_s[0], p.interval_s[1]
     );
     println!(
         "throughput    {:.0} tokens/s, {:.0} per GPU",
-        p.tokens_per_s, p.tokens_per_s_per_gpu
+        p.metrics.tokens_per_s, p.metrics.tokens_per_s_per_gpu
     );
     println!(
         "model FLOP/s  {:.1} TFLOP/s per GPU, MFU {:.1} %",
-        p.model_tflops_per_gpu, p.mfu_percent
+        p.metrics.model_tflops_per_gpu, p.metrics.mfu_percent
     );
     let b = &p.breakdown_s;
     let total = b.total().max(f64::MIN_POSITIVE);
@@ -187,7 +187,7 @@ fn print_prediction(
     println!(
         "pipeline      {}, bubble {:.1} % of busy time{}; overlapped: {}",
         p.schedule,
-        100.0 * p.bubble_ratio,
+        100.0 * p.metrics.bubble_ratio,
         p.timeline
             .as_ref()
             .map(|(_, t)| format!(" (critical rank {})", t.critical_rank))

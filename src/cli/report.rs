@@ -6,7 +6,8 @@ use std::fmt::Write;
 
 use stepcast::memory::MemoryReport;
 use stepcast::predict::Prediction;
-use stepcast::schedule::{Pass, PipelineWork, Timeline};
+use stepcast::schedule::record::Recorder;
+use stepcast::schedule::{simulate_with, Pass, PipelineWork, Timeline};
 use stepcast::search::{SearchReport, Status};
 
 use super::search::{predict_command, SearchArgs};
@@ -38,6 +39,11 @@ fn tick_step(span: f64, n: f64) -> f64 {
 /// The simulated step as a Gantt chart: one row per pipeline rank (passes coloured forward,
 /// backward, weight gradient; the optimizer step) over a thin row of data-parallel buckets.
 pub fn timeline_svg(work: &PipelineWork, t: &Timeline) -> String {
+    // the prediction kept no events: simulate again, recording them
+    let mut record = Recorder::default();
+    if simulate_with(work, &mut record, false).is_err() {
+        return String::new();
+    }
     let (left, width, row, gap) = (80.0, 1100.0, 26.0, 14.0);
     let n = t.ranks.len() as f64;
     let height = 40.0 + n * (row + gap) + 40.0;
@@ -48,14 +54,14 @@ pub fn timeline_svg(work: &PipelineWork, t: &Timeline) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="11">"#,
         w = left + width + 20.0
     );
-    for (r, rank) in t.ranks.iter().enumerate() {
+    for (r, rank) in record.ranks.iter().enumerate() {
         let y = 30.0 + r as f64 * (row + gap);
         let _ = write!(s, r#"<text x="4" y="{}">rank {r}</text>"#, y + row * 0.65);
         let _ = write!(
             s,
             "<rect x=\"{left}\" y=\"{y}\" width=\"{width}\" height=\"{row}\" fill=\"#f4f4f4\"/>"
         );
-        for run in &rank.tasks {
+        for run in &rank.passes {
             let color = match run.task.pass {
                 Pass::Forward => "#4f81bd",
                 Pass::Backward => "#9bbb59",
@@ -76,12 +82,12 @@ pub fn timeline_svg(work: &PipelineWork, t: &Timeline) -> String {
                 run.end_us / 1e3
             );
         }
-        if let Some(o) = &rank.optimizer {
+        if let Some((start, end)) = rank.optimizer {
             let _ = write!(
                 s,
                 "<rect x=\"{:.2}\" y=\"{y}\" width=\"{:.2}\" height=\"{row}\" fill=\"#c0504d\"><title>optimizer step</title></rect>",
-                x(o.start_us),
-                (x(o.end_us) - x(o.start_us)).max(0.5)
+                x(start),
+                (x(end) - x(start)).max(0.5)
             );
         }
         for d in &rank.data_parallel {
@@ -233,21 +239,21 @@ fn summary_table(p: &Prediction) -> String {
             "step time",
             format!(
                 "{:.3} s (80 % interval {:.3} – {:.3} s)",
-                p.step_time_s, p.interval_s[0], p.interval_s[1]
+                p.metrics.step_time_s, p.interval_s[0], p.interval_s[1]
             ),
         ),
         (
             "throughput",
             format!(
                 "{:.0} tokens/s, {:.0} per GPU; {:.1} TFLOP/s per GPU, MFU {:.1} %",
-                p.tokens_per_s, p.tokens_per_s_per_gpu, p.model_tflops_per_gpu, p.mfu_percent
+                p.metrics.tokens_per_s, p.metrics.tokens_per_s_per_gpu, p.metrics.model_tflops_per_gpu, p.metrics.mfu_percent
             ),
         ),
         (
             "breakdown",
             format!(
                 "compute {:.3} s, TP {:.3}, PP {:.3}, DP {:.3}, optimizer {:.3}, bubble {:.3} s ({:.1} % of busy time)",
-                b.compute, b.tp_comm, b.pp_comm, b.dp_comm, b.optimizer, b.bubble, 100.0 * p.bubble_ratio
+                b.compute, b.tp_comm, b.pp_comm, b.dp_comm, b.optimizer, b.bubble, 100.0 * p.metrics.bubble_ratio
             ),
         ),
         (
@@ -358,18 +364,18 @@ pub fn search_page(
             s,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{:?}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{interval}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
             i + 1,
-            r.tp,
-            r.pp,
-            r.dp,
-            r.micro_batch,
-            r.vpp,
-            r.schedule.name(),
-            r.recompute,
-            if r.sequence_parallel { "yes" } else { "no" },
-            r.zero,
-            r.step_s.unwrap_or(f64::NAN),
-            r.tokens_per_s_per_gpu.unwrap_or(f64::NAN),
-            r.mfu_percent.unwrap_or(f64::NAN),
+            r.layout.tp,
+            r.layout.pp,
+            r.layout.dp,
+            r.layout.micro_batch,
+            r.layout.vpp,
+            r.layout.schedule.name(),
+            r.layout.recompute,
+            if r.layout.sequence_parallel { "yes" } else { "no" },
+            r.layout.zero,
+            r.step_s().unwrap_or(f64::NAN),
+            r.metrics.map(|m| m.tokens_per_s_per_gpu).unwrap_or(f64::NAN),
+            r.metrics.map(|m| m.mfu_percent).unwrap_or(f64::NAN),
             r.memory_peak_gib,
             r.memory_headroom_gib
         );

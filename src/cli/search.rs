@@ -6,6 +6,7 @@ use clap::Args;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::named;
 use super::output::{align_numbers, table};
 use super::run::{duration, RunArgs};
 use stepcast::hardware::Cluster;
@@ -15,7 +16,7 @@ use stepcast::predict::{predict, PredictOptions, Prediction};
 use stepcast::search::{
     search, Objective, SearchReport, SearchRequest, SearchRow, SearchSpace, Status,
 };
-use stepcast::workload::{Arch, Layout, Recompute, Rules, Schedule};
+use stepcast::workload::{Arch, ParallelSpec, Recompute, Rules, Schedule};
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
@@ -34,9 +35,9 @@ pub struct SearchArgs {
     /// Sequence length (default: the architecture's).
     #[arg(long)]
     pub seq_len: Option<u64>,
-    #[arg(long)]
+    #[arg(long, value_parser = named::<Dtype>())]
     pub dtype: Option<Dtype>,
-    #[arg(long, value_enum, default_value = "megatron")]
+    #[arg(long, value_parser = named::<Rules>(), default_value = "megatron")]
     pub rules: Rules,
     /// Tensor-parallel degrees to try, e.g. 1,2,4,8 [every divisor of --gpus].
     #[arg(long, value_delimiter = ',')]
@@ -50,7 +51,7 @@ pub struct SearchArgs {
     /// Schedules to try.
     #[arg(
         long,
-        value_enum,
+        value_parser = named::<Schedule>(),
         value_delimiter = ',',
         default_value = "1f1b,interleaved,zb-h1"
     )]
@@ -60,7 +61,7 @@ pub struct SearchArgs {
     pub max_vpp: u64,
     #[arg(
         long,
-        value_enum,
+        value_parser = named::<Recompute>(),
         value_delimiter = ',',
         default_value = "none,selective,full"
     )]
@@ -79,7 +80,7 @@ pub struct SearchArgs {
     #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
     pub tp_comm_overlap: Option<f64>,
     /// Rank by step time, or by end-to-end run time (needs --tokens or --steps).
-    #[arg(long, value_enum, default_value = "step")]
+    #[arg(long, value_parser = named::<Objective>(), default_value = "step")]
     pub objective: Objective,
     #[command(flatten)]
     pub run: RunArgs,
@@ -152,22 +153,22 @@ fn write_csv(path: &std::path::Path, report: &SearchReport) -> anyhow::Result<()
             out.serialize(CsvRow {
                 rank: i + 1,
                 status: status_name(r.status),
-                tp: r.tp,
-                pp: r.pp,
-                dp: r.dp,
-                micro_batch: r.micro_batch,
-                micro_batches: r.micro_batches,
-                vpp: r.vpp,
-                schedule: r.schedule.name(),
-                recompute: recompute_name(r.recompute),
-                sequence_parallel: r.sequence_parallel,
-                zero: r.zero,
-                step_s: r.step_s,
+                tp: r.layout.tp,
+                pp: r.layout.pp,
+                dp: r.layout.dp,
+                micro_batch: r.layout.micro_batch,
+                micro_batches: r.layout.micro_batches,
+                vpp: r.layout.vpp,
+                schedule: r.layout.schedule.name(),
+                recompute: recompute_name(r.layout.recompute),
+                sequence_parallel: r.layout.sequence_parallel,
+                zero: r.layout.zero,
+                step_s: r.step_s(),
                 step_s_low: r.interval_s.map(|i| i[0]),
                 step_s_high: r.interval_s.map(|i| i[1]),
-                tokens_per_s_per_gpu: r.tokens_per_s_per_gpu,
-                mfu_percent: r.mfu_percent,
-                bubble_ratio: r.bubble_ratio,
+                tokens_per_s_per_gpu: r.metrics.map(|m| m.tokens_per_s_per_gpu),
+                mfu_percent: r.metrics.map(|m| m.mfu_percent),
+                bubble_ratio: r.metrics.map(|m| m.bubble_ratio),
                 memory_peak_gib: r.memory_peak_gib,
                 memory_headroom_gib: r.memory_headroom_gib,
                 ettr: r.run.map(|o| o.ettr),
@@ -188,23 +189,23 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
         "stepcast predict --cluster {} --model {} --tp {} --pp {} --dp {} --micro-batch {} --global-batch {}",
         args.cluster.display(),
         args.model,
-        r.tp,
-        r.pp,
-        r.dp,
-        r.micro_batch,
+        r.layout.tp,
+        r.layout.pp,
+        r.layout.dp,
+        r.layout.micro_batch,
         args.global_batch
     );
-    if r.vpp > 1 {
-        cmd += &format!(" --vpp {}", r.vpp);
+    if r.layout.vpp > 1 {
+        cmd += &format!(" --vpp {}", r.layout.vpp);
     } else {
-        cmd += &format!(" --schedule {}", r.schedule.name());
+        cmd += &format!(" --schedule {}", r.layout.schedule.name());
     }
     cmd += &format!(
         " --recompute {} --zero {}",
-        recompute_name(r.recompute),
-        r.zero
+        recompute_name(r.layout.recompute),
+        r.layout.zero
     );
-    if r.sequence_parallel {
+    if r.layout.sequence_parallel {
         cmd += " --sequence-parallel";
     }
     if let Some(s) = args.seq_len {
@@ -239,11 +240,14 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         arch: &arch,
         cluster: &cluster,
         gpus: args.gpus,
-        global_batch: args.global_batch,
-        seq_len: args.seq_len,
-        dtype: args.dtype,
-        rules: args.rules,
-        tp_comm_overlap: args.tp_comm_overlap,
+        base: ParallelSpec {
+            global_batch: Some(args.global_batch),
+            seq_len: args.seq_len,
+            dtype: args.dtype,
+            rules: Some(args.rules),
+            tp_comm_overlap: args.tp_comm_overlap,
+            ..Default::default()
+        },
         space: SearchSpace {
             tp: args.tp.clone(),
             pp: args.pp.clone(),
@@ -267,11 +271,10 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let full: Vec<(usize, Prediction)> = top
         .par_iter()
         .map(|&i| {
-            let spec = report.rows[i].spec(&report.base);
-            let layout = Layout::new(&spec, &arch, &cluster)?;
+            let layout = &report.rows[i].layout;
             Ok((
                 i,
-                predict(&arch, &layout, &cluster, &cost, PredictOptions::default())?,
+                predict(&arch, layout, &cluster, &cost, PredictOptions::default())?,
             ))
         })
         .collect::<stepcast::Result<_>>()?;
@@ -295,12 +298,12 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
                     "; the smallest needs {:.1} GiB (tp {} pp {} dp {}, micro-batch {}, recompute \
                      {}, ZeRO {})",
                     r.memory_peak_gib,
-                    r.tp,
-                    r.pp,
-                    r.dp,
-                    r.micro_batch,
-                    recompute_name(r.recompute),
-                    r.zero
+                    r.layout.tp,
+                    r.layout.pp,
+                    r.layout.dp,
+                    r.layout.micro_batch,
+                    recompute_name(r.layout.recompute),
+                    r.layout.zero
                 )
             })
             .unwrap_or_else(|| "; no layout passed the rules above".into());
@@ -381,27 +384,43 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
         .take(args.top.max(1))
         .enumerate()
     {
-        let step = r.step_s.unwrap_or(f64::NAN);
+        let step = r.step_s().unwrap_or(f64::NAN);
         let interval = r
             .interval_s
             .map(|[lo, hi]| format!("{step:.3} ({lo:.3}–{hi:.3})"))
             .unwrap_or_else(|| format!("{step:.3}"));
         let mut cells = vec![
             (i + 1).to_string(),
-            r.tp.to_string(),
-            r.pp.to_string(),
-            r.dp.to_string(),
-            r.micro_batch.to_string(),
-            r.micro_batches.to_string(),
-            r.vpp.to_string(),
-            r.schedule.name().to_string(),
-            recompute_name(r.recompute).to_string(),
-            if r.sequence_parallel { "yes" } else { "no" }.to_string(),
-            r.zero.to_string(),
+            r.layout.tp.to_string(),
+            r.layout.pp.to_string(),
+            r.layout.dp.to_string(),
+            r.layout.micro_batch.to_string(),
+            r.layout.micro_batches.to_string(),
+            r.layout.vpp.to_string(),
+            r.layout.schedule.name().to_string(),
+            recompute_name(r.layout.recompute).to_string(),
+            if r.layout.sequence_parallel {
+                "yes"
+            } else {
+                "no"
+            }
+            .to_string(),
+            r.layout.zero.to_string(),
             interval,
-            format!("{:.0}", r.tokens_per_s_per_gpu.unwrap_or(f64::NAN)),
-            format!("{:.1}", r.mfu_percent.unwrap_or(f64::NAN)),
-            format!("{:.1}", 100.0 * r.bubble_ratio.unwrap_or(f64::NAN)),
+            format!(
+                "{:.0}",
+                r.metrics
+                    .map(|m| m.tokens_per_s_per_gpu)
+                    .unwrap_or(f64::NAN)
+            ),
+            format!(
+                "{:.1}",
+                r.metrics.map(|m| m.mfu_percent).unwrap_or(f64::NAN)
+            ),
+            format!(
+                "{:.1}",
+                100.0 * r.metrics.map(|m| m.bubble_ratio).unwrap_or(f64::NAN)
+            ),
             format!("{:.1} ({:.1})", r.memory_peak_gib, r.memory_headroom_gib),
         ];
         if let Some(o) = r.run {

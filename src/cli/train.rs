@@ -80,15 +80,16 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         gpus_per_node: dataset.meta.gpus_per_node,
         network: dataset.meta.network.clone(),
         reference_errors: dataset.meta.reference_errors.clone(),
+        bundle: None,
         models: Vec::new(),
         skipped: outcome.skipped.clone(),
     };
-    let set = ModelSet::save(&args.out, manifest, outcome.models)
+    let manifest = ModelSet::save(&args.out, manifest, outcome.models)
         .with_context(|| format!("writing models to {}", args.out.display()))?;
 
     let mut t = table(&["model", "recipe", "rows", "val MAPE %", "val p90 %", "size"]);
     let mut total = 0;
-    for e in &set.manifest.models {
+    for e in &manifest.models {
         total += e.bytes;
         let mut name = e.key.to_string();
         if !e.serves_roles.is_empty() {
@@ -106,12 +107,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     }
     align_numbers(&mut t, 2);
     println!("{t}");
-    for (key, why) in &set.manifest.skipped {
+    for (key, why) in &manifest.skipped {
         println!("not trained: {key}: {why}");
     }
     println!(
         "{} models, {} in {}, trained in {:.1} s",
-        set.manifest.models.len(),
+        manifest.models.len(),
         bytes(total),
         args.out.display(),
         started.elapsed().as_secs_f64()

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+pub use crate::hardware::SoftwareStamp;
 use crate::hardware::{GpuSpec, NetworkSpec};
 use crate::ops::{OpKind, Phase, Role};
 
@@ -36,65 +37,6 @@ pub struct DatasetMeta {
     /// operator), shown beside ours by `stepcast eval`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reference_errors: Vec<ReferenceError>,
-}
-
-/// Versions of everything that changes kernel timings. Unknown fields stay empty.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SoftwareStamp {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_uuid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub driver: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cuda: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cublas: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cudnn: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nccl: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub torch: Option<String>,
-    /// Training or inference framework whose kernels were timed, e.g. "GPT-NeoX + DeepSpeed".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub framework: Option<String>,
-    /// Attention kernels that ran, e.g. "flash-attn 2", "cuDNN SDPA".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attention_backend: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sm_clock_mhz: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_clock_mhz: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub power_limit_w: Option<u32>,
-}
-
-impl SoftwareStamp {
-    /// The fields that differ between two stamps, as (field, ours, theirs); fields unknown on
-    /// either side are not compared. Clocks and the GPU's UUID are not software and are skipped.
-    pub fn differences(&self, other: &SoftwareStamp) -> Vec<(&'static str, String, String)> {
-        let pairs = [
-            ("driver", &self.driver, &other.driver),
-            ("cuda", &self.cuda, &other.cuda),
-            ("cublas", &self.cublas, &other.cublas),
-            ("cudnn", &self.cudnn, &other.cudnn),
-            ("nccl", &self.nccl, &other.nccl),
-            ("torch", &self.torch, &other.torch),
-            (
-                "attention_backend",
-                &self.attention_backend,
-                &other.attention_backend,
-            ),
-        ];
-        pairs
-            .into_iter()
-            .filter_map(|(name, a, b)| match (a, b) {
-                (Some(a), Some(b)) if a != b => Some((name, a.clone(), b.clone())),
-                _ => None,
-            })
-            .collect()
-    }
 }
 
 /// Where data came from, so a trained model can say it.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{GpuSpec, NetworkSpec};
-use crate::dataset::SoftwareStamp;
+use super::{Reliability, SoftwareStamp, Storage};
 use crate::error::{Error, Result};
 
 /// Which trained models predict this cluster's operators.
@@ -90,10 +90,10 @@ pub struct ClusterSpec {
     pub memory: MemoryOverheads,
     /// Failure rate and recovery times for run-time projections (default: MoFa's figures).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reliability: Option<crate::fault::Reliability>,
+    pub reliability: Option<Reliability>,
     /// Checkpoint write bandwidth (default: 2 GB/s per node, 100 GB/s in all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage: Option<crate::fault::Storage>,
+    pub storage: Option<Storage>,
 }
 
 /// A loaded cluster file with its models directory resolved.

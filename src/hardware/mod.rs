@@ -1,11 +1,16 @@
-//! What the hardware can do: GPU peaks, interconnect tiers, whole clusters.
+//! What the hardware can do: GPU peaks, interconnect tiers, whole clusters, the software they
+//! run and how they fail.
 
 mod cluster;
 #[cfg(test)]
 pub(crate) use cluster::dgx_h100_without_models;
 mod gpu;
 mod network;
+mod reliability;
+mod software;
 
 pub use cluster::{Cluster, ClusterSpec, Efficiency, MemoryOverheads, ModelsRef};
 pub use gpu::{GpuSpec, PeakTflops};
 pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};
+pub use reliability::{RecoveryLevel, Reliability, Storage};
+pub use software::SoftwareStamp;

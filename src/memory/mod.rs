@@ -17,7 +17,7 @@ pub mod activations;
 use serde::Serialize;
 
 use crate::hardware::Cluster;
-use crate::predict::decompose::Decomposition;
+use crate::plan::Plan;
 use crate::schedule::{order, Pass};
 use crate::workload::{Arch, Layout, Rules, Schedule};
 
@@ -139,7 +139,8 @@ fn peak_activations(layout: &Layout, chunk_bytes: &[f64], chunk_w_bytes: &[f64])
     .collect()
 }
 
-pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, d: &Decomposition) -> MemoryReport {
+/// What each GPU of each pipeline rank of `plan` holds at its peak, and whether it fits.
+pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> MemoryReport {
     let layer = activations::layer(arch, layout);
     let per_layer = layer.total();
     let placement = layout.virtual_stage_ranks();
@@ -175,7 +176,7 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, d: &Decompositio
     .count() as f64;
     let overhead =
         cluster.spec.memory.framework_gib + cluster.spec.memory.communicator_gib * groups;
-    let ranks: Vec<RankMemory> = d
+    let ranks: Vec<RankMemory> = plan
         .stages
         .iter()
         .map(|s| {
@@ -187,7 +188,7 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, d: &Decompositio
             }
             if layout.zero >= 3 && layout.dp > 1 {
                 // FSDP gathers the next layer's weights while the current one runs
-                transient += 2.0 * 2.0 * d.parts.layer_params as f64;
+                transient += 2.0 * 2.0 * plan.layer.params as f64;
             }
             let rank_layers: f64 = placement
                 .iter()
@@ -242,7 +243,7 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, d: &Decompositio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::predict::decompose::decompose;
+    use crate::plan::Plan;
     use crate::workload::{ParallelSpec, Recompute};
 
     use crate::hardware::dgx_h100_without_models as cluster;
@@ -251,8 +252,8 @@ mod tests {
         let c = cluster();
         let arch = Arch::resolve(model).unwrap();
         let layout = Layout::new(&spec, &arch, &c).unwrap();
-        let d = decompose(&arch, &layout, &c);
-        let r = project(&arch, &layout, &c, &d);
+        let plan = Plan::new(&arch, &layout, &c);
+        let r = project(&arch, &layout, &c, &plan);
         (layout, r)
     }
 

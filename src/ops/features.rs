@@ -7,7 +7,6 @@
 
 use super::work::{bus_bytes, work};
 use super::{Dtype, OpKind, Phase, Shape, ShapeFamily};
-use crate::hardware::GpuSpec;
 
 /// Version of the feature encoding; a saved model records it and is refused if it differs.
 pub const FEATURE_SCHEMA_VERSION: u32 = 1;
@@ -98,9 +97,14 @@ fn wave_fill(tiles: u64, sms: u64) -> (f64, f64) {
     (waves as f64, tiles as f64 / (waves * sms) as f64)
 }
 
+/// Position of `log2_bytes` among a collective's features.
+pub const COLLECTIVE_LOG2_BYTES: usize = 0;
+/// Position of `causal` among an attention call's features.
+pub const ATTENTION_CAUSAL: usize = 6;
+
 /// Feature vector of one call, in the order of `feature_names(op.family())`.
-pub fn features(op: OpKind, shape: &Shape, dtype: Dtype, gpu: &GpuSpec) -> Vec<f64> {
-    let sms = gpu.sm_count.max(1) as u64;
+pub fn features(op: OpKind, shape: &Shape, dtype: Dtype, sm_count: u32) -> Vec<f64> {
+    let sms = sm_count.max(1) as u64;
     let w = work(op, Phase::Fwd, shape, dtype);
     match shape {
         Shape::Gemm(g) => {
@@ -190,8 +194,19 @@ mod tests {
     use super::*;
     use crate::ops::{CollectiveShape, GemmShape, LookupShape, OptimizerShape, TokenShape};
 
-    fn a100() -> GpuSpec {
-        GpuSpec::builtin("a100").unwrap()
+    /// An A100's SMs.
+    const A100_SMS: u32 = 108;
+
+    #[test]
+    fn named_positions_match_the_names() {
+        assert_eq!(
+            feature_names(ShapeFamily::Collective)[COLLECTIVE_LOG2_BYTES],
+            "log2_bytes"
+        );
+        assert_eq!(
+            feature_names(ShapeFamily::Attention)[ATTENTION_CAUSAL],
+            "causal"
+        );
     }
 
     #[test]
@@ -240,7 +255,7 @@ mod tests {
             ),
         ];
         for (op, shape) in shapes {
-            let f = features(op, &shape, Dtype::Fp16, &a100());
+            let f = features(op, &shape, Dtype::Fp16, A100_SMS);
             assert_eq!(f.len(), feature_names(shape.family()).len(), "{op}");
             assert!(f.len() <= MAX_FEATURES);
             assert!(f.iter().all(|x| x.is_finite()), "{op}: {f:?}");
@@ -256,7 +271,7 @@ mod tests {
             k: 64,
             batch: 1,
         });
-        let f = features(OpKind::Gemm, &s, Dtype::Fp16, &a100());
+        let f = features(OpKind::Gemm, &s, Dtype::Fp16, A100_SMS);
         assert_eq!(f[7], 10.0);
         assert_eq!(f[8], 10f64.log2());
         assert!((f[9] - 1024.0 / 1080.0).abs() < 1e-12);

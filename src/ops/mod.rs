@@ -33,52 +33,12 @@ pub mod features;
 pub mod work;
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-macro_rules! named_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        pub enum $name {
-            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
-        }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            pub fn name(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                $name::ALL
-                    .iter()
-                    .copied()
-                    .find(|v| v.name() == s)
-                    .ok_or_else(|| {
-                        let all: Vec<&str> = $name::ALL.iter().map(|v| v.name()).collect();
-                        format!("unknown {} '{}' (expected one of: {})",
-                            stringify!($name).to_lowercase(), s, all.join(", "))
-                    })
-            }
-        }
-    };
-}
-
-named_enum!(
+crate::named_enum!(
     /// Element type of the operator's tensors.
-    Dtype {
+    pub enum Dtype {
         Fp32 => "fp32",
         Tf32 => "tf32",
         Fp16 => "fp16",
@@ -107,19 +67,19 @@ impl Dtype {
     }
 }
 
-named_enum!(
+crate::named_enum!(
     /// Forward and backward are separate regression targets; collectives and the optimizer step
     /// have no direction.
-    Phase {
+    pub enum Phase {
         Fwd => "fwd",
         Bwd => "bwd",
         None => "none",
     }
 );
 
-named_enum!(
+crate::named_enum!(
     /// Every operator kind stepcast measures and predicts.
-    OpKind {
+    pub enum OpKind {
         Gemm => "gemm",
         FlashAttention => "flash_attention",
         Softmax => "softmax",
@@ -142,10 +102,10 @@ named_enum!(
     }
 );
 
-named_enum!(
+crate::named_enum!(
     /// Where in a model an operator call sits. Optional on a measurement; lets a per-role model
     /// win over the pooled one where it measures better.
-    Role {
+    pub enum Role {
         Qkv => "qkv",
         AttnOut => "attn_out",
         MlpUp => "mlp_up",

@@ -1,4 +1,5 @@
-//! Composition of per-call estimates into one step with the paper's 1F1B formula (method.md §4):
+//! Costing lists of calls, per-stage times, and the paper's closed-form 1F1B step (Zhang et
+//! al. 2025, §IV; `docs/method.md`):
 //!
 //! ```text
 //! step = (micro_batches − 1 + stages) · (max_s fwd_s + max_s bwd_s)
@@ -12,71 +13,97 @@
 
 use serde::Serialize;
 
-use super::decompose::{Class, Decomposition, OpCall};
+use crate::plan::{Call, Plan, QueryId};
+use crate::timing::{Attribution, Breakdown, Class, ClassTimes};
 
-/// Seconds (or µs, as the caller uses them) per class.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct ClassTimes {
-    pub compute: f64,
-    pub tp_comm: f64,
-    pub pp_comm: f64,
-    pub dp_comm: f64,
-    pub optimizer: f64,
+/// What each of a plan's queries costs, and which cost factor (model) it counts toward.
+#[derive(Debug, Clone)]
+pub struct QueryTimes {
+    /// µs of one call of each query.
+    pub us: Vec<f64>,
+    /// The cost factor of each query.
+    pub factor: Vec<u32>,
+    /// How many factors there are.
+    pub factors: usize,
+    /// Whether costs keep their attribution to factors (the interval needs it, a search not).
+    pub attribute: bool,
 }
 
-impl ClassTimes {
-    pub fn plus(&self, o: &ClassTimes) -> ClassTimes {
-        ClassTimes {
-            compute: self.compute + o.compute,
-            tp_comm: self.tp_comm + o.tp_comm,
-            pp_comm: self.pp_comm + o.pp_comm,
-            dp_comm: self.dp_comm + o.dp_comm,
-            optimizer: self.optimizer + o.optimizer,
+impl QueryTimes {
+    pub fn of(&self, q: QueryId) -> f64 {
+        self.us[q as usize]
+    }
+}
+
+/// What a list of calls costs, run one after another.
+#[derive(Debug, Clone, Default)]
+pub struct Cost {
+    /// Exposed time by class.
+    pub parts: ClassTimes,
+    /// Tensor-parallel communication hidden behind compute.
+    pub hidden_tp_us: f64,
+    /// Where the exposed microseconds come from.
+    pub attribution: Attribution,
+}
+
+/// The cost of `share(call)` (0–1) of each call, each run as many times as its count and
+/// multiplicity say. Calls marked `overlapped` run beside the compute and only their excess over
+/// it counts (as data-parallel time); `tp_hidden` of the tensor-parallel communication hides
+/// behind GEMMs.
+pub fn cost<'a>(
+    calls: impl Iterator<Item = (&'a Call, f64)>,
+    times: &QueryTimes,
+    share: &dyn Fn(&Call) -> f64,
+    tp_hidden: f64,
+) -> Cost {
+    let mut parts = ClassTimes::default();
+    let mut beside = 0.0;
+    let (mut a_compute, mut a_beside, mut a_other) = (
+        Attribution::default(),
+        Attribution::default(),
+        Attribution::default(),
+    );
+    for (call, n) in calls {
+        let t = times.of(call.query) * call.count * n * share(call);
+        let exposed = if call.class == Class::TpComm {
+            1.0 - tp_hidden
+        } else {
+            1.0
+        };
+        if call.overlapped {
+            beside += t;
+        } else {
+            parts.add(call.class, t);
+        }
+        if times.attribute {
+            let f = times.factor[call.query as usize];
+            match (call.overlapped, call.class) {
+                (true, _) => a_beside.add(f, t),
+                (false, Class::Compute) => a_compute.add(f, t),
+                (false, _) => a_other.add(f, t * exposed),
+            }
         }
     }
-
-    fn add(&mut self, class: Class, t: f64) {
-        match class {
-            Class::Compute => self.compute += t,
-            Class::TpComm => self.tp_comm += t,
-            Class::PpComm => self.pp_comm += t,
-            Class::DpComm => self.dp_comm += t,
-            Class::Optimizer => self.optimizer += t,
-        }
+    let hidden = parts.tp_comm * tp_hidden;
+    parts.tp_comm -= hidden;
+    let excess = (beside - parts.compute).max(0.0);
+    parts.dp_comm += excess;
+    if times.attribute {
+        a_other.add_scaled(if excess > 0.0 { &a_beside } else { &a_compute }, 1.0);
     }
-
-    pub fn total(&self) -> f64 {
-        self.compute + self.tp_comm + self.pp_comm + self.dp_comm + self.optimizer
-    }
-
-    pub fn scaled(&self, k: f64) -> ClassTimes {
-        ClassTimes {
-            compute: self.compute * k,
-            tp_comm: self.tp_comm * k,
-            pp_comm: self.pp_comm * k,
-            dp_comm: self.dp_comm * k,
-            optimizer: self.optimizer * k,
-        }
+    Cost {
+        parts,
+        hidden_tp_us: hidden,
+        attribution: a_other,
     }
 }
 
-/// The step split into what it spends time on; the parts add up to the step.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Breakdown {
-    pub compute: f64,
-    pub tp_comm: f64,
-    pub pp_comm: f64,
-    pub dp_comm: f64,
-    pub optimizer: f64,
-    pub bubble: f64,
+/// All of every call.
+pub fn whole(_: &Call) -> f64 {
+    1.0
 }
 
-impl Breakdown {
-    pub fn total(&self) -> f64 {
-        self.compute + self.tp_comm + self.pp_comm + self.dp_comm + self.optimizer + self.bubble
-    }
-}
-
+/// One stage's times: a micro-batch's forward and backward, and the per-step work.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageTiming {
     pub index: usize,
@@ -89,72 +116,71 @@ pub struct StageTiming {
     pub grad_sync_us: f64,
     pub optimizer_us: f64,
     pub param_gather_us: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Step {
-    pub step_us: f64,
-    pub breakdown_us: Breakdown,
-    pub stages: Vec<StageTiming>,
-}
-
-/// Time of a list of calls run one after another, split by class. Calls marked `overlapped`
-/// run beside the compute and only their excess over it counts (as data-parallel time).
-pub fn serial_time(ops: &[OpCall], time_of: &dyn Fn(&OpCall) -> f64) -> ClassTimes {
-    serial_share(ops, time_of, &|_| 1.0)
-}
-
-/// `serial_time` of the part `share(op)` (0–1) of each call: a backward's input-gradient or
-/// weight-gradient half.
-pub fn serial_share(
-    ops: &[OpCall],
-    time_of: &dyn Fn(&OpCall) -> f64,
-    share: &dyn Fn(&OpCall) -> f64,
-) -> ClassTimes {
-    let mut parts = ClassTimes::default();
-    let mut beside = 0.0;
-    for op in ops {
-        let t = time_of(op) * op.count * share(op);
-        if op.overlapped {
-            beside += t;
-        } else {
-            parts.add(op.class, t);
-        }
-    }
-    parts.dp_comm += (beside - parts.compute).max(0.0);
-    parts
+    #[serde(skip)]
+    attribution: [Attribution; 4],
 }
 
 /// Per-stage times of one micro-batch's forward and backward and of the per-step work.
-pub fn stage_timings(d: &Decomposition, time_of: &dyn Fn(&OpCall) -> f64) -> Vec<StageTiming> {
-    d.stages
+pub fn stage_timings(plan: &Plan, times: &QueryTimes) -> Vec<StageTiming> {
+    plan.stages
         .iter()
         .map(|s| {
-            let fwd = serial_time(&s.fwd, time_of);
-            let bwd = serial_time(&s.bwd, time_of);
-            let sync = serial_time(&s.grad_sync, time_of);
-            let update = serial_time(&s.update, time_of);
+            let fwd = cost(plan.stage_fwd(s), times, &whole, 0.0);
+            let bwd = cost(plan.stage_bwd(s), times, &whole, 0.0);
+            let once = |calls: &[Call]| cost(calls.iter().map(|c| (c, 1.0)), times, &whole, 0.0);
+            let sync = once(&s.grad_sync);
+            let update = once(&s.update);
             StageTiming {
                 index: s.index,
-                fwd_us: fwd.total(),
-                bwd_us: bwd.total(),
-                fwd_parts: fwd,
-                bwd_parts: bwd,
-                grad_sync_us: sync.total(),
-                optimizer_us: update.optimizer,
-                param_gather_us: update.dp_comm,
+                fwd_us: fwd.parts.total(),
+                bwd_us: bwd.parts.total(),
+                fwd_parts: fwd.parts,
+                bwd_parts: bwd.parts,
+                grad_sync_us: sync.parts.total(),
+                optimizer_us: update.parts.optimizer,
+                param_gather_us: update.parts.dp_comm,
+                attribution: [
+                    fwd.attribution,
+                    bwd.attribution,
+                    sync.attribution,
+                    update.attribution,
+                ],
             }
         })
         .collect()
 }
 
-/// The paper's 1F1B step; `time_of` gives one call's time in µs.
-pub fn one_f_one_b(
-    d: &Decomposition,
-    micro_batches: u64,
-    time_of: &dyn Fn(&OpCall) -> f64,
-) -> Step {
-    let stages = stage_timings(d, time_of);
+/// A composed step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub step_us: f64,
+    pub breakdown_us: Breakdown,
+    pub stages: Vec<StageTiming>,
+    /// Per cost factor, its µs on the step's critical path (when attributed).
+    #[serde(skip)]
+    pub critical_path: Option<Vec<f64>>,
+}
+
+/// The paper's 1F1B step.
+pub fn one_f_one_b(plan: &Plan, micro_batches: u64, times: &QueryTimes) -> Step {
+    closed_form(stage_timings(plan, times), micro_batches, times)
+}
+
+/// The closed-form step time with cost factor `factor` scaled by `k` in every stage.
+pub fn one_f_one_b_moved(stages: &[StageTiming], micro_batches: u64, factor: u32, k: f64) -> f64 {
+    let d = k - 1.0;
+    let moved = |s: &StageTiming, i: usize, us: f64| us + d * s.attribution[i].of(factor);
+    let slowest =
+        |f: &dyn Fn(&StageTiming) -> f64| stages.iter().map(f).fold(f64::NEG_INFINITY, f64::max);
+    let fwd = slowest(&|s| moved(s, 0, s.fwd_us));
+    let bwd = slowest(&|s| moved(s, 1, s.bwd_us));
+    let update = slowest(&|s| moved(s, 3, s.optimizer_us + s.param_gather_us));
+    let first_sync = moved(&stages[0], 2, stages[0].grad_sync_us);
+    let (m, pp) = (micro_batches as f64, stages.len() as f64);
+    (m - 1.0 + pp) * (fwd + bwd) + first_sync + update
+}
+
+fn closed_form(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes) -> Step {
     let slowest = |f: &dyn Fn(&StageTiming) -> f64| {
         stages
             .iter()
@@ -178,9 +204,18 @@ pub fn one_f_one_b(
         optimizer: work.optimizer + work_b.optimizer + update.optimizer_us,
         bubble: (pp - 1.0) * slot,
     };
+    let critical_path = times.attribute.then(|| {
+        let mut out = vec![0.0; times.factors];
+        f.attribution[0].accumulate(&mut out, m - 1.0 + pp);
+        b.attribution[1].accumulate(&mut out, m - 1.0 + pp);
+        stages[0].attribution[2].accumulate(&mut out, 1.0);
+        update.attribution[3].accumulate(&mut out, 1.0);
+        out
+    });
     Step {
         step_us: (m - 1.0 + pp) * slot + first_sync + update.optimizer_us + update.param_gather_us,
         breakdown_us: breakdown,
+        critical_path,
         stages,
     }
 }

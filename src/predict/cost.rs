@@ -13,13 +13,12 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use super::comm;
+use crate::analytic::{network, roofline};
 use crate::error::Result;
 use crate::hardware::Cluster;
-use crate::ops::work::work;
+use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
 use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Shape};
 use crate::regress::{Match, ModelSet, TrainedModel};
-use crate::roofline;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -114,6 +113,18 @@ impl<'a> CostModel<'a> {
                 None => self.roofline(q),
             }
         };
+        if !(e.time_us.is_finite() && e.time_us > 0.0) {
+            let dir = self
+                .models
+                .as_ref()
+                .map(|m| m.dir.display().to_string())
+                .unwrap_or_else(|| self.cluster.path.display().to_string());
+            return Err(crate::error::Error::Invalid(format!(
+                "{dir}: {} gives {} µs for {q}, not a time: its models or inputs are corrupt; \
+                 retrain with `stepcast train` or check the cluster file",
+                e.model, e.time_us
+            )));
+        }
         if matches!(e.source, Source::Learned | Source::Derived) {
             if let Some(bound) = roofline::device_time_us(q, &self.cluster.spec.gpu) {
                 e.below_roofline = e.time_us < 0.9 * bound;
@@ -197,11 +208,8 @@ impl<'a> CostModel<'a> {
     fn roofline(&self, q: &OpQuery) -> Estimate {
         let spec = &self.cluster.spec;
         let eff = spec.efficiency;
-        let w = work(q.op, q.phase, &q.shape, q.dtype);
-        let compute = w.flops / (spec.gpu.peak_flops(q.dtype) * eff.compute);
-        let memory = w.bytes / (spec.gpu.hbm_bytes_per_s() * eff.memory);
         Estimate {
-            time_us: compute.max(memory) * 1e6 + eff.kernel_launch_us,
+            time_us: roofline::derated_time_us(q, &spec.gpu, &eff).unwrap_or(eff.kernel_launch_us),
             sigma_log: ROOFLINE_SIGMA,
             source: Source::Roofline,
             model: "roofline".into(),
@@ -220,7 +228,7 @@ impl<'a> CostModel<'a> {
         let c = q.shape.collective().expect("collective shape");
         let spec = &self.cluster.spec;
         let (analytic, algorithm) =
-            comm::collective_time_us(q.op, c, &spec.network, spec.efficiency.network);
+            network::collective_time_us(q.op, c, &spec.network, spec.efficiency.network);
         if self.learned_collectives {
             if let Some(set) = &self.models {
                 if let Some((m, how)) = set.lookup(q)? {
@@ -312,13 +320,8 @@ fn covers(m: &TrainedModel, c: &CollectiveShape) -> bool {
         return false;
     }
     let bytes = (c.bytes as f64).max(1.0).log2();
-    m.feature_names
-        .iter()
-        .position(|f| f == "log2_bytes")
-        .is_some_and(|i| {
-            let [lo, hi] = m.feature_ranges[i];
-            bytes >= lo - 1e-9 && bytes <= hi + 1e-9
-        })
+    let [lo, hi] = m.feature_ranges[COLLECTIVE_LOG2_BYTES];
+    bytes >= lo - 1e-9 && bytes <= hi + 1e-9
 }
 
 fn fit(
@@ -328,8 +331,7 @@ fn fit(
     probe: &OpQuery,
     multi_node: bool,
 ) -> Option<Calibration> {
-    let i = m.feature_names.iter().position(|f| f == "log2_bytes")?;
-    let [lo, hi] = m.feature_ranges[i];
+    let [lo, hi] = m.feature_ranges[COLLECTIVE_LOG2_BYTES];
     let spec = &cluster.spec;
     let mut logs = Vec::new();
     let mut used = Vec::new();
@@ -348,7 +350,7 @@ fn fit(
             };
             let learned = from_model(m, how, &q).time_us;
             let (analytic, _) =
-                comm::collective_time_us(probe.op, &c, &spec.network, spec.efficiency.network);
+                network::collective_time_us(probe.op, &c, &spec.network, spec.efficiency.network);
             logs.push((learned / analytic).ln());
         }
     }
@@ -372,19 +374,17 @@ fn from_model(m: &TrainedModel, how: Match, q: &OpQuery) -> Estimate {
     let mut notes = Vec::new();
     if let Shape::Attention(mut a) = q.shape {
         if q.op == OpKind::FlashAttention {
-            if let Some(i) = m.feature_names.iter().position(|f| f == "causal") {
-                let [lo, hi] = m.feature_ranges[i];
-                let want = a.causal as u8 as f64;
-                if want < lo || want > hi {
-                    a.causal = !a.causal;
-                    query.shape = Shape::Attention(a);
-                    factor = if q_causal(q) { 0.5 } else { 2.0 };
-                    notes.push(if q_causal(q) {
-                        "causal as half the unmasked model's time"
-                    } else {
-                        "unmasked as twice the causal model's time"
-                    });
-                }
+            let [lo, hi] = m.feature_ranges[ATTENTION_CAUSAL];
+            let want = a.causal as u8 as f64;
+            if want < lo || want > hi {
+                a.causal = !a.causal;
+                query.shape = Shape::Attention(a);
+                factor = if q_causal(q) { 0.5 } else { 2.0 };
+                notes.push(if q_causal(q) {
+                    "causal as half the unmasked model's time"
+                } else {
+                    "unmasked as twice the causal model's time"
+                });
             }
         }
     }

@@ -1,12 +1,12 @@
-//! `stepcast predict`: a model, a cluster and a parallel layout → operator calls per pipeline
-//! stage (`decompose`) → a cost and its source per call (`cost`, `comm`) → one step
-//! (`compose`), with a breakdown, an interval carried from the per-call uncertainties, and a
-//! list of every call that lay outside what its model was trained on.
+//! `stepcast predict`: a model, a cluster and a parallel layout → the plan (`crate::plan`) → a
+//! cost and its source per distinct operator query (`cost`) → one step (`compose` for the
+//! paper's closed form, `pipeline` + `crate::schedule` for the simulated schedules), with a
+//! breakdown, an 80 % interval from the per-model uncertainties along the step's critical path,
+//! the step's metrics, and every call that lay outside what its model was trained on.
 
-pub mod comm;
 pub mod compose;
 pub mod cost;
-pub mod decompose;
+pub mod metrics;
 pub mod pipeline;
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,16 +15,18 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::hardware::Cluster;
-use crate::ops::OpQuery;
-use crate::schedule::{simulate, PipelineWork, Timeline};
+use crate::plan::{Call, Plan, StageRole};
+use crate::schedule::{simulate_with, PipelineWork, Timeline, Unobserved};
+use crate::timing::{Breakdown, Class};
 use crate::workload::{Arch, Layout, Schedule};
-use compose::{one_f_one_b, stage_timings, Breakdown, Step};
+use compose::{one_f_one_b, stage_timings, QueryTimes, Step};
 use cost::{CostModel, Estimate, Source};
-use decompose::{decompose, Class, Decomposition, OpCall, StageRole};
+pub use metrics::StepMetrics;
 
 /// z of a two-sided 80 % interval.
 const Z80: f64 = 1.2816;
 
+/// How a prediction may answer.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PredictOptions {
     /// Refuse estimates no trained model backs (roofline, uncalibrated analytic).
@@ -42,6 +44,7 @@ pub struct OperatorReport {
     pub estimate: Estimate,
 }
 
+/// One pipeline rank's share of the step.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageReport {
     pub index: usize,
@@ -59,6 +62,7 @@ pub struct StageReport {
     pub update: Vec<OperatorReport>,
 }
 
+/// A predicted step with everything that explains it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Prediction {
     pub cluster: String,
@@ -66,19 +70,14 @@ pub struct Prediction {
     pub model: String,
     pub models_dir: Option<String>,
     pub layout: Layout,
-    pub step_time_s: f64,
+    #[serde(flatten)]
+    pub metrics: StepMetrics,
     /// 80 % interval of the step time.
     pub interval_s: [f64; 2],
-    pub tokens_per_step: u64,
-    pub tokens_per_s: f64,
-    pub tokens_per_s_per_gpu: f64,
-    pub model_tflops_per_gpu: f64,
-    pub mfu_percent: f64,
+    pub interval_method: IntervalMethod,
     pub breakdown_s: Breakdown,
     /// The pipeline schedule the step was composed with.
     pub schedule: &'static str,
-    /// Pipeline bubble over busy pipeline time ((pp − 1)/m for balanced 1F1B).
-    pub bubble_ratio: f64,
     /// Share of the summed operator time each source produced, in percent.
     pub sources_percent: BTreeMap<&'static str, f64>,
     pub stages: Vec<StageReport>,
@@ -87,31 +86,77 @@ pub struct Prediction {
     /// Calls whose features lay outside their model's training range.
     pub out_of_coverage: Vec<String>,
     pub warnings: Vec<String>,
-    /// The simulated timeline and what it was simulated from (none for the closed form).
+    /// What the simulator was given and what it found (none for the closed form): re-simulate
+    /// it with an observer for a trace or a chart.
     #[serde(skip)]
     pub timeline: Option<(PipelineWork, Timeline)>,
 }
 
+/// Every distinct query of a plan costed once, with the cost factors (models) they count
+/// toward and each factor's uncertainty.
+pub struct Costed {
+    pub estimates: Vec<Estimate>,
+    pub times: QueryTimes,
+    /// Standard deviation of ln(actual / predicted) of each factor.
+    pub sigma_log: Vec<f64>,
+}
+
+/// Costs every query of `plan`; with `attribute`, compositions keep each factor's share.
+pub fn estimate(plan: &Plan, cost: &CostModel, attribute: bool) -> Result<Costed> {
+    let estimates: Vec<Estimate> = plan
+        .queries
+        .iter()
+        .map(|q| cost.estimate(q))
+        .collect::<Result<_>>()?;
+    let mut index: HashMap<&str, u32> = HashMap::new();
+    let mut sigma_log: Vec<f64> = Vec::new();
+    let factor: Vec<u32> = estimates
+        .iter()
+        .map(|e| {
+            let f = *index.entry(e.model.as_str()).or_insert_with(|| {
+                sigma_log.push(0.0);
+                (sigma_log.len() - 1) as u32
+            });
+            sigma_log[f as usize] = sigma_log[f as usize].max(e.sigma_log);
+            f
+        })
+        .collect();
+    Ok(Costed {
+        times: QueryTimes {
+            us: estimates.iter().map(|e| e.time_us).collect(),
+            factor,
+            factors: sigma_log.len(),
+            attribute,
+        },
+        estimates,
+        sigma_log,
+    })
+}
+
 /// One step composed with the layout's schedule: the paper's closed form, or the event
-/// simulator (whose timeline comes along).
+/// simulator (whose input and timeline come along).
 pub fn compose_step(
-    d: &Decomposition,
+    plan: &Plan,
     layout: &Layout,
-    time_of: &dyn Fn(&OpCall) -> f64,
+    times: &QueryTimes,
 ) -> Result<(Step, Option<(PipelineWork, Timeline)>)> {
     if layout.schedule == Schedule::ClosedForm {
-        return Ok((one_f_one_b(d, layout.micro_batches, time_of), None));
+        return Ok((one_f_one_b(plan, layout.micro_batches, times), None));
     }
-    let work = pipeline::pipeline_work(d, layout, time_of);
-    let timeline = simulate(&work)?;
+    let work = pipeline::pipeline_work(plan, layout, times);
+    // the critical path is only needed where the interval will not recompose the step
+    let keep_path = times.attribute && work.passes() * 2 * times.factors > EXACT_INTERVAL_PASSES;
+    let timeline = simulate_with(&work, &mut Unobserved, keep_path)?;
     let step = Step {
         step_us: timeline.step_us,
         breakdown_us: timeline.breakdown,
-        stages: stage_timings(d, time_of),
+        critical_path: timeline.critical_path.clone(),
+        stages: stage_timings(plan, times),
     };
     Ok((step, Some((work, timeline))))
 }
 
+/// Predicts one step of `arch` under `layout` on `cluster`.
 pub fn predict(
     arch: &Arch,
     layout: &Layout,
@@ -119,66 +164,187 @@ pub fn predict(
     cost: &CostModel,
     options: PredictOptions,
 ) -> Result<Prediction> {
-    let mut d = decompose(arch, layout, cluster);
-    let memory = crate::memory::project(arch, layout, cluster, &d);
-    let list = estimate_calls(&mut d, cost)?;
-    let index: HashMap<OpQuery, usize> = all_calls_mut(&mut d)
-        .map(|op| (op.query, op.estimate))
-        .collect();
-    let estimates: HashMap<OpQuery, Estimate> =
-        index.iter().map(|(q, &i)| (*q, list[i].clone())).collect();
+    let plan = Plan::new(arch, layout, cluster);
+    let memory = crate::memory::project(arch, layout, cluster, &plan);
+    let costed = estimate(&plan, cost, true)?;
     if options.strict {
-        let missing: Vec<String> = estimates
-            .iter()
-            .filter(|(_, e)| matches!(e.source, Source::Roofline | Source::Analytic))
-            .map(|(q, e)| format!("{q} ({})", e.source.name()))
-            .collect();
-        if !missing.is_empty() {
-            let mut missing = missing;
-            missing.sort();
-            return Err(Error::MissingModel(format!(
-                "--strict: no trained model for {} call(s): {}",
-                missing.len(),
-                missing.join("; ")
-            )));
+        refuse_unbacked(&plan, &costed.estimates)?;
+    }
+    let (step, timeline) = compose_step(&plan, layout, &costed.times)?;
+    let (low, high, interval_method) =
+        interval(&costed, layout, &step, timeline.as_ref().map(|(w, _)| w))?;
+    let b = step.breakdown_us;
+    Ok(Prediction {
+        cluster: cluster.spec.name.clone(),
+        gpu: cluster.spec.gpu.name.clone(),
+        model: arch.name.clone(),
+        models_dir: cost.models().map(|m| m.dir.display().to_string()),
+        layout: layout.clone(),
+        metrics: StepMetrics::new(step.step_us, &b, &plan, layout, cluster),
+        interval_s: [low / 1e6, high / 1e6],
+        interval_method,
+        schedule: layout.schedule.name(),
+        breakdown_s: b.scaled(1e-6),
+        sources_percent: sources(&plan, layout, &costed.estimates),
+        stages: stage_reports(&plan, &step, &costed.estimates),
+        memory,
+        out_of_coverage: out_of_coverage(&plan, &costed.estimates),
+        warnings: warnings(&plan, layout, cluster, cost, &costed.estimates),
+        timeline,
+    })
+}
+
+/// With `--strict`, an error naming every query no trained model backs.
+fn refuse_unbacked(plan: &Plan, estimates: &[Estimate]) -> Result<()> {
+    let mut missing: Vec<String> = plan
+        .queries
+        .iter()
+        .zip(estimates)
+        .filter(|(_, e)| matches!(e.source, Source::Roofline | Source::Analytic))
+        .map(|(q, e)| format!("{q} ({})", e.source.name()))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    missing.sort();
+    Err(Error::MissingModel(format!(
+        "--strict: no trained model for {} call(s): {}",
+        missing.len(),
+        missing.join("; ")
+    )))
+}
+
+/// Most passes the interval re-simulates in all (2 per model): beyond, it moves the models
+/// along the step's critical path instead.
+const EXACT_INTERVAL_PASSES: usize = 500_000;
+
+/// How an interval was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntervalMethod {
+    /// Every model moved by ±1.28σ and the step composed again.
+    Recomposed,
+    /// Every model moved by ±1.28σ along the step's critical path (first order: exact unless
+    /// the move changes which path is critical); for steps with very many passes.
+    CriticalPath,
+}
+
+/// 80 % interval of the step: the errors of one model are taken as fully correlated over all
+/// its calls (a model that is 5 % slow is slow everywhere), different models as independent.
+/// Each model is moved by ±1.28σ on its own — the step recomposed with only that model's
+/// share of every duration scaled (closed form, or a re-simulation of the same schedule) —
+/// and the step's moves are added in quadrature.
+fn interval(
+    costed: &Costed,
+    layout: &Layout,
+    step: &Step,
+    work: Option<&PipelineWork>,
+) -> Result<(f64, f64, IntervalMethod)> {
+    let moving: Vec<(u32, f64)> = (0..costed.times.factors as u32)
+        .zip(costed.sigma_log.iter().copied())
+        .filter(|(_, sigma)| *sigma > 0.0)
+        .collect();
+    let exact = work.is_none_or(|w| w.passes() * 2 * moving.len() <= EXACT_INTERVAL_PASSES);
+    let method = if exact {
+        IntervalMethod::Recomposed
+    } else {
+        IntervalMethod::CriticalPath
+    };
+    let moved = |factor: u32, k: f64| -> Result<f64> {
+        Ok(match (work, &step.critical_path) {
+            (None, _) => compose::one_f_one_b_moved(&step.stages, layout.micro_batches, factor, k),
+            (Some(w), _) if exact => crate::schedule::simulate(&w.moved(factor, k))?.step_us,
+            (Some(_), Some(path)) => step.step_us + (k - 1.0) * path[factor as usize],
+            (Some(_), None) => step.step_us,
+        })
+    };
+    let (mut down, mut up) = (0.0f64, 0.0f64);
+    for (factor, sigma) in moving {
+        for (sign, acc) in [(-1.0, &mut down), (1.0, &mut up)] {
+            let k = (sign * Z80 * sigma).exp();
+            *acc += (moved(factor, k)? - step.step_us).powi(2);
         }
     }
+    Ok((step.step_us - down.sqrt(), step.step_us + up.sqrt(), method))
+}
 
-    let at =
-        |scale: &dyn Fn(&Estimate) -> f64| -> Result<(Step, Option<(PipelineWork, Timeline)>)> {
-            let times: Vec<f64> = list.iter().map(|e| e.time_us * scale(e)).collect();
-            compose_step(&d, layout, &|op: &OpCall| times[op.estimate])
-        };
-    let (step, timeline) = at(&|_| 1.0)?;
-    let interval = interval(&list, &|scale| Ok(at(scale)?.0), step.step_us)?;
+/// Every stage's forward and backward per micro-batch, and its per-step work.
+fn stage_calls<'a>(plan: &'a Plan, s: &'a crate::plan::Stage) -> [(Vec<(&'a Call, f64)>, bool); 4] {
+    [
+        (plan.stage_fwd(s).collect(), true),
+        (plan.stage_bwd(s).collect(), true),
+        (s.grad_sync.iter().map(|c| (c, 1.0)).collect(), false),
+        (s.update.iter().map(|c| (c, 1.0)).collect(), false),
+    ]
+}
 
-    let step_s = step.step_us / 1e6;
-    let tokens = layout.tokens_per_step();
-    let flops_per_gpu = d.model_flops_per_step / layout.world as f64 / step_s;
-    let peak = cluster.spec.gpu.peak_flops(layout.dtype);
-    let mut sources: BTreeMap<&'static str, f64> = BTreeMap::new();
+/// Share of the summed operator time each source produced, in percent.
+fn sources(plan: &Plan, layout: &Layout, estimates: &[Estimate]) -> BTreeMap<&'static str, f64> {
+    let mut out: BTreeMap<&'static str, f64> = BTreeMap::new();
     let mut total = 0.0;
-    for s in &d.stages {
-        for (ops, per) in [
-            (&s.fwd, layout.micro_batches as f64),
-            (&s.bwd, layout.micro_batches as f64),
-            (&s.grad_sync, 1.0),
-            (&s.update, 1.0),
-        ] {
-            for op in ops.iter() {
-                let e = &estimates[&op.query];
-                let t = e.time_us * op.count * per;
-                *sources.entry(e.source.name()).or_default() += t;
+    for s in &plan.stages {
+        for (calls, per_micro_batch) in stage_calls(plan, s) {
+            let per = if per_micro_batch {
+                layout.micro_batches as f64
+            } else {
+                1.0
+            };
+            for (call, n) in calls {
+                let e = &estimates[call.query as usize];
+                let t = e.time_us * call.count * n * per;
+                *out.entry(e.source.name()).or_default() += t;
                 total += t;
             }
         }
     }
-    for v in sources.values_mut() {
+    for v in out.values_mut() {
         *v *= 100.0 / total.max(f64::MIN_POSITIVE);
     }
+    out
+}
 
-    let mut out_of_coverage: Vec<String> = estimates
+fn stage_reports(plan: &Plan, step: &Step, estimates: &[Estimate]) -> Vec<StageReport> {
+    let report = |calls: Vec<(&Call, f64)>| -> Vec<OperatorReport> {
+        calls
+            .into_iter()
+            .map(|(c, n)| OperatorReport {
+                label: c.label,
+                query: plan.query(c).to_string(),
+                class: c.class,
+                count: c.count * n,
+                estimate: estimates[c.query as usize].clone(),
+            })
+            .collect()
+    };
+    plan.stages
         .iter()
+        .zip(&step.stages)
+        .map(|(s, t)| {
+            let [fwd, bwd, grad_sync, update] = stage_calls(plan, s).map(|(c, _)| report(c));
+            StageReport {
+                index: s.index,
+                role: s.role,
+                layers: s.layers,
+                params: s.params,
+                fwd_ms: t.fwd_us / 1e3,
+                bwd_ms: t.bwd_us / 1e3,
+                grad_sync_ms: t.grad_sync_us / 1e3,
+                optimizer_ms: t.optimizer_us / 1e3,
+                param_gather_ms: t.param_gather_us / 1e3,
+                fwd,
+                bwd,
+                grad_sync,
+                update,
+            }
+        })
+        .collect()
+}
+
+fn out_of_coverage(plan: &Plan, estimates: &[Estimate]) -> Vec<String> {
+    let mut out: Vec<String> = plan
+        .queries
+        .iter()
+        .zip(estimates)
         .filter(|(_, e)| !e.out_of_coverage.is_empty())
         .map(|(q, e)| {
             format!(
@@ -188,9 +354,21 @@ pub fn predict(
             )
         })
         .collect();
-    out_of_coverage.sort();
-    let mut warnings: Vec<String> = estimates
+    out.sort();
+    out
+}
+
+fn warnings(
+    plan: &Plan,
+    layout: &Layout,
+    cluster: &Cluster,
+    cost: &CostModel,
+    estimates: &[Estimate],
+) -> Vec<String> {
+    let mut out: Vec<String> = plan
+        .queries
         .iter()
+        .zip(estimates)
         .filter(|(_, e)| e.below_roofline)
         .map(|(q, e)| {
             format!(
@@ -199,11 +377,11 @@ pub fn predict(
             )
         })
         .collect();
-    warnings.sort();
+    out.sort();
     if let Some(set) = cost.models() {
-        let trained_on = &set.manifest.gpu.name;
+        let trained_on = &set.gpu().name;
         if trained_on != &cluster.spec.gpu.name {
-            warnings.push(format!(
+            out.push(format!(
                 "models in {} were measured on {trained_on}; the cluster has {}",
                 set.dir.display(),
                 cluster.spec.gpu.name
@@ -211,271 +389,13 @@ pub fn predict(
         }
     }
     if layout.tp > cluster.spec.gpus_per_node as u64 {
-        warnings.push(format!(
+        out.push(format!(
             "tp = {} spans nodes ({} GPUs per node): its all-reduces cross the network",
             layout.tp, cluster.spec.gpus_per_node
         ));
     }
-
-    let report = |ops: &[OpCall]| -> Vec<OperatorReport> {
-        ops.iter()
-            .map(|op| OperatorReport {
-                label: op.label,
-                query: op.query.to_string(),
-                class: op.class,
-                count: op.count,
-                estimate: estimates[&op.query].clone(),
-            })
-            .collect()
-    };
-    let stages = d
-        .stages
-        .iter()
-        .zip(&step.stages)
-        .map(|(s, t)| StageReport {
-            index: s.index,
-            role: s.role,
-            layers: s.layers,
-            params: s.params,
-            fwd_ms: t.fwd_us / 1e3,
-            bwd_ms: t.bwd_us / 1e3,
-            grad_sync_ms: t.grad_sync_us / 1e3,
-            optimizer_ms: t.optimizer_us / 1e3,
-            param_gather_ms: t.param_gather_us / 1e3,
-            fwd: report(&s.fwd),
-            bwd: report(&s.bwd),
-            grad_sync: report(&s.grad_sync),
-            update: report(&s.update),
-        })
-        .collect();
-    let b = step.breakdown_us;
-    Ok(Prediction {
-        cluster: cluster.spec.name.clone(),
-        gpu: cluster.spec.gpu.name.clone(),
-        model: arch.name.clone(),
-        models_dir: cost.models().map(|m| m.dir.display().to_string()),
-        layout: layout.clone(),
-        step_time_s: step_s,
-        interval_s: [interval.0 / 1e6, interval.1 / 1e6],
-        tokens_per_step: tokens,
-        tokens_per_s: tokens as f64 / step_s,
-        tokens_per_s_per_gpu: tokens as f64 / step_s / layout.world as f64,
-        model_tflops_per_gpu: flops_per_gpu / 1e12,
-        mfu_percent: 100.0 * flops_per_gpu / peak,
-        schedule: layout.schedule.name(),
-        bubble_ratio: crate::schedule::bubble_ratio(&b),
-        breakdown_s: Breakdown {
-            compute: b.compute / 1e6,
-            tp_comm: b.tp_comm / 1e6,
-            pp_comm: b.pp_comm / 1e6,
-            dp_comm: b.dp_comm / 1e6,
-            optimizer: b.optimizer / 1e6,
-            bubble: b.bubble / 1e6,
-        },
-        sources_percent: sources,
-        stages,
-        memory,
-        out_of_coverage,
-        warnings,
-        timeline,
-    })
-}
-
-/// Estimates every distinct call of a decomposition once; each call remembers its query's
-/// index (`OpCall::estimate`) so a step can be recomposed without hashing.
-pub fn estimate_calls(d: &mut Decomposition, cost: &CostModel) -> Result<Vec<Estimate>> {
-    let mut index: HashMap<OpQuery, usize> = HashMap::new();
-    let mut list: Vec<Estimate> = Vec::new();
-    for op in all_calls_mut(d) {
-        op.estimate = match index.get(&op.query) {
-            Some(&i) => i,
-            None => {
-                list.push(cost.estimate(&op.query)?);
-                index.insert(op.query, list.len() - 1);
-                list.len() - 1
-            }
-        };
-    }
-    Ok(list)
-}
-
-fn all_calls_mut(d: &mut Decomposition) -> impl Iterator<Item = &mut OpCall> {
-    let p = &mut d.parts;
-    d.stages
-        .iter_mut()
-        .flat_map(|s| {
-            s.fwd
-                .iter_mut()
-                .chain(s.bwd.iter_mut())
-                .chain(s.grad_sync.iter_mut())
-                .chain(s.update.iter_mut())
-        })
-        .chain(
-            p.embedding_fwd
-                .iter_mut()
-                .chain(p.embedding_bwd.iter_mut())
-                .chain(p.layer_fwd.iter_mut())
-                .chain(p.layer_bwd.iter_mut())
-                .chain(p.layer_recompute.iter_mut())
-                .chain(p.head_fwd.iter_mut())
-                .chain(p.head_bwd.iter_mut())
-                .chain(p.send.iter_mut()),
-        )
-}
-
-/// 80 % interval of the step: the errors of one model are taken as fully correlated over all
-/// its calls (a model that is 5 % slow is slow everywhere), different models as independent.
-/// Each model is moved by ±1.28σ on its own and the step's moves are added in quadrature.
-/// Recomposes the step with every estimate scaled by a factor of its choosing.
-type Recompose<'a> = dyn Fn(&dyn Fn(&Estimate) -> f64) -> Result<Step> + 'a;
-
-fn interval(estimates: &[Estimate], at: &Recompose, step_us: f64) -> Result<(f64, f64)> {
-    let mut models: BTreeMap<&str, f64> = BTreeMap::new();
-    for e in estimates {
-        let s = models.entry(e.model.as_str()).or_default();
-        *s = s.max(e.sigma_log);
-    }
-    let (mut down, mut up) = (0.0f64, 0.0f64);
-    for (model, sigma) in models {
-        if sigma <= 0.0 {
-            continue;
-        }
-        for (sign, acc) in [(-1.0, &mut down), (1.0, &mut up)] {
-            let k = (sign * Z80 * sigma).exp();
-            let moved = at(&|e: &Estimate| if e.model == model { k } else { 1.0 })?.step_us;
-            *acc += (moved - step_us).powi(2);
-        }
-    }
-    Ok((step_us - down.sqrt(), step_us + up.sqrt()))
+    out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workload::{ParallelSpec, Recompute, Rules};
-    use proptest::prelude::*;
-
-    use crate::hardware::dgx_h100_without_models as cluster;
-
-    fn spec(tp: u64, pp: u64, dp: u64, mb: u64, m: u64) -> ParallelSpec {
-        ParallelSpec {
-            tp: Some(tp),
-            pp: Some(pp),
-            dp: Some(dp),
-            micro_batch: Some(mb),
-            micro_batches: Some(m),
-            ..Default::default()
-        }
-    }
-
-    fn step(arch: &Arch, s: &ParallelSpec, c: &Cluster) -> Result<f64> {
-        let layout = Layout::new(s, arch, c)?;
-        let cost = CostModel::new(c, None);
-        Ok(predict(arch, &layout, c, &cost, PredictOptions::default())?.step_time_s)
-    }
-
-    #[test]
-    fn breakdown_adds_up_to_the_step() {
-        let c = cluster();
-        let arch = Arch::resolve("llama2-13b").unwrap();
-        let layout = Layout::new(&spec(2, 4, 8, 2, 16), &arch, &c).unwrap();
-        let p = predict(
-            &arch,
-            &layout,
-            &c,
-            &CostModel::new(&c, None),
-            PredictOptions::default(),
-        )
-        .unwrap();
-        assert!((p.breakdown_s.total() - p.step_time_s).abs() < 1e-9 * p.step_time_s);
-        assert!(p.interval_s[0] < p.step_time_s && p.step_time_s < p.interval_s[1]);
-        assert!((p.sources_percent.values().sum::<f64>() - 100.0).abs() < 1e-6);
-        // no models: kernels from the roofline, collectives from the analytic model
-        assert!(p
-            .sources_percent
-            .keys()
-            .all(|k| *k == "roofline" || *k == "analytic"));
-    }
-
-    #[test]
-    fn strict_refuses_roofline_estimates() {
-        let c = cluster();
-        let arch = Arch::resolve("llama2-7b").unwrap();
-        let layout = Layout::new(&spec(1, 1, 8, 1, 4), &arch, &c).unwrap();
-        let e = predict(
-            &arch,
-            &layout,
-            &c,
-            &CostModel::new(&c, None),
-            PredictOptions { strict: true },
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("--strict") && e.to_string().contains("roofline"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn recompute_and_pipeline_cost_what_they_should() {
-        let c = cluster();
-        let arch = Arch::resolve("llama2-7b").unwrap();
-        let base = step(&arch, &spec(1, 1, 8, 1, 8), &c).unwrap();
-        let mut full = spec(1, 1, 8, 1, 8);
-        full.recompute = Some(Recompute::Full);
-        let recomputed = step(&arch, &full, &c).unwrap();
-        // full recompute adds roughly one forward to a forward + two-forward backward
-        assert!(
-            recomputed > base * 1.2 && recomputed < base * 1.45,
-            "{base} {recomputed}"
-        );
-        let mut paper = spec(1, 1, 8, 1, 8);
-        paper.rules = Some(Rules::Paper);
-        assert!(step(&arch, &paper, &c).is_ok());
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-
-        #[test]
-        fn more_micro_batches_never_shorten_a_step(
-            tp in prop::sample::select(vec![1u64, 2, 4, 8]),
-            pp in prop::sample::select(vec![1u64, 2, 4, 8]),
-            dp in 1u64..9,
-            mb in 1u64..5,
-            m in 1u64..40,
-            model in prop::sample::select(vec!["llama2-7b", "gpt3-15b", "llama3-70b"]),
-        ) {
-            let c = cluster();
-            let arch = Arch::resolve(model).unwrap();
-            let a = step(&arch, &spec(tp, pp, dp, mb, m), &c);
-            let b = step(&arch, &spec(tp, pp, dp, mb, m + 1), &c);
-            if let (Ok(a), Ok(b)) = (a, b) {
-                prop_assert!(b >= a, "{} then {}", a, b);
-            }
-        }
-
-        #[test]
-        fn any_layout_gives_a_result_or_a_clear_error(
-            tp in 0u64..20, pp in 0u64..140, dp in 0u64..300, mb in 0u64..9,
-            gb in prop::option::of(0u64..5000), m in prop::option::of(0u64..70),
-            seq in prop::option::of(1u64..40000),
-            zero in 0u8..5, sp in any::<bool>(),
-            recompute in prop::sample::select(vec![None, Some(Recompute::None), Some(Recompute::Selective), Some(Recompute::Full)]),
-            rules in prop::sample::select(vec![None, Some(Rules::Paper), Some(Rules::Megatron)]),
-            model in prop::sample::select(crate::workload::presets::names()),
-        ) {
-            let c = cluster();
-            let arch = Arch::resolve(&model).unwrap();
-            let s = ParallelSpec {
-                tp: Some(tp), pp: Some(pp), dp: Some(dp), micro_batch: Some(mb),
-                global_batch: gb, micro_batches: m, seq_len: seq, zero: Some(zero),
-                sequence_parallel: Some(sp), recompute, rules, ..Default::default()
-            };
-            match step(&arch, &s, &c) {
-                Ok(t) => prop_assert!(t.is_finite() && t > 0.0),
-                Err(e) => prop_assert!(matches!(e, Error::Invalid(_)), "{e:?}"),
-            }
-        }
-    }
-}
+mod tests;

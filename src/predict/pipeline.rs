@@ -1,12 +1,13 @@
-//! From a decomposition and per-call times to the pipeline simulator's input: each model chunk's
-//! passes as segments (embedding, its layers, the head), the backward split into input- and
+//! From a plan and per-query times to the pipeline simulator's input: each model chunk's passes
+//! as segments (embedding, its layers, the head), the backward split into input- and
 //! weight-gradient parts where the schedule asks for it, the hidden share of tensor-parallel
-//! communication taken out.
+//! communication taken out, and every duration's attribution to cost factors.
 
-use super::compose::{serial_share, ClassTimes};
-use super::decompose::{Decomposition, OpCall};
+use super::compose::{cost, whole, Cost, QueryTimes};
 use crate::ops::{OpKind, Phase, Role};
+use crate::plan::{Block, Call, Chunk, Plan};
 use crate::schedule::{ChunkWork, PassWork, PipelineWork, RankWork, Segment, SegmentKind};
+use crate::timing::{Attribution, Class};
 use crate::workload::Layout;
 
 /// Share of a backward call that computes input gradients (the rest: weight gradients). A
@@ -14,188 +15,198 @@ use crate::workload::Layout;
 /// backward is all weight gradient; FSDP's gradient reduce-scatter follows the weight
 /// gradients; everything else (attention, norms, activations, TP collectives) is on the
 /// input-gradient path.
-fn input_grad_share(op: &OpCall) -> f64 {
+fn input_grad_share(plan: &Plan, call: &Call) -> f64 {
+    let q = plan.query(call);
     let weights = matches!(
-        op.query.role,
+        q.role,
         Some(Role::Qkv | Role::AttnOut | Role::MlpUp | Role::MlpDown | Role::LmHead)
     );
-    match op.query.op {
-        OpKind::Gemm if op.query.phase == Phase::Bwd && weights => 0.5,
-        OpKind::Embedding if op.query.phase == Phase::Bwd => 0.0,
-        OpKind::ReduceScatter if op.overlapped => 0.0,
+    match q.op {
+        OpKind::Gemm if q.phase == Phase::Bwd && weights => 0.5,
+        OpKind::Embedding if q.phase == Phase::Bwd => 0.0,
+        OpKind::ReduceScatter if call.overlapped => 0.0,
         _ => 1.0,
     }
 }
 
-/// Exposed time (tensor-parallel communication reduced by the hidden fraction) and the hidden
-/// part.
-fn exposed(t: ClassTimes, tp_hidden: f64) -> (ClassTimes, f64) {
-    let hidden = t.tp_comm * tp_hidden;
-    (
-        ClassTimes {
-            tp_comm: t.tp_comm - hidden,
-            ..t
-        },
-        hidden,
-    )
+/// Which part (0–1) of a call a pass computes.
+type Share<'a> = dyn Fn(&Call) -> f64 + 'a;
+
+/// Builds passes segment by segment.
+struct Passes<'a> {
+    times: &'a QueryTimes,
+    tp_hidden: f64,
 }
 
-/// Which part (0–1) of a call a pass computes.
-type Share = dyn Fn(&OpCall) -> f64;
+impl Passes<'_> {
+    fn cost(&self, calls: &[Call], share: &dyn Fn(&Call) -> f64) -> Cost {
+        cost(
+            calls.iter().map(|c| (c, 1.0)),
+            self.times,
+            share,
+            self.tp_hidden,
+        )
+    }
 
-pub fn pipeline_work(
-    d: &Decomposition,
-    layout: &Layout,
-    time_of: &dyn Fn(&OpCall) -> f64,
-) -> PipelineWork {
-    let parts = &d.parts;
-    let split = layout.schedule.splits_backward();
-    let hidden_tp = layout.overlap.tp_fraction;
-    let placement = layout.virtual_stage_ranks();
-    let n = placement.len();
-
-    // one segment: `share` of each call of `ops` (after `recompute` in full), `repeat` times
-    let segment = |pass: &mut PassWork,
-                   kind: SegmentKind,
-                   repeat: u64,
-                   ops: &[OpCall],
-                   recompute: &[OpCall],
-                   params: u64,
-                   share: &dyn Fn(&OpCall) -> f64| {
+    /// Appends `share` of each call of `calls` (after `recompute` in full), `repeat` times.
+    #[allow(clippy::too_many_arguments)]
+    fn segment(
+        &self,
+        pass: &mut PassWork,
+        kind: SegmentKind,
+        repeat: u64,
+        calls: &[Call],
+        recompute: &[Call],
+        params: u64,
+        share: &dyn Fn(&Call) -> f64,
+    ) {
         if repeat == 0 {
             return;
         }
-        let (rc, rc_hidden) = exposed(serial_share(recompute, time_of, &|_| 1.0), hidden_tp);
-        let (t, hidden) = exposed(serial_share(ops, time_of, share), hidden_tp);
-        let t = t.plus(&rc);
+        let rc = self.cost(recompute, &whole);
+        let own = self.cost(calls, share);
+        let parts = own.parts.plus(&rc.parts);
+        let mut attribution = own.attribution;
+        attribution.add_scaled(&rc.attribution, 1.0);
         pass.segments.push(Segment {
             kind,
             repeat,
-            us: t.total(),
-            recompute_us: rc.total(),
+            us: parts.total(),
+            recompute_us: rc.parts.total(),
             params,
+            attribution,
         });
-        pass.parts = pass.parts.plus(&t.scaled(repeat as f64));
-        pass.hidden_tp_us += (hidden + rc_hidden) * repeat as f64;
-    };
-    let all = |_: &OpCall| 1.0;
-    let input = |op: &OpCall| input_grad_share(op);
-    let weight = |op: &OpCall| 1.0 - input_grad_share(op);
+        pass.parts = pass.parts.plus(&parts.scaled(repeat as f64));
+        pass.hidden_tp_us += (own.hidden_tp_us + rc.hidden_tp_us) * repeat as f64;
+    }
+}
 
-    let mut chunks = Vec::with_capacity(n);
-    let mut first_layer = 0;
-    for (vs, &rank) in placement.iter().enumerate() {
-        let layers = layout.chunk_layers(rank);
-        let (embedding, head) = (vs == 0, vs + 1 == n);
-        let mut fwd = PassWork::default();
-        if embedding {
-            segment(
-                &mut fwd,
-                SegmentKind::Embedding,
-                1,
-                &parts.embedding_fwd,
-                &[],
-                parts.embedding_params,
-                &all,
-            );
-        }
-        segment(
+/// Which blocks a chunk runs.
+fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 3] {
+    [
+        (
+            SegmentKind::Embedding,
+            chunk.embedding as u64,
+            &plan.embedding,
+        ),
+        (SegmentKind::Layer, chunk.layers, &plan.layer),
+        (SegmentKind::Head, chunk.head as u64, &plan.head),
+    ]
+}
+
+/// A chunk's forward: embedding, layers, head.
+fn forward(b: &Passes, plan: &Plan, chunk: &Chunk) -> PassWork {
+    let mut fwd = PassWork::default();
+    for (kind, repeat, block) in blocks(plan, chunk) {
+        b.segment(
             &mut fwd,
-            SegmentKind::Layer,
-            layers,
-            &parts.layer_fwd,
+            kind,
+            repeat,
+            &block.fwd,
             &[],
-            parts.layer_params,
-            &all,
+            block.params,
+            &whole,
         );
-        if head {
-            segment(
-                &mut fwd,
-                SegmentKind::Head,
-                1,
-                &parts.head_fwd,
-                &[],
-                parts.head_params,
-                &all,
-            );
-        }
-        // the backward in reverse model order
-        let mut bwd = PassWork::default();
-        let mut wgrad = PassWork::default();
-        let passes: Vec<(&mut PassWork, &Share, bool)> = if split {
-            vec![(&mut bwd, &input, false), (&mut wgrad, &weight, true)]
+    }
+    fwd
+}
+
+/// A chunk's backward in reverse model order: whole, or split into the input-gradient pass
+/// and the weight-gradient pass.
+fn backward(b: &Passes, plan: &Plan, chunk: &Chunk, split: bool) -> (PassWork, PassWork) {
+    let input = |c: &Call| input_grad_share(plan, c);
+    let weight = |c: &Call| 1.0 - input_grad_share(plan, c);
+    let mut bwd = PassWork::default();
+    let mut wgrad = PassWork::default();
+    let passes: Vec<(&mut PassWork, &Share<'_>, bool)> = if split {
+        vec![(&mut bwd, &input, false), (&mut wgrad, &weight, true)]
+    } else {
+        vec![(&mut bwd, &whole, true)]
+    };
+    for (pass, share, completes_gradients) in passes {
+        let params = |p: u64| if completes_gradients { p } else { 0 };
+        // the recomputed forward runs first in each layer, on the input-gradient path
+        let recompute: &[Call] = if split && completes_gradients {
+            &[]
         } else {
-            vec![(&mut bwd, &all, true)]
+            &plan.layer.recompute
         };
-        for (pass, share, completes_gradients) in passes {
-            let params = |p: u64| if completes_gradients { p } else { 0 };
-            // the recomputed forward runs first in each layer, on the input-gradient path
-            let recompute: &[OpCall] = if split && completes_gradients {
-                &[]
+        for (kind, repeat, block) in blocks(plan, chunk).into_iter().rev() {
+            let rc = if kind == SegmentKind::Layer {
+                recompute
             } else {
-                &parts.layer_recompute
+                &[]
             };
-            if head {
-                segment(
-                    pass,
-                    SegmentKind::Head,
-                    1,
-                    &parts.head_bwd,
-                    &[],
-                    params(parts.head_params),
-                    share,
-                );
-            }
-            segment(
+            b.segment(
                 pass,
-                SegmentKind::Layer,
-                layers,
-                &parts.layer_bwd,
-                recompute,
-                params(parts.layer_params),
+                kind,
+                repeat,
+                &block.bwd,
+                rc,
+                params(block.params),
                 share,
             );
-            if embedding {
-                segment(
-                    pass,
-                    SegmentKind::Embedding,
-                    1,
-                    &parts.embedding_bwd,
-                    &[],
-                    params(parts.embedding_params),
-                    share,
-                );
-            }
         }
-        let send = parts.send.as_ref().map_or(0.0, time_of);
-        let other_rank = |k: usize| placement.get(k).is_some_and(|&r| r != rank);
-        chunks.push(ChunkWork {
-            rank,
-            first_layer,
-            fwd,
-            bwd,
-            wgrad,
-            send_fwd_us: if other_rank(vs + 1) { send } else { 0.0 },
-            send_bwd_us: if vs > 0 && other_rank(vs - 1) {
-                send
-            } else {
-                0.0
-            },
-        });
-        first_layer += layers;
     }
-    let ranks = d
+    (bwd, wgrad)
+}
+
+/// The simulator's input for `plan` under `layout` with these query times.
+pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> PipelineWork {
+    let b = Passes {
+        times,
+        tp_hidden: layout.overlap.tp_fraction,
+    };
+    let split = layout.schedule.splits_backward();
+    let (send_us, send_attribution) = match &plan.send {
+        Some(send) => {
+            let c = b.cost(std::slice::from_ref(send), &whole);
+            (times.of(send.query), c.attribution)
+        }
+        None => (0.0, Attribution::default()),
+    };
+    let chunks = plan
+        .chunks
+        .iter()
+        .map(|chunk| {
+            let (bwd, wgrad) = backward(&b, plan, chunk, split);
+            ChunkWork {
+                rank: chunk.rank,
+                first_layer: chunk.first_layer,
+                fwd: forward(&b, plan, chunk),
+                bwd,
+                wgrad,
+                send_fwd_us: if chunk.sends_fwd { send_us } else { 0.0 },
+                send_bwd_us: if chunk.sends_bwd { send_us } else { 0.0 },
+                send_attribution: send_attribution.clone(),
+            }
+        })
+        .collect();
+    let ranks = plan
         .stages
         .iter()
         .map(|s| {
-            let sync = serial_share(&s.grad_sync, time_of, &all);
-            let update = serial_share(&s.update, time_of, &all);
+            let sync = b.cost(&s.grad_sync, &whole);
+            let of_class = |class: Class| {
+                let calls: Vec<Call> = s
+                    .update
+                    .iter()
+                    .filter(|c| c.class == class)
+                    .cloned()
+                    .collect();
+                b.cost(&calls, &whole)
+            };
+            let optimizer = of_class(Class::Optimizer);
+            let gather = of_class(Class::DpComm);
             RankWork {
-                grad_sync_us: sync.total(),
-                param_gather_us: update.dp_comm,
-                optimizer_us: update.optimizer,
+                grad_sync_us: sync.parts.total(),
+                param_gather_us: gather.parts.dp_comm,
+                optimizer_us: optimizer.parts.optimizer,
                 params: s.params,
                 bucket_elements: layout.dp_bucket_elements,
+                grad_sync_attribution: sync.attribution,
+                param_gather_attribution: gather.attribution,
+                optimizer_attribution: optimizer.attribution,
             }
         })
         .collect();
@@ -205,81 +216,6 @@ pub fn pipeline_work(
         chunks,
         ranks,
         overlap: layout.overlap,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::predict::compose_step;
-    use crate::predict::decompose::decompose;
-    use crate::workload::{Arch, ParallelSpec, Recompute, Schedule};
-    use proptest::prelude::*;
-
-    use crate::hardware::dgx_h100_without_models as cluster;
-
-    /// Deterministic made-up times: kernels 1–1000 µs by a hash of the query, collectives
-    /// growing with their size; `send` µs for a pipeline transfer, and the first stage's extra
-    /// backward and the last stage's extra forward set to `send` too, so that every stage's
-    /// forward and backward (transfers included) take the same time.
-    fn balanced_time(op: &OpCall, send: f64) -> f64 {
-        use std::hash::{Hash, Hasher};
-        match op.label {
-            "pp send/recv" => send,
-            "embedding" if op.query.phase == Phase::Bwd => send,
-            "final norm" if op.query.phase == Phase::Fwd => send,
-            "embedding" | "embedding all-reduce" | "final norm" | "lm head" | "cross-entropy" => {
-                0.0
-            }
-            _ => match op.query.shape {
-                crate::ops::Shape::Collective(c) => 5.0 + c.bytes as f64 / 2e5,
-                _ => {
-                    let mut h = std::collections::hash_map::DefaultHasher::new();
-                    op.query.hash(&mut h);
-                    1.0 + (h.finish() % 1000) as f64
-                }
-            },
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
-
-        /// With balanced stages and nothing overlapped the simulated 1F1B step is the paper's
-        /// closed form, to rounding.
-        #[test]
-        fn balanced_one_f_one_b_equals_the_closed_form(
-            model in prop::sample::select(vec!["llama2-7b", "llama2-13b", "gpt3-15b", "llama3-70b"]),
-            tp in prop::sample::select(vec![1u64, 2, 4, 8]),
-            pp in prop::sample::select(vec![1u64, 2, 4, 8]),
-            dp in 1u64..5, mb in 1u64..3, m in 1u64..24,
-            zero in 0u8..2,
-            recompute in prop::sample::select(vec![Recompute::None, Recompute::Selective, Recompute::Full]),
-            send in 0.0f64..500.0,
-        ) {
-            let c = cluster();
-            let arch = Arch::resolve(model).unwrap();
-            let spec = ParallelSpec {
-                tp: Some(tp), pp: Some(pp), dp: Some(dp), micro_batch: Some(mb),
-                micro_batches: Some(m), zero: Some(zero), recompute: Some(recompute),
-                schedule: Some(Schedule::OneFOneB),
-                overlap_grad_reduce: Some(false), overlap_param_gather: Some(false),
-                overlap_p2p: Some(false),
-                ..Default::default()
-            };
-            let Ok(mut layout) = Layout::new(&spec, &arch, &c) else { return Ok(()) };
-            prop_assume!(arch.layers % pp == 0);
-            let d = decompose(&arch, &layout, &c);
-            let time_of = |op: &OpCall| balanced_time(op, send);
-            let (simulated, timeline) = compose_step(&d, &layout, &time_of).unwrap();
-            prop_assert!(timeline.is_some());
-            layout.schedule = Schedule::ClosedForm;
-            let (closed, _) = compose_step(&d, &layout, &time_of).unwrap();
-            let rel = (simulated.step_us - closed.step_us).abs() / closed.step_us;
-            prop_assert!(rel < 1e-9, "simulated {} closed form {}", simulated.step_us, closed.step_us);
-            let (a, b) = (simulated.breakdown_us, closed.breakdown_us);
-            prop_assert!((a.bubble - b.bubble).abs() < 1e-6 * closed.step_us, "{:?} {:?}", a, b);
-            prop_assert!((a.total() - simulated.step_us).abs() < 1e-6 * closed.step_us);
-        }
+        factors: if times.attribute { times.factors } else { 0 },
     }
 }

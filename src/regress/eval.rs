@@ -15,10 +15,10 @@ use super::model::ModelKey;
 use super::modelset::ModelSet;
 use super::split::{groups, split_groups, SplitKind};
 use super::train::Prepared;
+use crate::analytic::roofline::ideal_time_us;
 use crate::dataset::{Dataset, ReferenceError};
 use crate::error::{Error, Result};
 use crate::ops::{Dtype, OpKind, Phase, Role};
-use crate::roofline::roofline_time_us;
 use crate::stats;
 
 #[derive(Debug, Clone, Copy)]
@@ -317,7 +317,7 @@ fn metrics(
     let roof: Option<Vec<f64>> = idx
         .iter()
         .map(|&i| {
-            roofline_time_us(
+            ideal_time_us(
                 &prepared.rows[i].query,
                 &ds.meta.gpu,
                 ds.meta.network.as_ref(),

@@ -3,9 +3,12 @@
 //! left child is the next node). Prediction is a tight loop over these arrays, a few
 //! nanoseconds per tree level, and needs no training library at run time.
 //!
-//! On disk the model's JSON holds the forest's header and a `.nodes` file beside it the raw
-//! arrays (7 bytes a node): `feature` u8 (255 = leaf), `value` f32 LE, `right` u16 LE offset
-//! from the node — read with one copy, no parsing.
+//! On disk (in a models directory's `models.bin`) a forest is its header (features, base,
+//! scale, tree and node counts) in the bundle's index and one binary area: every tree's root
+//! (u32 LE), then every node's `feature` u8 (255 = leaf), `value` f32 LE and `right` u16 LE
+//! offset — read with one copy, no parsing, and checked before use.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -15,29 +18,144 @@ pub const LEAF: u8 = u8::MAX;
 /// Trees are grown with at most this many leaves so that right-child offsets fit in a u16.
 pub const MAX_LEAVES_PER_TREE: usize = 30_000;
 
+/// Where a forest's node bytes live: grown in memory, or in a mapped `models.bin`.
+#[derive(Clone)]
+pub struct NodeBytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    start: usize,
+    len: usize,
+}
+
+impl NodeBytes {
+    pub fn owned(bytes: Vec<u8>) -> NodeBytes {
+        let len = bytes.len();
+        NodeBytes {
+            owner: Arc::new(bytes),
+            start: 0,
+            len,
+        }
+    }
+
+    /// `len` bytes from `start` of a shared buffer (a mapped file); `None` if out of range.
+    pub fn shared(
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        start: usize,
+        len: usize,
+    ) -> Option<NodeBytes> {
+        let end = start.checked_add(len)?;
+        ((*owner).as_ref().len() >= end).then_some(NodeBytes { owner, start, len })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for NodeBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeBytes({} bytes)", self.len)
+    }
+}
+
+impl PartialEq for NodeBytes {
+    fn eq(&self, other: &NodeBytes) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
 /// A sum of trees: `base + scale · Σ tree(x)` (a forest averages with scale = 1/trees; boosting
 /// adds learning-rate-scaled leaves to a base score with scale = 1).
+///
+/// The nodes are one byte string: every `feature` (u8, 255 = leaf), then every `value` (f32
+/// LE: threshold or leaf value), then every `right` offset (u16 LE; the left child is the next
+/// node) — the same bytes on disk and in memory, so a mapped file is used without a copy.
+/// Walking a tree is checked (it ends on any node bytes), and forests are validated when they
+/// are trained, before they are written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlatForest {
     pub n_features: usize,
     pub base: f64,
     pub scale: f64,
     roots: Vec<u32>,
-    feature: Vec<u8>,
-    value: Vec<f32>,
-    right: Vec<u16>,
+    nodes: usize,
+    bytes: NodeBytes,
+}
+
+/// The node arrays of a forest, read from its bytes.
+struct Nodes<'a> {
+    bytes: &'a [u8],
+    n: usize,
+}
+
+impl Nodes<'_> {
+    #[inline]
+    fn feature(&self, i: usize) -> u8 {
+        self.bytes[i]
+    }
+
+    #[inline]
+    fn value(&self, i: usize) -> f32 {
+        let at = self.n + 4 * i;
+        f32::from_le_bytes([
+            self.bytes[at],
+            self.bytes[at + 1],
+            self.bytes[at + 2],
+            self.bytes[at + 3],
+        ])
+    }
+
+    #[inline]
+    fn right(&self, i: usize) -> usize {
+        let at = 5 * self.n + 2 * i;
+        u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]]) as usize
+    }
+
+    /// The leaf `x` reaches from node `i`; NaN if the bytes lead nowhere (a corrupt forest).
+    #[inline]
+    fn walk(&self, mut i: usize, x: &[f32; 32]) -> f32 {
+        while i < self.n {
+            let f = self.feature(i);
+            let v = self.value(i);
+            if f == LEAF {
+                return v;
+            }
+            let step = match x.get(f as usize) {
+                Some(&xf) if xf < v => 1,
+                Some(_) => self.right(i),
+                None => 0,
+            };
+            if step == 0 {
+                break;
+            }
+            i += step;
+        }
+        f32::NAN
+    }
+}
+
+fn as_f32(x: &[f64]) -> [f32; 32] {
+    let mut xf = [0f32; 32];
+    for (dst, src) in xf.iter_mut().zip(x) {
+        *dst = *src as f32;
+    }
+    xf
 }
 
 impl FlatForest {
-    pub fn predict(&self, x: &[f64]) -> f64 {
-        let mut xf = [0f32; 32];
-        for (dst, src) in xf.iter_mut().zip(x) {
-            *dst = *src as f32;
+    fn nodes(&self) -> Nodes<'_> {
+        Nodes {
+            bytes: self.bytes.as_slice(),
+            n: self.nodes,
         }
+    }
+
+    pub fn predict(&self, x: &[f64]) -> f64 {
+        let xf = as_f32(x);
+        let nodes = self.nodes();
         let sum: f64 = self
             .roots
             .iter()
-            .map(|&root| self.tree_value(root as usize, &xf) as f64)
+            .map(|&root| nodes.walk(root as usize, &xf) as f64)
             .sum();
         self.base + self.scale * sum
     }
@@ -45,29 +163,12 @@ impl FlatForest {
     /// Each tree's own output (`base + tree(x)` for a forest with `scale = 1/trees`, i.e. what a
     /// forest of that single tree would predict); used for the spread of a forest.
     pub fn tree_predictions(&self, x: &[f64]) -> Vec<f64> {
-        let mut xf = [0f32; 32];
-        for (dst, src) in xf.iter_mut().zip(x) {
-            *dst = *src as f32;
-        }
+        let xf = as_f32(x);
+        let nodes = self.nodes();
         self.roots
             .iter()
-            .map(|&root| self.base + self.tree_value(root as usize, &xf) as f64)
+            .map(|&root| self.base + nodes.walk(root as usize, &xf) as f64)
             .collect()
-    }
-
-    #[inline]
-    fn tree_value(&self, mut i: usize, x: &[f32; 32]) -> f32 {
-        loop {
-            let f = self.feature[i];
-            if f == LEAF {
-                return self.value[i];
-            }
-            i += if x[f as usize] < self.value[i] {
-                1
-            } else {
-                self.right[i] as usize
-            };
-        }
     }
 
     pub fn tree_count(&self) -> usize {
@@ -75,20 +176,21 @@ impl FlatForest {
     }
 
     pub fn node_count(&self) -> usize {
-        self.feature.len()
+        self.nodes
     }
 
-    /// Bytes of the node arrays as stored.
+    /// Bytes of the trees as stored.
     pub fn stored_bytes(&self) -> usize {
-        self.feature.len() * 7 + self.roots.len() * 4
+        self.nodes * 7 + self.roots.len() * 4
     }
 
-    /// Checks that indices stay inside the arrays, so a corrupt file cannot make `predict` loop
-    /// or index out of bounds.
+    /// Checks that every walk stays inside the forest and ends on a finite leaf, so a forest
+    /// that passes cannot make `predict` loop, leave the forest or return a non-number.
     pub fn validate(&self) -> Result<(), String> {
-        let n = self.feature.len();
-        if self.value.len() != n || self.right.len() != n {
-            return Err("node arrays differ in length".to_string());
+        let nodes = self.nodes();
+        let n = self.nodes;
+        if self.bytes.len != n * 7 {
+            return Err("node bytes do not match the node count".to_string());
         }
         if self.n_features > 32 {
             return Err(format!("{} features (at most 32)", self.n_features));
@@ -99,7 +201,11 @@ impl FlatForest {
             }
         }
         for i in 0..n {
-            let f = self.feature[i];
+            let v = nodes.value(i);
+            if !v.is_finite() {
+                return Err(format!("node {i} holds {v}, not a finite number"));
+            }
+            let f = nodes.feature(i);
             if f == LEAF {
                 continue;
             }
@@ -109,8 +215,8 @@ impl FlatForest {
                     self.n_features
                 ));
             }
-            let right = i + self.right[i] as usize;
-            if self.right[i] < 2 || right >= n || i + 1 >= n {
+            let right = i + nodes.right(i);
+            if nodes.right(i) < 2 || right >= n || i + 1 >= n {
                 return Err(format!("node {i} has children outside the forest"));
             }
         }
@@ -173,104 +279,108 @@ impl TreeBuilder {
     }
 
     pub fn finish(self, scale: f64, base: f64, n_features: usize) -> FlatForest {
+        let n = self.feature.len();
+        let mut bytes = Vec::with_capacity(n * 7);
+        bytes.extend_from_slice(&self.feature);
+        for v in &self.value {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        for r in &self.right {
+            bytes.extend_from_slice(&r.to_le_bytes());
+        }
         FlatForest {
             n_features,
             base,
             scale,
             roots: self.roots,
-            feature: self.feature,
-            value: self.value,
-            right: self.right,
+            nodes: n,
+            bytes: NodeBytes::owned(bytes),
         }
     }
 }
 
-/// What the model's JSON holds of a forest; the node arrays live in the `.nodes` file beside it.
-#[derive(Serialize, Deserialize)]
-struct Header {
-    n_features: usize,
-    base: f64,
-    scale: f64,
-    trees: usize,
-    nodes: usize,
-    roots: Vec<u32>,
+/// What a bundle's index holds of a forest; the roots and nodes are its binary area.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ForestHeader {
+    pub n_features: usize,
+    pub base: f64,
+    pub scale: f64,
+    pub trees: usize,
+    pub nodes: usize,
 }
 
-impl Serialize for FlatForest {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        Header {
-            n_features: self.n_features,
-            base: self.base,
-            scale: self.scale,
-            trees: self.roots.len(),
-            nodes: self.feature.len(),
-            roots: self.roots.clone(),
-        }
-        .serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for FlatForest {
-    /// Reads the header only: `attach_nodes` must follow.
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let h = Header::deserialize(d)?;
-        if h.roots.len() != h.trees {
-            return Err(D::Error::custom(
-                "forest: tree count does not match its roots",
-            ));
-        }
-        Ok(FlatForest {
-            n_features: h.n_features,
-            base: h.base,
-            scale: h.scale,
-            roots: h.roots,
-            feature: Vec::new(),
-            value: Vec::new(),
-            right: Vec::with_capacity(h.nodes),
-        })
+impl ForestHeader {
+    /// Bytes of the binary area.
+    pub fn area_bytes(&self) -> Option<usize> {
+        self.trees
+            .checked_mul(4)?
+            .checked_add(self.nodes.checked_mul(7)?)
     }
 }
 
 impl FlatForest {
-    /// The node arrays as stored in a `.nodes` file: every `feature` byte, then every `value`
-    /// as f32 little-endian, then every `right` offset as u16 little-endian (7 bytes a node).
-    pub fn node_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.feature.len() * 7);
-        out.extend_from_slice(&self.feature);
-        for v in &self.value {
-            out.extend_from_slice(&v.to_le_bytes());
+    pub fn header(&self) -> ForestHeader {
+        ForestHeader {
+            n_features: self.n_features,
+            base: self.base,
+            scale: self.scale,
+            trees: self.roots.len(),
+            nodes: self.nodes,
         }
-        for r in &self.right {
+    }
+
+    /// The forest as stored: every root (u32 LE), then the node bytes.
+    pub fn area(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.stored_bytes());
+        for r in &self.roots {
             out.extend_from_slice(&r.to_le_bytes());
         }
+        out.extend_from_slice(self.bytes.as_slice());
         out
     }
 
-    /// Fills a forest read by `Deserialize` with its node arrays and checks the result.
-    pub fn attach_nodes(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let expected = self.right.capacity();
-        if bytes.len() != expected * 7 {
+    /// A forest over an area (`FlatForest::area`'s bytes) at `start` of a shared buffer, used
+    /// in place. Not validated: forests are validated when trained and areas checksummed.
+    pub fn from_shared_area(
+        h: &ForestHeader,
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        start: usize,
+    ) -> Result<FlatForest, String> {
+        let len = h.area_bytes().ok_or("the forest's size overflows")?;
+        let area = NodeBytes::shared(owner, start, len)
+            .ok_or_else(|| format!("{len} bytes of trees run past the end of the file"))?;
+        let roots_len = h.trees * 4;
+        let roots = area.as_slice()[..roots_len]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        Ok(FlatForest {
+            n_features: h.n_features,
+            base: h.base,
+            scale: h.scale,
+            roots,
+            nodes: h.nodes,
+            bytes: NodeBytes {
+                owner: area.owner,
+                start: start + roots_len,
+                len: len - roots_len,
+            },
+        })
+    }
+
+    /// A forest from its header and an area of bytes, validated.
+    pub fn from_area(h: &ForestHeader, bytes: &[u8]) -> Result<FlatForest, String> {
+        if h.area_bytes() != Some(bytes.len()) {
             return Err(format!(
-                "{} bytes of nodes where the model expects {} nodes ({} bytes); the .nodes file \
-                 belongs to another training",
+                "{} bytes of trees where the index says {} trees of {} nodes",
                 bytes.len(),
-                expected,
-                expected * 7
+                h.trees,
+                h.nodes
             ));
         }
-        let (feature, rest) = bytes.split_at(expected);
-        let (value, right) = rest.split_at(expected * 4);
-        self.feature = feature.to_vec();
-        self.value = value
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        self.right = right
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect();
-        self.validate()
+        let forest = Self::from_shared_area(h, Arc::new(bytes.to_vec()), 0)?;
+        forest.validate()?;
+        Ok(forest)
     }
 }
 
@@ -304,10 +414,7 @@ mod tests {
     }
 
     fn round_trip(f: &FlatForest) -> Result<FlatForest, String> {
-        let text = serde_json::to_string(f).unwrap();
-        let mut back: FlatForest = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-        back.attach_nodes(&f.node_bytes())?;
-        Ok(back)
+        FlatForest::from_area(&f.header(), &f.area())
     }
 
     #[test]
@@ -322,9 +429,13 @@ mod tests {
         f.n_features = 1; // node 2 splits on feature 1
         assert!(round_trip(&f).unwrap_err().contains("feature 1"));
         let f = small();
-        let text = serde_json::to_string(&f).unwrap();
-        let mut back: FlatForest = serde_json::from_str(&text).unwrap();
-        let e = back.attach_nodes(&f.node_bytes()[1..]).unwrap_err();
-        assert!(e.contains("another training"), "{e}");
+        let e = FlatForest::from_area(&f.header(), &f.area()[1..]).unwrap_err();
+        assert!(e.contains("the index says"), "{e}");
+        // a leaf that is not a number
+        let mut area = f.area();
+        let value_of_node_1 = 4 * 2 + 6 + 4;
+        area[value_of_node_1..value_of_node_1 + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let e = FlatForest::from_area(&f.header(), &area).unwrap_err();
+        assert!(e.contains("not a finite number"), "{e}");
     }
 }

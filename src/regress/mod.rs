@@ -2,6 +2,7 @@
 //! boosting on binned features), stored in our own flat-tree format, predicted in microseconds.
 
 pub mod boost;
+pub mod bundle;
 pub mod cart;
 pub mod eval;
 pub mod flat;

@@ -12,15 +12,15 @@ use super::boost::{fit_boost, BoostParams};
 use super::cart::Binned;
 use super::flat::FlatForest;
 use super::forest::{fit_forest, ForestParams};
+use crate::analytic::roofline::work_scale_us;
 use crate::dataset::{Provenance, SoftwareStamp};
 use crate::error::{Error, Result};
 use crate::hardware::GpuSpec;
-use crate::ops::features::{feature_names, features, FEATURE_SCHEMA_VERSION};
+use crate::ops::features::{features, FEATURE_SCHEMA_VERSION};
 use crate::ops::{Dtype, OpKind, OpQuery, Phase, Role};
-use crate::roofline::work_scale_us;
 
-/// Version of the model file layout.
-pub const MODEL_FORMAT_VERSION: u32 = 2;
+/// Version of the models directory layout (`manifest.json` + `models.bin`).
+pub const MODEL_FORMAT_VERSION: u32 = 3;
 
 /// Which calls a model answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -45,11 +45,6 @@ impl ModelKey {
 
     pub fn pooled(self) -> ModelKey {
         ModelKey { role: None, ..self }
-    }
-
-    /// The raw node arrays beside the model's JSON.
-    pub fn nodes_file_name(&self) -> String {
-        self.file_name().trim_end_matches(".json").to_string() + ".nodes"
     }
 
     pub fn file_name(&self) -> String {
@@ -164,21 +159,18 @@ pub struct DatasetRef {
     pub software: SoftwareStamp,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A trained model with everything needed to trust its answers.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TrainedModel {
-    pub format_version: u32,
-    pub feature_schema_version: u32,
     pub key: ModelKey,
     pub recipe: Recipe,
     /// Roles this model answers because no per-role model measured better.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serves_roles: Vec<Role>,
     pub feature_names: Vec<String>,
     /// [min, max] of every feature over the training rows.
     pub feature_ranges: Vec<[f64; 2]>,
     pub training_rows: usize,
     /// Collectives: the (nodes, GPUs per node) layouts the rows were measured on.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layouts: Vec<[u64; 2]>,
     pub validation: Validation,
     /// The GPU the features and roofline scale were computed for.
@@ -196,10 +188,6 @@ pub struct Prediction {
     pub sigma_log: f64,
     /// Features outside their training range (empty when covered).
     pub out_of_coverage: Vec<String>,
-}
-
-fn nodes_path(json: &Path) -> std::path::PathBuf {
-    json.with_extension("nodes")
 }
 
 /// Refuses a model or manifest file written with another file-format or feature-schema version.
@@ -233,7 +221,7 @@ pub fn check_versions(path: &Path, text: &str) -> Result<()> {
 
 impl TrainedModel {
     pub fn features(&self, q: &OpQuery) -> Vec<f64> {
-        features(q.op, &q.shape, q.dtype, &self.gpu)
+        features(q.op, &q.shape, q.dtype, self.gpu.sm_count)
     }
 
     pub fn predict(&self, q: &OpQuery) -> Prediction {
@@ -257,51 +245,5 @@ impl TrainedModel {
             sigma_log: v.sigma_log,
             out_of_coverage,
         }
-    }
-
-    /// Writes `<name>.nodes` then `<name>.json`, each atomically.
-    pub fn save(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string(self)
-            .map_err(|e| Error::bad_file(path, format!("cannot serialise model: {e}")))?;
-        crate::fsutil::write_atomic(&nodes_path(path), &self.forest.node_bytes())?;
-        crate::fsutil::write_atomic(path, text.as_bytes())
-    }
-
-    pub fn load(path: &Path) -> Result<TrainedModel> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        // one parse on the fast path; a file that does not parse is asked for its versions so
-        // an old file gets the version message rather than a field error
-        let mut model: TrainedModel = match serde_json::from_slice(&bytes) {
-            Ok(m) => m,
-            Err(e) => {
-                check_versions(path, &String::from_utf8_lossy(&bytes))?;
-                return Err(Error::bad_file(path, format!("corrupt model file: {e}")));
-            }
-        };
-        if model.format_version != MODEL_FORMAT_VERSION
-            || model.feature_schema_version != FEATURE_SCHEMA_VERSION
-        {
-            check_versions(path, &String::from_utf8_lossy(&bytes))?;
-        }
-        let nodes = nodes_path(path);
-        let raw = std::fs::read(&nodes).map_err(|e| Error::io(&nodes, e))?;
-        model
-            .forest
-            .attach_nodes(&raw)
-            .map_err(|e| Error::bad_file(&nodes, e))?;
-        let expected = feature_names(model.key.op.family());
-        if model.feature_names != expected
-            || model.feature_ranges.len() != expected.len()
-            || model.forest.n_features != expected.len()
-        {
-            return Err(Error::bad_file(
-                path,
-                format!(
-                    "features do not match schema {FEATURE_SCHEMA_VERSION} for {}; retrain",
-                    model.key.op
-                ),
-            ));
-        }
-        Ok(model)
     }
 }

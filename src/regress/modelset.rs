@@ -1,5 +1,6 @@
-//! A directory of trained models (`models/<cluster>/`): `manifest.json` (what was trained from
-//! what, with which errors) plus one JSON file per model.
+//! A directory of trained models (`models/<cluster>/`): `models.bin` (every model, in one file,
+//! what predictions read; see `bundle`) and `manifest.json` (what was trained from what, with
+//! which errors: what people and `stepcast models show` read).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,6 +8,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+use super::bundle::{self, Reader, BUNDLE_FILE};
 use super::model::{DatasetRef, ModelKey, TrainedModel, Validation};
 use crate::dataset::ReferenceError;
 use crate::error::{Error, Result};
@@ -17,7 +19,6 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ManifestEntry {
-    pub file: String,
     pub key: ModelKey,
     /// Human-readable recipe, e.g. "boosting 300× depth 5 …".
     pub recipe: String,
@@ -26,7 +27,17 @@ pub struct ManifestEntry {
     pub training_rows: usize,
     pub validation: Validation,
     pub nodes: usize,
+    /// Bytes of its trees in `models.bin`.
     pub bytes: u64,
+}
+
+/// The file holding the models, as the manifest saw it written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BundleRef {
+    pub file: String,
+    pub bytes: u64,
+    /// Checksum of the whole file.
+    pub checksum: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -45,6 +56,9 @@ pub struct Manifest {
     pub network: Option<NetworkSpec>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reference_errors: Vec<ReferenceError>,
+    /// Filled in by `ModelSet::save`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<BundleRef>,
     pub models: Vec<ManifestEntry>,
     /// Groups not trained, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -61,64 +75,86 @@ pub enum Match {
     TwinDtype,
 }
 
-/// A models directory. Models are read on first use, so a prediction that needs a dozen of a
-/// cluster's forty models reads only those.
+/// An open models directory. Only the index is read when it opens; each model is read and
+/// checked when a prediction first needs it.
 #[derive(Debug)]
 pub struct ModelSet {
     pub dir: PathBuf,
-    pub manifest: Manifest,
-    slots: BTreeMap<ModelKey, OnceLock<std::result::Result<TrainedModel, String>>>,
+    reader: Reader,
+    slots: BTreeMap<ModelKey, (usize, OnceLock<std::result::Result<TrainedModel, String>>)>,
+}
+
+/// The files of an earlier (per-model-file) format this tool wrote, named in `old`'s manifest:
+/// plain names inside the directory that look like a model's, nothing else.
+fn earlier_format_files(dir: &Path) -> Vec<PathBuf> {
+    #[derive(Deserialize)]
+    struct Old {
+        models: Vec<OldEntry>,
+    }
+    #[derive(Deserialize)]
+    struct OldEntry {
+        file: String,
+    }
+    let Ok(old) = crate::fsutil::read_json::<Old>(&dir.join(MANIFEST_FILE)) else {
+        return Vec::new();
+    };
+    let ours = |name: &str| {
+        let plain = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            && !name.starts_with('.');
+        plain && name.ends_with(".json") && name != MANIFEST_FILE
+    };
+    old.models
+        .into_iter()
+        .filter(|e| ours(&e.file))
+        .flat_map(|e| {
+            let json = dir.join(&e.file);
+            [json.with_extension("nodes"), json]
+        })
+        .filter(|p| p.symlink_metadata().is_ok_and(|m| m.is_file()))
+        .collect()
 }
 
 impl ModelSet {
-    /// Writes every model file (atomically), removes model files of an earlier training that
-    /// the new one no longer has, and writes the manifest last.
-    pub fn save(dir: &Path, mut manifest: Manifest, models: Vec<TrainedModel>) -> Result<ModelSet> {
+    /// Writes `models.bin` and then `manifest.json`, each atomically, and returns the manifest
+    /// as written. Files of the earlier per-model format that the old manifest names are
+    /// removed; nothing else in the directory is touched.
+    pub fn save(dir: &Path, mut manifest: Manifest, models: Vec<TrainedModel>) -> Result<Manifest> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let old: Vec<String> = crate::fsutil::read_json::<Manifest>(&dir.join(MANIFEST_FILE))
-            .map(|m| m.models.into_iter().map(|e| e.file).collect())
-            .unwrap_or_default();
-        manifest.models.clear();
-        let mut slots = BTreeMap::new();
-        for model in models {
-            let file = model.key.file_name();
-            let path = dir.join(&file);
-            model.save(&path)?;
-            let bytes = [path.clone(), path.with_extension("nodes")]
-                .iter()
-                .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-                .sum();
-            manifest.models.push(ManifestEntry {
-                file,
-                key: model.key,
-                recipe: model.recipe.to_string(),
-                serves_roles: model.serves_roles.clone(),
-                training_rows: model.training_rows,
-                validation: model.validation,
-                nodes: model.forest.node_count(),
-                bytes,
-            });
-            slots.insert(model.key, OnceLock::from(Ok(model)));
-        }
+        let stale = earlier_format_files(dir);
+        let (bytes, index) = bundle::encode(&models)?;
+        crate::fsutil::write_atomic(&dir.join(BUNDLE_FILE), &bytes)?;
+        manifest.bundle = Some(BundleRef {
+            file: BUNDLE_FILE.to_string(),
+            bytes: bytes.len() as u64,
+            checksum: bundle::checksum(&bytes),
+        });
+        manifest.models = models
+            .iter()
+            .zip(&index.models)
+            .map(|(m, e)| ManifestEntry {
+                key: m.key,
+                recipe: m.recipe.to_string(),
+                serves_roles: m.serves_roles.clone(),
+                training_rows: m.training_rows,
+                validation: m.validation,
+                nodes: m.forest.node_count(),
+                bytes: e.bytes,
+            })
+            .collect();
         manifest.models.sort_by_key(|e| e.key);
-        for stale in old {
-            if !manifest.models.iter().any(|e| e.file == stale) {
-                let path = dir.join(stale);
-                let _ = std::fs::remove_file(path.with_extension("nodes"));
-                let _ = std::fs::remove_file(path);
-            }
-        }
         let text = serde_json::to_string_pretty(&manifest)
             .map_err(|e| Error::bad_file(dir.join(MANIFEST_FILE), e.to_string()))?;
         crate::fsutil::write_atomic(&dir.join(MANIFEST_FILE), text.as_bytes())?;
-        Ok(ModelSet {
-            dir: dir.to_path_buf(),
-            manifest,
-            slots,
-        })
+        for path in stale {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(manifest)
     }
 
-    /// Opens a models directory and reads every model now (so a corrupt file fails here).
+    /// Opens a models directory and reads every model now (so a corrupt one fails here).
     pub fn load(dir: &Path) -> Result<ModelSet> {
         let set = Self::open(dir)?;
         for key in set.slots.keys() {
@@ -127,45 +163,54 @@ impl ModelSet {
         Ok(set)
     }
 
-    /// Opens a models directory reading only its manifest; models are read on first use.
+    /// Opens a models directory reading only the index of `models.bin`.
     pub fn open(dir: &Path) -> Result<ModelSet> {
-        let manifest = Self::load_manifest(dir)?;
-        let slots = manifest
+        if !dir.is_dir() {
+            return Err(Error::bad_file(
+                dir,
+                "models directory not found (train one with `stepcast train <dataset> --out <dir>`)",
+            ));
+        }
+        let path = dir.join(BUNDLE_FILE);
+        if !path.is_file() {
+            // an earlier stepcast's directory says which version it is in its manifest
+            Self::load_manifest(dir)?;
+            return Err(Error::bad_file(
+                dir,
+                format!("no {BUNDLE_FILE}: not a stepcast models directory (train one with `stepcast train <dataset> --out <dir>`)"),
+            ));
+        }
+        let reader = Reader::open(&path)?;
+        let slots = reader
+            .index
             .models
             .iter()
-            .map(|e| (e.key, OnceLock::new()))
+            .enumerate()
+            .map(|(i, e)| (e.key, (i, OnceLock::new())))
             .collect();
         Ok(ModelSet {
             dir: dir.to_path_buf(),
-            manifest,
+            reader,
             slots,
         })
     }
 
-    /// The model of a key, read from disk on first use.
+    /// The GPU the models were trained on.
+    pub fn gpu(&self) -> &GpuSpec {
+        &self.reader.index.gpu
+    }
+
+    /// The dataset they were trained from.
+    pub fn dataset(&self) -> &DatasetRef {
+        &self.reader.index.dataset
+    }
+
+    /// The model of a key, read from the file on first use.
     pub fn try_get(&self, key: &ModelKey) -> Result<Option<&TrainedModel>> {
-        let Some(slot) = self.slots.get(key) else {
+        let Some((i, slot)) = self.slots.get(key) else {
             return Ok(None);
         };
-        let loaded = slot.get_or_init(|| {
-            let entry = self
-                .manifest
-                .models
-                .iter()
-                .find(|e| e.key == *key)
-                .expect("slots mirror the manifest");
-            let path = self.dir.join(&entry.file);
-            let model = TrainedModel::load(&path).map_err(|e| e.to_string())?;
-            if model.key != entry.key {
-                return Err(format!(
-                    "{}: holds the model for {} but the manifest lists {}",
-                    path.display(),
-                    model.key,
-                    entry.key
-                ));
-            }
-            Ok(model)
-        });
+        let loaded = slot.get_or_init(|| self.reader.model(*i).map_err(|e| e.to_string()));
         match loaded {
             Ok(m) => Ok(Some(m)),
             Err(message) => Err(Error::Invalid(message.clone())),

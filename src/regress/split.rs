@@ -110,18 +110,19 @@ pub fn split_groups(
     (done, too_small)
 }
 
-/// How held-out rows are chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SplitKind {
-    /// A random 20 % of each group (seeded), as in training.
-    Random,
-    /// Every row of the largest hidden size of each group.
-    HoldoutLargestHidden,
-    /// Every row of the longest sequence of each group.
-    HoldoutLongestSeq,
-    /// No refit: the saved models predict every row as they are (a new collection, drift).
-    None,
-}
+crate::named_enum!(
+    /// How held-out rows are chosen.
+    pub enum SplitKind {
+        /// A random 20 % of each group (seeded), as in training.
+        Random => "random",
+        /// Every row of the largest hidden size of each group.
+        HoldoutLargestHidden => "holdout-largest-hidden",
+        /// Every row of the longest sequence of each group.
+        HoldoutLongestSeq => "holdout-longest-seq",
+        /// No refit: the saved models predict every row as they are (a new collection, drift).
+        None => "none",
+    }
+);
 
 /// (train, held out) of one group. The random split permutes the group's rows with a fixed seed
 /// and holds out ⌈fraction·n⌉ of them (scikit-learn's `train_test_split` rule).

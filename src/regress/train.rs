@@ -9,11 +9,10 @@ use super::boost::{BoostParams, Loss};
 use super::forest::ForestParams;
 use super::model::{
     Algorithm, DatasetRef, ModelKey, Recipe, TargetTransform, TrainedModel, Validation,
-    MODEL_FORMAT_VERSION,
 };
 use super::split::{groups, split_groups, SplitKind, MIN_ROWS};
 use crate::dataset::{Dataset, Measurement};
-use crate::ops::features::{feature_names, features, FEATURE_SCHEMA_VERSION};
+use crate::ops::features::{feature_names, features};
 use crate::ops::Role;
 use crate::stats;
 
@@ -123,7 +122,7 @@ impl<'a> Prepared<'a> {
         let gpu = &dataset.meta.gpu;
         let x = rows
             .iter()
-            .map(|m| features(m.query.op, &m.query.shape, m.query.dtype, gpu))
+            .map(|m| features(m.query.op, &m.query.shape, m.query.dtype, gpu.sm_count))
             .collect();
         let ln_time = rows.iter().map(|m| m.time_us.ln()).collect();
         Prepared {
@@ -409,8 +408,6 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
                 .collect();
             tick();
             TrainedModel {
-                format_version: MODEL_FORMAT_VERSION,
-                feature_schema_version: FEATURE_SCHEMA_VERSION,
                 key: g.key,
                 recipe: chosen.recipe,
                 serves_roles: serves[gi].clone(),

@@ -1,12 +1,164 @@
 //! Times the fixed per-rank orders of a schedule (see the module docs for the rules).
+//!
+//! Every time the engine computes is a `Moment`: the time and, when the critical path is kept,
+//! the tape node that produced it — the moment it waited for plus a duration. Walking the tape
+//! back from the step's end gives the critical path, and summing the attributions of its
+//! durations says how much of the step each cost factor is.
 
 use super::order::orders;
-use super::{Pass, PipelineWork, RankTimeline, Span, TaskRun, Timeline};
+use super::{Event, Observer, Pass, PipelineWork, RankSummary, Task, Timeline, Unobserved};
 use crate::error::{Error, Result};
-use crate::predict::compose::Breakdown;
+use crate::plan::Buckets;
+use crate::timing::Breakdown;
 
-/// Simulates one step.
+/// A time and the tape node it came from.
+#[derive(Debug, Clone, Copy)]
+struct Moment {
+    t: f64,
+    node: u32,
+}
+
+/// The start of the step.
+const ORIGIN: Moment = Moment { t: 0.0, node: NONE };
+/// "Not yet": a dependency that has not happened.
+const PENDING: Moment = Moment {
+    t: f64::NAN,
+    node: NONE,
+};
+const NONE: u32 = u32::MAX;
+
+/// The later of two moments (the first on a tie).
+fn later(a: Moment, b: Moment) -> Moment {
+    if b.t > a.t {
+        b
+    } else {
+        a
+    }
+}
+
+/// What a tape node's duration was.
+#[derive(Debug, Clone, Copy)]
+enum Span {
+    /// Repetitions `from..to` of a pass of a virtual stage.
+    Pass {
+        stage: u32,
+        pass: Pass,
+        from: u64,
+        to: u64,
+    },
+    /// A pipeline transfer after a pass of a virtual stage.
+    Send {
+        stage: u32,
+    },
+    /// The first `elements` of a rank's parameter all-gather.
+    Gather {
+        rank: u32,
+        elements: u64,
+    },
+    /// One gradient bucket of `elements` of a rank.
+    Reduce {
+        rank: u32,
+        elements: u64,
+    },
+    Optimizer {
+        rank: u32,
+    },
+    ParamGather {
+        rank: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    parent: u32,
+    span: Span,
+}
+
+/// The provenance of every moment, when the critical path is wanted.
+struct Tape {
+    nodes: Vec<Node>,
+}
+
+struct Sim<'w> {
+    work: &'w PipelineWork,
+    tape: Option<Tape>,
+}
+
+impl Sim<'_> {
+    /// `from` plus a span of `us`.
+    fn after(&mut self, from: Moment, us: f64, span: Span) -> Moment {
+        let node = match &mut self.tape {
+            Some(tape) => {
+                tape.nodes.push(Node {
+                    parent: from.node,
+                    span,
+                });
+                (tape.nodes.len() - 1) as u32
+            }
+            None => NONE,
+        };
+        Moment {
+            t: from.t + us,
+            node,
+        }
+    }
+
+    /// Per cost factor, the microseconds on the path that ends at `end`.
+    fn critical_path(&self, end: Moment) -> Option<Vec<f64>> {
+        let tape = self.tape.as_ref()?;
+        let w = self.work;
+        let mut out = vec![0.0; w.factors];
+        let mut node = end.node;
+        while node != NONE {
+            let n = tape.nodes[node as usize];
+            let share = |elements: u64, params: u64| elements as f64 / params.max(1) as f64;
+            match n.span {
+                Span::Pass {
+                    stage,
+                    pass,
+                    from,
+                    to,
+                } => w.chunks[stage as usize]
+                    .pass(pass)
+                    .attribution(from, to, &mut out),
+                Span::Send { stage } => w.chunks[stage as usize]
+                    .send_attribution
+                    .accumulate(&mut out, 1.0),
+                Span::Gather { rank, elements } => {
+                    let r = &w.ranks[rank as usize];
+                    r.param_gather_attribution
+                        .accumulate(&mut out, share(elements, r.params));
+                }
+                Span::Reduce { rank, elements } => {
+                    let r = &w.ranks[rank as usize];
+                    r.grad_sync_attribution
+                        .accumulate(&mut out, share(elements, r.params));
+                }
+                Span::Optimizer { rank } => w.ranks[rank as usize]
+                    .optimizer_attribution
+                    .accumulate(&mut out, 1.0),
+                Span::ParamGather { rank } => w.ranks[rank as usize]
+                    .param_gather_attribution
+                    .accumulate(&mut out, 1.0),
+            }
+            node = n.parent;
+        }
+        Some(out)
+    }
+}
+
+/// Simulates one step, observing nothing and keeping no critical path.
 pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
+    simulate_with(work, &mut Unobserved, false)
+}
+
+/// Simulates one step, handing every event to `observer`; with `critical_path` the timeline
+/// says how much of the step each cost factor of the work's attributions is.
+pub fn simulate_with(
+    work: &PipelineWork,
+    observer: &mut dyn Observer,
+    critical_path: bool,
+) -> Result<Timeline> {
     let p = work.pp();
     let m = work.micro_batches;
     let n = work.chunks.len();
@@ -15,70 +167,191 @@ pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
             "pipeline of {p} ranks, {n} chunks and {m} micro-batches cannot be simulated"
         )));
     }
-    let orders = orders(work.schedule, p, work.vpp(), m);
-    let at = |stage: usize, mb: usize| stage * m + mb;
-    // when a pass ended, and when its output reached the neighbouring stage
-    let mut fwd_end = vec![f64::NAN; n * m];
-    let mut fwd_out = vec![f64::NAN; n * m];
-    let mut bwd_end = vec![f64::NAN; n * m];
-    let mut bwd_out = vec![f64::NAN; n * m];
-    let mut compute_free = vec![0.0f64; p];
-    let mut send_free = vec![0.0f64; p];
-    let mut next = vec![0usize; p];
-    let mut ranks: Vec<RankTimeline> = vec![RankTimeline::default(); p];
+    let mut sim = Sim {
+        work,
+        tape: critical_path.then(|| Tape { nodes: Vec::new() }),
+    };
     // the first forward of each chunk waits for its gathered weights when the all-gather of
     // the distributed optimizer overlaps the step's start
-    let (gathered, gathers_end) = if work.overlap.param_gather {
-        start_gathers(work, &mut ranks)
+    let (gates, gathers_end) = if work.overlap.param_gather {
+        start_gathers(&mut sim, observer)
     } else {
-        (Vec::new(), vec![0.0; p])
+        (Vec::new(), vec![ORIGIN; p])
     };
+    let ranks = run_passes(&mut sim, observer, &gates)?;
+    let mut summaries = Vec::with_capacity(p);
+    let mut sync_ends = Vec::with_capacity(p);
+    for (r, rank) in ranks.iter().enumerate() {
+        let sync_end = reduce_gradients(&mut sim, observer, r, rank, gathers_end[r]);
+        let mut spent = rank.spent;
+        spent.bubble += (rank.compute_free.t - rank.cursor).max(0.0);
+        spent.dp_comm += sync_end.t - rank.compute_free.t;
+        summaries.push(RankSummary {
+            compute_end_us: rank.compute_free.t,
+            sync_end_us: sync_end.t,
+            spent,
+            ..Default::default()
+        });
+        sync_ends.push(sync_end);
+    }
+    let critical_rank = (0..p)
+        .max_by(|&a, &b| sync_ends[a].t.total_cmp(&sync_ends[b].t))
+        .unwrap_or(0);
+    let barrier = sync_ends[critical_rank];
+    // optimizer step after the barrier; the all-gather after it unless overlapped
+    let mut last: Option<(Moment, f64, f64)> = None; // (end, optimizer, exposed gather)
+    for (r, summary) in summaries.iter_mut().enumerate() {
+        let w = &work.ranks[r];
+        let opt_end = sim.after(barrier, w.optimizer_us, Span::Optimizer { rank: r as u32 });
+        summary.optimizer_us = [barrier.t, opt_end.t];
+        observer.event(Event::Optimizer {
+            rank: r,
+            start_us: barrier.t,
+            end_us: opt_end.t,
+        });
+        let gather = if work.overlap.param_gather {
+            0.0
+        } else {
+            w.param_gather_us
+        };
+        let end = if gather > 0.0 {
+            let end = sim.after(opt_end, gather, Span::ParamGather { rank: r as u32 });
+            summary.param_gather_us = Some([opt_end.t, end.t]);
+            observer.event(Event::ParamGather {
+                rank: r,
+                start_us: opt_end.t,
+                end_us: end.t,
+            });
+            end
+        } else {
+            opt_end
+        };
+        let later_than_last = match last {
+            Some((l, _, _)) => end.t > l.t,
+            None => true,
+        };
+        if later_than_last {
+            last = Some((end, w.optimizer_us, gather));
+        }
+    }
+    let (end, optimizer, gather) = last.expect("at least one rank");
+    let end = if end.t >= barrier.t { end } else { barrier };
+    let mut breakdown = summaries[critical_rank].spent;
+    breakdown.optimizer += optimizer;
+    breakdown.dp_comm += gather;
+    Ok(Timeline {
+        schedule: work.schedule,
+        step_us: end.t,
+        barrier_us: barrier.t,
+        ranks: summaries,
+        breakdown,
+        critical_rank,
+        critical_path: sim.critical_path(end),
+    })
+}
 
+/// A rank's state while its passes run.
+struct RankState {
+    /// When its compute stream is free.
+    compute_free: Moment,
+    /// When its pipeline-send stream is free (p2p overlap).
+    send_free: Moment,
+    /// End of the last pass (and blocking send) accounted for.
+    cursor: f64,
+    spent: Breakdown,
+    /// Per virtual stage of the rank, the start of its last gradient-completing pass.
+    last_grad_start: Vec<Option<Moment>>,
+}
+
+/// Runs every rank's passes in the schedule's order.
+fn run_passes(
+    sim: &mut Sim,
+    observer: &mut dyn Observer,
+    gates: &[Vec<Moment>],
+) -> Result<Vec<RankState>> {
+    let work = sim.work;
+    let (p, m, n) = (work.pp(), work.micro_batches, work.chunks.len());
+    let orders = orders(work.schedule, p, work.vpp(), m);
+    let grad_pass = grad_pass(work);
+    let at = |stage: usize, mb: usize| stage * m + mb;
+    // when each pass's output reached the neighbouring stage, and when a backward ended
+    let mut fwd_out = vec![PENDING; n * m];
+    let mut fwd_end = vec![PENDING; n * m];
+    let mut bwd_out = vec![PENDING; n * m];
+    let mut bwd_end = vec![PENDING; n * m];
+    let mut next = vec![0usize; p];
+    let mut ranks: Vec<RankState> = (0..p)
+        .map(|_| RankState {
+            compute_free: ORIGIN,
+            send_free: ORIGIN,
+            cursor: 0.0,
+            spent: Breakdown::default(),
+            last_grad_start: vec![None; n],
+        })
+        .collect();
     let total: usize = orders.iter().map(Vec::len).sum();
     let mut done = 0;
+    let mut waits = Vec::new();
     while done < total {
         let before = done;
         for r in 0..p {
             while let Some(&task) = orders[r].get(next[r]) {
-                let s = task.stage as usize;
-                let i = task.micro_batch as usize;
+                let (s, i) = (task.stage as usize, task.micro_batch as usize);
                 let ready = match task.pass {
-                    Pass::Forward if s == 0 => 0.0,
+                    Pass::Forward if s == 0 => ORIGIN,
                     Pass::Forward => fwd_out[at(s - 1, i)],
                     Pass::Backward if s + 1 == n => fwd_end[at(s, i)],
                     Pass::Backward => bwd_out[at(s + 1, i)],
                     Pass::WeightGrad => bwd_end[at(s, i)],
                 };
-                if ready.is_nan() {
+                if ready.t.is_nan() {
                     break;
                 }
+                let rank = &mut ranks[r];
+                let start = later(rank.compute_free, ready);
+                waits.clear();
+                let end = match gates.get(s) {
+                    Some(gates) if task.pass == Pass::Forward && i == 0 => {
+                        gated_forward(sim, s, start, gates, &mut waits)
+                    }
+                    _ => {
+                        let pass = work.chunks[s].pass(task.pass);
+                        let span = Span::Pass {
+                            stage: task.stage,
+                            pass: task.pass,
+                            from: 0,
+                            to: pass.repetitions(),
+                        };
+                        sim.after(start, pass.us(), span)
+                    }
+                };
                 let chunk = &work.chunks[s];
-                let start = compute_free[r].max(ready);
-                let (end, waits) = match (task.pass, gathered.get(s)) {
-                    (Pass::Forward, Some(gates)) if i == 0 => gated_forward(work, s, start, gates),
-                    _ => (start + chunk.pass(task.pass).us(), Vec::new()),
-                };
-                compute_free[r] = end;
-                let send_us = match task.pass {
-                    Pass::Forward => chunk.send_fwd_us,
-                    Pass::Backward => chunk.send_bwd_us,
-                    Pass::WeightGrad => 0.0,
-                };
+                let send_us = chunk.send_us(task.pass);
+                let rank = &mut ranks[r];
+                rank.compute_free = end;
                 let arrival = if send_us <= 0.0 {
                     end
-                } else if work.overlap.p2p {
-                    let from = end.max(send_free[r]);
-                    send_free[r] = from + send_us;
-                    ranks[r]
-                        .sends
-                        .push(send_span(task.pass, i, from, send_us, false));
-                    from + send_us
                 } else {
-                    compute_free[r] = end + send_us;
-                    ranks[r]
-                        .sends
-                        .push(send_span(task.pass, i, end, send_us, true));
-                    end + send_us
+                    let from = if work.overlap.p2p {
+                        later(end, rank.send_free)
+                    } else {
+                        end
+                    };
+                    let arrival = sim.after(from, send_us, Span::Send { stage: task.stage });
+                    let rank = &mut ranks[r];
+                    if work.overlap.p2p {
+                        rank.send_free = arrival;
+                    } else {
+                        rank.compute_free = arrival;
+                    }
+                    observer.event(Event::Send {
+                        rank: r,
+                        task,
+                        start_us: from.t,
+                        end_us: arrival.t,
+                        blocking: !work.overlap.p2p,
+                    });
+                    arrival
                 };
                 match task.pass {
                     Pass::Forward => {
@@ -91,17 +364,26 @@ pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
                     }
                     Pass::WeightGrad => {}
                 }
-                ranks[r].tasks.push(TaskRun {
+                let rank = &mut ranks[r];
+                if task.pass == grad_pass {
+                    rank.last_grad_start[s] = Some(start);
+                }
+                account(
+                    rank,
+                    chunk,
                     task,
-                    start_us: start,
-                    end_us: end,
-                    blocking_send_us: if work.overlap.p2p {
-                        0.0
-                    } else {
-                        send_us.max(0.0)
-                    },
-                    gather_wait_us: waits.iter().map(|w| w.1).sum(),
-                    gather_waits: waits,
+                    start.t,
+                    end.t,
+                    send_us,
+                    &waits,
+                    work.overlap.p2p,
+                );
+                observer.event(Event::Pass {
+                    rank: r,
+                    task,
+                    start_us: start.t,
+                    end_us: end.t,
+                    gather_waits: &waits,
                 });
                 next[r] += 1;
                 done += 1;
@@ -118,133 +400,104 @@ pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
             )));
         }
     }
-
-    for r in 0..p {
-        ranks[r].compute_end_us = compute_free[r];
-        reduce_gradients(work, r, &mut ranks[r], gathers_end[r]);
-        account(work, &mut ranks[r]);
-    }
-    let critical_rank = (0..p)
-        .max_by(|&a, &b| ranks[a].sync_end_us.total_cmp(&ranks[b].sync_end_us))
-        .unwrap_or(0);
-    let barrier = ranks[critical_rank].sync_end_us;
-    // optimizer step after the barrier; the all-gather after it unless overlapped
-    let mut last = (0.0f64, 0.0f64, 0.0f64); // (end, optimizer, exposed gather)
-    for (r, rank) in ranks.iter_mut().enumerate() {
-        let w = &work.ranks[r];
-        let opt_end = barrier + w.optimizer_us;
-        rank.optimizer = Some(Span {
-            name: "optimizer step".into(),
-            start_us: barrier,
-            end_us: opt_end,
-            blocking: true,
-        });
-        let gather = if work.overlap.param_gather {
-            0.0
-        } else {
-            w.param_gather_us
-        };
-        if gather > 0.0 {
-            rank.data_parallel.push(Span {
-                name: "parameter all-gather".into(),
-                start_us: opt_end,
-                end_us: opt_end + gather,
-                blocking: true,
-            });
-        }
-        if opt_end + gather > last.0 {
-            last = (opt_end + gather, w.optimizer_us, gather);
-        }
-    }
-    let mut breakdown = ranks[critical_rank].spent;
-    breakdown.optimizer += last.1;
-    breakdown.dp_comm += last.2;
-    Ok(Timeline {
-        schedule: work.schedule,
-        step_us: last.0.max(barrier),
-        barrier_us: barrier,
-        ranks,
-        breakdown,
-        critical_rank,
-    })
+    Ok(ranks)
 }
 
-fn send_span(pass: Pass, mb: usize, start: f64, us: f64, blocking: bool) -> Span {
-    let what = match pass {
-        Pass::Forward => "send activations",
-        _ => "send gradients",
-    };
-    Span {
-        name: format!("{what} mb {mb}"),
-        start_us: start,
-        end_us: start + us,
-        blocking,
-    }
+/// Adds a pass to how its rank spent the step: the gap before it as bubble, its time by
+/// class, a blocking send as pipeline communication, waits for weights as data-parallel.
+#[allow(clippy::too_many_arguments)]
+fn account(
+    rank: &mut RankState,
+    chunk: &super::ChunkWork,
+    task: Task,
+    start: f64,
+    end: f64,
+    send_us: f64,
+    waits: &[(u32, f64)],
+    p2p: bool,
+) {
+    let send = if p2p { 0.0 } else { send_us.max(0.0) };
+    let parts = chunk.pass(task.pass).parts;
+    let spent = &mut rank.spent;
+    spent.bubble += (start - rank.cursor).max(0.0);
+    spent.compute += parts.compute;
+    spent.tp_comm += parts.tp_comm;
+    spent.pp_comm += parts.pp_comm + send;
+    spent.dp_comm += parts.dp_comm + waits.iter().map(|w| w.1).sum::<f64>();
+    spent.optimizer += parts.optimizer;
+    rank.cursor = end + send;
 }
 
-/// Data-parallel buckets of one chunk in gradient order (head, last layer first, embedding):
-/// element counts, Megatron's bucket size with a smaller last bucket.
-fn chunk_buckets(chunk_params: u64, bucket: u64) -> Vec<u64> {
-    let bucket = bucket.max(1);
-    let mut out = vec![bucket; (chunk_params / bucket) as usize];
-    if chunk_params % bucket > 0 {
-        out.push(chunk_params % bucket);
+/// The pass that completes a chunk's gradients.
+fn grad_pass(work: &PipelineWork) -> Pass {
+    if work.schedule.splits_backward() {
+        Pass::WeightGrad
+    } else {
+        Pass::Backward
     }
-    out
-}
-
-fn chunk_params(work: &PipelineWork, stage: usize, pass: Pass) -> u64 {
-    work.chunks[stage]
-        .pass(pass)
-        .segments
-        .iter()
-        .map(|s| s.params * s.repeat)
-        .sum()
 }
 
 /// Starts every chunk's parameter all-gather at t = 0 on the data-parallel stream, first chunk
-/// first, each chunk's buckets in forward order; returns per stage the time each bucket (in
+/// first, each chunk's buckets in forward order; returns per stage the moment each bucket (in
 /// gradient order) is ready, and per rank when its data-parallel stream is free again.
-fn start_gathers(work: &PipelineWork, ranks: &mut [RankTimeline]) -> (Vec<Vec<f64>>, Vec<f64>) {
+fn start_gathers(sim: &mut Sim, observer: &mut dyn Observer) -> (Vec<Vec<Moment>>, Vec<Moment>) {
+    let work = sim.work;
     let p = work.pp();
     let mut ready = vec![Vec::new(); work.chunks.len()];
-    let mut free = vec![0.0; p];
-    for (r, rank) in ranks.iter_mut().enumerate() {
-        let w = &work.ranks[r];
-        let mut t = 0.0;
+    let mut free = Vec::with_capacity(p);
+    for (r, w) in work.ranks.iter().enumerate() {
+        let (mut t, mut elements) = (0.0, 0u64);
         for s in (r..work.chunks.len()).step_by(p) {
-            let buckets = chunk_buckets(chunk_params(work, s, Pass::Forward), w.bucket_elements);
-            let mut times = vec![0.0; buckets.len()];
-            for (k, &elements) in buckets.iter().enumerate().rev() {
-                let us = w.param_gather_us * elements as f64 / w.params.max(1) as f64;
-                rank.data_parallel.push(Span {
-                    name: format!("parameter all-gather chunk {} bucket {k}", s / p),
+            let buckets = Buckets::new(work.chunks[s].fwd.params(), w.bucket_elements);
+            let mut times = vec![ORIGIN; buckets.count() as usize];
+            for k in (0..buckets.count()).rev() {
+                let size = buckets.size_of(k);
+                let us = w.param_gather_us * size as f64 / w.params.max(1) as f64;
+                observer.event(Event::GatherBucket {
+                    rank: r,
+                    chunk: s / p,
+                    bucket: k,
                     start_us: t,
                     end_us: t + us,
-                    blocking: false,
                 });
                 t += us;
-                times[k] = t;
+                elements += size;
+                let span = Span::Gather {
+                    rank: r as u32,
+                    elements,
+                };
+                times[k as usize] = sim.after(ORIGIN, t, span);
             }
             ready[s] = times;
         }
-        free[r] = t;
+        free.push(sim.after(
+            ORIGIN,
+            t,
+            Span::Gather {
+                rank: r as u32,
+                elements,
+            },
+        ));
     }
     (ready, free)
 }
 
 /// A first forward that needs each segment's weights gathered before it runs: returns its
-/// end and, per repetition that waited (counted over all segments), how long.
+/// end and fills `waits` with (repetition, µs) for every repetition that waited.
 fn gated_forward(
-    work: &PipelineWork,
+    sim: &mut Sim,
     stage: usize,
-    start: f64,
-    gates: &[f64],
-) -> (f64, Vec<(u32, f64)>) {
+    start: Moment,
+    gates: &[Moment],
+    waits: &mut Vec<(u32, f64)>,
+) -> Moment {
+    let work = sim.work;
     let chunk = &work.chunks[stage];
     let bucket = work.ranks[chunk.rank].bucket_elements.max(1);
-    let total = chunk_params(work, stage, Pass::Forward);
-    let (mut t, mut waits, mut seen, mut rep) = (start, Vec::new(), 0u64, 0u32);
+    let total = chunk.fwd.params();
+    let (mut t, mut seen, mut rep) = (start.t, 0u64, 0u32);
+    // the last moment the pass waited for, and the repetition it resumed at
+    let (mut from, mut from_rep) = (start, 0u64);
     for seg in &chunk.fwd.segments {
         for _ in 0..seg.repeat {
             seen += seg.params;
@@ -253,55 +506,68 @@ fn gated_forward(
             let gate = gates
                 .get(((total - seen.min(total)) / bucket) as usize)
                 .copied()
-                .unwrap_or(0.0);
-            if gate > t {
-                waits.push((rep, gate - t));
-                t = gate;
+                .unwrap_or(ORIGIN);
+            if gate.t > t {
+                waits.push((rep, gate.t - t));
+                t = gate.t;
+                (from, from_rep) = (gate, rep as u64);
             }
             t += seg.us;
             rep += 1;
         }
     }
-    (t, waits)
+    let span = Span::Pass {
+        stage: stage as u32,
+        pass: Pass::Forward,
+        from: from_rep,
+        to: rep as u64,
+    };
+    let end = sim.after(from, t - from.t, span);
+    Moment { t, ..end }
 }
 
-/// Reduces the rank's gradient buckets on its data-parallel stream (free from `dp_free`): each
-/// chunk's as its last backward (weight-gradient pass when split) completes them with overlap,
-/// else all after the rank's last pass.
-fn reduce_gradients(work: &PipelineWork, r: usize, rank: &mut RankTimeline, dp_free: f64) {
+/// Reduces a rank's gradient buckets on its data-parallel stream (free from `dp_free`): each
+/// chunk's as its last gradient pass completes them with overlap, else all after the rank's
+/// last pass. Returns when the rank's gradients are reduced.
+fn reduce_gradients(
+    sim: &mut Sim,
+    observer: &mut dyn Observer,
+    r: usize,
+    rank: &RankState,
+    dp_free: Moment,
+) -> Moment {
+    let work = sim.work;
     let w = &work.ranks[r];
-    let grad_pass = if work.schedule.splits_backward() {
-        Pass::WeightGrad
-    } else {
-        Pass::Backward
-    };
-    let mut buckets: Vec<(f64, f64, String)> = Vec::new(); // (ready, µs, name)
+    let grad_pass = grad_pass(work);
+    // (ready, elements, chunk, bucket)
+    let mut buckets: Vec<(Moment, u64, usize, u64)> = Vec::new();
     if w.grad_sync_us > 0.0 {
         for s in (r..work.chunks.len()).step_by(work.pp()) {
-            let Some(last) = rank
-                .tasks
-                .iter()
-                .filter(|t| t.task.stage as usize == s && t.task.pass == grad_pass)
-                .max_by(|a, b| a.end_us.total_cmp(&b.end_us))
-            else {
+            let Some(last) = rank.last_grad_start[s] else {
                 continue;
             };
-            let sizes = chunk_buckets(chunk_params(work, s, grad_pass), w.bucket_elements);
+            let pass = work.chunks[s].pass(grad_pass);
+            let sizes = Buckets::new(pass.params(), w.bucket_elements);
             // walk the pass, noting when each bucket's last parameter is complete
-            let mut t = last.start_us;
-            let (mut seen, mut k, mut filled) = (0u64, 0usize, 0u64);
-            for seg in &work.chunks[s].pass(grad_pass).segments {
+            let (mut t, mut seen, mut k, mut filled, mut rep) = (last.t, 0u64, 0u64, 0u64, 0u64);
+            for seg in &pass.segments {
                 for _ in 0..seg.repeat {
                     t += seg.us;
                     seen += seg.params;
-                    while k < sizes.len() && seen >= filled + sizes[k] {
-                        filled += sizes[k];
-                        let us = w.grad_sync_us * sizes[k] as f64 / w.params.max(1) as f64;
-                        buckets.push((
+                    rep += 1;
+                    while k < sizes.count() && seen >= filled + sizes.size_of(k) {
+                        filled += sizes.size_of(k);
+                        let span = Span::Pass {
+                            stage: s as u32,
+                            pass: grad_pass,
+                            from: 0,
+                            to: rep,
+                        };
+                        let ready = Moment {
                             t,
-                            us,
-                            format!("gradient reduce chunk {} bucket {k}", s / work.pp()),
-                        ));
+                            ..sim.after(last, t - last.t, span)
+                        };
+                        buckets.push((ready, sizes.size_of(k), s, k));
                         k += 1;
                     }
                 }
@@ -311,56 +577,42 @@ fn reduce_gradients(work: &PipelineWork, r: usize, rank: &mut RankTimeline, dp_f
     let mut free = if work.overlap.grad_reduce {
         dp_free
     } else {
-        dp_free.max(rank.compute_end_us)
+        later(dp_free, rank.compute_free)
     };
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    rank.sync_end_us = rank.compute_end_us;
-    for (ready, us, name) in buckets {
-        let start = free.max(ready);
-        rank.data_parallel.push(Span {
-            name,
-            start_us: start,
-            end_us: start + us,
+    buckets.sort_by(|a, b| a.0.t.total_cmp(&b.0.t));
+    let mut sync_end = rank.compute_free;
+    for (ready, elements, s, k) in buckets {
+        let start = later(free, ready);
+        let us = w.grad_sync_us * elements as f64 / w.params.max(1) as f64;
+        let span = Span::Reduce {
+            rank: r as u32,
+            elements,
+        };
+        free = sim.after(start, us, span);
+        observer.event(Event::ReduceBucket {
+            rank: r,
+            chunk: s / work.pp(),
+            bucket: k,
+            start_us: start.t,
+            end_us: free.t,
             blocking: !work.overlap.grad_reduce,
         });
-        free = start + us;
-        rank.sync_end_us = rank.sync_end_us.max(free);
+        sync_end = later(sync_end, free);
     }
-}
-
-/// How the rank spent [0, sync end]: its passes by class, blocking sends as pipeline
-/// communication, waits for gathered weights and the exposed gradient reduction as data-parallel
-/// communication, the rest as bubble.
-fn account(work: &PipelineWork, rank: &mut RankTimeline) {
-    let mut spent = Breakdown::default();
-    let mut cursor = 0.0f64;
-    for run in &rank.tasks {
-        let send = run.blocking_send_us;
-        spent.bubble += (run.start_us - cursor).max(0.0);
-        let parts = work.chunks[run.task.stage as usize]
-            .pass(run.task.pass)
-            .parts;
-        spent.compute += parts.compute;
-        spent.tp_comm += parts.tp_comm;
-        spent.pp_comm += parts.pp_comm + send;
-        spent.dp_comm += parts.dp_comm + run.gather_wait_us;
-        spent.optimizer += parts.optimizer;
-        cursor = run.end_us + send;
-    }
-    spent.bubble += (rank.compute_end_us - cursor).max(0.0);
-    spent.dp_comm += rank.sync_end_us - rank.compute_end_us;
-    rank.spent = spent;
+    sync_end
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::predict::compose::ClassTimes;
     use crate::schedule::{ChunkWork, PassWork, RankWork, Segment, SegmentKind};
+    use crate::timing::{Attribution, ClassTimes};
     use crate::workload::{Overlap, Schedule};
 
-    /// Five equal layers holding `params` parameters in all.
-    fn pass(us: f64, params: u64) -> PassWork {
+    /// Five equal layers holding `params` parameters in all, attributed to factor `factor`.
+    fn pass(us: f64, params: u64, factor: u32) -> PassWork {
+        let mut attribution = Attribution::default();
+        attribution.add(factor, us / 5.0);
         PassWork {
             segments: vec![Segment {
                 kind: SegmentKind::Layer,
@@ -368,6 +620,7 @@ mod tests {
                 us: us / 5.0,
                 recompute_us: 0.0,
                 params: params / 5,
+                attribution,
             }],
             parts: ClassTimes {
                 compute: us,
@@ -378,7 +631,8 @@ mod tests {
     }
 
     /// pp ranks × vpp chunks, a stage's forward `f`, input-gradient `b` and weight-gradient `w`
-    /// split evenly over its chunks; `send` µs per transfer.
+    /// split evenly over its chunks; `send` µs per transfer. Factors: 0 forward, 1 backward,
+    /// 2 weight gradient, 3 sends.
     fn uniform(
         schedule: Schedule,
         p: usize,
@@ -389,22 +643,26 @@ mod tests {
     ) -> PipelineWork {
         let split = schedule.splits_backward();
         let n = p * v;
+        let mut send_attribution = Attribution::default();
+        send_attribution.add(3, send);
         let chunks = (0..n)
             .map(|k| ChunkWork {
                 rank: k % p,
                 first_layer: k as u64,
-                fwd: pass(f / v as f64, 100),
+                fwd: pass(f / v as f64, 100, 0),
                 bwd: pass(
                     if split { b } else { b + w } / v as f64,
                     if split { 0 } else { 100 },
+                    1,
                 ),
                 wgrad: if split {
-                    pass(w / v as f64, 100)
+                    pass(w / v as f64, 100, 2)
                 } else {
                     PassWork::default()
                 },
                 send_fwd_us: if k + 1 < n { send } else { 0.0 },
                 send_bwd_us: if k > 0 { send } else { 0.0 },
+                send_attribution: send_attribution.clone(),
             })
             .collect();
         let ranks = (0..p)
@@ -414,6 +672,9 @@ mod tests {
                 optimizer_us: 0.0,
                 params: 100 * v as u64,
                 bucket_elements: 40,
+                grad_sync_attribution: Attribution::default(),
+                param_gather_attribution: Attribution::default(),
+                optimizer_attribution: Attribution::default(),
             })
             .collect();
         PipelineWork {
@@ -427,6 +688,7 @@ mod tests {
                 p2p: false,
                 tp_fraction: 0.0,
             },
+            factors: 4,
         }
     }
 
@@ -485,5 +747,76 @@ mod tests {
             hidden.breakdown
         );
         assert!((exposed.step_us - hidden.step_us - 1.0).abs() < 1e-9);
+    }
+
+    /// The critical path is the step's derivative: scaling a factor by 1 + ε moves the step by
+    /// ε times its share of the path.
+    #[test]
+    fn critical_path_is_the_steps_response_to_each_factor() {
+        for (schedule, v, p2p) in [
+            (Schedule::OneFOneB, 1, false),
+            (Schedule::OneFOneB, 1, true),
+            (Schedule::Interleaved, 2, true),
+            (Schedule::ZbH1, 1, false),
+            (Schedule::Gpipe, 1, false),
+        ] {
+            let mut work = uniform(schedule, 4, v, 8, (1.0, 1.7, 0.6), 0.3);
+            work.overlap.p2p = p2p;
+            // unbalanced: rank 2 is slow
+            for c in work.chunks.iter_mut().filter(|c| c.rank == 2) {
+                for s in &mut c.fwd.segments {
+                    s.us *= 1.3;
+                    s.attribution = {
+                        let mut a = Attribution::default();
+                        a.add(0, s.us);
+                        a
+                    };
+                }
+                c.fwd.parts.compute *= 1.3;
+            }
+            let base = simulate_with(&work, &mut Unobserved, true).unwrap();
+            let path = base.critical_path.clone().unwrap();
+            // all of the step is on the path
+            let on_path: f64 = path.iter().sum();
+            assert!(
+                (on_path - base.step_us).abs() < 1e-9,
+                "{schedule:?}: {path:?} {}",
+                base.step_us
+            );
+            for factor in 0..4u32 {
+                let eps = 1e-6;
+                let mut moved = work.clone();
+                for c in &mut moved.chunks {
+                    for pass in [&mut c.fwd, &mut c.bwd, &mut c.wgrad] {
+                        for s in &mut pass.segments {
+                            if s.attribution.iter().any(|(f, _)| f == factor) {
+                                s.us *= 1.0 + eps;
+                            }
+                        }
+                        let k = if pass
+                            .segments
+                            .iter()
+                            .any(|s| s.attribution.iter().any(|(f, _)| f == factor))
+                        {
+                            1.0 + eps
+                        } else {
+                            1.0
+                        };
+                        pass.parts.compute *= k;
+                    }
+                    if factor == 3 {
+                        c.send_fwd_us *= 1.0 + eps;
+                        c.send_bwd_us *= 1.0 + eps;
+                    }
+                }
+                let step = simulate(&moved).unwrap().step_us;
+                let derivative = (step - base.step_us) / eps;
+                assert!(
+                    (derivative - path[factor as usize]).abs() < 1e-4 * base.step_us,
+                    "{schedule:?} factor {factor}: {derivative} vs {}",
+                    path[factor as usize]
+                );
+            }
+        }
     }
 }

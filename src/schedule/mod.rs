@@ -12,19 +12,25 @@
 //! optimizer and, unless it is overlapped with the next step's first forward, all-gathers its
 //! parameters.
 //!
+//! The simulator keeps no per-pass record: what a trace or a chart needs is handed to an
+//! `Observer` as it happens (`trace` streams it to a file, `record` keeps it for a chart), and
+//! the step's critical path is kept as a tape of provenance links only when asked for, to
+//! attribute the step to its cost factors (`Timeline::critical_path`).
+//!
 //! With balanced stages and nothing overlapped, 1F1B here equals the paper's closed form
-//! exactly (tested).
+//! exactly (tested in `predict`).
 
 mod engine;
 pub mod order;
+pub mod record;
 pub mod trace;
 
 use serde::Serialize;
 
-use crate::predict::compose::{Breakdown, ClassTimes};
+use crate::timing::{Attribution, Breakdown, ClassTimes};
 use crate::workload::{Overlap, Schedule};
 
-pub use engine::simulate;
+pub use engine::{simulate, simulate_with};
 
 /// What a compute pass does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -35,6 +41,17 @@ pub enum Pass {
     Backward,
     /// Weight gradients (zero-bubble schedules).
     WeightGrad,
+}
+
+impl Pass {
+    /// The letter a timeline labels the pass with.
+    pub fn letter(self) -> &'static str {
+        match self {
+            Pass::Forward => "F",
+            Pass::Backward => "B",
+            Pass::WeightGrad => "W",
+        }
+    }
 }
 
 /// One pass of one micro-batch on one virtual stage.
@@ -65,6 +82,9 @@ pub struct Segment {
     pub recompute_us: f64,
     /// Parameters of one repetition.
     pub params: u64,
+    /// Where one repetition's microseconds come from.
+    #[serde(skip)]
+    pub attribution: Attribution,
 }
 
 /// One pass of a virtual stage for one micro-batch.
@@ -81,6 +101,28 @@ pub struct PassWork {
 impl PassWork {
     pub fn us(&self) -> f64 {
         self.parts.total()
+    }
+
+    /// Repetitions over all segments.
+    pub fn repetitions(&self) -> u64 {
+        self.segments.iter().map(|s| s.repeat).sum()
+    }
+
+    /// Parameters whose gradients the pass completes (or whose weights it needs).
+    pub fn params(&self) -> u64 {
+        self.segments.iter().map(|s| s.params * s.repeat).sum()
+    }
+
+    /// Attribution of repetitions `from..to` (over all segments, in order).
+    pub fn attribution(&self, from: u64, to: u64, into: &mut [f64]) {
+        let mut first = 0;
+        for seg in &self.segments {
+            let (lo, hi) = (from.max(first), to.min(first + seg.repeat));
+            if hi > lo {
+                seg.attribution.accumulate(into, (hi - lo) as f64);
+            }
+            first += seg.repeat;
+        }
     }
 }
 
@@ -99,6 +141,9 @@ pub struct ChunkWork {
     pub send_fwd_us: f64,
     /// Transfer of its input gradient to the previous chunk (0: same rank or first).
     pub send_bwd_us: f64,
+    /// Where one transfer's microseconds come from.
+    #[serde(skip)]
+    pub send_attribution: Attribution,
 }
 
 impl ChunkWork {
@@ -107,6 +152,15 @@ impl ChunkWork {
             Pass::Forward => &self.fwd,
             Pass::Backward => &self.bwd,
             Pass::WeightGrad => &self.wgrad,
+        }
+    }
+
+    /// Transfer after a pass (none after a weight-gradient pass).
+    pub fn send_us(&self, pass: Pass) -> f64 {
+        match pass {
+            Pass::Forward => self.send_fwd_us,
+            Pass::Backward => self.send_bwd_us,
+            Pass::WeightGrad => 0.0,
         }
     }
 }
@@ -123,6 +177,12 @@ pub struct RankWork {
     pub params: u64,
     /// Elements per data-parallel bucket.
     pub bucket_elements: u64,
+    #[serde(skip)]
+    pub grad_sync_attribution: Attribution,
+    #[serde(skip)]
+    pub param_gather_attribution: Attribution,
+    #[serde(skip)]
+    pub optimizer_attribution: Attribution,
 }
 
 /// Everything the simulator needs for one step.
@@ -134,9 +194,52 @@ pub struct PipelineWork {
     pub chunks: Vec<ChunkWork>,
     pub ranks: Vec<RankWork>,
     pub overlap: Overlap,
+    /// How many cost factors the attributions index (0: none kept).
+    pub factors: usize,
 }
 
 impl PipelineWork {
+    /// The same work with every duration's share of cost factor `factor` scaled by `k` (the
+    /// classes of a pass are not kept apart: only the step time of the result is meaningful).
+    pub fn moved(&self, factor: u32, k: f64) -> PipelineWork {
+        let mut out = self.clone();
+        let d = k - 1.0;
+        for c in &mut out.chunks {
+            for pass in [&mut c.fwd, &mut c.bwd, &mut c.wgrad] {
+                let mut delta = 0.0;
+                for s in &mut pass.segments {
+                    let extra = d * s.attribution.of(factor);
+                    s.us += extra;
+                    delta += extra * s.repeat as f64;
+                }
+                pass.parts.compute += delta;
+            }
+            let extra = d * c.send_attribution.of(factor);
+            if c.send_fwd_us > 0.0 {
+                c.send_fwd_us += extra;
+            }
+            if c.send_bwd_us > 0.0 {
+                c.send_bwd_us += extra;
+            }
+        }
+        for r in &mut out.ranks {
+            r.grad_sync_us += d * r.grad_sync_attribution.of(factor);
+            r.param_gather_us += d * r.param_gather_attribution.of(factor);
+            r.optimizer_us += d * r.optimizer_attribution.of(factor);
+        }
+        out
+    }
+
+    /// Passes the simulator runs.
+    pub fn passes(&self) -> usize {
+        let per = if self.schedule.splits_backward() {
+            3
+        } else {
+            2
+        };
+        self.chunks.len() * self.micro_batches * per
+    }
+
     pub fn pp(&self) -> usize {
         self.ranks.len()
     }
@@ -146,45 +249,19 @@ impl PipelineWork {
     }
 }
 
-/// One pass as it ran.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskRun {
-    pub task: Task,
-    pub start_us: f64,
-    pub end_us: f64,
-    /// The send after it that held the compute stream (pipeline communication).
-    pub blocking_send_us: f64,
-    /// Time inside the pass spent waiting for gathered parameters.
-    pub gather_wait_us: f64,
-    /// Where it waited: (repetition index over the pass's segments, µs) before that repetition.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub gather_waits: Vec<(u32, f64)>,
-}
-
-/// A span on a communication stream.
-#[derive(Debug, Clone, Serialize)]
-pub struct Span {
-    pub name: String,
-    pub start_us: f64,
-    pub end_us: f64,
-    /// Whether the compute stream waited for it.
-    pub blocking: bool,
-}
-
+/// What a rank did, in summary.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct RankTimeline {
-    pub tasks: Vec<TaskRun>,
-    /// Pipeline sends.
-    pub sends: Vec<Span>,
-    /// Data-parallel buckets (gradient reduction, parameter all-gather).
-    pub data_parallel: Vec<Span>,
-    pub optimizer: Option<Span>,
+pub struct RankSummary {
     /// End of the rank's last pass (and its blocking send).
     pub compute_end_us: f64,
     /// End of its gradient reduction.
     pub sync_end_us: f64,
     /// How the rank spent [0, its sync end]: busy by class, waiting as bubble.
     pub spent: Breakdown,
+    /// Its optimizer step.
+    pub optimizer_us: [f64; 2],
+    /// Its exposed parameter all-gather after the optimizer (none when overlapped).
+    pub param_gather_us: Option<[f64; 2]>,
 }
 
 /// The simulated step.
@@ -194,21 +271,162 @@ pub struct Timeline {
     pub step_us: f64,
     /// When the slowest rank's gradients were reduced: the optimizer starts here.
     pub barrier_us: f64,
-    pub ranks: Vec<RankTimeline>,
+    pub ranks: Vec<RankSummary>,
     /// The step of the critical rank (the last to reach the barrier), then the optimizer phase
     /// of the rank that finishes last; the parts add up to the step.
     pub breakdown: Breakdown,
     pub critical_rank: usize,
+    /// Per cost factor, the microseconds it contributes to the step's critical path: the
+    /// step's first-order response to scaling that factor (kept when asked for).
+    #[serde(skip)]
+    pub critical_path: Option<Vec<f64>>,
 }
 
 impl Timeline {
     /// Bubble over busy pipeline time on the critical rank: (pp − 1)/m for balanced 1F1B.
     pub fn bubble_ratio(&self) -> f64 {
-        bubble_ratio(&self.breakdown)
+        self.breakdown.bubble_ratio()
     }
 }
 
-/// Bubble over the busy pipeline time (compute, TP and PP communication).
-pub fn bubble_ratio(b: &Breakdown) -> f64 {
-    b.bubble / (b.compute + b.tp_comm + b.pp_comm).max(f64::MIN_POSITIVE)
+/// Something that happened during the simulated step, handed to an `Observer`.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// A compute pass; `gather_waits` lists (repetition, µs) waits for gathered weights.
+    Pass {
+        rank: usize,
+        task: Task,
+        start_us: f64,
+        end_us: f64,
+        gather_waits: &'a [(u32, f64)],
+    },
+    /// A pipeline transfer after a pass.
+    Send {
+        rank: usize,
+        task: Task,
+        start_us: f64,
+        end_us: f64,
+        blocking: bool,
+    },
+    /// A bucket of the parameter all-gather overlapped with the step's start.
+    GatherBucket {
+        rank: usize,
+        chunk: usize,
+        bucket: u64,
+        start_us: f64,
+        end_us: f64,
+    },
+    /// A bucket of the gradient reduction.
+    ReduceBucket {
+        rank: usize,
+        chunk: usize,
+        bucket: u64,
+        start_us: f64,
+        end_us: f64,
+        blocking: bool,
+    },
+    Optimizer {
+        rank: usize,
+        start_us: f64,
+        end_us: f64,
+    },
+    /// The parameter all-gather after the optimizer (not overlapped).
+    ParamGather {
+        rank: usize,
+        start_us: f64,
+        end_us: f64,
+    },
+}
+
+/// The communication streams of a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Pipeline sends.
+    Sends,
+    /// Gradient reduction and parameter all-gathers.
+    DataParallel,
+}
+
+/// An event on a communication stream, named as a timeline shows it.
+#[derive(Debug, Clone)]
+pub struct StreamEvent {
+    pub rank: usize,
+    pub stream: Stream,
+    pub name: String,
+    pub start_us: f64,
+    pub end_us: f64,
+    /// Whether the compute stream waited for it.
+    pub blocking: bool,
+}
+
+impl Event<'_> {
+    /// The event as a span on a communication stream (none for passes and the optimizer).
+    pub fn on_stream(&self) -> Option<StreamEvent> {
+        let (rank, stream, name, start_us, end_us, blocking) = match *self {
+            Event::Pass { .. } | Event::Optimizer { .. } => return None,
+            Event::Send {
+                rank,
+                task,
+                start_us,
+                end_us,
+                blocking,
+            } => {
+                let what = match task.pass {
+                    Pass::Forward => "send activations",
+                    _ => "send gradients",
+                };
+                let name = format!("{what} mb {}", task.micro_batch);
+                (rank, Stream::Sends, name, start_us, end_us, blocking)
+            }
+            Event::GatherBucket {
+                rank,
+                chunk,
+                bucket,
+                start_us,
+                end_us,
+            } => {
+                let name = format!("parameter all-gather chunk {chunk} bucket {bucket}");
+                (rank, Stream::DataParallel, name, start_us, end_us, false)
+            }
+            Event::ReduceBucket {
+                rank,
+                chunk,
+                bucket,
+                start_us,
+                end_us,
+                blocking,
+            } => {
+                let name = format!("gradient reduce chunk {chunk} bucket {bucket}");
+                (rank, Stream::DataParallel, name, start_us, end_us, blocking)
+            }
+            Event::ParamGather {
+                rank,
+                start_us,
+                end_us,
+            } => {
+                let name = "parameter all-gather".to_string();
+                (rank, Stream::DataParallel, name, start_us, end_us, true)
+            }
+        };
+        Some(StreamEvent {
+            rank,
+            stream,
+            name,
+            start_us,
+            end_us,
+            blocking,
+        })
+    }
+}
+
+/// Receives the events of a simulated step as they happen.
+pub trait Observer {
+    fn event(&mut self, event: Event<'_>);
+}
+
+/// Observes nothing: a prediction that needs only the step.
+pub struct Unobserved;
+
+impl Observer for Unobserved {
+    fn event(&mut self, _: Event<'_>) {}
 }

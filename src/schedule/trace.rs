@@ -9,7 +9,7 @@ use std::io::Write;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{Pass, PipelineWork, SegmentKind, Timeline};
+use super::{simulate_with, Observer, Pass, PipelineWork, SegmentKind, Stream, Task, Timeline};
 
 const COMPUTE: u32 = 0;
 const SENDS: u32 = 1;
@@ -55,7 +55,7 @@ fn slice(
     }
 }
 
-fn meta(pid: usize, tid: u32, what: &str, name: String) -> Event {
+fn meta(pid: usize, tid: u32, what: &str, args: Value) -> Event {
     Event {
         name: what.to_string(),
         ph: "M",
@@ -64,281 +64,321 @@ fn meta(pid: usize, tid: u32, what: &str, name: String) -> Event {
         cat: None,
         ts: None,
         dur: None,
-        args: json!({ "name": name }),
+        args,
     }
 }
 
 /// Name of a pass as the timeline shows it.
 pub fn pass_name(pass: Pass, micro_batch: u32, chunk: Option<usize>) -> String {
-    let p = match pass {
-        Pass::Forward => "F",
-        Pass::Backward => "B",
-        Pass::WeightGrad => "W",
-    };
     match chunk {
-        Some(c) => format!("{p} mb {micro_batch} chunk {c}"),
-        None => format!("{p} mb {micro_batch}"),
+        Some(c) => format!("{} mb {micro_batch} chunk {c}", pass.letter()),
+        None => format!("{} mb {micro_batch}", pass.letter()),
     }
 }
 
-/// Writes the trace; `title` goes into the metadata.
+/// Simulates the step and streams it as a trace into `out` (events are written as the
+/// simulator produces them; nothing is held); `title` goes into the metadata.
 pub fn write_trace(
     out: &mut dyn Write,
     work: &PipelineWork,
-    timeline: &Timeline,
     title: &str,
-) -> std::io::Result<()> {
-    let p = work.pp();
-    let chunks_per_rank = work.vpp();
-    let layer_slices: usize = timeline
-        .ranks
+) -> std::io::Result<Timeline> {
+    let mut w = TraceWriter {
+        out,
+        work,
+        first: true,
+        per_layer: layer_slices(work) <= MAX_LAYER_SLICES,
+        error: None,
+    };
+    w.out
+        .write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[")?;
+    w.metadata();
+    let timeline =
+        simulate_with(work, &mut w, false).map_err(|e| std::io::Error::other(e.to_string()))?;
+    if let Some(e) = w.error.take() {
+        return Err(e);
+    }
+    let b = &timeline.breakdown;
+    let other = json!({
+        "generator": concat!("stepcast ", env!("CARGO_PKG_VERSION")),
+        "title": title,
+        "schedule": timeline.schedule.name(),
+        "step_ms": timeline.step_us / 1e3,
+        "critical_rank": timeline.critical_rank,
+        "bubble_ratio": timeline.bubble_ratio(),
+        "breakdown_ms": {
+            "compute": b.compute / 1e3, "tp_comm": b.tp_comm / 1e3, "pp_comm": b.pp_comm / 1e3,
+            "dp_comm": b.dp_comm / 1e3, "optimizer": b.optimizer / 1e3, "bubble": b.bubble / 1e3,
+        },
+        "layers_drawn_individually": w.per_layer,
+    });
+    let out = w.out;
+    out.write_all(b"],\"otherData\":")?;
+    serde_json::to_writer(&mut *out, &other)?;
+    out.write_all(b"}")?;
+    out.flush()?;
+    Ok(timeline)
+}
+
+/// Per-layer slices the trace would hold: every repetition of every pass.
+fn layer_slices(work: &PipelineWork) -> usize {
+    work.chunks
         .iter()
-        .flat_map(|r| &r.tasks)
-        .map(|t| {
-            work.chunks[t.task.stage as usize]
-                .pass(t.task.pass)
-                .segments
-                .iter()
-                .map(|s| s.repeat as usize)
-                .sum::<usize>()
-        })
-        .sum();
-    let per_layer = layer_slices <= MAX_LAYER_SLICES;
-    let mut events = Vec::new();
-    for (r, rank) in timeline.ranks.iter().enumerate() {
-        let layers: Vec<String> = (r..work.chunks.len())
-            .step_by(p)
-            .map(|s| {
-                let c = &work.chunks[s];
-                let n: u64 = c
-                    .fwd
-                    .segments
-                    .iter()
-                    .filter(|g| g.kind == SegmentKind::Layer)
-                    .map(|g| g.repeat)
-                    .sum();
-                format!("{}–{}", c.first_layer, c.first_layer + n.max(1) - 1)
-            })
-            .collect();
-        events.push(meta(
-            r,
-            0,
-            "process_name",
-            format!("pipeline rank {r} (layers {})", layers.join(", ")),
-        ));
-        events.push(Event {
-            name: "process_sort_index".into(),
-            ph: "M",
-            pid: r,
-            tid: 0,
-            cat: None,
-            ts: None,
-            dur: None,
-            args: json!({ "sort_index": r }),
-        });
-        for (tid, name) in [
-            (COMPUTE, "compute"),
-            (SENDS, "pipeline sends"),
-            (DATA_PARALLEL, "data-parallel"),
-            (TENSOR_PARALLEL, "tensor-parallel (overlapped)"),
-        ] {
-            events.push(meta(r, tid, "thread_name", name.to_string()));
+        .map(|c| (c.fwd.repetitions() + c.bwd.repetitions() + c.wgrad.repetitions()) as usize)
+        .sum::<usize>()
+        .saturating_mul(work.micro_batches)
+}
+
+struct TraceWriter<'a> {
+    out: &'a mut dyn Write,
+    work: &'a PipelineWork,
+    first: bool,
+    per_layer: bool,
+    /// The first write error (the simulator cannot be told to stop).
+    error: Option<std::io::Error>,
+}
+
+impl TraceWriter<'_> {
+    fn emit(&mut self, e: &Event) {
+        if self.error.is_some() {
+            return;
         }
-        for run in &rank.tasks {
-            let s = run.task.stage as usize;
-            let chunk = &work.chunks[s];
-            let pass = chunk.pass(run.task.pass);
-            let label = pass_name(
-                run.task.pass,
-                run.task.micro_batch,
-                (chunks_per_rank > 1).then_some(s / p),
-            );
-            let cat = match run.task.pass {
-                Pass::Forward => "forward",
-                Pass::Backward => "backward",
-                Pass::WeightGrad => "weight-gradient",
-            };
-            events.push(slice(
+        let sep: &[u8] = if self.first { b"" } else { b"," };
+        self.first = false;
+        let result = self
+            .out
+            .write_all(sep)
+            .and_then(|_| serde_json::to_writer(&mut *self.out, e).map_err(std::io::Error::from));
+        if let Err(e) = result {
+            self.error = Some(e);
+        }
+    }
+
+    /// Names and order of every rank and stream.
+    fn metadata(&mut self) {
+        let work = self.work;
+        let p = work.pp();
+        for r in 0..p {
+            let layers: Vec<String> = (r..work.chunks.len())
+                .step_by(p)
+                .map(|s| {
+                    let c = &work.chunks[s];
+                    let n: u64 = c
+                        .fwd
+                        .segments
+                        .iter()
+                        .filter(|g| g.kind == SegmentKind::Layer)
+                        .map(|g| g.repeat)
+                        .sum();
+                    format!("{}–{}", c.first_layer, c.first_layer + n.max(1) - 1)
+                })
+                .collect();
+            self.emit(&meta(
                 r,
-                COMPUTE,
-                cat,
-                label,
-                run.start_us,
-                run.end_us - run.start_us,
-                json!({
-                    "micro_batch": run.task.micro_batch,
-                    "virtual_stage": s,
-                    "compute_us": pass.parts.compute,
-                    "tp_comm_us": pass.parts.tp_comm,
-                    "dp_comm_us": pass.parts.dp_comm,
-                    "waited_for_parameters_us": run.gather_wait_us,
-                }),
+                0,
+                "process_name",
+                json!({ "name": format!("pipeline rank {r} (layers {})", layers.join(", ")) }),
             ));
-            // children in order; a gated first forward waits before some repetitions
-            let mut t = run.start_us;
-            let mut rep = 0u32;
-            let mut waits = run.gather_waits.iter().peekable();
-            let mut wait_before = |rep: u32, t: &mut f64, events: &mut Vec<Event>| {
+            self.emit(&meta(
+                r,
+                0,
+                "process_sort_index",
+                json!({ "sort_index": r }),
+            ));
+            for (tid, name) in [
+                (COMPUTE, "compute"),
+                (SENDS, "pipeline sends"),
+                (DATA_PARALLEL, "data-parallel"),
+                (TENSOR_PARALLEL, "tensor-parallel (overlapped)"),
+            ] {
+                self.emit(&meta(r, tid, "thread_name", json!({ "name": name })));
+            }
+        }
+    }
+
+    /// A pass, nested into its layers (a backward's layers into recompute and backward),
+    /// with the waits for gathered weights before the repetitions that waited.
+    fn pass(&mut self, r: usize, task: Task, start: f64, end: f64, waits: &[(u32, f64)]) {
+        let work = self.work;
+        let s = task.stage as usize;
+        let chunk = &work.chunks[s];
+        let pass = chunk.pass(task.pass);
+        let label = pass_name(
+            task.pass,
+            task.micro_batch,
+            (work.vpp() > 1).then_some(s / work.pp()),
+        );
+        let cat = match task.pass {
+            Pass::Forward => "forward",
+            Pass::Backward => "backward",
+            Pass::WeightGrad => "weight-gradient",
+        };
+        self.emit(&slice(
+            r,
+            COMPUTE,
+            cat,
+            label,
+            start,
+            end - start,
+            json!({
+                "micro_batch": task.micro_batch,
+                "virtual_stage": s,
+                "compute_us": pass.parts.compute,
+                "tp_comm_us": pass.parts.tp_comm,
+                "dp_comm_us": pass.parts.dp_comm,
+                "waited_for_parameters_us": waits.iter().map(|w| w.1).sum::<f64>(),
+            }),
+        ));
+        let mut t = start;
+        let mut rep = 0u32;
+        let mut waits = waits.iter().peekable();
+        let layer_count: u64 = pass
+            .segments
+            .iter()
+            .filter(|g| g.kind == SegmentKind::Layer)
+            .map(|g| g.repeat)
+            .sum();
+        let backwards = task.pass != Pass::Forward;
+        let mut layer = chunk.first_layer;
+        for seg in &pass.segments {
+            let reps = if seg.kind == SegmentKind::Layer && !self.per_layer {
+                1
+            } else {
+                seg.repeat
+            };
+            for j in 0..reps {
+                // waits before the repetitions this slice covers
+                let covers = if reps == seg.repeat {
+                    1
+                } else {
+                    seg.repeat as u32
+                };
                 while let Some(&&(at, us)) = waits.peek() {
-                    if at != rep {
+                    if at >= rep + covers {
                         break;
                     }
-                    events.push(slice(
+                    self.emit(&slice(
                         r,
                         COMPUTE,
                         "wait",
                         "waiting for parameter all-gather".into(),
-                        *t,
+                        t,
                         us,
                         Value::Null,
                     ));
-                    *t += us;
+                    t += us;
                     waits.next();
                 }
-            };
-            let mut layer = chunk.first_layer;
-            let layer_count: u64 = pass
-                .segments
-                .iter()
-                .filter(|g| g.kind == SegmentKind::Layer)
-                .map(|g| g.repeat)
-                .sum();
-            let backwards = run.task.pass != Pass::Forward;
-            for seg in &pass.segments {
-                match seg.kind {
-                    SegmentKind::Embedding | SegmentKind::Head => {
-                        wait_before(rep, &mut t, &mut events);
-                        let name = if seg.kind == SegmentKind::Embedding {
-                            "embedding"
+                rep += covers;
+                let (name, dur, args) = match seg.kind {
+                    SegmentKind::Embedding => ("embedding".to_string(), seg.us, Value::Null),
+                    SegmentKind::Head => {
+                        ("final norm, LM head, loss".to_string(), seg.us, Value::Null)
+                    }
+                    SegmentKind::Layer if reps == seg.repeat => {
+                        let index = if backwards {
+                            chunk.first_layer + layer_count - 1 - j
                         } else {
-                            "final norm, LM head, loss"
+                            layer + j
                         };
-                        events.push(slice(r, COMPUTE, cat, name.into(), t, seg.us, Value::Null));
-                        t += seg.us;
-                        rep += 1;
+                        (format!("layer {index}"), seg.us, Value::Null)
                     }
-                    SegmentKind::Layer if per_layer => {
-                        for j in 0..seg.repeat {
-                            wait_before(rep, &mut t, &mut events);
-                            rep += 1;
-                            let index = if backwards {
-                                chunk.first_layer + layer_count - 1 - j
-                            } else {
-                                layer + j
-                            };
-                            events.push(slice(
-                                r,
-                                COMPUTE,
-                                cat,
-                                format!("layer {index}"),
-                                t,
-                                seg.us,
-                                Value::Null,
-                            ));
-                            if seg.recompute_us > 0.0 {
-                                events.push(slice(
-                                    r,
-                                    COMPUTE,
-                                    "recompute",
-                                    "recompute forward".into(),
-                                    t,
-                                    seg.recompute_us,
-                                    Value::Null,
-                                ));
-                                events.push(slice(
-                                    r,
-                                    COMPUTE,
-                                    cat,
-                                    "backward".into(),
-                                    t + seg.recompute_us,
-                                    seg.us - seg.recompute_us,
-                                    Value::Null,
-                                ));
-                            }
-                            t += seg.us;
-                        }
-                    }
-                    SegmentKind::Layer => {
-                        for j in 0..seg.repeat as u32 {
-                            wait_before(rep + j, &mut t, &mut events);
-                        }
-                        rep += seg.repeat as u32;
-                        let dur = seg.us * seg.repeat as f64;
-                        events.push(slice(r, COMPUTE, cat, format!("{} layers", seg.repeat), t, dur, json!({"per_layer_us": seg.us, "recompute_per_layer_us": seg.recompute_us})));
-                        t += dur;
-                    }
+                    SegmentKind::Layer => (
+                        format!("{} layers", seg.repeat),
+                        seg.us * seg.repeat as f64,
+                        json!({"per_layer_us": seg.us, "recompute_per_layer_us": seg.recompute_us}),
+                    ),
+                };
+                self.emit(&slice(r, COMPUTE, cat, name, t, dur, args));
+                if seg.kind == SegmentKind::Layer && reps == seg.repeat && seg.recompute_us > 0.0 {
+                    self.emit(&slice(
+                        r,
+                        COMPUTE,
+                        "recompute",
+                        "recompute forward".into(),
+                        t,
+                        seg.recompute_us,
+                        Value::Null,
+                    ));
+                    self.emit(&slice(
+                        r,
+                        COMPUTE,
+                        cat,
+                        "backward".into(),
+                        t + seg.recompute_us,
+                        seg.us - seg.recompute_us,
+                        Value::Null,
+                    ));
                 }
-                if seg.kind == SegmentKind::Layer {
-                    layer += seg.repeat;
-                }
+                t += dur;
             }
-            if pass.hidden_tp_us > 0.0 {
-                events.push(slice(
-                    r,
-                    TENSOR_PARALLEL,
-                    "tp-comm",
-                    "tensor-parallel communication (hidden)".into(),
-                    run.start_us,
-                    pass.hidden_tp_us.min(run.end_us - run.start_us),
-                    Value::Null,
-                ));
+            if seg.kind == SegmentKind::Layer {
+                layer += seg.repeat;
             }
         }
-        for (tid, cat, spans) in [
-            (SENDS, "pp-comm", &rank.sends),
-            (DATA_PARALLEL, "dp-comm", &rank.data_parallel),
-        ] {
-            for span in spans {
-                events.push(slice(
-                    r,
-                    tid,
-                    cat,
-                    span.name.clone(),
-                    span.start_us,
-                    span.end_us - span.start_us,
-                    json!({ "blocking": span.blocking }),
-                ));
-            }
-        }
-        if let Some(opt) = &rank.optimizer {
-            events.push(slice(
+        if pass.hidden_tp_us > 0.0 {
+            self.emit(&slice(
                 r,
-                COMPUTE,
-                "optimizer",
-                opt.name.clone(),
-                opt.start_us,
-                opt.end_us - opt.start_us,
+                TENSOR_PARALLEL,
+                "tp-comm",
+                "tensor-parallel communication (hidden)".into(),
+                start,
+                pass.hidden_tp_us.min(end - start),
                 Value::Null,
             ));
         }
     }
-    let b = &timeline.breakdown;
-    let doc = json!({
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "generator": concat!("stepcast ", env!("CARGO_PKG_VERSION")),
-            "title": title,
-            "schedule": timeline.schedule.name(),
-            "step_ms": timeline.step_us / 1e3,
-            "critical_rank": timeline.critical_rank,
-            "bubble_ratio": timeline.bubble_ratio(),
-            "breakdown_ms": {
-                "compute": b.compute / 1e3, "tp_comm": b.tp_comm / 1e3, "pp_comm": b.pp_comm / 1e3,
-                "dp_comm": b.dp_comm / 1e3, "optimizer": b.optimizer / 1e3, "bubble": b.bubble / 1e3,
-            },
-            "layers_drawn_individually": per_layer,
-        },
-        "traceEvents": events,
-    });
-    serde_json::to_writer(&mut *out, &doc)?;
-    out.flush()
+}
+
+impl Observer for TraceWriter<'_> {
+    fn event(&mut self, event: super::Event<'_>) {
+        use super::Event as E;
+        match event {
+            E::Pass {
+                rank,
+                task,
+                start_us,
+                end_us,
+                gather_waits,
+            } => self.pass(rank, task, start_us, end_us, gather_waits),
+            E::Optimizer {
+                rank,
+                start_us,
+                end_us,
+            } => self.emit(&slice(
+                rank,
+                COMPUTE,
+                "optimizer",
+                "optimizer step".into(),
+                start_us,
+                end_us - start_us,
+                Value::Null,
+            )),
+            other => {
+                let Some(e) = other.on_stream() else { return };
+                let (tid, cat) = match e.stream {
+                    Stream::Sends => (SENDS, "pp-comm"),
+                    Stream::DataParallel => (DATA_PARALLEL, "dp-comm"),
+                };
+                self.emit(&slice(
+                    e.rank,
+                    tid,
+                    cat,
+                    e.name,
+                    e.start_us,
+                    e.end_us - e.start_us,
+                    json!({ "blocking": e.blocking }),
+                ));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::predict::compose::ClassTimes;
-    use crate::schedule::{simulate, ChunkWork, PassWork, RankWork, Segment};
+    use crate::schedule::{ChunkWork, PassWork, RankWork, Segment};
+    use crate::timing::{Attribution, ClassTimes};
     use crate::workload::{Overlap, Schedule};
     use std::collections::BTreeMap;
 
@@ -350,6 +390,7 @@ mod tests {
                 us: us / 3.0,
                 recompute_us: recompute,
                 params: 30,
+                attribution: Attribution::default(),
             }],
             parts: ClassTimes {
                 compute: us,
@@ -426,6 +467,7 @@ mod tests {
                 wgrad: PassWork::default(),
                 send_fwd_us: if k + 1 < p { 0.5 } else { 0.0 },
                 send_bwd_us: if k > 0 { 0.5 } else { 0.0 },
+                send_attribution: Attribution::default(),
             })
             .collect();
         let ranks = (0..p)
@@ -435,6 +477,9 @@ mod tests {
                 optimizer_us: 1.0,
                 params: 90,
                 bucket_elements: 40,
+                grad_sync_attribution: Attribution::default(),
+                param_gather_attribution: Attribution::default(),
+                optimizer_attribution: Attribution::default(),
             })
             .collect();
         let work = PipelineWork {
@@ -448,10 +493,10 @@ mod tests {
                 p2p: false,
                 tp_fraction: 0.0,
             },
+            factors: 0,
         };
-        let timeline = simulate(&work).unwrap();
         let mut out = Vec::new();
-        write_trace(&mut out, &work, &timeline, "test").unwrap();
+        let timeline = write_trace(&mut out, &work, "test").unwrap();
         let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let slices = check_trace(&doc);
         // per rank: 8 passes with 3 layers each, a backward's layers split in two

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::limits::{MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -112,14 +113,22 @@ impl ArchSpec {
     /// Checks the numbers; `source` names the file or preset in messages.
     pub fn validate(self, source: &str) -> Result<Arch> {
         let bad = |msg: String| Error::Invalid(format!("{source}: {msg}"));
-        for (field, v) in [
-            ("layers", self.layers),
-            ("hidden", self.hidden),
-            ("heads", self.heads),
-            ("vocab", self.vocab),
+        for (field, v, max) in [
+            ("layers", self.layers, MAX_LAYERS),
+            ("hidden", self.hidden, MAX_WIDTH),
+            ("heads", self.heads, MAX_HEADS),
+            ("vocab", self.vocab, MAX_VOCAB),
+            ("ffn_hidden", self.ffn_hidden.unwrap_or(1), MAX_WIDTH * 4),
+            ("kv_heads", self.kv_heads.unwrap_or(1), MAX_HEADS),
+            ("seq_len", self.seq_len.unwrap_or(1), MAX_SEQ_LEN),
         ] {
             if v == 0 {
                 return Err(bad(format!("{field} must be at least 1")));
+            }
+            if v > max {
+                return Err(bad(format!(
+                    "{field} = {v} is beyond any trained model: give at most {max}"
+                )));
             }
         }
         if self.hidden % self.heads != 0 {
@@ -136,9 +145,6 @@ impl ArchSpec {
             )));
         }
         let ffn_hidden = self.ffn_hidden.unwrap_or(4 * self.hidden);
-        if ffn_hidden == 0 {
-            return Err(bad("ffn_hidden must be at least 1".into()));
-        }
         Ok(Arch {
             head_dim: self.hidden / self.heads,
             kv_heads,

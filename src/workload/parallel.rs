@@ -5,72 +5,55 @@
 use serde::{Deserialize, Serialize};
 
 use super::arch::Arch;
-use crate::error::{Error, Result};
+use crate::error::LayoutError;
 use crate::hardware::Cluster;
+use crate::limits::*;
 use crate::ops::Dtype;
 
-/// Whose composition rules a prediction follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Rules {
-    /// Megatron-LM / Megatron-Core: uniform stages, RoPE on queries and keys, distributed
-    /// optimizer (reduce-scatter + all-gather), no recompute unless asked.
-    Megatron,
-    /// The paper's tool (GPT-NeoX + DeepSpeed): GPT-NeoX stage partition, full recompute, one
-    /// RoPE call per layer, ZeRO-1 with all-reduced gradients, the full stage's optimizer step,
-    /// a 1.26e9-element DP bucket, fp16.
-    Paper,
-}
+crate::named_enum!(
+    /// Whose composition rules a prediction follows.
+    pub enum Rules {
+        /// Megatron-LM / Megatron-Core: uniform stages, RoPE on queries and keys, distributed
+        /// optimizer (reduce-scatter + all-gather), no recompute unless asked.
+        Megatron => "megatron",
+        /// The paper's tool (GPT-NeoX + DeepSpeed): GPT-NeoX stage partition, full recompute,
+        /// one RoPE call per layer, ZeRO-1 with all-reduced gradients, the full stage's
+        /// optimizer step, a 1.26e9-element DP bucket, fp16.
+        Paper => "paper",
+    }
+);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Recompute {
-    None,
-    /// Recompute the attention core in the backward pass (Korthikanti et al. 2022).
-    Selective,
-    /// Recompute each layer's whole forward in the backward pass.
-    Full,
-}
+crate::named_enum!(
+    /// What the backward recomputes instead of storing.
+    pub enum Recompute {
+        /// Nothing: every activation is stored.
+        None => "none",
+        /// The attention core (Korthikanti et al. 2022).
+        Selective => "selective",
+        /// Each layer's whole forward.
+        Full => "full",
+    }
+);
 
-/// How the micro-batches of a step flow through the pipeline stages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-pub enum Schedule {
-    /// The paper's closed form: (m − 1 + pp) · (slowest forward + slowest backward), not
-    /// simulated (the default under the paper's rules).
-    #[serde(rename = "closed-form")]
-    #[value(name = "closed-form")]
-    ClosedForm,
-    /// All forwards, then all backwards (Huang et al. 2019).
-    #[serde(rename = "gpipe")]
-    #[value(name = "gpipe")]
-    Gpipe,
-    /// One-forward-one-backward (Narayanan et al. 2021; Megatron's default).
-    #[serde(rename = "1f1b")]
-    #[value(name = "1f1b")]
-    OneFOneB,
-    /// Megatron's interleaved 1F1B over `vpp` model chunks per rank.
-    #[serde(rename = "interleaved")]
-    #[value(name = "interleaved")]
-    Interleaved,
-    /// Zero-bubble ZB-H1 (Qi et al. 2024): backward split into input and weight gradients,
-    /// rank r running its weight gradients r micro-batches late so they fill the cool-down
-    /// bubbles; every rank holds at most pp micro-batches, the first rank's 1F1B peak.
-    #[serde(rename = "zb-h1")]
-    #[value(name = "zb-h1")]
-    ZbH1,
-}
+crate::named_enum!(
+    /// How the micro-batches of a step flow through the pipeline stages.
+    pub enum Schedule {
+        /// The paper's closed form, (m − 1 + pp) · (slowest forward + slowest backward), not
+        /// simulated (the default under the paper's rules).
+        ClosedForm => "closed-form",
+        /// All forwards, then all backwards (Huang et al. 2019).
+        Gpipe => "gpipe",
+        /// One-forward-one-backward (Narayanan et al. 2021; Megatron's default).
+        OneFOneB => "1f1b",
+        /// Megatron's interleaved 1F1B over vpp model chunks per rank.
+        Interleaved => "interleaved",
+        /// Zero-bubble ZB-H1 (Qi et al. 2024): the backward split into input and weight
+        /// gradients, rank r running its weight gradients r micro-batches late.
+        ZbH1 => "zb-h1",
+    }
+);
 
 impl Schedule {
-    pub fn name(self) -> &'static str {
-        match self {
-            Schedule::ClosedForm => "closed-form",
-            Schedule::Gpipe => "gpipe",
-            Schedule::OneFOneB => "1f1b",
-            Schedule::Interleaved => "interleaved",
-            Schedule::ZbH1 => "zb-h1",
-        }
-    }
-
     /// Whether the backward runs as separate input-gradient and weight-gradient passes.
     pub fn splits_backward(self) -> bool {
         self == Schedule::ZbH1
@@ -94,15 +77,16 @@ pub struct Overlap {
     pub tp_fraction: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Partition {
-    /// layers / pp per stage (Megatron); a remainder goes to the middle stages.
-    Uniform,
-    /// GPT-NeoX / DeepSpeed: layers + 5 blocks split uniformly, the first stage's two and the
-    /// last stage's three non-transformer blocks counted as layers.
-    Neox,
-}
+crate::named_enum!(
+    /// How transformer layers are split over pipeline stages.
+    pub enum Partition {
+        /// layers / pp per stage (Megatron); a remainder goes to the middle stages.
+        Uniform => "uniform",
+        /// GPT-NeoX / DeepSpeed: layers + 5 blocks split uniformly, the first stage's two and
+        /// the last stage's three non-transformer blocks counted as layers.
+        Neox => "neox",
+    }
+);
 
 /// A layout as a user writes it (CLI flags or a job file); unset options take defaults (tp,
 /// pp, dp and micro-batch 1) or the rules' defaults.
@@ -215,98 +199,36 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn new(spec: &ParallelSpec, arch: &Arch, cluster: &Cluster) -> Result<Layout> {
-        let bad = |m: String| Err(Error::Invalid(m));
+    /// Checks a layout against the model and the cluster: the one place the rules live.
+    pub fn new(spec: &ParallelSpec, arch: &Arch, cluster: &Cluster) -> Result<Layout, LayoutError> {
         let (tp, pp, dp) = (
-            spec.tp.unwrap_or(1),
-            spec.pp.unwrap_or(1),
-            spec.dp.unwrap_or(1),
+            degree("tp", spec.tp)?,
+            degree("pp", spec.pp)?,
+            degree("dp", spec.dp)?,
         );
-        let micro_batch = spec.micro_batch.unwrap_or(1);
+        let micro_batch = bounded(
+            "micro-batch",
+            spec.micro_batch.unwrap_or(1),
+            MAX_MICRO_BATCH,
+        )?;
         let rules = spec.rules.unwrap_or(Rules::Megatron);
-        let sequence_parallel = spec.sequence_parallel.unwrap_or(false);
-        for (name, v) in [
-            ("tp", tp),
-            ("pp", pp),
-            ("dp", dp),
-            ("micro-batch", micro_batch),
-        ] {
-            if v == 0 {
-                return bad(format!("{name} must be at least 1"));
-            }
-        }
-        let world = tp * pp * dp;
-        let gpus = cluster.total_gpus();
-        if world > gpus {
-            return bad(format!(
-                "tp·pp·dp = {tp}·{pp}·{dp} = {world} GPUs, but {} has {gpus} ({} nodes × {}): \
-                 lower dp (at most {}) or use a larger cluster",
-                cluster.spec.name,
-                cluster.spec.nodes,
-                cluster.spec.gpus_per_node,
-                (gpus / (tp * pp)).max(1)
-            ));
-        }
-        if arch.heads % tp != 0 {
-            return bad(format!(
-                "{}: attention heads ({}) are not divisible by tp = {tp}: use tp ∈ {{{}}}",
-                arch.name,
-                arch.heads,
-                divisors(arch.heads).join(", ")
-            ));
-        }
-        if arch.kv_heads % tp != 0 && tp % arch.kv_heads != 0 {
-            return bad(format!(
-                "{}: key/value heads ({}) and tp = {tp} must divide one another",
-                arch.name, arch.kv_heads
-            ));
-        }
-        if arch.ffn_hidden % tp != 0 {
-            return bad(format!(
-                "{}: ffn_hidden ({}) is not divisible by tp = {tp}",
-                arch.name, arch.ffn_hidden
-            ));
-        }
-        if arch.layers < pp {
-            return bad(format!(
-                "{}: {} layers cannot fill pp = {pp} stages: use pp ≤ {}",
-                arch.name, arch.layers, arch.layers
-            ));
-        }
-        let micro_batches = match (spec.global_batch, spec.micro_batches) {
-            (Some(_), Some(_)) => {
-                return bad("give either a global batch or micro-batches per step, not both".into())
-            }
-            (None, None) => return bad(
-                "give a global batch (--global-batch) or micro-batches per step (--micro-batches)"
-                    .into(),
-            ),
-            (None, Some(0)) => return bad("micro-batches must be at least 1".into()),
-            (None, Some(m)) => m,
-            (Some(gb), None) => {
-                let per_step = micro_batch * dp;
-                if gb == 0 || gb % per_step != 0 {
-                    return bad(format!(
-                        "global batch {gb} is not divisible by micro-batch × dp = {} × {dp} = \
-                         {per_step}: use a multiple of {per_step} (e.g. {})",
-                        micro_batch,
-                        (gb / per_step).max(1) * per_step
-                    ));
-                }
-                gb / per_step
-            }
-        };
-        let seq_len = spec.seq_len.unwrap_or(arch.seq_len);
-        if seq_len == 0 {
-            return bad("seq-len must be at least 1".into());
-        }
         let paper = rules == Rules::Paper;
+        let world = check_world(tp, pp, dp, cluster)?;
+        check_model_split(arch, tp, pp)?;
+        let micro_batches = micro_batches(spec, micro_batch, dp)?;
+        let seq_len = bounded("seq-len", spec.seq_len.unwrap_or(arch.seq_len), MAX_SEQ_LEN)?;
+        bounded(
+            "micro-batch × seq-len (tokens per micro-batch)",
+            micro_batch * seq_len,
+            MAX_MICRO_BATCH_TOKENS,
+        )?;
         let zero = spec.zero.unwrap_or(1);
         if zero > 3 {
-            return bad(format!("zero = {zero}: use 0, 1, 2 or 3"));
+            return Err(LayoutError::ZeroStage { zero });
         }
+        let sequence_parallel = spec.sequence_parallel.unwrap_or(false);
         if sequence_parallel && tp == 1 {
-            return bad("sequence parallelism needs tp > 1".into());
+            return Err(LayoutError::SequenceParallelNeedsTp);
         }
         let partition = spec.partition.unwrap_or(if paper {
             Partition::Neox
@@ -314,54 +236,15 @@ impl Layout {
             Partition::Uniform
         });
         let (schedule, vpp) = schedule_and_chunks(spec, rules, pp, micro_batches)?;
-        let stage_layers = if vpp > 1 {
-            if spec.partition == Some(Partition::Neox) {
-                return bad(format!(
-                    "the {} schedule places layers / (pp·vpp) layers in every chunk: drop \
-                     --partition neox",
-                    schedule.name()
-                ));
+        let stage_layers = stage_layers(spec, arch, pp, vpp, schedule, partition)?;
+        let overlap = overlap(spec, rules, zero, dp, schedule)?;
+        let dp_bucket_elements = match spec.dp_bucket_elements {
+            Some(b) if !(MIN_BUCKET_ELEMENTS..=MAX_BUCKET_ELEMENTS).contains(&b) => {
+                return Err(LayoutError::BucketSize(b))
             }
-            if arch.layers % (pp * vpp) != 0 {
-                return bad(format!(
-                    "{}: {} layers do not split into pp·vpp = {pp}·{vpp} equal chunks: use a \
-                     vpp that divides {}",
-                    arch.name,
-                    arch.layers,
-                    arch.layers / pp.max(1)
-                ));
-            }
-            vec![arch.layers / pp; pp as usize]
-        } else {
-            partition_layers(arch.layers, pp, partition).map_err(Error::Invalid)?
-        };
-        let megatron = rules == Rules::Megatron;
-        let sharded_optimizer = zero >= 1 && dp > 1;
-        let overlap = Overlap {
-            grad_reduce: spec.overlap_grad_reduce.unwrap_or(megatron),
-            param_gather: match spec.overlap_param_gather {
-                Some(true) if !(sharded_optimizer && megatron && zero < 3) => {
-                    return bad(
-                        "--overlap-param-gather needs the distributed optimizer: zero 1 or 2, \
-                         dp > 1 and Megatron rules"
-                            .into(),
-                    )
-                }
-                Some(v) => v,
-                None => megatron && sharded_optimizer && zero < 3,
-            },
-            p2p: spec
-                .overlap_p2p
-                .unwrap_or(megatron && schedule == Schedule::Interleaved),
-            tp_fraction: match spec.tp_comm_overlap {
-                Some(f) if !(0.0..=1.0).contains(&f) => {
-                    return bad(format!(
-                        "tp-comm-overlap = {f}: give the fraction hidden, between 0 and 1"
-                    ))
-                }
-                Some(f) => f,
-                None => 0.0,
-            },
+            Some(b) => b,
+            None if paper => 1_260_000_000,
+            None => 40_000_000u64.max(1_000_000 * dp),
         };
         Ok(Layout {
             tp,
@@ -384,11 +267,7 @@ impl Layout {
                 .dtype
                 .unwrap_or(if paper { Dtype::Fp16 } else { Dtype::Bf16 }),
             rules,
-            dp_bucket_elements: spec.dp_bucket_elements.unwrap_or(if paper {
-                1_260_000_000
-            } else {
-                40_000_000u64.max(1_000_000 * dp)
-            }),
+            dp_bucket_elements,
             schedule,
             vpp,
             overlap,
@@ -413,18 +292,174 @@ impl Layout {
     }
 }
 
+/// A parallel degree: 1 when unset, at least 1, at most `MAX_DEGREE`.
+fn degree(what: &'static str, v: Option<u64>) -> Result<u64, LayoutError> {
+    bounded(what, v.unwrap_or(1), MAX_DEGREE)
+}
+
+fn bounded(what: &'static str, value: u64, max: u64) -> Result<u64, LayoutError> {
+    match value {
+        0 => Err(LayoutError::Zero { what }),
+        v if v > max => Err(LayoutError::TooLarge {
+            what,
+            value: v,
+            max,
+        }),
+        v => Ok(v),
+    }
+}
+
+/// GPUs the layout needs, which the cluster must have.
+fn check_world(tp: u64, pp: u64, dp: u64, cluster: &Cluster) -> Result<u64, LayoutError> {
+    // each degree is at most 2^20, so the product fits in a u64
+    let world = tp * pp * dp;
+    let gpus = cluster.total_gpus();
+    if world > gpus {
+        return Err(LayoutError::TooManyGpus {
+            tp,
+            pp,
+            dp,
+            world,
+            cluster: cluster.spec.name.clone(),
+            gpus,
+            nodes: cluster.spec.nodes,
+            gpus_per_node: cluster.spec.gpus_per_node,
+            max_dp: (gpus / (tp * pp)).max(1),
+        });
+    }
+    Ok(world)
+}
+
+/// Heads, key/value heads and the MLP must split over tp; the layers must fill pp stages.
+fn check_model_split(arch: &Arch, tp: u64, pp: u64) -> Result<(), LayoutError> {
+    let model = || arch.name.clone();
+    if arch.heads % tp != 0 {
+        return Err(LayoutError::HeadsNotDivisible {
+            model: model(),
+            heads: arch.heads,
+            tp,
+            divisors: divisor_list(arch.heads, |_| true),
+        });
+    }
+    if arch.kv_heads % tp != 0 && tp % arch.kv_heads != 0 {
+        return Err(LayoutError::KvHeadsNotDivisible {
+            model: model(),
+            kv_heads: arch.kv_heads,
+            tp,
+            divisors: divisor_list(arch.heads, |d| {
+                arch.kv_heads % d == 0 || d % arch.kv_heads == 0
+            }),
+        });
+    }
+    if arch.ffn_hidden % tp != 0 {
+        return Err(LayoutError::FfnNotDivisible {
+            model: model(),
+            ffn: arch.ffn_hidden,
+            tp,
+            divisors: divisor_list(arch.heads, |d| arch.ffn_hidden % d == 0),
+        });
+    }
+    if arch.layers < pp {
+        return Err(LayoutError::TooFewLayers {
+            model: model(),
+            layers: arch.layers,
+            pp,
+        });
+    }
+    Ok(())
+}
+
+/// Micro-batches per step on one pipeline, from the global batch or given directly.
+fn micro_batches(spec: &ParallelSpec, micro_batch: u64, dp: u64) -> Result<u64, LayoutError> {
+    let m = match (spec.global_batch, spec.micro_batches) {
+        (Some(_), Some(_)) => return Err(LayoutError::BatchGivenTwice),
+        (None, None) => return Err(LayoutError::BatchMissing),
+        (None, Some(m)) => m,
+        (Some(gb), None) => {
+            // micro-batch ≤ 2^16 and dp ≤ 2^20: the product fits
+            let per_step = micro_batch * dp;
+            if gb == 0 || gb % per_step != 0 {
+                return Err(LayoutError::BatchNotDivisible {
+                    global_batch: gb,
+                    micro_batch,
+                    dp,
+                    per_step,
+                    example: (gb / per_step).max(1) * per_step,
+                });
+            }
+            gb / per_step
+        }
+    };
+    bounded("micro-batches per step", m, MAX_MICRO_BATCHES)
+}
+
+/// Transformer layers on each pipeline stage.
+fn stage_layers(
+    spec: &ParallelSpec,
+    arch: &Arch,
+    pp: u64,
+    vpp: u64,
+    schedule: Schedule,
+    partition: Partition,
+) -> Result<Vec<u64>, LayoutError> {
+    if vpp == 1 {
+        return partition_layers(arch.layers, pp, partition);
+    }
+    if spec.partition == Some(Partition::Neox) {
+        return Err(LayoutError::NeoxWithChunks {
+            schedule: schedule.name(),
+        });
+    }
+    if arch.layers % (pp * vpp) != 0 {
+        return Err(LayoutError::UnevenChunks {
+            model: arch.name.clone(),
+            layers: arch.layers,
+            pp,
+            vpp,
+            per_rank: arch.layers / pp,
+        });
+    }
+    Ok(vec![arch.layers / pp; pp as usize])
+}
+
+/// Which communication runs beside the compute: the flags, else the rules' defaults.
+fn overlap(
+    spec: &ParallelSpec,
+    rules: Rules,
+    zero: u8,
+    dp: u64,
+    schedule: Schedule,
+) -> Result<Overlap, LayoutError> {
+    let megatron = rules == Rules::Megatron;
+    let distributed_optimizer = (1..3).contains(&zero) && dp > 1 && megatron;
+    Ok(Overlap {
+        grad_reduce: spec.overlap_grad_reduce.unwrap_or(megatron),
+        param_gather: match spec.overlap_param_gather {
+            Some(true) if !distributed_optimizer => {
+                return Err(LayoutError::ParamGatherNeedsDistributedOptimizer)
+            }
+            Some(v) => v,
+            None => distributed_optimizer,
+        },
+        p2p: spec
+            .overlap_p2p
+            .unwrap_or(megatron && schedule == Schedule::Interleaved),
+        tp_fraction: match spec.tp_comm_overlap {
+            Some(f) if !(0.0..=1.0).contains(&f) => return Err(LayoutError::TpCommOverlap(f)),
+            Some(f) => f,
+            None => 0.0,
+        },
+    })
+}
+
 /// The schedule and the chunks per rank, checked against the layout.
 fn schedule_and_chunks(
     spec: &ParallelSpec,
     rules: Rules,
     pp: u64,
     micro_batches: u64,
-) -> Result<(Schedule, u64)> {
-    let bad = |m: String| Err(Error::Invalid(m));
-    let vpp = spec.vpp.unwrap_or(1);
-    if vpp == 0 {
-        return bad("vpp must be at least 1".into());
-    }
+) -> Result<(Schedule, u64), LayoutError> {
+    let vpp = bounded("vpp", spec.vpp.unwrap_or(1), MAX_DEGREE)?;
     let schedule = spec.schedule.unwrap_or(match (rules, vpp) {
         (_, v) if v > 1 => Schedule::Interleaved,
         (Rules::Paper, _) => Schedule::ClosedForm,
@@ -433,43 +468,61 @@ fn schedule_and_chunks(
     match schedule {
         Schedule::Interleaved => {
             if pp < 2 || vpp < 2 {
-                return bad(format!(
-                    "the interleaved schedule needs pp ≥ 2 and vpp ≥ 2 (got pp {pp}, vpp {vpp}): \
-                     give --vpp, or use --schedule 1f1b"
-                ));
+                return Err(LayoutError::InterleavedNeedsChunks { pp, vpp });
             }
             if micro_batches % pp != 0 {
-                return bad(format!(
-                    "the interleaved schedule runs micro-batches in groups of pp = {pp}: \
-                     {micro_batches} micro-batches per step is not a multiple; use {}",
-                    micro_batches.div_ceil(pp) * pp
-                ));
+                return Err(LayoutError::MicroBatchesNotGroupsOfPp {
+                    pp,
+                    micro_batches,
+                    suggested: micro_batches.div_ceil(pp) * pp,
+                });
             }
             Ok((schedule, vpp))
         }
-        _ if vpp > 1 => bad(format!(
-            "vpp = {vpp} needs the interleaved schedule, not {}",
-            schedule.name()
-        )),
+        _ if vpp > 1 => Err(LayoutError::ChunksNeedInterleaving {
+            vpp,
+            schedule: schedule.name(),
+        }),
         _ => Ok((schedule, 1)),
     }
 }
 
-fn divisors(n: u64) -> Vec<String> {
-    (1..=n)
-        .filter(|d| n % d == 0)
+/// Divisors of `n` in increasing order (up to √n steps, so a huge head count cannot hang).
+pub fn divisors(n: u64) -> Vec<u64> {
+    let mut low = Vec::new();
+    let mut high = Vec::new();
+    let mut d = 1u64;
+    while d.saturating_mul(d) <= n {
+        if n % d == 0 {
+            low.push(d);
+            if d != n / d {
+                high.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    low.extend(high.into_iter().rev());
+    low
+}
+
+/// Divisors of `n` as a list for a message.
+fn divisor_list(n: u64, keep: impl Fn(u64) -> bool) -> String {
+    divisors(n)
+        .into_iter()
+        .filter(|&d| keep(d))
         .map(|d| d.to_string())
-        .collect()
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Transformer layers per pipeline stage.
-pub fn partition_layers(
-    layers: u64,
-    pp: u64,
-    rule: Partition,
-) -> std::result::Result<Vec<u64>, String> {
+pub fn partition_layers(layers: u64, pp: u64, rule: Partition) -> Result<Vec<u64>, LayoutError> {
     if pp == 0 || layers < pp {
-        return Err(format!("{layers} layers cannot fill {pp} pipeline stages"));
+        return Err(LayoutError::TooFewLayers {
+            model: format!("{layers}-layer model"),
+            layers,
+            pp,
+        });
     }
     match rule {
         Partition::Uniform => {
@@ -497,10 +550,7 @@ pub fn partition_layers(
             out[0] -= 2;
             out[pp as usize - 1] -= 3;
             if out.iter().any(|&n| n < 1) {
-                return Err(format!(
-                    "the GPT-NeoX partition of {layers} layers over {pp} stages leaves a stage \
-                     without layers: use fewer stages or --partition uniform"
-                ));
+                return Err(LayoutError::NeoxLeavesEmptyStage { layers, pp });
             }
             Ok(out.into_iter().map(|n| n as u64).collect())
         }

@@ -2,10 +2,10 @@
 //! imaginary GPU times a deterministic wobble. It lets the protocol, plan, writer, resume and
 //! skip logic run in CI without a GPU. Datasets it writes are stamped "MOCK" and `real: false`.
 
+use stepcast::analytic::roofline;
 use stepcast::dataset::SoftwareStamp;
 use stepcast::hardware::{GpuSpec, PeakTflops};
 use stepcast::ops::{OpKind, OpQuery};
-use stepcast::roofline;
 
 use super::{Device, DeviceError, DeviceInfo, Runnable, Telemetry};
 
@@ -112,7 +112,7 @@ impl Device for MockDevice {
             .find(|(k, _)| *k == q.op)
             .map_or(1.0, |(_, f)| *f);
         let base_us = factor
-            * (roofline::roofline_time_us(q, &self.gpu, None)
+            * (roofline::device_time_us(q, &self.gpu)
                 .unwrap_or_else(|| roofline::work_scale_us(q, &self.gpu) / 50.0)
                 + 5.0);
         Ok(Box::new(MockRun { base_us, calls: 0 }))

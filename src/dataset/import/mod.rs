@@ -12,15 +12,17 @@ use crate::error::{Error, Result};
 
 use super::{DatasetMeta, Measurement, MeasurementWriter};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ImportFormat {
-    /// The paper's own data (github.com/DebarghaG/estimate-train-time): a system directory with
-    /// operator/ and nccl/, or the release root with --system Perlmutter|Vista.
-    EstimateTrainTime,
-    /// NVIDIA aiconfigurator's perf database converted to CSV: gemm/, context_attention/,
-    /// nccl/, systems/; pick the GPU with --system a100_sxm|h100_sxm|h200_sxm.
-    Aiconfigurator,
-}
+crate::named_enum!(
+    /// A public release stepcast can import.
+    pub enum ImportFormat {
+        /// The paper's own data (github.com/DebarghaG/estimate-train-time): a system directory
+        /// with operator/ and nccl/, or the release root with --system Perlmutter|Vista.
+        EstimateTrainTime => "estimate-train-time",
+        /// NVIDIA aiconfigurator's perf database converted to CSV: gemm/, context_attention/,
+        /// nccl/, systems/; pick the GPU with --system a100_sxm|h100_sxm|h200_sxm.
+        Aiconfigurator => "aiconfigurator",
+    }
+);
 
 #[derive(Debug, Clone, Default)]
 pub struct ImportOptions {

@@ -1,0 +1,76 @@
+//! The roofline: how long a kernel would take at the GPU's peak FLOP/s or HBM bandwidth,
+//! whichever binds — at the full peak (the physical bound learned models are checked against
+//! and the scale their targets are normalised by) or derated to the fractions a cluster file
+//! says real kernels reach, plus a launch cost (the fallback when no model measured a kernel).
+
+use crate::hardware::{Efficiency, GpuSpec, NetworkSpec};
+use crate::ops::work::{bus_bytes, work};
+use crate::ops::OpQuery;
+
+/// Roofline time of a compute or memory operator at the GPU's peak, in microseconds; `None`
+/// for collectives.
+pub fn device_time_us(q: &OpQuery, gpu: &GpuSpec) -> Option<f64> {
+    time_at(q, gpu, 1.0, 1.0)
+}
+
+/// Roofline time at the cluster's achievable fractions of peak, plus one kernel launch.
+pub fn derated_time_us(q: &OpQuery, gpu: &GpuSpec, eff: &Efficiency) -> Option<f64> {
+    time_at(q, gpu, eff.compute, eff.memory).map(|t| t + eff.kernel_launch_us)
+}
+
+fn time_at(q: &OpQuery, gpu: &GpuSpec, compute_fraction: f64, memory_fraction: f64) -> Option<f64> {
+    if q.op.is_collective() {
+        return None;
+    }
+    let w = work(q.op, q.phase, &q.shape, q.dtype);
+    let compute = w.flops / (gpu.peak_flops(q.dtype) * compute_fraction);
+    let memory = w.bytes / (gpu.hbm_bytes_per_s() * memory_fraction);
+    Some(compute.max(memory) * 1e6)
+}
+
+/// The analytic time of any call: a kernel at peak, a collective on the tiered network model
+/// at full link bandwidth (`None` for a collective when no network is known).
+pub fn ideal_time_us(q: &OpQuery, gpu: &GpuSpec, network: Option<&NetworkSpec>) -> Option<f64> {
+    if let Some(t) = device_time_us(q, gpu) {
+        return Some(t);
+    }
+    let c = q.shape.collective()?;
+    Some(super::network::collective_time_us(q.op, c, network?, 1.0).0)
+}
+
+/// The scale a model's target is divided by when it learns "time over roofline": the device
+/// roofline for kernels; for collectives the bus bytes at 1 GB/s (a size, since the network of
+/// the target cluster is not part of a model).
+pub fn work_scale_us(q: &OpQuery, gpu: &GpuSpec) -> f64 {
+    match (device_time_us(q, gpu), q.shape.collective()) {
+        (Some(t), _) => t.max(1e-6),
+        (None, Some(c)) => (bus_bytes(q.op, c) / 1e9 * 1e6).max(1e-6),
+        (None, None) => 1.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Dtype, GemmShape, OpKind, Phase, Shape};
+
+    #[test]
+    fn big_gemm_is_compute_bound() {
+        let h100 = GpuSpec::builtin("h100").unwrap();
+        let q = OpQuery {
+            op: OpKind::Gemm,
+            phase: Phase::Fwd,
+            dtype: Dtype::Bf16,
+            role: None,
+            shape: Shape::Gemm(GemmShape {
+                m: 8192,
+                n: 8192,
+                k: 8192,
+                batch: 1,
+            }),
+        };
+        // 2·8192³ = 1.1e12 FLOP at 989.4 TFLOP/s = 1111 µs (NVIDIA measured 1,400 µs)
+        let t = device_time_us(&q, &h100).unwrap();
+        assert!((t - 1111.3).abs() < 1.0, "{t}");
+    }
+}

@@ -1,0 +1,180 @@
+//! Why a layout cannot run, one variant per rule: `workload::Layout::new` returns these, `predict`
+//! prints them (each message says what to change), and `search` counts the layouts it skips
+//! by variant, so the rules live in one place.
+
+use thiserror::Error;
+
+use crate::limits::{MAX_BUCKET_ELEMENTS, MIN_BUCKET_ELEMENTS};
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum LayoutError {
+    #[error("{what} must be at least 1")]
+    Zero { what: &'static str },
+
+    #[error("{what} = {value} is beyond what any run uses: give at most {max}")]
+    TooLarge {
+        what: &'static str,
+        value: u64,
+        max: u64,
+    },
+
+    #[error(
+        "tp·pp·dp = {tp}·{pp}·{dp} = {world} GPUs, but {cluster} has {gpus} ({nodes} nodes × \
+         {gpus_per_node}): lower dp (at most {max_dp}) or use a larger cluster"
+    )]
+    TooManyGpus {
+        tp: u64,
+        pp: u64,
+        dp: u64,
+        world: u64,
+        cluster: String,
+        gpus: u64,
+        nodes: u32,
+        gpus_per_node: u32,
+        max_dp: u64,
+    },
+
+    #[error("{model}: attention heads ({heads}) are not divisible by tp = {tp}: use tp ∈ {{{divisors}}}")]
+    HeadsNotDivisible {
+        model: String,
+        heads: u64,
+        tp: u64,
+        divisors: String,
+    },
+
+    #[error(
+        "{model}: key/value heads ({kv_heads}) and tp = {tp} must divide one another: use tp ∈ \
+         {{{divisors}}}"
+    )]
+    KvHeadsNotDivisible {
+        model: String,
+        kv_heads: u64,
+        tp: u64,
+        divisors: String,
+    },
+
+    #[error("{model}: ffn_hidden ({ffn}) is not divisible by tp = {tp}: use tp ∈ {{{divisors}}}")]
+    FfnNotDivisible {
+        model: String,
+        ffn: u64,
+        tp: u64,
+        divisors: String,
+    },
+
+    #[error("{model}: {layers} layers cannot fill pp = {pp} stages: use pp ≤ {layers}")]
+    TooFewLayers { model: String, layers: u64, pp: u64 },
+
+    #[error(
+        "the GPT-NeoX partition of {layers} layers over {pp} stages leaves a stage without \
+         layers: use fewer stages or --partition uniform"
+    )]
+    NeoxLeavesEmptyStage { layers: u64, pp: u64 },
+
+    #[error("give either a global batch or micro-batches per step, not both")]
+    BatchGivenTwice,
+
+    #[error("give a global batch (--global-batch) or micro-batches per step (--micro-batches)")]
+    BatchMissing,
+
+    #[error(
+        "global batch {global_batch} is not divisible by micro-batch × dp = {micro_batch} × {dp} \
+         = {per_step}: use a multiple of {per_step} (e.g. {example})"
+    )]
+    BatchNotDivisible {
+        global_batch: u64,
+        micro_batch: u64,
+        dp: u64,
+        per_step: u64,
+        example: u64,
+    },
+
+    #[error("zero = {zero}: use 0, 1, 2 or 3")]
+    ZeroStage { zero: u8 },
+
+    #[error("sequence parallelism needs tp > 1: drop --sequence-parallel or raise tp")]
+    SequenceParallelNeedsTp,
+
+    #[error(
+        "the interleaved schedule needs pp ≥ 2 and vpp ≥ 2 (got pp {pp}, vpp {vpp}): give --vpp, \
+         or use --schedule 1f1b"
+    )]
+    InterleavedNeedsChunks { pp: u64, vpp: u64 },
+
+    #[error(
+        "the interleaved schedule runs micro-batches in groups of pp = {pp}: {micro_batches} \
+         micro-batches per step is not a multiple; use {suggested}"
+    )]
+    MicroBatchesNotGroupsOfPp {
+        pp: u64,
+        micro_batches: u64,
+        suggested: u64,
+    },
+
+    #[error("vpp = {vpp} needs the interleaved schedule, not {schedule}: drop --vpp or use --schedule interleaved")]
+    ChunksNeedInterleaving { vpp: u64, schedule: &'static str },
+
+    #[error(
+        "the {schedule} schedule places layers / (pp·vpp) layers in every chunk: drop \
+         --partition neox"
+    )]
+    NeoxWithChunks { schedule: &'static str },
+
+    #[error(
+        "{model}: {layers} layers do not split into pp·vpp = {pp}·{vpp} equal chunks: use a vpp \
+         that divides {per_rank}"
+    )]
+    UnevenChunks {
+        model: String,
+        layers: u64,
+        pp: u64,
+        vpp: u64,
+        per_rank: u64,
+    },
+
+    #[error(
+        "--overlap-param-gather needs the distributed optimizer: zero 1 or 2, dp > 1 and Megatron \
+         rules"
+    )]
+    ParamGatherNeedsDistributedOptimizer,
+
+    #[error("tp-comm-overlap = {0}: give the fraction hidden, between 0 and 1")]
+    TpCommOverlap(f64),
+
+    #[error(
+        "dp-bucket-elements = {0}: give between {MIN_BUCKET_ELEMENTS} and {MAX_BUCKET_ELEMENTS} \
+         elements per bucket (Megatron's default is 40,000,000)"
+    )]
+    BucketSize(u64),
+}
+
+impl LayoutError {
+    /// The rule broken, in a few words: what `search` counts skipped layouts by.
+    pub fn rule(&self) -> &'static str {
+        use LayoutError::*;
+        match self {
+            Zero { .. } | TooLarge { .. } | BatchGivenTwice | BatchMissing | ZeroStage { .. } => {
+                "input out of range"
+            }
+            TooManyGpus { .. } => "more GPUs than the cluster has",
+            HeadsNotDivisible { .. } | KvHeadsNotDivisible { .. } | FfnNotDivisible { .. } => {
+                "heads, key/value heads or MLP size not divisible by tp"
+            }
+            TooFewLayers { .. } => "fewer layers than pp",
+            NeoxLeavesEmptyStage { .. } => "GPT-NeoX partition leaves a stage empty",
+            BatchNotDivisible { .. } => "global batch not divisible by micro-batch × dp",
+            SequenceParallelNeedsTp => "sequence parallelism without tp",
+            InterleavedNeedsChunks { .. }
+            | MicroBatchesNotGroupsOfPp { .. }
+            | ChunksNeedInterleaving { .. }
+            | NeoxWithChunks { .. }
+            | UnevenChunks { .. } => {
+                "interleaving needs layers divisible by pp·vpp and micro-batches by pp"
+            }
+            ParamGatherNeedsDistributedOptimizer => {
+                "parameter-gather overlap without a distributed optimizer"
+            }
+            TpCommOverlap(_) => "tp-comm-overlap out of range",
+            BucketSize(_) => "bucket size out of range",
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Typed library errors. Every variant that comes from user input names the file (and, where it
+//! can, the line and field) and says what to change, so the binary can print it as-is and exit 2.
+
+mod layout;
+
+use std::path::PathBuf;
+
+pub use layout::LayoutError;
+
+/// Result alias for the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file or directory could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A data row is malformed; `line` is 1-based and counts the header.
+    #[error("{path}:{line}: {message}")]
+    BadRow {
+        path: PathBuf,
+        line: u64,
+        message: String,
+    },
+
+    /// A structured file (YAML/JSON/CSV header) does not have the expected form.
+    #[error("{path}: {message}")]
+    BadFile { path: PathBuf, message: String },
+
+    /// A model file was written by another feature-schema or file-format version.
+    #[error(
+        "{path}: written with {what} version {found}, this stepcast reads version {expected}; \
+         retrain with `stepcast train`"
+    )]
+    SchemaVersion {
+        path: PathBuf,
+        what: &'static str,
+        found: u32,
+        expected: u32,
+    },
+
+    /// A dataset or selection holds no usable rows.
+    #[error("{0}")]
+    Empty(String),
+
+    /// An invalid value given on the command line or in a configuration.
+    #[error("{0}")]
+    Invalid(String),
+
+    /// A parallel layout that cannot run.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+
+    /// No trained model covers a query and the caller asked for strict behaviour.
+    #[error("{0}")]
+    MissingModel(String),
+}
+
+impl Error {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn bad_file(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::BadFile {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_row(path: impl Into<PathBuf>, line: u64, message: impl Into<String>) -> Self {
+        Error::BadRow {
+            path: path.into(),
+            line,
+            message: message.into(),
+        }
+    }
+}

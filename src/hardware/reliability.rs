@@ -1,0 +1,137 @@
+//! How a cluster fails, recovers and writes checkpoints: the `reliability:` and `storage:`
+//! sections of a cluster file (the inputs of `fault`'s run-time model).
+
+use serde::{Deserialize, Serialize};
+
+/// How a cluster fails and recovers (a cluster file's `reliability:` section).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reliability {
+    /// Failures per node per day.
+    pub failures_per_node_per_day: f64,
+    /// Recovery levels: the share of failures each takes and how long it takes.
+    pub recovery: Vec<RecoveryLevel>,
+    /// From job submission to the first training step (start-up, loading), seconds.
+    pub first_start_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryLevel {
+    /// process, pod or job.
+    pub level: String,
+    pub share: f64,
+    pub seconds: f64,
+}
+
+impl Default for Reliability {
+    /// MoFa's figures from "thousands of GPU clusters": 0.5 % failures per node per day (its
+    /// Table 5), recoveries at process / pod / job level in the ratio 3 : 6 : 1 taking 141, 262
+    /// and 307 s (§3.4); the first start is our assumption (10 minutes).
+    fn default() -> Self {
+        let level = |level: &str, share, seconds| RecoveryLevel {
+            level: level.into(),
+            share,
+            seconds,
+        };
+        Reliability {
+            failures_per_node_per_day: 0.005,
+            recovery: vec![
+                level("process", 0.3, 141.0),
+                level("pod", 0.6, 262.0),
+                level("job", 0.1, 307.0),
+            ],
+            first_start_s: 600.0,
+        }
+    }
+}
+
+impl Reliability {
+    /// Mean time to recover from one failure (eq. 41).
+    pub fn mean_recovery_s(&self) -> f64 {
+        let total: f64 = self.recovery.iter().map(|l| l.share).sum();
+        self.recovery
+            .iter()
+            .map(|l| l.share * l.seconds)
+            .sum::<f64>()
+            / total
+    }
+
+    pub fn validate(&self, what: &str) -> std::result::Result<(), String> {
+        let r = self.failures_per_node_per_day;
+        if !(r > 0.0 && r.is_finite()) {
+            return Err(format!(
+                "{what}: failures_per_node_per_day = {r} must be positive (a run with no \
+                 failures needs no checkpoints; give a small rate such as 0.001)"
+            ));
+        }
+        if self.recovery.is_empty() {
+            return Err(format!("{what}: recovery needs at least one level"));
+        }
+        for l in &self.recovery {
+            if !(l.share >= 0.0 && l.share.is_finite() && l.seconds >= 0.0 && l.seconds.is_finite())
+            {
+                return Err(format!(
+                    "{what}: recovery level {}: share and seconds must be zero or positive",
+                    l.level
+                ));
+            }
+        }
+        if self.recovery.iter().map(|l| l.share).sum::<f64>() <= 0.0 {
+            return Err(format!("{what}: recovery shares must not all be zero"));
+        }
+        if !(self.first_start_s >= 0.0 && self.first_start_s.is_finite()) {
+            return Err(format!("{what}: first_start_s must be zero or positive"));
+        }
+        Ok(())
+    }
+}
+
+/// Checkpoint writes (a cluster file's `storage:` section).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Storage {
+    /// Write bandwidth to the checkpoint file system from one node, GB/s.
+    pub checkpoint_write_gb_per_s_per_node: f64,
+    /// The file system's total write bandwidth, GB/s (the cap when many nodes write).
+    #[serde(default)]
+    pub checkpoint_write_gb_per_s_max: Option<f64>,
+}
+
+impl Default for Storage {
+    /// 2 GB/s per node, 100 GB/s in all: a modest parallel file system (our assumption).
+    fn default() -> Self {
+        Storage {
+            checkpoint_write_gb_per_s_per_node: 2.0,
+            checkpoint_write_gb_per_s_max: Some(100.0),
+        }
+    }
+}
+
+impl Storage {
+    pub fn validate(&self, what: &str) -> std::result::Result<(), String> {
+        let v = self.checkpoint_write_gb_per_s_per_node;
+        if !(v > 0.0 && v.is_finite()) {
+            return Err(format!(
+                "{what}: checkpoint_write_gb_per_s_per_node = {v} must be positive"
+            ));
+        }
+        if let Some(m) = self.checkpoint_write_gb_per_s_max {
+            if !(m > 0.0 && m.is_finite()) {
+                return Err(format!(
+                    "{what}: checkpoint_write_gb_per_s_max = {m} must be positive"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Seconds to write `bytes` from `nodes` nodes.
+    pub fn write_s(&self, bytes: f64, nodes: f64) -> f64 {
+        let mut bw = self.checkpoint_write_gb_per_s_per_node * nodes.max(1.0);
+        if let Some(max) = self.checkpoint_write_gb_per_s_max {
+            bw = bw.min(max);
+        }
+        bytes / (bw * 1e9)
+    }
+}

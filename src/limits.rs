@@ -1,0 +1,24 @@
+//! The physical range of every number a user gives: far beyond any real run, small enough that
+//! every product of sizes stays inside 64 bits. Inputs outside are refused with the bound.
+
+/// Largest tensor-, pipeline- or data-parallel degree: far beyond any cluster, small enough
+/// that products of degrees and batch sizes cannot overflow.
+pub const MAX_DEGREE: u64 = 1 << 20;
+/// Largest micro-batch (sequences).
+pub const MAX_MICRO_BATCH: u64 = 1 << 16;
+/// Most micro-batches per step on one pipeline (gradient accumulation).
+pub const MAX_MICRO_BATCHES: u64 = 1 << 18;
+/// Longest sequence (tokens).
+pub const MAX_SEQ_LEN: u64 = 1 << 24;
+/// Most tokens in one micro-batch (micro-batch × sequence): 2^28, beyond any GPU's memory.
+pub const MAX_MICRO_BATCH_TOKENS: u64 = 1 << 28;
+/// Smallest and largest data-parallel bucket (elements).
+pub const MIN_BUCKET_ELEMENTS: u64 = 1 << 16;
+pub const MAX_BUCKET_ELEMENTS: u64 = 1 << 40;
+
+/// Most transformer layers, widest hidden or MLP size, most heads and largest vocabulary an
+/// architecture may have.
+pub const MAX_LAYERS: u64 = 1 << 14;
+pub const MAX_WIDTH: u64 = 1 << 20;
+pub const MAX_HEADS: u64 = 1 << 14;
+pub const MAX_VOCAB: u64 = 1 << 24;

@@ -1,0 +1,35 @@
+//! Process groups as NCCL sees them, with Megatron's rank order (tensor-parallel ranks
+//! fastest, then data-parallel, then pipeline): for each group, how many nodes it spans and
+//! how many of its members share a node — what a collective's cost depends on.
+
+use crate::workload::Layout;
+
+/// (nodes, members per node) of each group a rank belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Groups {
+    pub tp: (u64, u64),
+    pub dp: (u64, u64),
+    /// Neighbouring pipeline stages: on one node or two.
+    pub pp: (u64, u64),
+}
+
+impl Groups {
+    pub fn new(layout: &Layout, gpus_per_node: u64) -> Groups {
+        let spread = |size: u64, stride: u64| -> (u64, u64) {
+            // members `stride` ranks apart: how many share a node, over how many nodes
+            let per_node = (gpus_per_node / stride).clamp(1, size);
+            (size.div_ceil(per_node), per_node)
+        };
+        // neighbouring stages are tp·dp ranks apart: on another node once that fills a node
+        let pp = if layout.tp * layout.dp >= gpus_per_node {
+            (2, 1)
+        } else {
+            (1, 2)
+        };
+        Groups {
+            tp: spread(layout.tp, 1),
+            dp: spread(layout.dp, layout.tp),
+            pp,
+        }
+    }
+}

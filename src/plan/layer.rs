@@ -1,0 +1,411 @@
+//! The repeated blocks of a model on one tensor-parallel rank, per micro-batch: a transformer
+//! layer, the embedding and the head.
+//!
+//! Per layer, with b = micro-batch, s = sequence, d = hidden, h / g = query / key-value heads
+//! on the rank, hd = head size, f = MLP size on the rank, t = tp: norm, QKV GEMM, RoPE,
+//! attention (flash, or scores GEMM + scale-mask-softmax + context GEMM), output GEMM, TP
+//! all-reduce (or all-gather + reduce-scatter with sequence parallelism), residual add, norm,
+//! MLP up GEMM, GELU or SwiGLU, MLP down GEMM, TP communication, residual add. The backward
+//! mirrors it; full recomputation repeats the forward before it, selective recomputation the
+//! attention core. Under FSDP (ZeRO-3) each layer gathers its weights before its forward and
+//! backward and reduce-scatters its gradients, beside the compute.
+
+use super::groups::Groups;
+use super::{Block, Builder, Call};
+use crate::ops::{
+    AttentionShape, Dtype, GemmShape, LookupShape, OpKind, Phase, Role, Shape, TokenShape,
+};
+use crate::timing::Class;
+use crate::workload::{
+    Activation, Arch, AttentionImpl, Layout, NormKind, Position, Recompute, Rules,
+};
+
+/// The sizes one rank works with.
+pub(super) struct Dims {
+    b: u64,
+    s: u64,
+    d: u64,
+    t: u64,
+    tokens: u64,
+    /// Sequence rows of norms and residuals (split over tp with sequence parallelism).
+    seq_sp: u64,
+    /// GEMMs run in the training type (fp8 under an fp8 recipe); everything else in 16 bits.
+    gemm_dtype: Dtype,
+    act: Dtype,
+    heads: u64,
+    kv_heads: u64,
+    hd: u64,
+    ffn: u64,
+    vocab_rank: u64,
+    /// The paper's data times attention without a causal mask and its tool uses it as measured.
+    causal: bool,
+    sequence_parallel: bool,
+    rules: Rules,
+    groups: Groups,
+}
+
+impl Dims {
+    pub(super) fn new(arch: &Arch, layout: &Layout, groups: Groups) -> Dims {
+        let t = layout.tp;
+        let act = if layout.dtype == Dtype::Fp8 {
+            Dtype::Bf16
+        } else {
+            layout.dtype
+        };
+        Dims {
+            b: layout.micro_batch,
+            s: layout.seq_len,
+            d: arch.hidden,
+            t,
+            tokens: layout.micro_batch * layout.seq_len,
+            seq_sp: if layout.sequence_parallel {
+                layout.seq_len.div_ceil(t)
+            } else {
+                layout.seq_len
+            },
+            gemm_dtype: layout.dtype,
+            act,
+            heads: arch.heads / t,
+            kv_heads: (arch.kv_heads / t).max(1),
+            hd: arch.head_dim,
+            ffn: arch.ffn_hidden / t,
+            vocab_rank: arch.padded_vocab(t) / t,
+            causal: layout.rules != Rules::Paper,
+            sequence_parallel: layout.sequence_parallel,
+            rules: layout.rules,
+            groups,
+        }
+    }
+
+    fn act_bytes(&self) -> u64 {
+        self.act.bytes() as u64
+    }
+
+    fn tok(&self, width: u64) -> Shape {
+        Shape::Tokens(TokenShape {
+            batch: self.b,
+            seq: self.s,
+            width,
+        })
+    }
+
+    fn tok_sp(&self, width: u64) -> Shape {
+        Shape::Tokens(TokenShape {
+            batch: self.b,
+            seq: self.seq_sp,
+            width,
+        })
+    }
+
+    /// One hidden state of the micro-batch, in bytes: what TP and PP communication carry.
+    pub(super) fn hidden_bytes(&self) -> u64 {
+        self.tokens * self.d * self.act_bytes()
+    }
+
+    /// The activations one pipeline transfer carries (split over tp).
+    pub(super) fn send_bytes(&self) -> u64 {
+        self.hidden_bytes() / self.t
+    }
+}
+
+fn gemm(m: u64, n: u64, k: u64, batch: u64) -> Shape {
+    Shape::Gemm(GemmShape { m, n, k, batch })
+}
+
+/// The tensor-parallel communication after the attention block and after the MLP.
+fn tp_comm(b: &mut Builder, d: &Dims) -> Vec<Call> {
+    let bytes = d.hidden_bytes();
+    let g = d.groups.tp;
+    if d.t == 1 {
+        Vec::new()
+    } else if d.sequence_parallel {
+        vec![
+            b.collective("tp all-gather", OpKind::AllGather, bytes, g, Class::TpComm),
+            b.collective(
+                "tp reduce-scatter",
+                OpKind::ReduceScatter,
+                bytes,
+                g,
+                Class::TpComm,
+            ),
+        ]
+    } else {
+        vec![b.collective("tp all-reduce", OpKind::AllReduce, bytes, g, Class::TpComm)]
+    }
+}
+
+/// The attention core; forward and backward share the shapes.
+fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> {
+    let shape = |kv_heads, head_dim, causal| {
+        Shape::Attention(AttentionShape {
+            batch: d.b,
+            seq_q: d.s,
+            seq_kv: d.s,
+            heads: d.heads,
+            kv_heads,
+            head_dim,
+            causal,
+        })
+    };
+    let mut k =
+        |label, op, role, shape| b.call(label, op, phase, d.act, role, shape, Class::Compute);
+    match arch.attention {
+        AttentionImpl::Flash => vec![k(
+            "attention",
+            OpKind::FlashAttention,
+            None,
+            shape(d.kv_heads, d.hd, d.causal),
+        )],
+        AttentionImpl::Unfused => vec![
+            k(
+                "attention scores",
+                OpKind::Gemm,
+                Some(Role::AttnScores),
+                gemm(d.s, d.s, d.hd, d.b * d.heads),
+            ),
+            k(
+                "scale-mask-softmax",
+                OpKind::ScaleMaskSoftmax,
+                None,
+                shape(d.heads, 1, true),
+            ),
+            k(
+                "attention context",
+                OpKind::Gemm,
+                Some(Role::AttnContext),
+                gemm(d.s, d.hd, d.s, d.b * d.heads),
+            ),
+        ],
+    }
+}
+
+/// Calls of one pass in order, all in one phase.
+struct PassCalls<'a> {
+    b: &'a mut Builder,
+    phase: Phase,
+    calls: Vec<Call>,
+}
+
+impl PassCalls<'_> {
+    fn compute(
+        &mut self,
+        label: &'static str,
+        op: OpKind,
+        dtype: Dtype,
+        role: Option<Role>,
+        shape: Shape,
+    ) {
+        let c = self
+            .b
+            .call(label, op, self.phase, dtype, role, shape, Class::Compute);
+        self.calls.push(c);
+    }
+}
+
+/// One layer's calls in one direction.
+fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> {
+    let norm_op = match arch.norm {
+        NormKind::Layernorm => OpKind::LayerNorm,
+        NormKind::Rmsnorm => OpKind::RmsNorm,
+    };
+    let (up_width, act_op) = match arch.activation {
+        Activation::Gelu => (d.ffn, OpKind::Gelu),
+        Activation::Swiglu => (2 * d.ffn, OpKind::Swiglu),
+    };
+    let comm = tp_comm(b, d);
+    let mut p = PassCalls {
+        b,
+        phase,
+        calls: Vec::new(),
+    };
+    p.compute("input norm", norm_op, d.act, None, d.tok_sp(d.d));
+    let qkv = gemm(d.tokens, (d.heads + 2 * d.kv_heads) * d.hd, d.d, 1);
+    p.compute("qkv", OpKind::Gemm, d.gemm_dtype, Some(Role::Qkv), qkv);
+    if arch.position == Position::Rope {
+        p.compute("rope q", OpKind::Rope, d.act, None, d.tok(d.heads * d.hd));
+        if d.rules == Rules::Megatron {
+            p.compute(
+                "rope k",
+                OpKind::Rope,
+                d.act,
+                None,
+                d.tok(d.kv_heads * d.hd),
+            );
+        }
+    }
+    let core = attention(p.b, arch, d, phase);
+    p.calls.extend(core);
+    let out = gemm(d.tokens, d.d, d.heads * d.hd, 1);
+    p.compute(
+        "attention out",
+        OpKind::Gemm,
+        d.gemm_dtype,
+        Some(Role::AttnOut),
+        out,
+    );
+    p.calls.extend(comm.iter().cloned());
+    p.compute(
+        "residual add",
+        OpKind::ResidualAdd,
+        d.act,
+        None,
+        d.tok_sp(d.d),
+    );
+    p.compute("post-attention norm", norm_op, d.act, None, d.tok_sp(d.d));
+    let up = gemm(d.tokens, up_width, d.d, 1);
+    p.compute("mlp up", OpKind::Gemm, d.gemm_dtype, Some(Role::MlpUp), up);
+    p.compute("activation", act_op, d.act, None, d.tok(d.ffn));
+    let down = gemm(d.tokens, d.d, d.ffn, 1);
+    p.compute(
+        "mlp down",
+        OpKind::Gemm,
+        d.gemm_dtype,
+        Some(Role::MlpDown),
+        down,
+    );
+    p.calls.extend(comm);
+    p.compute(
+        "residual add",
+        OpKind::ResidualAdd,
+        d.act,
+        None,
+        d.tok_sp(d.d),
+    );
+    p.calls
+}
+
+/// One transformer layer: forward, backward, what its backward recomputes, its parameters.
+pub(super) fn layer_block(
+    b: &mut Builder,
+    arch: &Arch,
+    layout: &Layout,
+    d: &Dims,
+    fsdp: bool,
+) -> Block {
+    let mut fwd = layer_pass(b, arch, d, Phase::Fwd);
+    let mut bwd = layer_pass(b, arch, d, Phase::Bwd);
+    let recompute = match layout.recompute {
+        Recompute::None => Vec::new(),
+        Recompute::Full => fwd.clone(),
+        Recompute::Selective => attention(b, arch, d, Phase::Fwd),
+    };
+    let (params, tensors) = arch.layer_params(d.t);
+    if fsdp {
+        // gather the layer's weights before its forward and its backward, reduce-scatter its
+        // gradients after; prefetched beside the compute
+        let bytes = params * d.act_bytes();
+        let beside = |b: &mut Builder, op| {
+            let mut c = b.collective(
+                "fsdp parameter collective",
+                op,
+                bytes,
+                d.groups.dp,
+                Class::DpComm,
+            );
+            c.overlapped = true;
+            c
+        };
+        fwd.push(beside(b, OpKind::AllGather));
+        bwd.push(beside(b, OpKind::AllGather));
+        bwd.push(beside(b, OpKind::ReduceScatter));
+    }
+    Block {
+        fwd,
+        bwd,
+        recompute,
+        params,
+        tensors,
+    }
+}
+
+/// The embedding lookup (and, with tp > 1, the all-reduce of its vocabulary-parallel output).
+pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
+    let shape = Shape::Lookup(LookupShape {
+        batch: d.b,
+        seq: d.s,
+        hidden: d.d,
+        vocab: d.vocab_rank,
+    });
+    let mut fwd = vec![b.call(
+        "embedding",
+        OpKind::Embedding,
+        Phase::Fwd,
+        d.act,
+        None,
+        shape,
+        Class::Compute,
+    )];
+    if d.t > 1 {
+        fwd.push(b.collective(
+            "embedding all-reduce",
+            OpKind::AllReduce,
+            d.hidden_bytes(),
+            d.groups.tp,
+            Class::TpComm,
+        ));
+    }
+    let bwd = vec![b.call(
+        "embedding",
+        OpKind::Embedding,
+        Phase::Bwd,
+        d.act,
+        None,
+        shape,
+        Class::Compute,
+    )];
+    Block {
+        fwd,
+        bwd,
+        recompute: Vec::new(),
+        params: arch.vocab_params(d.t),
+        tensors: 1,
+    }
+}
+
+/// Final norm, LM head and vocabulary-parallel cross-entropy.
+pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
+    let norm_op = match arch.norm {
+        NormKind::Layernorm => OpKind::LayerNorm,
+        NormKind::Rmsnorm => OpKind::RmsNorm,
+    };
+    let mut pass = |phase| {
+        vec![
+            b.call(
+                "final norm",
+                norm_op,
+                phase,
+                d.act,
+                None,
+                d.tok_sp(d.d),
+                Class::Compute,
+            ),
+            b.call(
+                "lm head",
+                OpKind::Gemm,
+                phase,
+                d.gemm_dtype,
+                Some(Role::LmHead),
+                gemm(d.tokens, d.vocab_rank, d.d, 1),
+                Class::Compute,
+            ),
+            b.call(
+                "cross-entropy",
+                OpKind::CrossEntropy,
+                phase,
+                d.act,
+                None,
+                d.tok(d.vocab_rank),
+                Class::Compute,
+            ),
+        ]
+    };
+    let fwd = pass(Phase::Fwd);
+    let bwd = pass(Phase::Bwd);
+    Block {
+        fwd,
+        bwd,
+        recompute: Vec::new(),
+        params: arch.final_norm_params() + arch.vocab_params(d.t),
+        tensors: 2 + arch.norm_bias as u64,
+    }
+}

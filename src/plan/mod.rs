@@ -1,0 +1,285 @@
+//! The plan: a model under a parallel layout as the work each pipeline rank does — in one
+//! representation that every composer, the memory projection and the reports read.
+//!
+//! A model is three repeated blocks (`layer`: one transformer layer; `embedding`; `head`: final
+//! norm, LM head and loss), each the operator calls of one micro-batch's forward, backward and
+//! recomputation on one tensor-parallel rank; a pipeline transfer (`send`); the model chunks
+//! (virtual stages) in model order with the rank each runs on; and per pipeline rank
+//! (`Stage`) the per-step work — data-parallel gradient reduction in buckets, the optimizer
+//! step and, with a distributed optimizer, the parameter all-gather. A stage's forward and
+//! backward are views over the blocks (`Plan::stage_fwd`, `Plan::stage_bwd`), never copies.
+//!
+//! Every distinct operator query is stored once (`Plan::queries`); calls refer to it by index,
+//! so a prediction costs each query once and recomposes a step without hashing.
+
+mod buckets;
+mod groups;
+mod layer;
+mod stage;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+pub use buckets::Buckets;
+pub use groups::Groups;
+pub use stage::StageRole;
+
+use crate::hardware::Cluster;
+use crate::ops::{CollectiveShape, Dtype, OpKind, OpQuery, Phase, Role, Shape};
+use crate::timing::Class;
+use crate::workload::{Activation, Arch, Layout};
+
+/// Index of a query in `Plan::queries`.
+pub type QueryId = u32;
+
+/// `count` calls of one operator query.
+#[derive(Debug, Clone, Serialize)]
+pub struct Call {
+    /// What the call is in the model ("qkv", "tp all-reduce", …).
+    pub label: &'static str,
+    pub query: QueryId,
+    pub count: f64,
+    /// What its time counts as.
+    pub class: Class,
+    /// Runs on a communication stream beside the compute (FSDP parameter gathers): only the
+    /// part longer than the compute is exposed.
+    pub overlapped: bool,
+}
+
+/// A part of the model every rank that holds it runs once per micro-batch (per layer, for
+/// the transformer layer).
+#[derive(Debug, Clone, Serialize)]
+pub struct Block {
+    pub fwd: Vec<Call>,
+    /// The backward, recomputation not included.
+    pub bwd: Vec<Call>,
+    /// What the backward recomputes first (empty without recomputation).
+    pub recompute: Vec<Call>,
+    /// Parameters on one rank.
+    pub params: u64,
+    /// Parameter tensors (the optimizer's multi-tensor kernels launch per tensor).
+    pub tensors: u64,
+}
+
+/// A model chunk (virtual stage): where it runs and what it holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Chunk {
+    pub rank: usize,
+    /// Index of its first transformer layer in the model.
+    pub first_layer: u64,
+    pub layers: u64,
+    /// Holds the embedding (the model's first chunk) / the head (its last).
+    pub embedding: bool,
+    pub head: bool,
+    /// Sends its activations to the next chunk on another rank.
+    pub sends_fwd: bool,
+    /// Sends its input gradient to the previous chunk on another rank.
+    pub sends_bwd: bool,
+}
+
+/// One pipeline rank: its share of the model and its per-step work.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stage {
+    pub index: usize,
+    pub role: StageRole,
+    /// Transformer layers on the rank (all its chunks).
+    pub layers: u64,
+    /// Parameters held by one GPU of the rank.
+    pub params: u64,
+    pub tensors: u64,
+    pub embedding: bool,
+    pub head: bool,
+    /// Pipeline transfers per micro-batch leaving the rank, forward and backward.
+    pub sends_fwd: u64,
+    pub sends_bwd: u64,
+    /// Per step: data-parallel gradient reduction.
+    pub grad_sync: Vec<Call>,
+    /// Per step: optimizer step and parameter all-gather.
+    pub update: Vec<Call>,
+}
+
+/// A model under a layout, as the work of each rank.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// Every distinct operator query, each costed once.
+    pub queries: Vec<OpQuery>,
+    pub embedding: Block,
+    pub layer: Block,
+    pub head: Block,
+    /// One activation (or gradient) transfer between neighbouring pipeline ranks.
+    pub send: Option<Call>,
+    /// Virtual stages in model order; chunk c of rank r is index c·pp + r.
+    pub chunks: Vec<Chunk>,
+    pub stages: Vec<Stage>,
+    /// Parameters the rank's data-parallel buckets hold at most.
+    pub bucket_elements: u64,
+    /// Model FLOPs of one step (forward + backward, no recomputation; attention counted in
+    /// full, as in Narayanan et al. 2021): the numerator of MFU.
+    pub model_flops_per_step: f64,
+}
+
+/// `calls` each `times` times.
+fn repeated(calls: &[Call], times: f64) -> impl Iterator<Item = (&Call, f64)> {
+    calls.iter().map(move |c| (c, times))
+}
+
+/// `calls` once if `on`.
+fn when(on: bool, calls: &[Call]) -> impl Iterator<Item = (&Call, f64)> {
+    calls[..if on { calls.len() } else { 0 }]
+        .iter()
+        .map(|c| (c, 1.0))
+}
+
+impl Plan {
+    /// Builds the plan of `arch` under `layout` on `cluster`.
+    pub fn new(arch: &Arch, layout: &Layout, cluster: &Cluster) -> Plan {
+        let groups = Groups::new(layout, cluster.spec.gpus_per_node as u64);
+        let dims = layer::Dims::new(arch, layout, groups);
+        let mut b = Builder::default();
+        let fsdp = layout.zero >= 3 && layout.dp > 1;
+        let embedding = layer::embedding_block(&mut b, arch, &dims);
+        let layer_block = layer::layer_block(&mut b, arch, layout, &dims, fsdp);
+        let head = layer::head_block(&mut b, arch, &dims);
+        let send = (layout.pp > 1).then(|| {
+            b.collective(
+                "pp send/recv",
+                OpKind::SendRecv,
+                dims.send_bytes(),
+                groups.pp,
+                Class::PpComm,
+            )
+        });
+        let chunks = stage::chunks(layout);
+        let blocks = stage::Blocks {
+            embedding: &embedding,
+            layer: &layer_block,
+            head: &head,
+        };
+        let stages = stage::stages(&mut b, arch, layout, &chunks, &blocks, groups);
+        Plan {
+            queries: b.queries,
+            embedding,
+            layer: layer_block,
+            head,
+            send,
+            chunks,
+            stages,
+            bucket_elements: layout.dp_bucket_elements,
+            model_flops_per_step: model_flops(arch, layout),
+        }
+    }
+
+    /// The query a call makes.
+    pub fn query(&self, call: &Call) -> &OpQuery {
+        &self.queries[call.query as usize]
+    }
+
+    /// One micro-batch's forward on a stage, all its chunks: each call with how many times
+    /// it runs (its own count not included).
+    pub fn stage_fwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
+        when(s.embedding, &self.embedding.fwd)
+            .chain(repeated(&self.layer.fwd, s.layers as f64))
+            .chain(when(s.head, &self.head.fwd))
+            .chain(self.sends(s.sends_fwd))
+    }
+
+    /// One micro-batch's backward on a stage, recomputation included.
+    pub fn stage_bwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
+        when(s.head, &self.head.bwd)
+            .chain(repeated(&self.layer.bwd, s.layers as f64))
+            .chain(repeated(&self.layer.recompute, s.layers as f64))
+            .chain(when(s.embedding, &self.embedding.bwd))
+            .chain(self.sends(s.sends_bwd))
+    }
+
+    fn sends(&self, n: u64) -> impl Iterator<Item = (&Call, f64)> {
+        self.send
+            .iter()
+            .filter(move |_| n > 0)
+            .map(move |c| (c, n as f64))
+    }
+
+    /// Pipeline ranks.
+    pub fn pp(&self) -> usize {
+        self.stages.len()
+    }
+}
+
+/// Interns queries while the blocks are built.
+#[derive(Default)]
+struct Builder {
+    index: HashMap<OpQuery, QueryId>,
+    queries: Vec<OpQuery>,
+}
+
+impl Builder {
+    fn intern(&mut self, q: OpQuery) -> QueryId {
+        *self.index.entry(q).or_insert_with(|| {
+            self.queries.push(q);
+            (self.queries.len() - 1) as QueryId
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &mut self,
+        label: &'static str,
+        op: OpKind,
+        phase: Phase,
+        dtype: Dtype,
+        role: Option<Role>,
+        shape: Shape,
+        class: Class,
+    ) -> Call {
+        Call {
+            label,
+            query: self.intern(OpQuery {
+                op,
+                phase,
+                dtype,
+                role,
+                shape,
+            }),
+            count: 1.0,
+            class,
+            overlapped: false,
+        }
+    }
+
+    /// A collective of `bytes` over a group spanning `(nodes, members per node)`.
+    fn collective(
+        &mut self,
+        label: &'static str,
+        op: OpKind,
+        bytes: u64,
+        (nodes, gpus_per_node): (u64, u64),
+        class: Class,
+    ) -> Call {
+        let shape = Shape::Collective(CollectiveShape {
+            bytes: bytes.max(1),
+            nodes,
+            gpus_per_node,
+        });
+        self.call(label, op, Phase::None, Dtype::Bf16, None, shape, class)
+    }
+}
+
+/// Forward + backward matmul FLOPs of one step over the whole model: 3 × the forward (the
+/// backward does twice the forward's work), attention scores counted in full.
+pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
+    let (s, d) = (layout.seq_len as f64, arch.hidden as f64);
+    let hd = (arch.heads * arch.head_dim) as f64;
+    let kv = (arch.kv_heads * arch.head_dim) as f64;
+    let up = match arch.activation {
+        Activation::Gelu => arch.ffn_hidden as f64,
+        Activation::Swiglu => 2.0 * arch.ffn_hidden as f64,
+    };
+    let per_layer = 2.0 * s * d * (hd + 2.0 * kv) // QKV
+        + 4.0 * s * s * hd                            // scores and context
+        + 2.0 * s * hd * d                            // output projection
+        + 2.0 * s * d * up                            // MLP up (and gate)
+        + 2.0 * s * arch.ffn_hidden as f64 * d; // MLP down
+    let head = 2.0 * s * d * arch.padded_vocab(1) as f64;
+    3.0 * (per_layer * arch.layers as f64 + head) * layout.global_batch as f64
+}

@@ -1,0 +1,217 @@
+//! Pipeline ranks: which model chunks each runs, the parameters it holds, and its per-step
+//! work — data-parallel gradient reduction in buckets (all-reduce, or reduce-scatter with
+//! Megatron's distributed optimizer), the optimizer step over its (possibly sharded)
+//! parameters, and the distributed optimizer's parameter all-gather.
+
+use serde::Serialize;
+
+use super::{Block, Buckets, Builder, Call, Chunk, Groups, Stage};
+use crate::ops::{Dtype, OpKind, OptimizerShape, Phase, Role, Shape};
+use crate::timing::Class;
+use crate::workload::{Arch, Layout, Rules};
+
+/// Where a pipeline rank sits: what it holds besides transformer layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageRole {
+    /// The only stage (pp = 1): embedding and LM head together.
+    Only,
+    First,
+    Middle,
+    Last,
+}
+
+impl StageRole {
+    /// The role an optimizer-step model of the paper's data is keyed by.
+    pub fn optimizer_role(self) -> Option<Role> {
+        match self {
+            StageRole::Only => None,
+            StageRole::First => Some(Role::FirstStage),
+            StageRole::Middle => Some(Role::MiddleStage),
+            StageRole::Last => Some(Role::LastStage),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StageRole::Only => "only",
+            StageRole::First => "first",
+            StageRole::Middle => "middle",
+            StageRole::Last => "last",
+        }
+    }
+}
+
+/// The model chunks in model order, placed round-robin: rank r holds chunks r, r + pp, …
+pub(super) fn chunks(layout: &Layout) -> Vec<Chunk> {
+    let placement = layout.virtual_stage_ranks();
+    let n = placement.len();
+    let mut first_layer = 0;
+    placement
+        .iter()
+        .enumerate()
+        .map(|(vs, &rank)| {
+            let layers = layout.chunk_layers(rank);
+            let other_rank = |k: usize| placement.get(k).is_some_and(|&r| r != rank);
+            let chunk = Chunk {
+                rank,
+                first_layer,
+                layers,
+                embedding: vs == 0,
+                head: vs + 1 == n,
+                sends_fwd: other_rank(vs + 1),
+                sends_bwd: vs > 0 && other_rank(vs - 1),
+            };
+            first_layer += layers;
+            chunk
+        })
+        .collect()
+}
+
+/// The blocks a stage's parameters are counted from.
+pub(super) struct Blocks<'a> {
+    pub embedding: &'a Block,
+    pub layer: &'a Block,
+    pub head: &'a Block,
+}
+
+pub(super) fn stages(
+    b: &mut Builder,
+    arch: &Arch,
+    layout: &Layout,
+    chunks: &[Chunk],
+    blocks: &Blocks,
+    groups: Groups,
+) -> Vec<Stage> {
+    let pp = layout.pp as usize;
+    (0..pp)
+        .map(|i| {
+            let mine = || chunks.iter().filter(move |c| c.rank == i);
+            let embedding = mine().any(|c| c.embedding);
+            let head = mine().any(|c| c.head);
+            let layers = layout.stage_layers[i];
+            let mut params = blocks.layer.params * layers;
+            let mut tensors = blocks.layer.tensors * layers;
+            if embedding {
+                params += blocks.embedding.params;
+                tensors += blocks.embedding.tensors;
+            }
+            if head {
+                // with tied embeddings on one rank the head reuses the embedding's table
+                let shares_table = arch.tied_embeddings && embedding;
+                params += blocks.head.params
+                    - if shares_table {
+                        blocks.embedding.params
+                    } else {
+                        0
+                    };
+                tensors += blocks.head.tensors - u64::from(shares_table);
+            }
+            let role = match (pp, i) {
+                (1, _) => StageRole::Only,
+                (_, 0) => StageRole::First,
+                (n, i) if i + 1 == n => StageRole::Last,
+                _ => StageRole::Middle,
+            };
+            Stage {
+                index: i,
+                role,
+                layers,
+                params,
+                tensors,
+                embedding,
+                head,
+                sends_fwd: mine().filter(|c| c.sends_fwd).count() as u64,
+                sends_bwd: mine().filter(|c| c.sends_bwd).count() as u64,
+                grad_sync: grad_sync(b, layout, params, groups),
+                update: update(b, layout, role, params, tensors, groups),
+            }
+        })
+        .collect()
+}
+
+/// 16-bit gradients and parameters travel over the data-parallel group.
+fn comm_bytes(layout: &Layout) -> u64 {
+    if layout.dtype == Dtype::Fp8 {
+        2
+    } else {
+        layout.dtype.bytes() as u64
+    }
+}
+
+/// Calls over the data-parallel group, bucket by bucket.
+fn bucketed(
+    b: &mut Builder,
+    label: &'static str,
+    op: OpKind,
+    layout: &Layout,
+    params: u64,
+    groups: Groups,
+) -> Vec<Call> {
+    Buckets::new(params, layout.dp_bucket_elements)
+        .sizes_with_counts()
+        .map(|(elements, n)| {
+            let mut c = b.collective(
+                label,
+                op,
+                elements * comm_bytes(layout),
+                groups.dp,
+                Class::DpComm,
+            );
+            c.count = n as f64;
+            c
+        })
+        .collect()
+}
+
+fn fsdp(layout: &Layout) -> bool {
+    layout.zero >= 3 && layout.dp > 1
+}
+
+fn grad_sync(b: &mut Builder, layout: &Layout, params: u64, groups: Groups) -> Vec<Call> {
+    if fsdp(layout) || layout.dp == 1 {
+        return Vec::new();
+    }
+    let op = if layout.rules == Rules::Megatron && layout.zero >= 1 {
+        OpKind::ReduceScatter
+    } else {
+        OpKind::AllReduce
+    };
+    bucketed(b, "dp gradient sync", op, layout, params, groups)
+}
+
+fn update(
+    b: &mut Builder,
+    layout: &Layout,
+    role: StageRole,
+    params: u64,
+    tensors: u64,
+    groups: Groups,
+) -> Vec<Call> {
+    let dp = layout.dp;
+    let sharded = layout.zero >= 1 && dp > 1 && layout.rules == Rules::Megatron;
+    let optimizer_params = if sharded { params.div_ceil(dp) } else { params };
+    let mut out = vec![b.call(
+        "optimizer step",
+        OpKind::OptimizerStep,
+        Phase::None,
+        layout.dtype,
+        role.optimizer_role(),
+        Shape::Optimizer(OptimizerShape {
+            params: optimizer_params.max(1),
+            tensors: tensors.max(1),
+        }),
+        Class::Optimizer,
+    )];
+    if layout.zero >= 1 && !fsdp(layout) && dp > 1 {
+        out.extend(bucketed(
+            b,
+            "dp parameter all-gather",
+            OpKind::AllGather,
+            layout,
+            params,
+            groups,
+        ));
+    }
+    out
+}

@@ -1,0 +1,208 @@
+use super::*;
+use crate::ops::{OpKind, OpQuery, Phase, Role, Shape};
+use crate::workload::{ParallelSpec, Recompute, Rules};
+use proptest::prelude::*;
+
+use crate::hardware::dgx_h100_without_models as cluster;
+
+fn spec(tp: u64, pp: u64, dp: u64, mb: u64, m: u64) -> ParallelSpec {
+    ParallelSpec {
+        tp: Some(tp),
+        pp: Some(pp),
+        dp: Some(dp),
+        micro_batch: Some(mb),
+        micro_batches: Some(m),
+        ..Default::default()
+    }
+}
+
+fn step(arch: &Arch, s: &ParallelSpec, c: &Cluster) -> Result<f64> {
+    let layout = Layout::new(s, arch, c)?;
+    let cost = CostModel::new(c, None);
+    Ok(predict(arch, &layout, c, &cost, PredictOptions::default())?
+        .metrics
+        .step_time_s)
+}
+
+#[test]
+fn breakdown_adds_up_to_the_step() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-13b").unwrap();
+    let layout = Layout::new(&spec(2, 4, 8, 2, 16), &arch, &c).unwrap();
+    let p = predict(
+        &arch,
+        &layout,
+        &c,
+        &CostModel::new(&c, None),
+        PredictOptions::default(),
+    )
+    .unwrap();
+    let step = p.metrics.step_time_s;
+    assert!((p.breakdown_s.total() - step).abs() < 1e-9 * step);
+    assert!(p.interval_s[0] < step && step < p.interval_s[1]);
+    assert!((p.sources_percent.values().sum::<f64>() - 100.0).abs() < 1e-6);
+    // no models: kernels from the roofline, collectives from the analytic model
+    assert!(p
+        .sources_percent
+        .keys()
+        .all(|k| *k == "roofline" || *k == "analytic"));
+}
+
+#[test]
+fn strict_refuses_roofline_estimates() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let layout = Layout::new(&spec(1, 1, 8, 1, 4), &arch, &c).unwrap();
+    let e = predict(
+        &arch,
+        &layout,
+        &c,
+        &CostModel::new(&c, None),
+        PredictOptions { strict: true },
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("--strict") && e.to_string().contains("roofline"),
+        "{e}"
+    );
+}
+
+#[test]
+fn recompute_and_pipeline_cost_what_they_should() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let base = step(&arch, &spec(1, 1, 8, 1, 8), &c).unwrap();
+    let mut full = spec(1, 1, 8, 1, 8);
+    full.recompute = Some(Recompute::Full);
+    let recomputed = step(&arch, &full, &c).unwrap();
+    // full recompute adds roughly one forward to a forward + two-forward backward
+    assert!(
+        recomputed > base * 1.2 && recomputed < base * 1.45,
+        "{base} {recomputed}"
+    );
+    let mut paper = spec(1, 1, 8, 1, 8);
+    paper.rules = Some(Rules::Paper);
+    assert!(step(&arch, &paper, &c).is_ok());
+}
+
+/// Deterministic made-up times per query: kernels 1–1000 µs by a hash of the query,
+/// collectives growing with their size; `send` µs for a pipeline transfer, and the first
+/// stage's extra backward (the embedding's) and the last stage's extra forward (the LM head's)
+/// set to `send` too, the rest of the embedding and head to nothing, so that every stage's
+/// forward and backward (transfers included) take the same time.
+fn balanced_time(q: &OpQuery, send: f64) -> f64 {
+    use std::hash::{Hash, Hasher};
+    match (q.op, q.phase, q.role) {
+        (OpKind::SendRecv, _, _) => send,
+        (OpKind::Embedding, Phase::Bwd, _) => send,
+        (OpKind::Gemm, Phase::Fwd, Some(Role::LmHead)) => send,
+        (OpKind::Embedding | OpKind::CrossEntropy | OpKind::LayerNorm | OpKind::RmsNorm, _, _)
+        | (OpKind::Gemm, _, Some(Role::LmHead))
+        | (OpKind::AllReduce, _, _) => 0.0,
+        _ => match q.shape {
+            Shape::Collective(c) => 5.0 + c.bytes as f64 / 2e5,
+            _ => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                q.hash(&mut h);
+                1.0 + (h.finish() % 1000) as f64
+            }
+        },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// With balanced stages and nothing overlapped the simulated 1F1B step is the paper's
+    /// closed form, to rounding.
+    #[test]
+    fn balanced_one_f_one_b_equals_the_closed_form(
+        model in prop::sample::select(vec!["llama2-7b", "llama2-13b", "gpt3-15b", "llama3-70b"]),
+        tp in prop::sample::select(vec![1u64, 2, 4, 8]),
+        pp in prop::sample::select(vec![1u64, 2, 4, 8]),
+        dp in 1u64..5, mb in 1u64..3, m in 1u64..24,
+        zero in 0u8..2,
+        recompute in prop::sample::select(vec![Recompute::None, Recompute::Selective, Recompute::Full]),
+        send in 0.0f64..500.0,
+    ) {
+        let c = cluster();
+        let arch = Arch::resolve(model).unwrap();
+        let spec = ParallelSpec {
+            tp: Some(tp), pp: Some(pp), dp: Some(dp), micro_batch: Some(mb),
+            micro_batches: Some(m), zero: Some(zero), recompute: Some(recompute),
+            schedule: Some(Schedule::OneFOneB),
+            overlap_grad_reduce: Some(false), overlap_param_gather: Some(false),
+            overlap_p2p: Some(false),
+            ..Default::default()
+        };
+        let Ok(mut layout) = Layout::new(&spec, &arch, &c) else { return Ok(()) };
+        prop_assume!(arch.layers % pp == 0);
+        let plan = Plan::new(&arch, &layout, &c);
+        let times = QueryTimes {
+            us: plan.queries.iter().map(|q| balanced_time(q, send)).collect(),
+            factor: vec![0; plan.queries.len()],
+            factors: 1,
+            attribute: true,
+        };
+        let (simulated, timeline) = compose_step(&plan, &layout, &times).unwrap();
+        prop_assert!(timeline.is_some());
+        layout.schedule = Schedule::ClosedForm;
+        let (closed, _) = compose_step(&plan, &layout, &times).unwrap();
+        let rel = (simulated.step_us - closed.step_us).abs() / closed.step_us;
+        prop_assert!(rel < 1e-9, "simulated {} closed form {}", simulated.step_us, closed.step_us);
+        let (a, b) = (simulated.breakdown_us, closed.breakdown_us);
+        prop_assert!((a.bubble - b.bubble).abs() < 1e-6 * closed.step_us, "{:?} {:?}", a, b);
+        prop_assert!((a.total() - simulated.step_us).abs() < 1e-6 * closed.step_us);
+        // all of the step lies on its critical path, in both compositions
+        let (work, _) = timeline.unwrap();
+        let kept = crate::schedule::simulate_with(&work, &mut Unobserved, true).unwrap();
+        for (path, step) in [
+            (kept.critical_path.unwrap(), simulated.step_us),
+            (closed.critical_path.unwrap(), closed.step_us),
+        ] {
+            let on_path: f64 = path.iter().sum();
+            prop_assert!((on_path - step).abs() < 1e-6 * step, "{} {}", on_path, step);
+        }
+    }
+
+    #[test]
+    fn more_micro_batches_never_shorten_a_step(
+        tp in prop::sample::select(vec![1u64, 2, 4, 8]),
+        pp in prop::sample::select(vec![1u64, 2, 4, 8]),
+        dp in 1u64..9,
+        mb in 1u64..5,
+        m in 1u64..40,
+        model in prop::sample::select(vec!["llama2-7b", "gpt3-15b", "llama3-70b"]),
+    ) {
+        let c = cluster();
+        let arch = Arch::resolve(model).unwrap();
+        let a = step(&arch, &spec(tp, pp, dp, mb, m), &c);
+        let b = step(&arch, &spec(tp, pp, dp, mb, m + 1), &c);
+        if let (Ok(a), Ok(b)) = (a, b) {
+            prop_assert!(b >= a, "{} then {}", a, b);
+        }
+    }
+
+    #[test]
+    fn any_layout_gives_a_result_or_a_clear_error(
+        tp in 0u64..20, pp in 0u64..140, dp in 0u64..300, mb in 0u64..9,
+        gb in prop::option::of(0u64..5000), m in prop::option::of(0u64..70),
+        seq in prop::option::of(1u64..40000),
+        zero in 0u8..5, sp in any::<bool>(),
+        recompute in prop::sample::select(vec![None, Some(Recompute::None), Some(Recompute::Selective), Some(Recompute::Full)]),
+        rules in prop::sample::select(vec![None, Some(Rules::Paper), Some(Rules::Megatron)]),
+        model in prop::sample::select(crate::workload::presets::names()),
+    ) {
+        let c = cluster();
+        let arch = Arch::resolve(&model).unwrap();
+        let s = ParallelSpec {
+            tp: Some(tp), pp: Some(pp), dp: Some(dp), micro_batch: Some(mb),
+            global_batch: gb, micro_batches: m, seq_len: seq, zero: Some(zero),
+            sequence_parallel: Some(sp), recompute, rules, ..Default::default()
+        };
+        match step(&arch, &s, &c) {
+            Ok(t) => prop_assert!(t.is_finite() && t > 0.0),
+            Err(e) => prop_assert!(matches!(e, Error::Layout(_)), "{e:?}"),
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! `models.bin`: every model of a models directory in one file, so a prediction opens one file,
+//! parses one small index and reads only the forests it uses.
+//!
+//! ```text
+//! magic "stepcast-models\n" (16 bytes) · format version u32 LE · feature schema u32 LE ·
+//! index length u64 LE · index (JSON: GPU, dataset, per model its header, area offset,
+//! length and checksum) · the models' binary areas (roots and nodes, see `flat`)
+//! ```
+//!
+//! Everything a model's predictions depend on is checked when the model is first read: the
+//! area's checksum (so a file changed after training is refused, not silently used), its tree
+//! structure and its values (see `FlatForest::from_area`).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::flat::{FlatForest, ForestHeader};
+use super::model::{DatasetRef, ModelKey, Recipe, TrainedModel, Validation, MODEL_FORMAT_VERSION};
+use crate::error::{Error, Result};
+use crate::hardware::GpuSpec;
+use crate::ops::features::{feature_names, FEATURE_SCHEMA_VERSION};
+use crate::ops::Role;
+
+pub const BUNDLE_FILE: &str = "models.bin";
+const MAGIC: &[u8; 16] = b"stepcast-models\n";
+const HEADER_BYTES: usize = 32;
+/// An index larger than this is not one stepcast wrote.
+const MAX_INDEX_BYTES: u64 = 64 << 20;
+
+/// One model in the index.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub key: ModelKey,
+    pub recipe: Recipe,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub serves_roles: Vec<Role>,
+    pub feature_ranges: Vec<[f64; 2]>,
+    pub training_rows: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<[u64; 2]>,
+    pub validation: Validation,
+    pub forest: ForestHeader,
+    /// Where its area lies in the file, and its checksum.
+    pub offset: u64,
+    pub bytes: u64,
+    pub checksum: u64,
+}
+
+/// The index: what every model shares, and each model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Index {
+    pub gpu: GpuSpec,
+    pub dataset: DatasetRef,
+    pub models: Vec<IndexEntry>,
+}
+
+/// A 64-bit checksum of a model's area: four independent lanes of 8-byte words, each
+/// multiplied and rotated, then folded together (several GB/s).
+pub fn checksum(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mix = |h: u64, v: u64| (h ^ v).wrapping_mul(K).rotate_left(31);
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let mut lanes = [K, K ^ 1, K ^ 2, K ^ 3];
+    let mut blocks = bytes.chunks_exact(32);
+    for block in &mut blocks {
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            *lane = mix(*lane, word(&block[8 * j..8 * j + 8]));
+        }
+    }
+    let mut h = bytes.len() as u64 ^ K;
+    for lane in lanes {
+        h = mix(h, lane);
+    }
+    for &b in blocks.remainder() {
+        h = mix(h, b as u64);
+    }
+    h
+}
+
+/// The file's bytes for these models (all trained on one GPU from one dataset), and the index.
+pub fn encode(models: &[TrainedModel]) -> Result<(Vec<u8>, Index)> {
+    let first = models
+        .first()
+        .ok_or_else(|| Error::Empty("no models to write".into()))?;
+    for m in models {
+        m.forest.validate().map_err(|e| {
+            Error::Invalid(format!("{}: a trained forest is malformed: {e}", m.key))
+        })?;
+    }
+    let areas: Vec<Vec<u8>> = models.iter().map(|m| m.forest.area()).collect();
+    let entries = |base: u64| {
+        let mut offset = base;
+        models
+            .iter()
+            .zip(&areas)
+            .map(|(m, area)| {
+                let e = IndexEntry {
+                    key: m.key,
+                    recipe: m.recipe,
+                    serves_roles: m.serves_roles.clone(),
+                    feature_ranges: m.feature_ranges.clone(),
+                    training_rows: m.training_rows,
+                    layouts: m.layouts.clone(),
+                    validation: m.validation,
+                    forest: m.forest.header(),
+                    offset,
+                    bytes: area.len() as u64,
+                    checksum: checksum(area),
+                };
+                offset += area.len() as u64;
+                e
+            })
+            .collect::<Vec<_>>()
+    };
+    // the index's length fixes where the areas start; offsets are padded to a fixed width so
+    // that the length does not depend on them
+    let mut index = Index {
+        gpu: first.gpu.clone(),
+        dataset: first.dataset.clone(),
+        models: entries(u64::MAX / 2),
+    };
+    let text_len = serde_json::to_vec(&index)
+        .map_err(|e| Error::Invalid(format!("cannot encode the model index: {e}")))?
+        .len();
+    let base = (HEADER_BYTES + text_len) as u64;
+    index.models = entries(base);
+    let mut text = serde_json::to_vec(&index)
+        .map_err(|e| Error::Invalid(format!("cannot encode the model index: {e}")))?;
+    // real offsets are never longer than the placeholder: pad with spaces to the same length
+    text.resize(text_len, b' ');
+    let mut out = Vec::with_capacity(base as usize + areas.iter().map(Vec::len).sum::<usize>());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&MODEL_FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&FEATURE_SCHEMA_VERSION.to_le_bytes());
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(&text);
+    for a in &areas {
+        out.extend_from_slice(a);
+    }
+    Ok((out, index))
+}
+
+/// An open `models.bin`: its index, and the file mapped into memory (the forests are used in
+/// place; only the pages a prediction touches are read).
+pub struct Reader {
+    path: PathBuf,
+    map: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    pub index: Index,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Reader({})", self.path.display())
+    }
+}
+
+/// Maps a file read-only. stepcast replaces `models.bin` only by renaming a new file over it
+/// (never writing into it), so the mapped bytes do not change while a prediction reads them.
+fn map(file: &File) -> std::io::Result<Arc<dyn AsRef<[u8]> + Send + Sync>> {
+    // SAFETY: the mapping is read-only and the file is never modified in place by stepcast;
+    // a program that truncates it while we run could make reads fault, as with any mmap user
+    // (ripgrep, git); the checksum refuses bytes changed in place before the map was made.
+    let map = unsafe { memmap2::Mmap::map(file)? };
+    Ok(Arc::new(map))
+}
+
+impl Reader {
+    pub fn open(path: &Path) -> Result<Reader> {
+        let bad = |m: String| Error::bad_file(path, m);
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let map = map(&file).map_err(|e| Error::io(path, e))?;
+        let bytes: &[u8] = (*map).as_ref();
+        let header: [u8; HEADER_BYTES] = bytes
+            .get(..HEADER_BYTES)
+            .and_then(|h| h.try_into().ok())
+            .ok_or_else(|| {
+                bad("too short to be a models file; retrain with `stepcast train`".into())
+            })?;
+        if &header[..16] != MAGIC {
+            return Err(bad(
+                "not a stepcast models file (wrong magic bytes); retrain with `stepcast train`"
+                    .into(),
+            ));
+        }
+        let word = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().expect("4 bytes"));
+        for (what, found, expected) in [
+            ("model format", word(16), MODEL_FORMAT_VERSION),
+            ("feature schema", word(20), FEATURE_SCHEMA_VERSION),
+        ] {
+            if found != expected {
+                return Err(Error::SchemaVersion {
+                    path: path.to_path_buf(),
+                    what,
+                    found,
+                    expected,
+                });
+            }
+        }
+        let len = u64::from_le_bytes(header[24..32].try_into().expect("8 bytes"));
+        if len > MAX_INDEX_BYTES {
+            return Err(bad(format!(
+                "index of {len} bytes: the file is corrupt; retrain"
+            )));
+        }
+        let text = bytes
+            .get(HEADER_BYTES..HEADER_BYTES + len as usize)
+            .ok_or_else(|| bad("the index is cut short: the file is corrupt; retrain".into()))?;
+        let index: Index = serde_json::from_slice(text)
+            .map_err(|e| bad(format!("corrupt model index: {e}; retrain")))?;
+        for e in &index.models {
+            let expected = feature_names(e.key.op.family()).len();
+            if e.feature_ranges.len() != expected || e.forest.n_features != expected {
+                return Err(bad(format!(
+                    "{}: features do not match schema {FEATURE_SCHEMA_VERSION}; retrain",
+                    e.key
+                )));
+            }
+        }
+        Ok(Reader {
+            path: path.to_path_buf(),
+            map,
+            index,
+        })
+    }
+
+    /// Reads, checks and builds model `i` of the index.
+    pub fn model(&self, i: usize) -> Result<TrainedModel> {
+        let e = &self.index.models[i];
+        let bad = |m: String| Error::bad_file(&self.path, format!("{}: {m}; retrain", e.key));
+        if e.forest.area_bytes() != Some(e.bytes as usize) {
+            return Err(bad(
+                "the index disagrees with itself on the model's size".into()
+            ));
+        }
+        let start = usize::try_from(e.offset).map_err(|_| bad("offset out of range".into()))?;
+        let area = (*self.map)
+            .as_ref()
+            .get(start..start.saturating_add(e.bytes as usize))
+            .ok_or_else(|| bad("the file is cut short".into()))?;
+        if checksum(area) != e.checksum {
+            return Err(bad(
+                "its trees were changed after training (checksum mismatch)".into(),
+            ));
+        }
+        let forest =
+            FlatForest::from_shared_area(&e.forest, Arc::clone(&self.map), start).map_err(bad)?;
+        let ranges_ok = e
+            .feature_ranges
+            .iter()
+            .all(|[lo, hi]| lo.is_finite() && hi.is_finite() && lo <= hi);
+        let v = &e.validation;
+        if !ranges_ok
+            || ![v.sigma_log, v.log_residual_p10, v.log_residual_p90]
+                .iter()
+                .all(|x| x.is_finite())
+        {
+            return Err(bad(
+                "training ranges or validation errors are not finite".into()
+            ));
+        }
+        Ok(TrainedModel {
+            key: e.key,
+            recipe: e.recipe,
+            serves_roles: e.serves_roles.clone(),
+            feature_names: feature_names(e.key.op.family())
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            feature_ranges: e.feature_ranges.clone(),
+            training_rows: e.training_rows,
+            layouts: e.layouts.clone(),
+            validation: e.validation,
+            gpu: self.index.gpu.clone(),
+            dataset: self.index.dataset.clone(),
+            forest,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_sees_every_byte() {
+        let a = vec![7u8; 1003];
+        let mut b = a.clone();
+        b[1001] ^= 1;
+        assert_ne!(checksum(&a), checksum(&b));
+        assert_ne!(checksum(&a[..1000]), checksum(&a[..1001]));
+    }
+}

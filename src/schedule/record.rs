@@ -1,0 +1,86 @@
+//! Keeps what a chart of the simulated step draws: every pass, send and data-parallel bucket
+//! of every rank. Only built when a chart is asked for; predictions keep no events.
+
+use serde::Serialize;
+
+use super::{Event, Observer, Stream, Task};
+
+/// A pass as it ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct PassRun {
+    pub task: Task,
+    pub start_us: f64,
+    pub end_us: f64,
+}
+
+/// A span on a communication stream.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamSpan {
+    pub name: String,
+    pub start_us: f64,
+    pub end_us: f64,
+    /// Whether the compute stream waited for it.
+    pub blocking: bool,
+}
+
+/// One rank's events.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RankRecord {
+    pub passes: Vec<PassRun>,
+    pub sends: Vec<StreamSpan>,
+    /// Data-parallel buckets (gradient reduction, parameter all-gather).
+    pub data_parallel: Vec<StreamSpan>,
+    pub optimizer: Option<(f64, f64)>,
+}
+
+/// Every rank's events.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Recorder {
+    pub ranks: Vec<RankRecord>,
+}
+
+impl Recorder {
+    fn rank(&mut self, r: usize) -> &mut RankRecord {
+        if self.ranks.len() <= r {
+            self.ranks.resize_with(r + 1, RankRecord::default);
+        }
+        &mut self.ranks[r]
+    }
+}
+
+impl Observer for Recorder {
+    fn event(&mut self, event: Event<'_>) {
+        match event {
+            Event::Pass {
+                rank,
+                task,
+                start_us,
+                end_us,
+                ..
+            } => self.rank(rank).passes.push(PassRun {
+                task,
+                start_us,
+                end_us,
+            }),
+            Event::Optimizer {
+                rank,
+                start_us,
+                end_us,
+            } => self.rank(rank).optimizer = Some((start_us, end_us)),
+            other => {
+                let Some(e) = other.on_stream() else { return };
+                let span = StreamSpan {
+                    name: e.name,
+                    start_us: e.start_us,
+                    end_us: e.end_us,
+                    blocking: e.blocking,
+                };
+                let rank = self.rank(e.rank);
+                match e.stream {
+                    Stream::Sends => rank.sends.push(span),
+                    Stream::DataParallel => rank.data_parallel.push(span),
+                }
+            }
+        }
+    }
+}
