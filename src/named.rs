@@ -27,6 +27,7 @@ macro_rules! named_enum {
         }
 
         impl $name {
+            /// Every value, in the order help lists them.
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
             /// The name users write.

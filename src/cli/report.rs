@@ -10,8 +10,6 @@ use stepcast::schedule::record::Recorder;
 use stepcast::schedule::{simulate_with, Pass, PipelineWork, Timeline};
 use stepcast::search::{SearchReport, Status};
 
-use super::search::{predict_command, SearchArgs};
-
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -308,15 +306,20 @@ pub fn prediction_page(p: &Prediction, title: &str) -> anyhow::Result<String> {
     Ok(page(title, &prediction_sections(p, title)?))
 }
 
+/// What a search page shows besides the report: its title, how many rows, and the command
+/// that predicts the best layout.
+pub struct SearchPage<'a> {
+    pub title: String,
+    pub top: usize,
+    pub best_command: Option<&'a str>,
+}
+
 pub fn search_page(
-    args: &SearchArgs,
+    page_info: &SearchPage,
     report: &SearchReport,
     best: &Prediction,
 ) -> anyhow::Result<String> {
-    let title = format!(
-        "Layout search: {} on {} GPUs, global batch {}",
-        args.model, args.gpus, args.global_batch
-    );
+    let title = page_info.title.clone();
     let mut s = String::new();
     let _ = write!(
         s,
@@ -353,7 +356,7 @@ pub fn search_page(
         .rows
         .iter()
         .filter(|r| r.status == Status::Predicted)
-        .take(args.top.max(1))
+        .take(page_info.top.max(1))
         .enumerate()
     {
         let interval = r
@@ -381,11 +384,11 @@ pub fn search_page(
         );
     }
     s.push_str("</table>");
-    if let Some(b) = report.best() {
+    if let Some(command) = page_info.best_command {
         let _ = write!(
             s,
             "<p class=\"note\">Best: <code>{}</code></p>",
-            esc(&predict_command(args, b))
+            esc(command)
         );
     }
     s.push_str("<h2>Pruned</h2><table>");

@@ -319,7 +319,16 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     }
     if let Some(path) = &args.html {
         let best = &full.first().expect("a predicted row").1;
-        let html = super::report::search_page(&args, &report, best)?;
+        let command = report.best().map(|b| predict_command(&args, b));
+        let page = super::report::SearchPage {
+            title: format!(
+                "Layout search: {} on {} GPUs, global batch {}",
+                args.model, args.gpus, args.global_batch
+            ),
+            top: args.top,
+            best_command: command.as_deref(),
+        };
+        let html = super::report::search_page(&page, &report, best)?;
         stepcast::fsutil::write_atomic(path, html.as_bytes())?;
         println!("HTML report written to {}", path.display());
     }

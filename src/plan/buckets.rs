@@ -5,12 +5,16 @@
 /// `elements` split into `full` buckets of `size` and one of `rest` (when not zero).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Buckets {
+    /// Elements of a full bucket.
     pub size: u64,
+    /// How many full buckets.
     pub full: u64,
+    /// Elements of the smaller last bucket (0: none).
     pub rest: u64,
 }
 
 impl Buckets {
+    /// `elements` in buckets of at most `bucket` (at least 1).
     pub fn new(elements: u64, bucket: u64) -> Buckets {
         let size = bucket.max(1);
         Buckets {

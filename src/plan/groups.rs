@@ -7,13 +7,16 @@ use crate::workload::Layout;
 /// (nodes, members per node) of each group a rank belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Groups {
+    /// The tensor-parallel group.
     pub tp: (u64, u64),
+    /// The data-parallel group.
     pub dp: (u64, u64),
     /// Neighbouring pipeline stages: on one node or two.
     pub pp: (u64, u64),
 }
 
 impl Groups {
+    /// The groups of `layout` on nodes of `gpus_per_node` GPUs.
     pub fn new(layout: &Layout, gpus_per_node: u64) -> Groups {
         let spread = |size: u64, stride: u64| -> (u64, u64) {
             // members `stride` ranks apart: how many share a node, over how many nodes

@@ -12,6 +12,8 @@
 //! Every distinct operator query is stored once (`Plan::queries`); calls refer to it by index,
 //! so a prediction costs each query once and recomposes a step without hashing.
 
+#![warn(missing_docs)]
+
 mod buckets;
 mod groups;
 mod layer;
@@ -38,7 +40,9 @@ pub type QueryId = u32;
 pub struct Call {
     /// What the call is in the model ("qkv", "tp all-reduce", …).
     pub label: &'static str,
+    /// The query it makes (an index into `Plan::queries`).
     pub query: QueryId,
+    /// Calls per pass (or per step, for per-step work).
     pub count: f64,
     /// What its time counts as.
     pub class: Class,
@@ -51,6 +55,7 @@ pub struct Call {
 /// the transformer layer).
 #[derive(Debug, Clone, Serialize)]
 pub struct Block {
+    /// One micro-batch's forward.
     pub fwd: Vec<Call>,
     /// The backward, recomputation not included.
     pub bwd: Vec<Call>,
@@ -65,12 +70,15 @@ pub struct Block {
 /// A model chunk (virtual stage): where it runs and what it holds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Chunk {
+    /// The pipeline rank it runs on.
     pub rank: usize,
     /// Index of its first transformer layer in the model.
     pub first_layer: u64,
+    /// Transformer layers in the chunk.
     pub layers: u64,
     /// Holds the embedding (the model's first chunk) / the head (its last).
     pub embedding: bool,
+    /// Holds the head (the model's last chunk).
     pub head: bool,
     /// Sends its activations to the next chunk on another rank.
     pub sends_fwd: bool,
@@ -81,17 +89,23 @@ pub struct Chunk {
 /// One pipeline rank: its share of the model and its per-step work.
 #[derive(Debug, Clone, Serialize)]
 pub struct Stage {
+    /// Pipeline rank.
     pub index: usize,
+    /// What it holds besides layers.
     pub role: StageRole,
     /// Transformer layers on the rank (all its chunks).
     pub layers: u64,
     /// Parameters held by one GPU of the rank.
     pub params: u64,
+    /// Parameter tensors held.
     pub tensors: u64,
+    /// Holds the embedding.
     pub embedding: bool,
+    /// Holds the head.
     pub head: bool,
     /// Pipeline transfers per micro-batch leaving the rank, forward and backward.
     pub sends_fwd: u64,
+    /// Pipeline transfers per micro-batch leaving the rank, backward.
     pub sends_bwd: u64,
     /// Per step: data-parallel gradient reduction.
     pub grad_sync: Vec<Call>,
@@ -104,13 +118,17 @@ pub struct Stage {
 pub struct Plan {
     /// Every distinct operator query, each costed once.
     pub queries: Vec<OpQuery>,
+    /// The embedding lookup.
     pub embedding: Block,
+    /// One transformer layer.
     pub layer: Block,
+    /// Final norm, LM head and loss.
     pub head: Block,
     /// One activation (or gradient) transfer between neighbouring pipeline ranks.
     pub send: Option<Call>,
     /// Virtual stages in model order; chunk c of rank r is index c·pp + r.
     pub chunks: Vec<Chunk>,
+    /// Per pipeline rank, its share of the model and per-step work.
     pub stages: Vec<Stage>,
     /// Parameters the rank's data-parallel buckets hold at most.
     pub bucket_elements: u64,

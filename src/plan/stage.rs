@@ -16,8 +16,11 @@ use crate::workload::{Arch, Layout, Rules};
 pub enum StageRole {
     /// The only stage (pp = 1): embedding and LM head together.
     Only,
+    /// The first of several: embedding and layers.
     First,
+    /// Layers only.
     Middle,
+    /// The last of several: layers and the head.
     Last,
 }
 
@@ -32,6 +35,7 @@ impl StageRole {
         }
     }
 
+    /// The role as reports print it.
     pub fn name(self) -> &'static str {
         match self {
             StageRole::Only => "only",

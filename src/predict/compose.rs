@@ -30,6 +30,7 @@ pub struct QueryTimes {
 }
 
 impl QueryTimes {
+    /// µs of one call of query `q`.
     pub fn of(&self, q: QueryId) -> f64 {
         self.us[q as usize]
     }
@@ -106,15 +107,21 @@ pub fn whole(_: &Call) -> f64 {
 /// One stage's times: a micro-batch's forward and backward, and the per-step work.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageTiming {
+    /// Pipeline rank.
     pub index: usize,
     /// One micro-batch, µs.
     pub fwd_us: f64,
+    /// One micro-batch's backward, µs.
     pub bwd_us: f64,
+    /// The forward by class.
     pub fwd_parts: ClassTimes,
+    /// The backward by class.
     pub bwd_parts: ClassTimes,
     /// Per step, µs.
     pub grad_sync_us: f64,
+    /// Optimizer step per step, µs.
     pub optimizer_us: f64,
+    /// Parameter all-gather per step, µs.
     pub param_gather_us: f64,
     #[serde(skip)]
     attribution: [Attribution; 4],
@@ -153,8 +160,11 @@ pub fn stage_timings(plan: &Plan, times: &QueryTimes) -> Vec<StageTiming> {
 /// A composed step.
 #[derive(Debug, Clone, Serialize)]
 pub struct Step {
+    /// The step, µs.
     pub step_us: f64,
+    /// What it spends its time on, µs.
     pub breakdown_us: Breakdown,
+    /// Per pipeline rank, its times.
     pub stages: Vec<StageTiming>,
     /// Per cost factor, its µs on the step's critical path (when attributed).
     #[serde(skip)]

@@ -20,6 +20,7 @@ use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
 use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Shape};
 use crate::regress::{Match, ModelSet, TrainedModel};
 
+/// Where an estimate came from, most trusted first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
@@ -36,6 +37,7 @@ pub enum Source {
 }
 
 impl Source {
+    /// The source as reports print it.
     pub fn name(self) -> &'static str {
         match self {
             Source::Learned => "learned",
@@ -47,16 +49,21 @@ impl Source {
     }
 }
 
+/// A call's cost and everything that says how far to trust it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Estimate {
+    /// µs of one call.
     pub time_us: f64,
     /// Standard deviation of ln(actual / predicted).
     pub sigma_log: f64,
+    /// Where the number came from.
     pub source: Source,
     /// What produced the number; estimates from the same model share their errors.
     pub model: String,
+    /// How it was derived, where that needs saying.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Features outside the training range of the model that answered.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub out_of_coverage: Vec<String>,
     /// Faster than the GPU's peak allows: the training data is suspect here.
@@ -77,6 +84,7 @@ struct Calibration {
     from: String,
 }
 
+/// Costs operator calls on one cluster from its models, with fallbacks (see the module docs).
 pub struct CostModel<'a> {
     cluster: &'a Cluster,
     models: Option<ModelSet>,
@@ -86,6 +94,7 @@ pub struct CostModel<'a> {
 }
 
 impl<'a> CostModel<'a> {
+    /// A cost model of `cluster` with these trained models (none: analytic only).
     pub fn new(cluster: &'a Cluster, models: Option<ModelSet>) -> Self {
         let learned_collectives = cluster.spec.models.as_ref().is_some_and(|m| m.collectives);
         CostModel {
@@ -97,10 +106,12 @@ impl<'a> CostModel<'a> {
         }
     }
 
+    /// The trained models, if any.
     pub fn models(&self) -> Option<&ModelSet> {
         self.models.as_ref()
     }
 
+    /// The cost of one call (cached: each query is costed once).
     pub fn estimate(&self, q: &OpQuery) -> Result<Estimate> {
         if let Some(e) = self.cache.lock().expect("not poisoned").get(q) {
             return Ok(e.clone());

@@ -11,9 +11,13 @@ use crate::workload::Layout;
 /// A step's time and what follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct StepMetrics {
+    /// Seconds per step.
     pub step_time_s: f64,
+    /// Tokens per step over all replicas.
     pub tokens_per_step: u64,
+    /// Tokens per second over all GPUs.
     pub tokens_per_s: f64,
+    /// Tokens per second per GPU.
     pub tokens_per_s_per_gpu: f64,
     /// Model FLOPs (no recomputation) per second per GPU, in TFLOP/s.
     pub model_tflops_per_gpu: f64,
@@ -24,6 +28,7 @@ pub struct StepMetrics {
 }
 
 impl StepMetrics {
+    /// The metrics of a step of `step_us` with this breakdown.
     pub fn new(
         step_us: f64,
         breakdown_us: &Breakdown,

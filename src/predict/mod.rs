@@ -4,6 +4,8 @@
 //! breakdown, an 80 % interval from the per-model uncertainties along the step's critical path,
 //! the step's metrics, and every call that lay outside what its model was trained on.
 
+#![warn(missing_docs)]
+
 pub mod compose;
 pub mod cost;
 pub mod metrics;
@@ -36,55 +38,82 @@ pub struct PredictOptions {
 /// One distinct call of a stage with its estimate.
 #[derive(Debug, Clone, Serialize)]
 pub struct OperatorReport {
+    /// What the call is in the model.
     pub label: &'static str,
+    /// The operator query, as text.
     pub query: String,
+    /// What its time counts as.
     pub class: Class,
     /// Calls per micro-batch (forward/backward lists) or per step (sync and update lists).
     pub count: f64,
+    /// Its cost and where the number came from.
     pub estimate: Estimate,
 }
 
 /// One pipeline rank's share of the step.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageReport {
+    /// Pipeline rank.
     pub index: usize,
+    /// What it holds besides layers.
     pub role: StageRole,
+    /// Transformer layers on the rank.
     pub layers: u64,
+    /// Parameters on one GPU of the rank.
     pub params: u64,
+    /// One micro-batch's forward, ms.
     pub fwd_ms: f64,
+    /// One micro-batch's backward (recomputation included), ms.
     pub bwd_ms: f64,
+    /// Gradient reduction per step, ms.
     pub grad_sync_ms: f64,
+    /// Optimizer step per step, ms.
     pub optimizer_ms: f64,
+    /// Parameter all-gather per step, ms.
     pub param_gather_ms: f64,
+    /// The forward's calls.
     pub fwd: Vec<OperatorReport>,
+    /// The backward's calls.
     pub bwd: Vec<OperatorReport>,
+    /// The gradient reduction's calls.
     pub grad_sync: Vec<OperatorReport>,
+    /// The optimizer step's and all-gather's calls.
     pub update: Vec<OperatorReport>,
 }
 
 /// A predicted step with everything that explains it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Prediction {
+    /// Cluster name.
     pub cluster: String,
+    /// GPU name.
     pub gpu: String,
+    /// Model name.
     pub model: String,
+    /// Models directory used (none: roofline and analytic only).
     pub models_dir: Option<String>,
+    /// The checked layout.
     pub layout: Layout,
+    /// The step and what follows from it.
     #[serde(flatten)]
     pub metrics: StepMetrics,
     /// 80 % interval of the step time.
     pub interval_s: [f64; 2],
+    /// How the interval was found.
     pub interval_method: IntervalMethod,
+    /// What the step spends its time on, seconds; the parts add up to the step.
     pub breakdown_s: Breakdown,
     /// The pipeline schedule the step was composed with.
     pub schedule: &'static str,
     /// Share of the summed operator time each source produced, in percent.
     pub sources_percent: BTreeMap<&'static str, f64>,
+    /// Per pipeline rank, its share of the step.
     pub stages: Vec<StageReport>,
     /// What each GPU holds at its peak, and whether it fits.
     pub memory: crate::memory::MemoryReport,
     /// Calls whose features lay outside their model's training range.
     pub out_of_coverage: Vec<String>,
+    /// What to be careful about.
     pub warnings: Vec<String>,
     /// What the simulator was given and what it found (none for the closed form): re-simulate
     /// it with an observer for a trace or a chart.
@@ -95,7 +124,9 @@ pub struct Prediction {
 /// Every distinct query of a plan costed once, with the cost factors (models) they count
 /// toward and each factor's uncertainty.
 pub struct Costed {
+    /// One estimate per query of the plan.
     pub estimates: Vec<Estimate>,
+    /// The queries' times and factors, for composing.
     pub times: QueryTimes,
     /// Standard deviation of ln(actual / predicted) of each factor.
     pub sigma_log: Vec<f64>,

@@ -9,22 +9,31 @@ use super::cart::{grow, Binned, TreeParams};
 use super::flat::{FlatForest, TreeBuilder};
 use crate::rng::Rng;
 
+/// What each boosting step fits: the squared error's or the absolute error's gradient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Loss {
+    /// Squared error (fits residuals).
     Squared,
+    /// Absolute error (fits residual signs, leaves at the median): robust to clock-change outliers.
     Absolute,
 }
 
+/// Gradient-boosting hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BoostParams {
+    /// Boosting rounds.
     pub trees: usize,
+    /// Shrinkage of each tree's leaves.
     pub learning_rate: f64,
+    /// Deepest a tree may grow.
     pub max_depth: usize,
+    /// Fewest rows in a leaf.
     pub min_samples_leaf: usize,
     /// Fraction of the rows each tree is grown on (without replacement).
     pub subsample: f64,
+    /// The loss each round's gradient comes from.
     pub loss: Loss,
 }
 
@@ -41,6 +50,7 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// Fits a boosted ensemble on binned features, seeded.
 pub fn fit_boost(data: &Binned, y: &[f64], params: &BoostParams, seed: u64) -> FlatForest {
     let n = data.n_rows();
     let mut rng = Rng::new(seed);

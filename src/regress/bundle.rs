@@ -24,6 +24,7 @@ use crate::hardware::GpuSpec;
 use crate::ops::features::{feature_names, FEATURE_SCHEMA_VERSION};
 use crate::ops::Role;
 
+/// The file every models directory keeps its models in.
 pub const BUNDLE_FILE: &str = "models.bin";
 const MAGIC: &[u8; 16] = b"stepcast-models\n";
 const HEADER_BYTES: usize = 32;
@@ -33,27 +34,40 @@ const MAX_INDEX_BYTES: u64 = 64 << 20;
 /// One model in the index.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IndexEntry {
+    /// Which calls it answers.
     pub key: ModelKey,
+    /// How it was fitted.
     pub recipe: Recipe,
+    /// Roles it answers besides its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serves_roles: Vec<Role>,
+    /// [min, max] of every feature over its training rows.
     pub feature_ranges: Vec<[f64; 2]>,
+    /// Rows it was trained on.
     pub training_rows: usize,
+    /// Collectives: the (nodes, GPUs per node) layouts measured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layouts: Vec<[u64; 2]>,
+    /// Its validation error.
     pub validation: Validation,
+    /// Its forest's shape.
     pub forest: ForestHeader,
     /// Where its area lies in the file, and its checksum.
     pub offset: u64,
+    /// Bytes of its area.
     pub bytes: u64,
+    /// `checksum` of its area.
     pub checksum: u64,
 }
 
 /// The index: what every model shares, and each model.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Index {
+    /// The GPU every model was trained on.
     pub gpu: GpuSpec,
+    /// The dataset every model was trained from.
     pub dataset: DatasetRef,
+    /// Every model.
     pub models: Vec<IndexEntry>,
 }
 
@@ -148,6 +162,7 @@ pub fn encode(models: &[TrainedModel]) -> Result<(Vec<u8>, Index)> {
 pub struct Reader {
     path: PathBuf,
     map: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    /// The file's index.
     pub index: Index,
 }
 
@@ -168,6 +183,7 @@ fn map(file: &File) -> std::io::Result<Arc<dyn AsRef<[u8]> + Send + Sync>> {
 }
 
 impl Reader {
+    /// Opens and maps `path`, reading and checking its header and index.
     pub fn open(path: &Path) -> Result<Reader> {
         let bad = |m: String| Error::bad_file(path, m);
         let file = File::open(path).map_err(|e| Error::io(path, e))?;

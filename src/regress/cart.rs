@@ -10,6 +10,7 @@ use crate::rng::Rng;
 
 use super::flat::{TreeBuilder, LEAF};
 
+/// Most histogram bins a feature is quantized into.
 pub const MAX_BINS: usize = 255;
 
 /// Training features cut into bins, column-major.
@@ -48,10 +49,12 @@ impl Binned {
         }
     }
 
+    /// Rows of the data.
     pub fn n_rows(&self) -> usize {
         self.n_rows
     }
 
+    /// Features per row.
     pub fn n_features(&self) -> usize {
         self.bins.len()
     }
@@ -120,7 +123,9 @@ fn bin_column(values: &[f32]) -> (Vec<u8>, Vec<f32>) {
 /// How a tree is grown.
 #[derive(Debug, Clone, Copy)]
 pub struct TreeParams {
+    /// Deepest a tree may grow.
     pub max_depth: usize,
+    /// Fewest rows in a leaf.
     pub min_samples_leaf: usize,
     /// Fraction of features tried at each node (random forest's `max_features`); 1.0 = all.
     pub max_features: f64,

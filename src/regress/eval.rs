@@ -21,26 +21,38 @@ use crate::error::{Error, Result};
 use crate::ops::{Dtype, OpKind, Phase, Role};
 use crate::stats;
 
+/// How `evaluate` judges a models directory.
 #[derive(Debug, Clone, Copy)]
 pub struct EvalOptions {
+    /// Which rows are held out (and the recipes refitted without them).
     pub split: SplitKind,
+    /// Seed of the random split.
     pub seed: u64,
+    /// Share of rows held out by the random split.
     pub fraction: f64,
 }
 
 /// A published error quoted beside ours.
 #[derive(Debug, Clone, Serialize)]
 pub struct Reference {
+    /// The published operator name.
     pub label: String,
+    /// The published regressor.
     pub regressor: String,
+    /// The published mean absolute percentage error.
     pub mape_percent: f64,
 }
 
+/// The error on one operator (and phase, data type, role, collective layout).
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalRow {
+    /// Operator kind.
     pub op: OpKind,
+    /// Phase.
     pub phase: Phase,
+    /// Data type.
     pub dtype: Dtype,
+    /// Role, where the rows have one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
     /// Collectives: [nodes, GPUs per node]; absent = all layouts together.
@@ -51,21 +63,32 @@ pub struct EvalRow {
     pub bytes_range: Option<[u64; 2]>,
     /// The model that answered.
     pub model: String,
+    /// Rows judged.
     pub rows: usize,
+    /// Mean absolute percentage error, %.
     pub mape_percent: f64,
+    /// 90th percentile of the absolute percentage error, %.
     pub p90_ape_percent: f64,
+    /// The same for the roofline (analytic) time.
     pub roofline_mape_percent: Option<f64>,
+    /// The 90th percentile for the roofline time.
     pub roofline_p90_ape_percent: Option<f64>,
+    /// The published error of the paper's tool, where there is one.
     pub reference: Option<Reference>,
     /// Share of predictions with a feature outside the model's training range.
     pub out_of_coverage_percent: f64,
 }
 
+/// Every row's error.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalReport {
+    /// The split used.
     pub split: String,
+    /// The dataset judged on.
     pub dataset: String,
+    /// The models directory judged.
     pub models: String,
+    /// One row per operator group.
     pub rows: Vec<EvalRow>,
     /// Operator groups of the dataset no model could be evaluated on, and why.
     pub not_evaluated: Vec<String>,
@@ -79,6 +102,7 @@ struct Predicted {
     model: ModelKey,
 }
 
+/// Judges `set` on `dataset` (see the module docs for the splits).
 pub fn evaluate(set: &ModelSet, dataset: &Dataset, options: &EvalOptions) -> Result<EvalReport> {
     let prepared = Prepared::new(dataset);
     let n = prepared.rows.len();

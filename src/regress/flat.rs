@@ -27,6 +27,7 @@ pub struct NodeBytes {
 }
 
 impl NodeBytes {
+    /// Bytes held in memory.
     pub fn owned(bytes: Vec<u8>) -> NodeBytes {
         let len = bytes.len();
         NodeBytes {
@@ -46,6 +47,7 @@ impl NodeBytes {
         ((*owner).as_ref().len() >= end).then_some(NodeBytes { owner, start, len })
     }
 
+    /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.start..self.start + self.len]
     }
@@ -73,8 +75,11 @@ impl PartialEq for NodeBytes {
 /// are trained, before they are written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlatForest {
+    /// Features a row has.
     pub n_features: usize,
+    /// Added to the scaled sum of the trees.
     pub base: f64,
+    /// Multiplies the sum of the trees (1/trees for a forest).
     pub scale: f64,
     roots: Vec<u32>,
     nodes: usize,
@@ -149,6 +154,7 @@ impl FlatForest {
         }
     }
 
+    /// The forest's output for feature row `x`.
     pub fn predict(&self, x: &[f64]) -> f64 {
         let xf = as_f32(x);
         let nodes = self.nodes();
@@ -171,10 +177,12 @@ impl FlatForest {
             .collect()
     }
 
+    /// Trees.
     pub fn tree_count(&self) -> usize {
         self.roots.len()
     }
 
+    /// Nodes of all trees.
     pub fn node_count(&self) -> usize {
         self.nodes
     }
@@ -237,6 +245,7 @@ pub struct TreeBuilder {
 }
 
 impl TreeBuilder {
+    /// Starts a new tree at the next node.
     pub fn start_tree(&mut self) {
         self.roots.push(self.feature.len() as u32);
     }
@@ -249,6 +258,7 @@ impl TreeBuilder {
         self.feature.len() - 1
     }
 
+    /// Points split node `node` at its right child, node `right`.
     pub fn set_right(&mut self, node: usize, right: usize) {
         self.right[node] = u16::try_from(right - node).expect("tree kept under 2^16 nodes");
     }
@@ -258,6 +268,7 @@ impl TreeBuilder {
         self.feature.len()
     }
 
+    /// Whether no node was pushed.
     pub fn is_empty(&self) -> bool {
         self.feature.is_empty()
     }
@@ -278,6 +289,7 @@ impl TreeBuilder {
         }
     }
 
+    /// The forest of the trees pushed, `base + scale · Σ tree(x)`.
     pub fn finish(self, scale: f64, base: f64, n_features: usize) -> FlatForest {
         let n = self.feature.len();
         let mut bytes = Vec::with_capacity(n * 7);
@@ -302,10 +314,15 @@ impl TreeBuilder {
 /// What a bundle's index holds of a forest; the roots and nodes are its binary area.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ForestHeader {
+    /// Features a row has.
     pub n_features: usize,
+    /// Added to the scaled sum of the trees.
     pub base: f64,
+    /// Multiplies the sum of the trees.
     pub scale: f64,
+    /// Trees.
     pub trees: usize,
+    /// Nodes of all trees.
     pub nodes: usize,
 }
 
@@ -319,6 +336,7 @@ impl ForestHeader {
 }
 
 impl FlatForest {
+    /// The forest's shape, as a bundle's index stores it.
     pub fn header(&self) -> ForestHeader {
         ForestHeader {
             n_features: self.n_features,

@@ -7,19 +7,24 @@ use super::cart::{grow, Binned, TreeParams};
 use super::flat::{FlatForest, TreeBuilder};
 use crate::rng::Rng;
 
+/// Random-forest hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForestParams {
+    /// Trees in the forest (each grown on a bootstrap sample).
     pub trees: usize,
     /// Fraction of the features tried at each split.
     pub max_features: f64,
+    /// Fewest rows in a leaf.
     pub min_samples_leaf: usize,
+    /// Deepest a tree may grow.
     pub max_depth: usize,
     /// Upper bound on leaves per tree, enforced by raising the leaf size to rows / max_leaves;
     /// keeps forests on large datasets to a few MB.
     pub max_leaves: usize,
 }
 
+/// Fits a bagged forest on binned features, seeded.
 pub fn fit_forest(data: &Binned, y: &[f64], params: &ForestParams, seed: u64) -> FlatForest {
     let n = data.n_rows();
     let mut rng = Rng::new(seed);

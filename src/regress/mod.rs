@@ -1,6 +1,8 @@
 //! Learned per-operator models: grown with our own CART code (random forests and gradient
 //! boosting on binned features), stored in our own flat-tree format, predicted in microseconds.
 
+#![warn(missing_docs)]
+
 pub mod boost;
 pub mod bundle;
 pub mod cart;

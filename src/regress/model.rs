@@ -25,8 +25,11 @@ pub const MODEL_FORMAT_VERSION: u32 = 3;
 /// Which calls a model answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ModelKey {
+    /// Operator kind.
     pub op: OpKind,
+    /// Phase.
     pub phase: Phase,
+    /// Data type.
     pub dtype: Dtype,
     /// `None`: the pooled model over all roles (and role-less rows) of the kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -34,6 +37,7 @@ pub struct ModelKey {
 }
 
 impl ModelKey {
+    /// The model a query would be answered by first.
     pub fn of(q: &OpQuery) -> ModelKey {
         ModelKey {
             op: q.op,
@@ -43,10 +47,12 @@ impl ModelKey {
         }
     }
 
+    /// The same key without a role: the model pooled over every role of the kind.
     pub fn pooled(self) -> ModelKey {
         ModelKey { role: None, ..self }
     }
 
+    /// A name for files and messages.
     pub fn file_name(&self) -> String {
         match self.role {
             Some(r) => format!("{}.{}.{}.{}.json", self.op, self.phase, self.dtype, r),
@@ -76,22 +82,28 @@ pub enum TargetTransform {
     LogOverRoofline,
 }
 
+/// The learner.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "algorithm", rename_all = "snake_case")]
 pub enum Algorithm {
+    /// Bagged CART trees.
     RandomForest(ForestParams),
+    /// Gradient-boosted CART trees.
     GradientBoosting(BoostParams),
 }
 
 /// An algorithm, its hyper-parameters and the target: everything needed to fit a model again.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Recipe {
+    /// Learner and hyper-parameters.
     #[serde(flatten)]
     pub algorithm: Algorithm,
+    /// What the trees predict.
     pub target: TargetTransform,
 }
 
 impl Recipe {
+    /// Fits the recipe on features `x` and targets `y`, seeded.
     pub fn fit(&self, x: &[Vec<f64>], y: &[f64], seed: u64) -> FlatForest {
         let data = Binned::new(x);
         match &self.algorithm {
@@ -105,6 +117,7 @@ impl Recipe {
         time_us.ln() - self.offset(q, gpu)
     }
 
+    /// What the target subtracts from ln(time): 0, or ln(roofline time).
     pub fn offset(&self, q: &OpQuery, gpu: &GpuSpec) -> f64 {
         match self.target {
             TargetTransform::LogTime => 0.0,
@@ -139,11 +152,15 @@ impl fmt::Display for Recipe {
 /// Error of the model's recipe on the held-out 20 % before the refit on all rows.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Validation {
+    /// Held-out rows.
     pub rows: usize,
+    /// Mean absolute percentage error on them, %.
     pub mape_percent: f64,
+    /// 90th percentile of the absolute percentage error, %.
     pub p90_ape_percent: f64,
     /// 10th and 90th percentiles of ln(actual / predicted): the 80 % interval of a prediction.
     pub log_residual_p10: f64,
+    /// 90th percentile of ln(actual / predicted).
     pub log_residual_p90: f64,
     /// Standard deviation of ln(actual / predicted).
     pub sigma_log: f64,
@@ -152,39 +169,55 @@ pub struct Validation {
 /// Where the training data came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DatasetRef {
+    /// The dataset's name.
     pub name: String,
+    /// Its fingerprint (a hash of its rows).
     pub fingerprint: String,
+    /// When it was collected.
     pub collected_at: String,
+    /// Where it came from.
     pub source: Provenance,
+    /// The software it was measured under.
     pub software: SoftwareStamp,
 }
 
 /// A trained model with everything needed to trust its answers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainedModel {
+    /// Which calls it answers.
     pub key: ModelKey,
+    /// How it was fitted.
     pub recipe: Recipe,
     /// Roles this model answers because no per-role model measured better.
     pub serves_roles: Vec<Role>,
+    /// Names of its features (the schema's).
     pub feature_names: Vec<String>,
     /// [min, max] of every feature over the training rows.
     pub feature_ranges: Vec<[f64; 2]>,
+    /// Rows it was trained on.
     pub training_rows: usize,
     /// Collectives: the (nodes, GPUs per node) layouts the rows were measured on.
     pub layouts: Vec<[u64; 2]>,
+    /// Its validation error.
     pub validation: Validation,
     /// The GPU the features and roofline scale were computed for.
     pub gpu: GpuSpec,
+    /// The dataset it was trained from.
     pub dataset: DatasetRef,
+    /// The trees.
     pub forest: FlatForest,
 }
 
 /// A predicted time with its 80 % interval and whether the query lies inside the training data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Prediction {
+    /// Predicted µs.
     pub time_us: f64,
+    /// 10th percentile of the validation error applied, µs.
     pub low_us: f64,
+    /// 90th percentile of the validation error applied, µs.
     pub high_us: f64,
+    /// Standard deviation of ln(actual / predicted) on validation.
     pub sigma_log: f64,
     /// Features outside their training range (empty when covered).
     pub out_of_coverage: Vec<String>,
@@ -220,10 +253,12 @@ pub fn check_versions(path: &Path, text: &str) -> Result<()> {
 }
 
 impl TrainedModel {
+    /// The feature row of a query, for this model's GPU.
     pub fn features(&self, q: &OpQuery) -> Vec<f64> {
         features(q.op, &q.shape, q.dtype, self.gpu.sm_count)
     }
 
+    /// Predicts one call, with its interval and coverage.
     pub fn predict(&self, q: &OpQuery) -> Prediction {
         let x = self.features(q);
         let time_us = (self.forest.predict(&x) + self.recipe.offset(q, &self.gpu)).exp();

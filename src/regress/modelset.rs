@@ -15,17 +15,24 @@ use crate::error::{Error, Result};
 use crate::hardware::{GpuSpec, NetworkSpec};
 use crate::ops::{OpQuery, Role};
 
+/// The human-readable summary of a models directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
 
+/// One model, as the manifest lists it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ManifestEntry {
+    /// Which calls it answers.
     pub key: ModelKey,
     /// Human-readable recipe, e.g. "boosting 300× depth 5 …".
     pub recipe: String,
+    /// Roles it answers besides its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serves_roles: Vec<Role>,
+    /// Rows it was trained on.
     pub training_rows: usize,
+    /// Its validation error.
     pub validation: Validation,
+    /// Nodes of its trees.
     pub nodes: usize,
     /// Bytes of its trees in `models.bin`.
     pub bytes: u64,
@@ -34,31 +41,46 @@ pub struct ManifestEntry {
 /// The file holding the models, as the manifest saw it written.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BundleRef {
+    /// File name inside the directory.
     pub file: String,
+    /// Its size.
     pub bytes: u64,
     /// Checksum of the whole file.
     pub checksum: u64,
 }
 
+/// What a models directory holds and where it came from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
+    /// Version of the directory layout.
     pub format_version: u32,
+    /// Version of the feature encoding.
     pub feature_schema_version: u32,
+    /// The stepcast that trained it.
     pub stepcast_version: String,
+    /// When (UTC date).
     pub created_at: String,
+    /// Seed of the validation split and the trees.
     pub seed: u64,
+    /// Wall time of the training.
     pub training_seconds: f64,
+    /// The dataset trained from.
     pub dataset: DatasetRef,
+    /// The GPU it was measured on.
     pub gpu: GpuSpec,
+    /// GPUs per node of the measured system.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_node: Option<u32>,
+    /// The network the collectives were measured on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkSpec>,
+    /// Published errors of the data's own models, quoted beside ours.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reference_errors: Vec<ReferenceError>,
     /// Filled in by `ModelSet::save`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundle: Option<BundleRef>,
+    /// Every model.
     pub models: Vec<ManifestEntry>,
     /// Groups not trained, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -68,6 +90,7 @@ pub struct Manifest {
 /// How a query was matched to a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Match {
+    /// The query's own key.
     Exact,
     /// The pooled model of the kind answered a query with a role.
     Pooled,
@@ -79,6 +102,7 @@ pub enum Match {
 /// checked when a prediction first needs it.
 #[derive(Debug)]
 pub struct ModelSet {
+    /// The directory.
     pub dir: PathBuf,
     reader: Reader,
     slots: BTreeMap<ModelKey, (usize, OnceLock<std::result::Result<TrainedModel, String>>)>,

@@ -11,6 +11,7 @@ use crate::rng::Rng;
 /// The rows one model is fitted on.
 #[derive(Debug, Clone)]
 pub struct Group {
+    /// The model the rows train.
     pub key: ModelKey,
     /// Indices into the row slice the groups were made from.
     pub rows: Vec<usize>,

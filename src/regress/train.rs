@@ -16,14 +16,19 @@ use crate::ops::features::{feature_names, features};
 use crate::ops::Role;
 use crate::stats;
 
+/// How `train` chooses and fits recipes.
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
+    /// Seed of the validation split and the trees.
     pub seed: u64,
+    /// Share of each group's rows held out to choose the recipe.
     pub validation_fraction: f64,
+    /// Recipes every group tries.
     pub grid: Vec<Recipe>,
     /// Extra candidates for groups with at least `large_rows` training rows, where a model with
     /// more capacity pays off.
     pub large_grid: Vec<Recipe>,
+    /// Rows from which a group counts as large.
     pub large_rows: usize,
     /// Tree nodes (7 bytes each on disk) all models of a cluster may hold; the cheapest
     /// downgrades (validation MAPE lost per node saved) are made until they fit.
@@ -110,13 +115,17 @@ pub fn default_grid() -> Vec<Recipe> {
 
 /// Features and targets of every usable row, computed once.
 pub struct Prepared<'a> {
+    /// The dataset's usable rows.
     pub rows: Vec<&'a Measurement>,
+    /// Their feature rows.
     pub x: Vec<Vec<f64>>,
+    /// Their ln(time).
     pub ln_time: Vec<f64>,
     dataset: &'a Dataset,
 }
 
 impl<'a> Prepared<'a> {
+    /// Features and targets of every usable row of `dataset`.
     pub fn new(dataset: &'a Dataset) -> Prepared<'a> {
         let rows: Vec<&Measurement> = dataset.ok_rows().collect();
         let gpu = &dataset.meta.gpu;
@@ -155,6 +164,7 @@ impl<'a> Prepared<'a> {
         (out, forest.node_count())
     }
 
+    /// Measured µs of rows `idx`.
     pub fn times(&self, idx: &[usize]) -> Vec<f64> {
         idx.iter().map(|&i| self.rows[i].time_us).collect()
     }
@@ -202,15 +212,21 @@ pub fn validation_of(prepared: &Prepared, rows: &[usize], ln_pred: &[f64]) -> Va
 /// One grid candidate's result on its group's validation rows.
 #[derive(Debug, Clone)]
 pub struct Candidate {
+    /// Index of the group.
     pub group: usize,
+    /// The recipe tried.
     pub recipe: Recipe,
+    /// Its ln(time) predictions on the group's validation rows.
     pub ln_pred: Vec<f64>,
+    /// Its validation error, %.
     pub mape_percent: f64,
+    /// Nodes of its trees (what it costs on disk).
     pub nodes: usize,
 }
 
 /// What training produced.
 pub struct Outcome {
+    /// One model per group trained.
     pub models: Vec<TrainedModel>,
     /// Groups that could not be trained, and why.
     pub skipped: Vec<(ModelKey, String)>,
@@ -275,6 +291,7 @@ fn is_large(rows: usize, options: &TrainOptions) -> bool {
     (rows as f64 * (1.0 - options.validation_fraction)) as usize >= options.large_rows
 }
 
+/// Trains one model per (operator, phase, data type, role) group of `dataset`; `tick` is called after each fit.
 pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)) -> Outcome {
     let prepared = Prepared::new(dataset);
     let mut skipped = Vec::new();

@@ -263,6 +263,56 @@ struct RankState {
     last_grad_start: Vec<Option<Moment>>,
 }
 
+/// When each pass's output reached the neighbouring stage, and when each pass ended: what the
+/// passes of other stages wait for.
+struct Handoffs {
+    micro_batches: usize,
+    stages: usize,
+    fwd_out: Vec<Moment>,
+    fwd_end: Vec<Moment>,
+    bwd_out: Vec<Moment>,
+    bwd_end: Vec<Moment>,
+}
+
+impl Handoffs {
+    fn new(stages: usize, micro_batches: usize) -> Handoffs {
+        let pending = || vec![PENDING; stages * micro_batches];
+        Handoffs {
+            micro_batches,
+            stages,
+            fwd_out: pending(),
+            fwd_end: pending(),
+            bwd_out: pending(),
+            bwd_end: pending(),
+        }
+    }
+
+    fn at(&self, stage: usize, micro_batch: usize) -> usize {
+        stage * self.micro_batches + micro_batch
+    }
+
+    /// When a task's input is there (pending: not yet).
+    fn ready(&self, task: Task) -> Moment {
+        let (s, i) = (task.stage as usize, task.micro_batch as usize);
+        match task.pass {
+            Pass::Forward if s == 0 => ORIGIN,
+            Pass::Forward => self.fwd_out[self.at(s - 1, i)],
+            Pass::Backward if s + 1 == self.stages => self.fwd_end[self.at(s, i)],
+            Pass::Backward => self.bwd_out[self.at(s + 1, i)],
+            Pass::WeightGrad => self.bwd_end[self.at(s, i)],
+        }
+    }
+
+    fn record(&mut self, task: Task, end: Moment, arrival: Moment) {
+        let k = self.at(task.stage as usize, task.micro_batch as usize);
+        match task.pass {
+            Pass::Forward => (self.fwd_end[k], self.fwd_out[k]) = (end, arrival),
+            Pass::Backward => (self.bwd_end[k], self.bwd_out[k]) = (end, arrival),
+            Pass::WeightGrad => {}
+        }
+    }
+}
+
 /// Runs every rank's passes in the schedule's order.
 fn run_passes(
     sim: &mut Sim,
@@ -272,13 +322,7 @@ fn run_passes(
     let work = sim.work;
     let (p, m, n) = (work.pp(), work.micro_batches, work.chunks.len());
     let orders = orders(work.schedule, p, work.vpp(), m);
-    let grad_pass = grad_pass(work);
-    let at = |stage: usize, mb: usize| stage * m + mb;
-    // when each pass's output reached the neighbouring stage, and when a backward ended
-    let mut fwd_out = vec![PENDING; n * m];
-    let mut fwd_end = vec![PENDING; n * m];
-    let mut bwd_out = vec![PENDING; n * m];
-    let mut bwd_end = vec![PENDING; n * m];
+    let mut handoffs = Handoffs::new(n, m);
     let mut next = vec![0usize; p];
     let mut ranks: Vec<RankState> = (0..p)
         .map(|_| RankState {
@@ -296,95 +340,21 @@ fn run_passes(
         let before = done;
         for r in 0..p {
             while let Some(&task) = orders[r].get(next[r]) {
-                let (s, i) = (task.stage as usize, task.micro_batch as usize);
-                let ready = match task.pass {
-                    Pass::Forward if s == 0 => ORIGIN,
-                    Pass::Forward => fwd_out[at(s - 1, i)],
-                    Pass::Backward if s + 1 == n => fwd_end[at(s, i)],
-                    Pass::Backward => bwd_out[at(s + 1, i)],
-                    Pass::WeightGrad => bwd_end[at(s, i)],
-                };
+                let ready = handoffs.ready(task);
                 if ready.t.is_nan() {
                     break;
                 }
-                let rank = &mut ranks[r];
-                let start = later(rank.compute_free, ready);
-                waits.clear();
-                let end = match gates.get(s) {
-                    Some(gates) if task.pass == Pass::Forward && i == 0 => {
-                        gated_forward(sim, s, start, gates, &mut waits)
-                    }
-                    _ => {
-                        let pass = work.chunks[s].pass(task.pass);
-                        let span = Span::Pass {
-                            stage: task.stage,
-                            pass: task.pass,
-                            from: 0,
-                            to: pass.repetitions(),
-                        };
-                        sim.after(start, pass.us(), span)
-                    }
-                };
-                let chunk = &work.chunks[s];
-                let send_us = chunk.send_us(task.pass);
-                let rank = &mut ranks[r];
-                rank.compute_free = end;
-                let arrival = if send_us <= 0.0 {
-                    end
-                } else {
-                    let from = if work.overlap.p2p {
-                        later(end, rank.send_free)
-                    } else {
-                        end
-                    };
-                    let arrival = sim.after(from, send_us, Span::Send { stage: task.stage });
-                    let rank = &mut ranks[r];
-                    if work.overlap.p2p {
-                        rank.send_free = arrival;
-                    } else {
-                        rank.compute_free = arrival;
-                    }
-                    observer.event(Event::Send {
-                        rank: r,
-                        task,
-                        start_us: from.t,
-                        end_us: arrival.t,
-                        blocking: !work.overlap.p2p,
-                    });
-                    arrival
-                };
-                match task.pass {
-                    Pass::Forward => {
-                        fwd_end[at(s, i)] = end;
-                        fwd_out[at(s, i)] = arrival;
-                    }
-                    Pass::Backward => {
-                        bwd_end[at(s, i)] = end;
-                        bwd_out[at(s, i)] = arrival;
-                    }
-                    Pass::WeightGrad => {}
-                }
-                let rank = &mut ranks[r];
-                if task.pass == grad_pass {
-                    rank.last_grad_start[s] = Some(start);
-                }
-                account(
-                    rank,
-                    chunk,
+                let (end, arrival) = run_task(
+                    sim,
+                    observer,
+                    &mut ranks[r],
+                    r,
                     task,
-                    start.t,
-                    end.t,
-                    send_us,
-                    &waits,
-                    work.overlap.p2p,
+                    ready,
+                    gates,
+                    &mut waits,
                 );
-                observer.event(Event::Pass {
-                    rank: r,
-                    task,
-                    start_us: start.t,
-                    end_us: end.t,
-                    gather_waits: &waits,
-                });
+                handoffs.record(task, end, arrival);
                 next[r] += 1;
                 done += 1;
             }
@@ -401,6 +371,84 @@ fn run_passes(
         }
     }
     Ok(ranks)
+}
+
+/// Runs one pass whose input is `ready` on rank `r`, and its send; returns when the pass ended
+/// and when its output arrived.
+#[allow(clippy::too_many_arguments)]
+fn run_task(
+    sim: &mut Sim,
+    observer: &mut dyn Observer,
+    rank: &mut RankState,
+    r: usize,
+    task: Task,
+    ready: Moment,
+    gates: &[Vec<Moment>],
+    waits: &mut Vec<(u32, f64)>,
+) -> (Moment, Moment) {
+    let work = sim.work;
+    let (s, i) = (task.stage as usize, task.micro_batch as usize);
+    let start = later(rank.compute_free, ready);
+    waits.clear();
+    let chunk = &work.chunks[s];
+    let end = match gates.get(s) {
+        Some(gates) if task.pass == Pass::Forward && i == 0 => {
+            gated_forward(sim, s, start, gates, waits)
+        }
+        _ => {
+            let pass = chunk.pass(task.pass);
+            let span = Span::Pass {
+                stage: task.stage,
+                pass: task.pass,
+                from: 0,
+                to: pass.repetitions(),
+            };
+            sim.after(start, pass.us(), span)
+        }
+    };
+    let send_us = chunk.send_us(task.pass);
+    rank.compute_free = end;
+    let arrival = if send_us <= 0.0 {
+        end
+    } else {
+        let p2p = work.overlap.p2p;
+        let from = if p2p { later(end, rank.send_free) } else { end };
+        let arrival = sim.after(from, send_us, Span::Send { stage: task.stage });
+        if p2p {
+            rank.send_free = arrival;
+        } else {
+            rank.compute_free = arrival;
+        }
+        observer.event(Event::Send {
+            rank: r,
+            task,
+            start_us: from.t,
+            end_us: arrival.t,
+            blocking: !p2p,
+        });
+        arrival
+    };
+    if task.pass == grad_pass(work) {
+        rank.last_grad_start[s] = Some(start);
+    }
+    account(
+        rank,
+        chunk,
+        task,
+        start.t,
+        end.t,
+        send_us,
+        waits,
+        work.overlap.p2p,
+    );
+    observer.event(Event::Pass {
+        rank: r,
+        task,
+        start_us: start.t,
+        end_us: end.t,
+        gather_waits: waits,
+    });
+    (end, arrival)
 }
 
 /// Adds a pass to how its rank spent the step: the gap before it as bubble, its time by

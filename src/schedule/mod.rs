@@ -20,6 +20,8 @@
 //! With balanced stages and nothing overlapped, 1F1B here equals the paper's closed form
 //! exactly (tested in `predict`).
 
+#![warn(missing_docs)]
+
 mod engine;
 pub mod order;
 pub mod record;
@@ -36,6 +38,7 @@ pub use engine::{simulate, simulate_with};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pass {
+    /// Activations forward.
     Forward,
     /// Input gradients, plus the weight gradients unless the schedule splits them off.
     Backward,
@@ -57,16 +60,23 @@ impl Pass {
 /// One pass of one micro-batch on one virtual stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct Task {
+    /// The virtual stage (model chunk) it runs on.
     pub stage: u32,
+    /// Which pass.
     pub pass: Pass,
+    /// Which micro-batch.
     pub micro_batch: u32,
 }
 
+/// What a segment of a pass holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SegmentKind {
+    /// The embedding (first chunk).
     Embedding,
+    /// Transformer layers.
     Layer,
+    /// Final norm, LM head and loss (last chunk).
     Head,
 }
 
@@ -74,7 +84,9 @@ pub enum SegmentKind {
 /// draws, and which parameters' gradients it completes or which gathered weights it needs.
 #[derive(Debug, Clone, Serialize)]
 pub struct Segment {
+    /// What it holds.
     pub kind: SegmentKind,
+    /// How many times in a row (the layers of a chunk).
     pub repeat: u64,
     /// One repetition, µs (exposed time: hidden TP communication excluded).
     pub us: f64,
@@ -99,6 +111,7 @@ pub struct PassWork {
 }
 
 impl PassWork {
+    /// Exposed µs of the pass.
     pub fn us(&self) -> f64 {
         self.parts.total()
     }
@@ -129,9 +142,11 @@ impl PassWork {
 /// A model chunk (virtual stage): where it runs and what each of its passes costs.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChunkWork {
+    /// The pipeline rank it runs on.
     pub rank: usize,
     /// Index of its first transformer layer in the model.
     pub first_layer: u64,
+    /// One micro-batch's forward.
     pub fwd: PassWork,
     /// The backward; with a split schedule only its input-gradient part.
     pub bwd: PassWork,
@@ -147,6 +162,7 @@ pub struct ChunkWork {
 }
 
 impl ChunkWork {
+    /// The work of one pass.
     pub fn pass(&self, pass: Pass) -> &PassWork {
         match pass {
             Pass::Forward => &self.fwd,
@@ -172,15 +188,19 @@ pub struct RankWork {
     pub grad_sync_us: f64,
     /// Distributed-optimizer parameter all-gather, µs.
     pub param_gather_us: f64,
+    /// The optimizer step, µs.
     pub optimizer_us: f64,
     /// Parameters on the rank (all chunks).
     pub params: u64,
     /// Elements per data-parallel bucket.
     pub bucket_elements: u64,
+    /// Where the gradient reduction's µs come from.
     #[serde(skip)]
     pub grad_sync_attribution: Attribution,
+    /// Where the parameter all-gather's µs come from.
     #[serde(skip)]
     pub param_gather_attribution: Attribution,
+    /// Where the optimizer step's µs come from.
     #[serde(skip)]
     pub optimizer_attribution: Attribution,
 }
@@ -188,11 +208,15 @@ pub struct RankWork {
 /// Everything the simulator needs for one step.
 #[derive(Debug, Clone, Serialize)]
 pub struct PipelineWork {
+    /// The order passes run in.
     pub schedule: Schedule,
+    /// Micro-batches per step.
     pub micro_batches: usize,
     /// Virtual stages in model order; chunk c of rank r is index c·pp + r.
     pub chunks: Vec<ChunkWork>,
+    /// Per pipeline rank, its per-step work.
     pub ranks: Vec<RankWork>,
+    /// Which communication runs beside the compute.
     pub overlap: Overlap,
     /// How many cost factors the attributions index (0: none kept).
     pub factors: usize,
@@ -240,10 +264,12 @@ impl PipelineWork {
         self.chunks.len() * self.micro_batches * per
     }
 
+    /// Pipeline ranks.
     pub fn pp(&self) -> usize {
         self.ranks.len()
     }
 
+    /// Model chunks per rank.
     pub fn vpp(&self) -> usize {
         self.chunks.len() / self.ranks.len().max(1)
     }
@@ -267,14 +293,18 @@ pub struct RankSummary {
 /// The simulated step.
 #[derive(Debug, Clone, Serialize)]
 pub struct Timeline {
+    /// The schedule simulated.
     pub schedule: Schedule,
+    /// The step, µs: from the first pass to the last rank's optimizer (and exposed all-gather).
     pub step_us: f64,
     /// When the slowest rank's gradients were reduced: the optimizer starts here.
     pub barrier_us: f64,
+    /// Per pipeline rank, what it did.
     pub ranks: Vec<RankSummary>,
     /// The step of the critical rank (the last to reach the barrier), then the optimizer phase
     /// of the rank that finishes last; the parts add up to the step.
     pub breakdown: Breakdown,
+    /// The rank that reached the barrier last.
     pub critical_rank: usize,
     /// Per cost factor, the microseconds it contributes to the step's critical path: the
     /// step's first-order response to scaling that factor (kept when asked for).
@@ -294,46 +324,74 @@ impl Timeline {
 pub enum Event<'a> {
     /// A compute pass; `gather_waits` lists (repetition, µs) waits for gathered weights.
     Pass {
+        /// The pipeline rank.
         rank: usize,
+        /// The pass.
         task: Task,
+        /// Start, µs.
         start_us: f64,
+        /// End, µs.
         end_us: f64,
+        /// Waits for gathered weights inside the pass: (repetition, µs).
         gather_waits: &'a [(u32, f64)],
     },
     /// A pipeline transfer after a pass.
     Send {
+        /// The sending rank.
         rank: usize,
+        /// The pass whose output is sent.
         task: Task,
+        /// Start, µs.
         start_us: f64,
+        /// End, µs.
         end_us: f64,
+        /// Whether the sender's compute waited for it.
         blocking: bool,
     },
     /// A bucket of the parameter all-gather overlapped with the step's start.
     GatherBucket {
+        /// The rank.
         rank: usize,
+        /// The chunk of the rank (0 = its first).
         chunk: usize,
+        /// The bucket, in gradient order.
         bucket: u64,
+        /// Start, µs.
         start_us: f64,
+        /// End, µs.
         end_us: f64,
     },
     /// A bucket of the gradient reduction.
     ReduceBucket {
+        /// The rank.
         rank: usize,
+        /// The chunk of the rank (0 = its first).
         chunk: usize,
+        /// The bucket, in gradient order.
         bucket: u64,
+        /// Start, µs.
         start_us: f64,
+        /// End, µs.
         end_us: f64,
+        /// Whether the compute waited for it (no overlap).
         blocking: bool,
     },
+    /// A rank's optimizer step.
     Optimizer {
+        /// The rank.
         rank: usize,
+        /// Start, µs.
         start_us: f64,
+        /// End, µs.
         end_us: f64,
     },
     /// The parameter all-gather after the optimizer (not overlapped).
     ParamGather {
+        /// The rank.
         rank: usize,
+        /// Start, µs.
         start_us: f64,
+        /// End, µs.
         end_us: f64,
     },
 }
@@ -350,10 +408,15 @@ pub enum Stream {
 /// An event on a communication stream, named as a timeline shows it.
 #[derive(Debug, Clone)]
 pub struct StreamEvent {
+    /// The rank.
     pub rank: usize,
+    /// The stream.
     pub stream: Stream,
+    /// What the timeline calls it.
     pub name: String,
+    /// Start, µs.
     pub start_us: f64,
+    /// End, µs.
     pub end_us: f64,
     /// Whether the compute stream waited for it.
     pub blocking: bool,
@@ -421,6 +484,7 @@ impl Event<'_> {
 
 /// Receives the events of a simulated step as they happen.
 pub trait Observer {
+    /// Called for every event, in simulation order.
     fn event(&mut self, event: Event<'_>);
 }
 

@@ -8,16 +8,22 @@ use super::{Event, Observer, Stream, Task};
 /// A pass as it ran.
 #[derive(Debug, Clone, Serialize)]
 pub struct PassRun {
+    /// The pass.
     pub task: Task,
+    /// Start, µs.
     pub start_us: f64,
+    /// End, µs.
     pub end_us: f64,
 }
 
 /// A span on a communication stream.
 #[derive(Debug, Clone, Serialize)]
 pub struct StreamSpan {
+    /// What the timeline calls it.
     pub name: String,
+    /// Start, µs.
     pub start_us: f64,
+    /// End, µs.
     pub end_us: f64,
     /// Whether the compute stream waited for it.
     pub blocking: bool,
@@ -26,16 +32,20 @@ pub struct StreamSpan {
 /// One rank's events.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RankRecord {
+    /// Compute passes in the order they ran.
     pub passes: Vec<PassRun>,
+    /// Pipeline sends.
     pub sends: Vec<StreamSpan>,
     /// Data-parallel buckets (gradient reduction, parameter all-gather).
     pub data_parallel: Vec<StreamSpan>,
+    /// The optimizer step (start, end), µs.
     pub optimizer: Option<(f64, f64)>,
 }
 
 /// Every rank's events.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Recorder {
+    /// Per pipeline rank.
     pub ranks: Vec<RankRecord>,
 }
 

@@ -229,6 +229,31 @@ impl TraceWriter<'_> {
                 "waited_for_parameters_us": waits.iter().map(|w| w.1).sum::<f64>(),
             }),
         ));
+        self.layers(r, task, start, waits, cat);
+        if pass.hidden_tp_us > 0.0 {
+            self.emit(&slice(
+                r,
+                TENSOR_PARALLEL,
+                "tp-comm",
+                "tensor-parallel communication (hidden)".into(),
+                start,
+                pass.hidden_tp_us.min(end - start),
+                Value::Null,
+            ));
+        }
+    }
+    /// The slices inside a pass: its layers (or runs of layers), a backward's recompute, and
+    /// the waits for gathered weights before the repetitions that waited.
+    fn layers(
+        &mut self,
+        r: usize,
+        task: Task,
+        start: f64,
+        waits: &[(u32, f64)],
+        cat: &'static str,
+    ) {
+        let chunk = &self.work.chunks[task.stage as usize];
+        let pass = chunk.pass(task.pass);
         let mut t = start;
         let mut rep = 0u32;
         let mut waits = waits.iter().peekable();
@@ -315,17 +340,6 @@ impl TraceWriter<'_> {
             if seg.kind == SegmentKind::Layer {
                 layer += seg.repeat;
             }
-        }
-        if pass.hidden_tp_us > 0.0 {
-            self.emit(&slice(
-                r,
-                TENSOR_PARALLEL,
-                "tp-comm",
-                "tensor-parallel communication (hidden)".into(),
-                start,
-                pass.hidden_tp_us.min(end - start),
-                Value::Null,
-            ));
         }
     }
 }

@@ -1,8 +1,6 @@
 //! Model architectures: a raw `ArchSpec` (from a preset, a YAML file or a Hugging Face
 //! `config.json`) checked once into an `Arch`.
 
-use std::path::Path;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -168,28 +166,6 @@ impl ArchSpec {
 }
 
 impl Arch {
-    /// Loads `--model`: a preset name, a YAML architecture file, or a Hugging Face config.json.
-    pub fn resolve(name_or_path: &str) -> Result<Arch> {
-        if let Some(spec) = super::presets::preset(name_or_path) {
-            return spec.validate(name_or_path);
-        }
-        let path = Path::new(name_or_path);
-        if path.is_file() {
-            let source = path.display().to_string();
-            let spec = if path.extension().is_some_and(|e| e == "json") {
-                super::hf::from_config_json(path)?
-            } else {
-                crate::fsutil::read_yaml::<ArchSpec>(path)?
-            };
-            return spec.validate(&source);
-        }
-        Err(Error::Invalid(format!(
-            "unknown model '{name_or_path}': not a preset ({}) nor a file (YAML architecture or \
-             Hugging Face config.json)",
-            super::presets::names().join(", ")
-        )))
-    }
-
     /// Vocabulary padded as Megatron and GPT-NeoX pad it: to a multiple of 128·tp.
     pub fn padded_vocab(&self, tp: u64) -> u64 {
         self.vocab.div_ceil(128 * tp) * 128 * tp
@@ -279,7 +255,7 @@ mod tests {
 
     #[test]
     fn bad_architectures_say_what_to_fix() {
-        let mut spec = super::super::presets::preset("llama2-7b").unwrap();
+        let mut spec = crate::workload::presets::preset("llama2-7b").unwrap();
         spec.heads = 30;
         let e = spec.validate("x.yaml").unwrap_err().to_string();
         assert!(

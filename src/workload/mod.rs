@@ -4,6 +4,7 @@ pub mod arch;
 pub mod hf;
 pub mod parallel;
 pub mod presets;
+mod resolve;
 
 pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, NormKind, Position};
 pub use parallel::{Layout, Overlap, ParallelSpec, Partition, Recompute, Rules, Schedule};
