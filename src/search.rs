@@ -1,8 +1,10 @@
 //! Layout search: every tp × pp × dp × micro-batch × chunks × schedule × recompute × sequence
-//! parallelism × ZeRO stage of a model on N GPUs at a global batch, pruned by MoFa's rules
-//! (§4.1: tp within a node, heads divisible by tp, layers ≥ pp, the global batch divisible by
-//! micro-batch × dp, at least pp micro-batches) and then by memory, the survivors predicted in
-//! parallel and ranked by step time or by end-to-end run time.
+//! parallelism × ZeRO stage of a model on N GPUs at a global batch. A candidate that cannot run
+//! is skipped by the rule `Layout::new` names (heads divisible by tp, layers ≥ pp, the global
+//! batch divisible by micro-batch × dp, …: one rulebook); one that runs but is never worth it by
+//! MoFa's pruning rules (§4.1: tp within a node, at least pp micro-batches, no FSDP with
+//! pipeline stages); then by memory. The survivors are predicted in parallel and ranked by step
+//! time or by end-to-end run time.
 
 use std::collections::BTreeMap;
 use std::time::Instant;

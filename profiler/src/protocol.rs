@@ -1,4 +1,4 @@
-//! The measurement protocol (method.md §1): warm-up runs, then timed runs each bracketed by
+//! The measurement protocol (`docs/method.md` §1): warm-up runs, then timed runs each bracketed by
 //! device events, every raw sample kept, the summary the mean of the middle of the sorted
 //! samples (5 of 10 by default), and the GPU's clocks read before and after to flag throttling.
 

@@ -1,5 +1,5 @@
 //! Costing lists of calls, per-stage times, and the paper's closed-form 1F1B step (Zhang et
-//! al. 2025, §IV; `docs/method.md`):
+//! al. 2025, §III-D; `docs/method.md` §4):
 //!
 //! ```text
 //! step = (micro_batches − 1 + stages) · (max_s fwd_s + max_s bwd_s)

@@ -1,7 +1,7 @@
 //! Architecture presets.
 //!
 //! `gpt-20b`, `llama-13b` and `llemma-7b` are the paper's evaluation models as its tool
-//! decomposes them (method.md §5: GPT-NeoX layers with a 4·hidden GELU MLP, biases, the GPT-2
+//! decomposes them (`docs/method.md` §5: GPT-NeoX layers with a 4·hidden GELU MLP, biases, the GPT-2
 //! vocabulary of 50,257); the GPT-3 variants are Lumos' Table 1 (head size 128, GPT-3 vocabulary);
 //! Llama 2 and Llama 3 follow their public model cards (SwiGLU, RMSNorm, RoPE, GQA where used).
 
