@@ -20,23 +20,34 @@ pub fn write_atomic_with(
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
+    // created exclusively with an unpredictable name beside the target, removed if anything
+    // fails before the rename; readable like any file the user writes (0644 on Unix)
     let result = (|| {
-        let f = fs::File::create(&tmp)?;
-        let mut buf = std::io::BufWriter::new(f);
+        let prefix = format!(".{file_name}.");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".tmp");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            builder.permissions(fs::Permissions::from_mode(0o644));
+        }
+        let tmp = builder.tempfile_in(dir)?;
+        let mut buf = std::io::BufWriter::new(tmp);
         write(&mut buf)?;
-        let f = buf.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
+        let tmp = buf.into_inner().map_err(|e| e.into_error())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
     })();
-    result.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io(path, e)
-    })
+    result.map_err(|e: std::io::Error| Error::io(path, e))
 }
 
 pub fn read_to_string(path: &Path) -> Result<String> {

@@ -92,6 +92,52 @@ fn train_eval_and_show_work_end_to_end() {
     assert_eq!(manifest["seed"], 3);
 }
 
+/// `train --out DIR` removes only model files an earlier stepcast wrote in DIR: a manifest
+/// naming other files (outside DIR, or not ours) deletes nothing.
+#[test]
+fn training_never_deletes_files_it_did_not_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    write_dataset(&ds);
+    let models = tmp.path().join("models");
+    fs::create_dir_all(&models).unwrap();
+    let outside = tmp.path().join("victim.json");
+    let absolute = tmp.path().join("absolute.json");
+    for f in [&outside, &absolute] {
+        fs::write(f, "keep me").unwrap();
+    }
+    for name in [
+        "config.json",
+        "gemm.fwd.fp16.json",
+        "gemm.fwd.fp16.nodes",
+        "notes.nodes",
+    ] {
+        fs::write(models.join(name), "x").unwrap();
+    }
+    // an earlier (per-model-file) manifest naming files inside and outside the directory
+    let manifest = serde_json::json!({
+        "format_version": 2,
+        "feature_schema_version": 1,
+        "models": [
+            {"file": "../victim.json"},
+            {"file": absolute.display().to_string()},
+            {"file": "config.json"},
+            {"file": "notes.json"},
+            {"file": "gemm.fwd.fp16.json"},
+        ],
+    });
+    fs::write(models.join("manifest.json"), manifest.to_string()).unwrap();
+    let out = stepcast(&["train", s(&ds), "--out", s(&models), "--quiet"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "keep me");
+    assert_eq!(fs::read_to_string(&absolute).unwrap(), "keep me");
+    assert!(models.join("config.json").is_file() && models.join("notes.nodes").is_file());
+    // the earlier format's own model files are replaced by models.bin
+    assert!(!models.join("gemm.fwd.fp16.json").exists());
+    assert!(!models.join("gemm.fwd.fp16.nodes").exists());
+    assert!(models.join("models.bin").is_file());
+}
+
 #[test]
 fn training_is_reproducible() {
     let tmp = tempfile::tempdir().unwrap();

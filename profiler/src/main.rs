@@ -212,8 +212,16 @@ enum Command {
 }
 
 fn main() {
+    // a closed stdout (`stepcast bench plan | head`) ends the program quietly, as other
+    // command-line tools do, instead of panicking in println!
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
-    match run(cli) {
+    let result = run(cli);
+    device::cuda::remove_nccl_shim();
+    match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
             eprintln!("error: {err:#}");
@@ -333,9 +341,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 torch,
                 ..
             } = device.open()?;
-            let probe = out.unwrap_or_else(|| {
-                std::env::temp_dir().join(format!("stepcast-probe-{}", std::process::id()))
-            });
+            // the probe goes into a private directory unless the user names one
+            let private;
+            let probe = match out {
+                Some(o) => o,
+                None => {
+                    private = tempfile::Builder::new()
+                        .prefix("stepcast-probe-")
+                        .tempdir()?;
+                    private.path().join("probe")
+                }
+            };
             let report = check(
                 &cluster,
                 dev.as_mut(),

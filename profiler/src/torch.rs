@@ -100,10 +100,16 @@ impl TorchBackend {
         saturate_ms: u64,
         on: &mut dyn FnMut(usize, Outcome) -> anyhow::Result<()>,
     ) -> anyhow::Result<Option<TorchVersions>> {
-        let script =
-            std::env::temp_dir().join(format!("stepcast-bench-torch-{}.py", std::process::id()));
+        // the script goes into a private directory (created exclusively, 0700, unpredictable
+        // name) and Python runs isolated (-I: neither the script's directory nor the user's
+        // environment on sys.path), so nothing planted beside it can be imported
+        let dir = tempfile::Builder::new()
+            .prefix("stepcast-bench-torch-")
+            .tempdir()?;
+        let script = dir.path().join("bench_torch.py");
         std::fs::write(&script, SCRIPT)?;
         let spawned = Command::new(&self.python)
+            .arg("-I")
             .arg("-u")
             .arg(&script)
             .stdin(Stdio::piped())
@@ -113,7 +119,6 @@ impl TorchBackend {
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
-                let _ = std::fs::remove_file(&script);
                 for i in 0..points.len() {
                     on(
                         i,
@@ -163,7 +168,7 @@ impl TorchBackend {
         }
         let status = child.wait()?;
         let stderr_text = errors.join().unwrap_or_default();
-        let _ = std::fs::remove_file(&script);
+        drop(dir);
         if answered.iter().any(|a| !a) {
             let tail: String = stderr_text
                 .trim()
@@ -232,14 +237,69 @@ mod tests {
     fn a_missing_python_skips_every_point_with_the_reason() {
         let p = point();
         let mut seen = Vec::new();
-        backend("/no/such/python")
-            .run(&[&p, &p], &Protocol::default(), 0, &mut |i, o| {
-                seen.push((i, o));
-                Ok(())
-            })
-            .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        temp_env(tmp.path(), || {
+            backend("/no/such/python")
+                .run(&[&p, &p], &Protocol::default(), 0, &mut |i, o| {
+                    seen.push((i, o));
+                    Ok(())
+                })
+                .unwrap()
+        });
         assert_eq!(seen.len(), 2);
         assert!(matches!(&seen[0].1, Outcome::Skipped(r) if r.contains("cannot run")));
+    }
+
+    /// Files planted in the temporary directory are never imported: the script runs from a
+    /// private directory, in isolated mode.
+    #[test]
+    fn modules_planted_in_the_temporary_directory_do_not_run() {
+        let shared = tempfile::tempdir().unwrap();
+        let marker = shared.path().join("planted-module-ran");
+        for module in ["json.py", "torch.py", "sys.py", "os.py"] {
+            std::fs::write(
+                shared.path().join(module),
+                format!(
+                    "open({:?}, 'w').write('yes')\n",
+                    marker.display().to_string()
+                ),
+            )
+            .unwrap();
+        }
+        let p = point();
+        let run = |python: &str| {
+            temp_env(shared.path(), || {
+                backend(python)
+                    .run(&[&p], &Protocol::default(), 0, &mut |_, _| Ok(()))
+                    .unwrap()
+            })
+        };
+        run("python3");
+        assert!(
+            !marker.exists(),
+            "a module planted beside the script was imported"
+        );
+        // and nothing of ours is left behind
+        let left: Vec<_> = std::fs::read_dir(shared.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("stepcast"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Runs `f` with TMPDIR pointing at `dir` (tests in this module run one at a time here).
+    fn temp_env<T>(dir: &std::path::Path, f: impl FnOnce() -> T) -> T {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let before = std::env::var_os("TMPDIR");
+        std::env::set_var("TMPDIR", dir);
+        let out = f();
+        match before {
+            Some(v) => std::env::set_var("TMPDIR", v),
+            None => std::env::remove_var("TMPDIR"),
+        }
+        out
     }
 
     #[test]
@@ -255,14 +315,17 @@ mod tests {
         }
         let p = point();
         let mut reasons = Vec::new();
-        backend("python3")
-            .run(&[&p], &Protocol::default(), 0, &mut |_, o| {
-                if let Outcome::Skipped(r) = o {
-                    reasons.push(r);
-                }
-                Ok(())
-            })
-            .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        temp_env(tmp.path(), || {
+            backend("python3")
+                .run(&[&p], &Protocol::default(), 0, &mut |_, o| {
+                    if let Outcome::Skipped(r) = o {
+                        reasons.push(r);
+                    }
+                    Ok(())
+                })
+                .unwrap()
+        });
         assert!(
             reasons[0].contains("PyTorch is not importable") || reasons[0].contains("no CUDA"),
             "{reasons:?}"

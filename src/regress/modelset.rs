@@ -122,13 +122,20 @@ fn earlier_format_files(dir: &Path) -> Vec<PathBuf> {
     let Ok(old) = crate::fsutil::read_json::<Old>(&dir.join(MANIFEST_FILE)) else {
         return Vec::new();
     };
+    // exactly the names an earlier stepcast gave its model files:
+    // <op>.<phase>.<dtype>[.<role>].json, every part one of ours
     let ours = |name: &str| {
-        let plain = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-            && !name.starts_with('.');
-        plain && name.ends_with(".json") && name != MANIFEST_FILE
+        let Some(stem) = name.strip_suffix(".json") else {
+            return false;
+        };
+        let parts: Vec<&str> = stem.split('.').collect();
+        let known = parts.len() >= 3
+            && parts.len() <= 4
+            && parts[0].parse::<crate::ops::OpKind>().is_ok()
+            && parts[1].parse::<crate::ops::Phase>().is_ok()
+            && parts[2].parse::<crate::ops::Dtype>().is_ok()
+            && parts.get(3).is_none_or(|r| r.parse::<Role>().is_ok());
+        known
     };
     old.models
         .into_iter()

@@ -76,12 +76,16 @@ pub fn ensure_nccl_loadable() {
     else {
         return;
     };
-    let shim = std::env::temp_dir().join(format!("stepcast-nccl-{}", std::process::id()));
-    if std::fs::create_dir_all(&shim).is_err()
-        || std::os::unix::fs::symlink(&real, shim.join("libnccl.so")).is_err()
-    {
+    // a private directory, created exclusively with an unpredictable name (never one that
+    // already exists): it goes first on the library path of the restarted process, which
+    // removes it when it ends (`remove_nccl_shim`)
+    let Ok(dir) = tempfile::Builder::new().prefix("stepcast-nccl-").tempdir() else {
+        return;
+    };
+    if std::os::unix::fs::symlink(&real, dir.path().join("libnccl.so")).is_err() {
         return;
     }
+    let shim = dir.keep();
     let path = format!(
         "{}:{}",
         shim.display(),
@@ -92,12 +96,34 @@ pub fn ensure_nccl_loadable() {
     let err = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
         .env("LD_LIBRARY_PATH", path)
-        .env("STEPCAST_NCCL_SHIM", "1")
+        .env("STEPCAST_NCCL_SHIM", &shim)
         .exec();
+    let _ = std::fs::remove_file(shim.join("libnccl.so"));
+    let _ = std::fs::remove_dir(&shim);
     eprintln!(
         "warning: could not restart with {} on LD_LIBRARY_PATH: {err}",
         shim.display()
     );
+}
+
+/// Removes the library-path shim this process was restarted with: only the link this tool
+/// made, in a directory whose name says this tool made it, and the directory if then empty.
+pub fn remove_nccl_shim() {
+    let Some(dir) = std::env::var_os("STEPCAST_NCCL_SHIM").map(PathBuf::from) else {
+        return;
+    };
+    let ours = dir
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("stepcast-nccl-"));
+    let link = dir.join("libnccl.so");
+    if ours
+        && link
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir(&dir);
+    }
 }
 
 /// Opens the node's GPUs (all, or those listed).
