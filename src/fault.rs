@@ -59,26 +59,25 @@ pub struct RunOutcome {
 }
 
 impl RunInputs {
+    /// Every input within its physical range (the messages name the input and the range).
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::Invalid(m));
-        for (name, v) in [
-            ("step time", self.step_s),
-            ("steps", self.steps),
-            ("nodes", self.nodes),
-            ("failures per node per day", self.failures_per_node_per_day),
-        ] {
-            if !(v > 0.0 && v.is_finite()) {
-                return bad(format!("{name} = {v} must be positive"));
-            }
-        }
-        for (name, v) in [
-            ("recovery time", self.mean_recovery_s),
-            ("checkpoint save time", self.save_s),
-            ("first start", self.first_start_s),
-        ] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return bad(format!("{name} = {v} s must be zero or positive"));
-            }
+        use crate::limits::check_range;
+        let checks = [
+            ("step time", self.step_s, 1e-6..=1e7, "s"),
+            ("steps", self.steps, 1.0..=1e13, ""),
+            ("nodes", self.nodes, 1.0..=1e6, ""),
+            (
+                "failures per node per day",
+                self.failures_per_node_per_day,
+                1e-7..=10.0,
+                "",
+            ),
+            ("recovery time", self.mean_recovery_s, 0.0..=1e7, "s"),
+            ("checkpoint save time", self.save_s, 0.0..=1e7, "s"),
+            ("first start", self.first_start_s, 0.0..=1e7, "s"),
+        ];
+        for (name, v, range, unit) in checks {
+            check_range("run", name, v, range, unit).map_err(Error::Invalid)?;
         }
         Ok(())
     }
@@ -112,6 +111,12 @@ impl RunInputs {
         self.validate()?;
         let optimal = self.optimal_interval();
         let interval = interval.unwrap_or(optimal);
+        if interval == 0 || interval as f64 > self.steps {
+            return Err(Error::Invalid(format!(
+                "checkpoint interval {interval}: give between 1 and the run's {:.0} steps",
+                self.steps
+            )));
+        }
         let ettr = self.ettr(interval);
         if ettr <= 0.0 {
             return Err(Error::Invalid(format!(
@@ -221,10 +226,11 @@ mod tests {
             checkpoint_write_gb_per_s_per_node: -1.0,
             checkpoint_write_gb_per_s_max: None,
         };
-        assert!(s
-            .validate("c.yaml")
-            .unwrap_err()
-            .contains("must be positive"));
+        let e = s.validate("c.yaml").unwrap_err();
+        assert!(
+            e.contains("c.yaml") && e.contains("checkpoint_write_gb_per_s_per_node = -1"),
+            "{e}"
+        );
         let run = RunInputs {
             step_s: 10.0,
             steps: 10.0,

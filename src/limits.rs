@@ -12,9 +12,19 @@ pub const MAX_MICRO_BATCHES: u64 = 1 << 18;
 pub const MAX_SEQ_LEN: u64 = 1 << 24;
 /// Most tokens in one micro-batch (micro-batch × sequence): 2^28, beyond any GPU's memory.
 pub const MAX_MICRO_BATCH_TOKENS: u64 = 1 << 28;
+/// Most sequences per step over all replicas.
+pub const MAX_GLOBAL_BATCH: u64 = 1 << 32;
 /// Smallest and largest data-parallel bucket (elements).
 pub const MIN_BUCKET_ELEMENTS: u64 = 1 << 16;
 pub const MAX_BUCKET_ELEMENTS: u64 = 1 << 40;
+
+/// Largest value of any shape dimension of an operator (elements, bytes, parameters).
+pub const MAX_SHAPE_DIM: u64 = 1 << 40;
+/// Largest node count and GPUs per node of a collective.
+pub const MAX_COLLECTIVE_SPAN: u64 = 1 << 20;
+/// Shortest and longest operator time a measurement may hold, µs (1 ns to 10⁴ s).
+pub const MIN_TIME_US: f64 = 1e-3;
+pub const MAX_TIME_US: f64 = 1e10;
 
 /// Most transformer layers, widest hidden or MLP size, most heads and largest vocabulary an
 /// architecture may have.
@@ -22,3 +32,22 @@ pub const MAX_LAYERS: u64 = 1 << 14;
 pub const MAX_WIDTH: u64 = 1 << 20;
 pub const MAX_HEADS: u64 = 1 << 14;
 pub const MAX_VOCAB: u64 = 1 << 24;
+
+/// Checks that `value` lies in `range`; the message names the file (`what`), the field, the
+/// value, the range with its unit, and the fix.
+pub fn check_range(
+    what: &str,
+    field: &str,
+    value: f64,
+    range: std::ops::RangeInclusive<f64>,
+    unit: &str,
+) -> Result<(), String> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(format!(
+        "{what}: {field} = {value} is outside the physical range {} to {} {unit}: correct it",
+        range.start(),
+        range.end()
+    ))
+}

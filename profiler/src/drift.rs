@@ -234,8 +234,16 @@ pub fn retrain(
     let dataset = Dataset::load(out)?;
     let outcome = train(&dataset, &TrainOptions::default(), &|| {});
     let models_dir = cluster.models_dir.clone().expect("checked by check()");
-    let staging = models_dir.with_extension("new");
-    let _ = std::fs::remove_dir_all(&staging);
+    // train into a private staging directory beside the models (created exclusively, never one
+    // that already exists), then swap it in
+    let parent = models_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let staging_dir = tempfile::Builder::new()
+        .prefix(".stepcast-retrain-")
+        .tempdir_in(parent)?;
+    let staging = staging_dir.path().join("models");
     let manifest = Manifest {
         format_version: stepcast::regress::model::MODEL_FORMAT_VERSION,
         feature_schema_version: stepcast::ops::features::FEATURE_SCHEMA_VERSION,
@@ -253,7 +261,19 @@ pub fn retrain(
         skipped: outcome.skipped.clone(),
     };
     ModelSet::save(&staging, manifest, outcome.models)?;
-    let kept = models_dir.with_extension(format!("before-{}", stepcast::fsutil::today_utc()));
+    // the previous models are kept as <dir>.before-<date>, -2, -3, … on later retrains that day
+    let kept = (1..)
+        .map(|n| {
+            let date = stepcast::fsutil::today_utc();
+            let suffix = if n == 1 {
+                format!("before-{date}")
+            } else {
+                format!("before-{date}-{n}")
+            };
+            models_dir.with_extension(suffix)
+        })
+        .find(|p| !p.exists())
+        .expect("an unused name");
     if models_dir.exists() {
         std::fs::rename(&models_dir, &kept)?;
     }
@@ -398,5 +418,35 @@ mod tests {
         )
         .unwrap();
         assert!(again.drifted_kinds().is_empty(), "{:?}", again.kinds);
+        // a second retrain on the same day keeps both earlier sets, and no staging is left
+        let mut faster = MockDevice::new(4);
+        faster.slowdown = vec![(OpKind::Gemm, 0.8)];
+        let second = retrain(
+            &cluster,
+            &mut faster,
+            None,
+            Some(&dir.path().join("new")),
+            &dir.path().join("newer"),
+            &plan,
+            10.0,
+            false,
+        )
+        .unwrap();
+        let (first_kept, second_kept) =
+            (r.previous_models.unwrap(), second.previous_models.unwrap());
+        assert_ne!(first_kept, second_kept);
+        assert!(
+            first_kept.join("models.bin").is_file() && second_kept.join("models.bin").is_file()
+        );
+        let staging: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".stepcast-retrain")
+            })
+            .collect();
+        assert!(staging.is_empty(), "{staging:?}");
     }
 }

@@ -69,7 +69,7 @@ impl PlanArgs {
             timed: self.timed.unwrap_or(p.timed),
             keep: self.keep.unwrap_or(p.keep),
         };
-        p.validate().map_err(stepcast::Error::Invalid)?;
+        spec.validate().map_err(stepcast::Error::Invalid)?;
         Ok(spec)
     }
 }

@@ -124,13 +124,101 @@ pub struct Target {
     pub fp8: bool,
 }
 
+/// Most values a span may expand to, and most configurations a grid may sample.
+const MAX_SPAN_VALUES: u64 = 10_000;
+const MAX_GRID_CONFIGS: usize = 100_000;
+
+impl Span {
+    fn check(&self, field: &str) -> Result<(), String> {
+        if self.step == 0 || self.from == 0 || self.from > self.to {
+            return Err(format!(
+                "{field} = {{from: {}, to: {}, step: {}}}: give 1 ≤ from ≤ to and step ≥ 1",
+                self.from, self.to, self.step
+            ));
+        }
+        let n = (self.to - self.from) / self.step + 1;
+        if n > MAX_SPAN_VALUES {
+            return Err(format!(
+                "{field} spans {n} values: at most {MAX_SPAN_VALUES}; raise step or narrow the range"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A list that must hold something, every value in a range.
+fn check_list<T: PartialOrd + std::fmt::Display + Copy>(
+    field: &str,
+    values: &[T],
+    range: std::ops::RangeInclusive<T>,
+) -> Result<(), String> {
+    if values.is_empty() {
+        return Err(format!("{field} is empty: give at least one value"));
+    }
+    match values.iter().find(|v| !range.contains(v)) {
+        Some(v) => Err(format!(
+            "{field} holds {v}: give values from {} to {}",
+            range.start(),
+            range.end()
+        )),
+        None => Ok(()),
+    }
+}
+
 impl PlanSpec {
     pub fn load(path: &Path) -> stepcast::Result<PlanSpec> {
         let spec: PlanSpec = stepcast::fsutil::read_yaml(path)?;
-        spec.protocol
-            .validate()
+        spec.validate()
             .map_err(|m| stepcast::Error::bad_file(path, m))?;
         Ok(spec)
+    }
+
+    /// Checks every list, span and size, so that a plan cannot expand into nothing, loop, or
+    /// take more memory than a machine has.
+    pub fn validate(&self) -> Result<(), String> {
+        self.protocol.validate()?;
+        check_list("dtypes", &self.dtypes, Dtype::Fp32..=Dtype::Fp8)?;
+        if let Some(g) = &self.grid {
+            if g.configs > MAX_GRID_CONFIGS {
+                return Err(format!(
+                    "grid.configs = {}: at most {MAX_GRID_CONFIGS}",
+                    g.configs
+                ));
+            }
+            check_list("grid.tp", &g.tp, 1..=1024)?;
+            check_list("grid.micro_batch", &g.micro_batch, 1..=4096)?;
+            check_list("grid.ffn_ratio", &g.ffn_ratio, 0.125..=64.0)?;
+            g.seq.check("grid.seq")?;
+            g.hidden.check("grid.hidden")?;
+            g.heads.check("grid.heads")?;
+        }
+        if let Some(p) = &self.presets {
+            if p.models.is_empty() {
+                return Err("presets.models is empty: give at least one model".into());
+            }
+            check_list("presets.tp", &p.tp, 1..=1024)?;
+            check_list("presets.micro_batch", &p.micro_batch, 1..=4096)?;
+        }
+        if let Some(c) = &self.collectives {
+            if c.ops.is_empty() {
+                return Err("collectives.ops is empty: give at least one collective".into());
+            }
+            if let Some(op) = c.ops.iter().find(|o| !o.is_collective()) {
+                return Err(format!("collectives.ops holds {op}, not a collective"));
+            }
+            if c.factor < 2
+                || c.min_bytes == 0
+                || c.min_bytes > c.max_bytes
+                || c.max_bytes > 1 << 40
+            {
+                return Err(format!(
+                    "collectives: min_bytes {}, max_bytes {}, factor {}: give 1 ≤ min_bytes ≤ \
+                     max_bytes ≤ 2^40 and factor ≥ 2",
+                    c.min_bytes, c.max_bytes, c.factor
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub fn builtin(quick: bool) -> PlanSpec {

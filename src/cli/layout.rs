@@ -173,29 +173,24 @@ impl JobArgs {
     }
 }
 
-/// The models a prediction uses: `--models` or the cluster file's directory, when it holds
-/// trained models; with `strict`, a directory without them is an error.
-pub fn open_models(
-    dir: Option<&Path>,
-    strict: bool,
-) -> anyhow::Result<Option<stepcast::regress::ModelSet>> {
+/// The models a prediction uses: `--models` or the cluster file's directory. A directory that
+/// is named but holds no models is an error (a prediction from the roofline alone is only
+/// made where no models directory is configured, and says so).
+pub fn open_models(dir: Option<&Path>) -> anyhow::Result<Option<stepcast::regress::ModelSet>> {
     use anyhow::Context;
-    match dir {
-        Some(dir)
-            if dir
-                .join(stepcast::regress::modelset::MANIFEST_FILE)
-                .is_file() =>
-        {
-            Ok(Some(stepcast::regress::ModelSet::open(dir).with_context(
-                || format!("opening models {}", dir.display()),
-            )?))
-        }
-        Some(dir) if strict => anyhow::bail!(stepcast::Error::MissingModel(format!(
-            "{}: no trained models there (--strict)",
+    let Some(dir) = dir else {
+        return Ok(None);
+    };
+    let set = stepcast::regress::ModelSet::open(dir).with_context(|| {
+        format!(
+            "opening models {}: train them with `stepcast train <dataset> --out {}`, give \
+             another with --models, or remove `models:` from the cluster file to predict from \
+             the roofline alone",
+            dir.display(),
             dir.display()
-        ))),
-        _ => Ok(None),
-    }
+        )
+    })?;
+    Ok(Some(set))
 }
 
 pub fn rules_name(r: Rules) -> &'static str {

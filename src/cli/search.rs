@@ -234,7 +234,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         ));
     }
     let models_dir = args.models.clone().or_else(|| cluster.models_dir.clone());
-    let models = super::layout::open_models(models_dir.as_deref(), false)?;
+    let models = super::layout::open_models(models_dir.as_deref())?;
     let cost = CostModel::new(&cluster, models);
     let req = SearchRequest {
         arch: &arch,

@@ -225,9 +225,12 @@ fn parse_time(col: &str, text: &str) -> std::result::Result<f64, String> {
     let v: f64 = text
         .parse()
         .map_err(|_| format!("{col} = '{text}' is not a number"))?;
-    if !v.is_finite() || v <= 0.0 {
+    if !(crate::limits::MIN_TIME_US..=crate::limits::MAX_TIME_US).contains(&v) {
         return Err(format!(
-            "{col} = {text}: times must be positive and finite (microseconds)"
+            "{col} = {text}: a kernel or collective takes between {} and {} microseconds; \
+             check the unit (times are in µs)",
+            crate::limits::MIN_TIME_US,
+            crate::limits::MAX_TIME_US
         ));
     }
     Ok(v)
@@ -400,7 +403,7 @@ mod tests {
         let head = "op,dtype,phase,m,n,k,batch,time_us\n";
         let e = read_err(&format!("{head}gemm,fp16,fwd,1,2,3,1,NaN\n"));
         assert!(
-            e.starts_with("x.csv:2:") && e.contains("positive and finite"),
+            e.starts_with("x.csv:2:") && e.contains("time_us = NaN") && e.contains("µs"),
             "{e}"
         );
         let e = read_err(&format!(
@@ -408,11 +411,20 @@ mod tests {
         ));
         assert!(e.starts_with("x.csv:3:"), "{e}");
         let e = read_err(&format!("{head}gemm,fp16,fwd,1,2,3,1,0\n"));
-        assert!(e.contains("positive"), "{e}");
+        assert!(e.contains("time_us = 0") && e.contains("0.001"), "{e}");
         let e = read_err(&format!("{head}gemm,fp16,fwd,1,2\n"));
         assert!(e.starts_with("x.csv:2:") && e.contains("truncated"), "{e}");
         let e = read_err(&format!("{head}gemm,fp16,sideways,1,2,3,1,5\n"));
         assert!(e.contains("unknown phase"), "{e}");
+        let e = read_err(&format!(
+            "{head}gemm,fp16,fwd,18446744073709551615,2,3,1,5\n"
+        ));
+        assert!(
+            e.contains("m = 18446744073709551615") && e.contains("at most"),
+            "{e}"
+        );
+        let e = read_err(&format!("{head}gemm,fp16,fwd,1,2,3,1,1e300\n"));
+        assert!(e.contains("time_us = 1e300"), "{e}");
         let e = read_err(&format!("{head}rmsnorm,fp16,fwd,1,2,3,1,5\n"));
         assert!(e.contains("needs shape column 'seq'"), "{e}");
         let e = read_err("op,dtype,phase,m\n");

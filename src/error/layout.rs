@@ -88,6 +88,9 @@ pub enum LayoutError {
         example: u64,
     },
 
+    #[error("{gpu} has no {dtype} tensor cores: train in bf16 or fp16 there, or pick a GPU with {dtype} (H100 and later)")]
+    DtypeUnsupported { gpu: String, dtype: &'static str },
+
     #[error("zero = {zero}: use 0, 1, 2 or 3")]
     ZeroStage { zero: u8 },
 
@@ -156,6 +159,7 @@ impl LayoutError {
                 "input out of range"
             }
             TooManyGpus { .. } => "more GPUs than the cluster has",
+            DtypeUnsupported { .. } => "data type the GPU does not have",
             HeadsNotDivisible { .. } | KvHeadsNotDivisible { .. } | FfnNotDivisible { .. } => {
                 "heads, key/value heads or MLP size not divisible by tp"
             }

@@ -162,37 +162,39 @@ fn lexical_join(base: &Path, rel: &Path) -> PathBuf {
 }
 
 impl ClusterSpec {
+    /// Checks every number against its physical range; `what` names the file.
     pub fn validate(&self, what: &str) -> std::result::Result<(), String> {
+        use crate::limits::check_range;
         self.gpu.validate(what)?;
         self.network.validate(what)?;
-        if self.gpus_per_node == 0 {
-            return Err(format!("{what}: gpus_per_node must be at least 1"));
-        }
-        if self.nodes == 0 {
-            return Err(format!("{what}: nodes must be at least 1"));
-        }
+        check_range(
+            what,
+            "gpus_per_node",
+            self.gpus_per_node as f64,
+            1.0..=1024.0,
+            "GPUs",
+        )?;
+        check_range(what, "nodes", self.nodes as f64, 1.0..=1_000_000.0, "nodes")?;
         let e = &self.efficiency;
         for (field, v) in [
             ("efficiency.compute", e.compute),
             ("efficiency.memory", e.memory),
             ("efficiency.network", e.network),
         ] {
-            if !(v > 0.0 && v <= 1.0) {
-                return Err(format!("{what}: {field} = {v} must be in (0, 1]"));
-            }
+            check_range(what, field, v, 0.01..=1.0, "of peak")?;
         }
-        if !(e.kernel_launch_us >= 0.0 && e.kernel_launch_us.is_finite()) {
-            return Err(format!(
-                "{what}: efficiency.kernel_launch_us must be zero or positive"
-            ));
-        }
+        check_range(
+            what,
+            "efficiency.kernel_launch_us",
+            e.kernel_launch_us,
+            0.0..=10_000.0,
+            "µs",
+        )?;
         for (field, v) in [
             ("memory.framework_gib", self.memory.framework_gib),
             ("memory.communicator_gib", self.memory.communicator_gib),
         ] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return Err(format!("{what}: {field} must be zero or positive"));
-            }
+            check_range(what, field, v, 0.0..=10_000.0, "GiB")?;
         }
         if let Some(r) = &self.reliability {
             r.validate(&format!("{what}: reliability"))?;

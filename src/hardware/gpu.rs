@@ -55,28 +55,54 @@ impl GpuSpec {
         self.hbm_bandwidth_gb_per_s * 1e9
     }
 
-    /// Checks that every number is positive and finite; `what` names the file for the message.
+    /// Whether the GPU has tensor cores for `dtype` (fp8 needs them: Hopper and later).
+    pub fn supports(&self, dtype: Dtype) -> bool {
+        dtype != Dtype::Fp8 || self.peak_dense_tflops.fp8.is_some()
+    }
+
+    /// Checks every number against its physical range; `what` names the file for the message.
     pub fn validate(&self, what: &str) -> Result<(), String> {
+        use crate::limits::check_range;
         let p = &self.peak_dense_tflops;
-        let fields = [
-            ("memory_gib", self.memory_gib),
-            ("hbm_bandwidth_gb_per_s", self.hbm_bandwidth_gb_per_s),
-            ("l2_cache_mib", self.l2_cache_mib),
-            ("peak_dense_tflops.fp32", p.fp32),
-            ("peak_dense_tflops.tf32", p.tf32),
-            ("peak_dense_tflops.fp16", p.fp16),
-            ("peak_dense_tflops.bf16", p.bf16),
-            ("peak_dense_tflops.fp8", p.fp8.unwrap_or(1.0)),
-        ];
-        for (field, value) in fields {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(format!(
-                    "{what}: gpu.{field} = {value} must be a positive number"
-                ));
+        check_range(
+            what,
+            "gpu.memory_gib",
+            self.memory_gib,
+            0.5..=100_000.0,
+            "GiB",
+        )?;
+        check_range(
+            what,
+            "gpu.hbm_bandwidth_gb_per_s",
+            self.hbm_bandwidth_gb_per_s,
+            10.0..=1e6,
+            "GB/s",
+        )?;
+        check_range(
+            what,
+            "gpu.l2_cache_mib",
+            self.l2_cache_mib,
+            0.0..=100_000.0,
+            "MiB",
+        )?;
+        check_range(
+            what,
+            "gpu.sm_count",
+            self.sm_count as f64,
+            1.0..=100_000.0,
+            "SMs",
+        )?;
+        for (field, value) in [
+            ("fp32", Some(p.fp32)),
+            ("tf32", Some(p.tf32)),
+            ("fp16", Some(p.fp16)),
+            ("bf16", Some(p.bf16)),
+            ("fp8", p.fp8),
+        ] {
+            if let Some(v) = value {
+                let field = format!("gpu.peak_dense_tflops.{field}");
+                check_range(what, &field, v, 0.01..=1e6, "TFLOP/s")?;
             }
-        }
-        if self.sm_count == 0 {
-            return Err(format!("{what}: gpu.sm_count must be at least 1"));
         }
         Ok(())
     }

@@ -50,39 +50,36 @@ impl NetworkSpec {
         self.intra_node.bandwidth_gb_per_s * 1e9
     }
 
+    /// Checks every number against its physical range; `what` names the file.
     pub fn validate(&self, what: &str) -> Result<(), String> {
-        let fields = [
-            (
-                "network.intra_node.bandwidth_gb_per_s",
-                self.intra_node.bandwidth_gb_per_s,
-            ),
-            (
-                "network.inter_node.bandwidth_gbit_per_s_per_nic",
-                self.inter_node.bandwidth_gbit_per_s_per_nic,
-            ),
-        ];
-        for (field, value) in fields {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(format!(
-                    "{what}: {field} = {value} must be a positive number"
-                ));
-            }
-        }
-        for (field, value) in [
-            ("network.intra_node.latency_us", self.intra_node.latency_us),
-            ("network.inter_node.latency_us", self.inter_node.latency_us),
+        use crate::limits::check_range;
+        let (intra, inter) = (&self.intra_node, &self.inter_node);
+        check_range(
+            what,
+            "network.intra_node.bandwidth_gb_per_s",
+            intra.bandwidth_gb_per_s,
+            0.1..=100_000.0,
+            "GB/s",
+        )?;
+        check_range(
+            what,
+            "network.inter_node.bandwidth_gbit_per_s_per_nic",
+            inter.bandwidth_gbit_per_s_per_nic,
+            0.1..=100_000.0,
+            "Gb/s",
+        )?;
+        for (field, v) in [
+            ("network.intra_node.latency_us", intra.latency_us),
+            ("network.inter_node.latency_us", inter.latency_us),
         ] {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(format!(
-                    "{what}: {field} = {value} must be zero or positive"
-                ));
-            }
+            check_range(what, field, v, 0.0..=100_000.0, "µs")?;
         }
-        if self.inter_node.nics_per_node == 0 {
-            return Err(format!(
-                "{what}: network.inter_node.nics_per_node must be at least 1"
-            ));
-        }
-        Ok(())
+        check_range(
+            what,
+            "network.inter_node.nics_per_node",
+            inter.nics_per_node as f64,
+            1.0..=256.0,
+            "NICs",
+        )
     }
 }

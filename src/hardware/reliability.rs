@@ -58,6 +58,7 @@ impl Reliability {
     }
 
     pub fn validate(&self, what: &str) -> std::result::Result<(), String> {
+        use crate::limits::check_range;
         let r = self.failures_per_node_per_day;
         if !(r > 0.0 && r.is_finite()) {
             return Err(format!(
@@ -65,25 +66,31 @@ impl Reliability {
                  failures needs no checkpoints; give a small rate such as 0.001)"
             ));
         }
+        check_range(
+            what,
+            "failures_per_node_per_day",
+            r,
+            1e-7..=10.0,
+            "per node per day",
+        )?;
         if self.recovery.is_empty() {
             return Err(format!("{what}: recovery needs at least one level"));
         }
         for l in &self.recovery {
-            if !(l.share >= 0.0 && l.share.is_finite() && l.seconds >= 0.0 && l.seconds.is_finite())
-            {
-                return Err(format!(
-                    "{what}: recovery level {}: share and seconds must be zero or positive",
-                    l.level
-                ));
-            }
+            check_range(
+                what,
+                &format!("recovery {} share", l.level),
+                l.share,
+                0.0..=1.0,
+                "",
+            )?;
+            let field = format!("recovery {} seconds", l.level);
+            check_range(what, &field, l.seconds, 0.0..=1e7, "s")?;
         }
         if self.recovery.iter().map(|l| l.share).sum::<f64>() <= 0.0 {
             return Err(format!("{what}: recovery shares must not all be zero"));
         }
-        if !(self.first_start_s >= 0.0 && self.first_start_s.is_finite()) {
-            return Err(format!("{what}: first_start_s must be zero or positive"));
-        }
-        Ok(())
+        check_range(what, "first_start_s", self.first_start_s, 0.0..=1e7, "s")
     }
 }
 
@@ -110,18 +117,17 @@ impl Default for Storage {
 
 impl Storage {
     pub fn validate(&self, what: &str) -> std::result::Result<(), String> {
-        let v = self.checkpoint_write_gb_per_s_per_node;
-        if !(v > 0.0 && v.is_finite()) {
-            return Err(format!(
-                "{what}: checkpoint_write_gb_per_s_per_node = {v} must be positive"
-            ));
-        }
+        use crate::limits::check_range;
+        let field = "checkpoint_write_gb_per_s_per_node";
+        check_range(
+            what,
+            field,
+            self.checkpoint_write_gb_per_s_per_node,
+            1e-3..=1e5,
+            "GB/s",
+        )?;
         if let Some(m) = self.checkpoint_write_gb_per_s_max {
-            if !(m > 0.0 && m.is_finite()) {
-                return Err(format!(
-                    "{what}: checkpoint_write_gb_per_s_max = {m} must be positive"
-                ));
-            }
+            check_range(what, "checkpoint_write_gb_per_s_max", m, 1e-3..=1e7, "GB/s")?;
         }
         Ok(())
     }

@@ -224,7 +224,7 @@ pub struct CollectiveShape {
 
 impl CollectiveShape {
     pub fn ranks(&self) -> u64 {
-        self.nodes * self.gpus_per_node
+        self.nodes.saturating_mul(self.gpus_per_node)
     }
 }
 
@@ -287,6 +287,7 @@ impl Shape {
                 v.len()
             ));
         }
+        check_dims(cols, v)?;
         let shape = match family {
             ShapeFamily::Gemm => Shape::Gemm(GemmShape {
                 m: v[0],
@@ -345,15 +346,10 @@ impl Shape {
         Ok(shape)
     }
 
-    /// Every dimension must be at least 1 (a causal flag may be 0); heads must be a multiple of
-    /// the key/value heads; a collective needs two ranks.
+    /// Every dimension must be at least 1 (a causal flag may be 0) and within the physical
+    /// limits; heads must be a multiple of the key/value heads; a collective needs two ranks.
     pub fn validate(&self) -> Result<(), String> {
-        let cols = self.family().columns();
-        for (name, value) in cols.iter().zip(self.values()) {
-            if value == 0 && *name != "causal" {
-                return Err(format!("shape field {name} must be at least 1"));
-            }
-        }
+        check_dims(self.family().columns(), &self.values())?;
         match self {
             Shape::Attention(a) if a.heads % a.kv_heads != 0 => Err(format!(
                 "heads ({}) must be a multiple of kv_heads ({})",
@@ -379,6 +375,27 @@ impl Shape {
             _ => None,
         }
     }
+}
+
+/// Each value at least 1 (a causal flag 0 or 1) and at most the physical limit of its column.
+fn check_dims(cols: &[&str], values: &[u64]) -> Result<(), String> {
+    use crate::limits::{MAX_COLLECTIVE_SPAN, MAX_SHAPE_DIM};
+    for (name, &value) in cols.iter().zip(values) {
+        let max = match *name {
+            "causal" => continue,
+            "nodes" | "gpus_per_node" | "ranks" => MAX_COLLECTIVE_SPAN,
+            _ => MAX_SHAPE_DIM,
+        };
+        if value == 0 {
+            return Err(format!("shape field {name} must be at least 1"));
+        }
+        if value > max {
+            return Err(format!(
+                "shape field {name} = {value} is beyond any real operator: at most {max}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Display for Shape {

@@ -246,6 +246,21 @@ impl Layout {
             None if paper => 1_260_000_000,
             None => 40_000_000u64.max(1_000_000 * dp),
         };
+        // micro-batches ≤ 2^18, micro-batch ≤ 2^16, dp ≤ 2^20: the product fits in a u64
+        let global_batch = bounded(
+            "global batch (micro-batch × micro-batches × dp)",
+            micro_batches * micro_batch * dp,
+            MAX_GLOBAL_BATCH,
+        )?;
+        let dtype = spec
+            .dtype
+            .unwrap_or(if paper { Dtype::Fp16 } else { Dtype::Bf16 });
+        if !cluster.spec.gpu.supports(dtype) {
+            return Err(LayoutError::DtypeUnsupported {
+                gpu: cluster.spec.gpu.name.clone(),
+                dtype: dtype.name(),
+            });
+        }
         Ok(Layout {
             tp,
             pp,
@@ -253,7 +268,7 @@ impl Layout {
             world,
             micro_batch,
             micro_batches,
-            global_batch: micro_batches * micro_batch * dp,
+            global_batch,
             seq_len,
             sequence_parallel,
             recompute: spec.recompute.unwrap_or(if paper {
@@ -263,9 +278,7 @@ impl Layout {
             }),
             partition,
             zero,
-            dtype: spec
-                .dtype
-                .unwrap_or(if paper { Dtype::Fp16 } else { Dtype::Bf16 }),
+            dtype,
             rules,
             dp_bucket_elements,
             schedule,
