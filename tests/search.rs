@@ -197,5 +197,22 @@ fn ettr_reproduces_mofa_and_refuses_impossible_inputs() {
     };
     assert_user_error(&with(&["--failures-per-node-day", "0"]), &["positive rate"]);
     assert_user_error(&with(&["--recovery-s", "-3"]), &["zero or positive"]);
-    assert_user_error(&with(&["--failures-per-node-day", "500"]), &["recovering"]);
+    assert_user_error(
+        &with(&["--failures-per-node-day", "500"]),
+        &["failures_per_node_per_day = 500", "physical range"],
+    );
+    let o = stepcast(&[
+        "ettr",
+        "--step-s",
+        "28",
+        "--steps",
+        "1000",
+        "--nodes",
+        "10000",
+        "--save-s",
+        "2",
+        "--failures-per-node-day",
+        "10",
+    ]);
+    assert_user_error(&o, &["recovering"]);
 }
