@@ -50,6 +50,73 @@ pub fn write_atomic_with(
     result.map_err(|e: std::io::Error| Error::io(path, e))
 }
 
+/// The lock file a directory is locked with while stepcast writes it.
+pub const LOCK_FILE: &str = ".stepcast.lock";
+
+/// A lock on a directory stepcast writes (a dataset being collected, a models directory being
+/// trained): held until dropped, released by the operating system if the process dies.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: Option<fs::File>,
+}
+
+impl DirLock {
+    /// Locks `dir` for writing; fails at once, naming the directory, if another process holds
+    /// it for reading or writing.
+    pub fn exclusive(dir: &Path) -> Result<DirLock> {
+        Self::take(dir, true)
+    }
+
+    /// Locks `dir` for reading: fails at once if a writer holds it.
+    pub fn shared(dir: &Path) -> Result<DirLock> {
+        Self::take(dir, false)
+    }
+
+    fn take(dir: &Path, exclusive: bool) -> Result<DirLock> {
+        if !exclusive && !dir.is_dir() {
+            // nothing to read: the reader says so in its own words
+            return Ok(DirLock { _file: None });
+        }
+        let path = dir.join(LOCK_FILE);
+        let opened = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path);
+        let file = match opened {
+            Ok(f) => f,
+            // a reader of a directory it cannot write (a read-only share): nobody can be
+            // writing it through us, and there is no lock file to take
+            Err(e) if !exclusive && e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Ok(DirLock { _file: None });
+            }
+            Err(e) if !exclusive && e.raw_os_error() == Some(30) => {
+                return Ok(DirLock { _file: None }); // EROFS
+            }
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        let taken = if exclusive {
+            file.try_lock()
+        } else {
+            file.try_lock_shared()
+        };
+        match taken {
+            Ok(()) => Ok(DirLock { _file: Some(file) }),
+            Err(fs::TryLockError::WouldBlock) => Err(Error::bad_file(
+                dir,
+                if exclusive {
+                    "another stepcast is using this directory (collecting, training or reading \
+                     it): wait for it to finish, or write to another directory"
+                } else {
+                    "another stepcast is writing this directory: wait for it to finish"
+                },
+            )),
+            Err(fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
+        }
+    }
+}
+
 pub fn read_to_string(path: &Path) -> Result<String> {
     fs::read_to_string(path).map_err(|e| Error::io(path, e))
 }
@@ -95,6 +162,20 @@ mod tests {
             d.as_str() > "2024-01-01" && d.as_str() < "2100-01-01",
             "{d}"
         );
+    }
+
+    #[test]
+    fn a_locked_directory_refuses_a_second_writer_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DirLock::exclusive(dir.path()).unwrap();
+        let e = DirLock::exclusive(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("another stepcast"), "{e}");
+        assert!(DirLock::shared(dir.path()).is_err());
+        drop(first);
+        let a = DirLock::shared(dir.path()).unwrap();
+        let _b = DirLock::shared(dir.path()).unwrap();
+        assert!(DirLock::exclusive(dir.path()).is_err());
+        drop(a);
     }
 
     #[test]

@@ -15,9 +15,11 @@ fn main() {
     let cli = cli::Cli::parse();
     if let Err(err) = cli::run(cli) {
         // a closed pipe (`stepcast … | head`) is not an error
+        let broken_pipe = |e: &std::io::Error| e.kind() == std::io::ErrorKind::BrokenPipe;
         if err.chain().any(|c| {
-            c.downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            c.downcast_ref::<std::io::Error>().is_some_and(broken_pipe)
+                || matches!(c.downcast_ref::<stepcast::Error>(),
+                    Some(stepcast::Error::Io { error, .. }) if broken_pipe(error))
         }) {
             std::process::exit(0);
         }

@@ -88,7 +88,8 @@ fn skipped_row(p: &PlanPoint, reason: &str) -> Measurement {
     }
 }
 
-/// Drops a partial last line (a row cut by a crash mid-write) from every CSV of `dir`.
+/// Drops a partial last line (a row cut by a crash mid-write) from every CSV of `dir`,
+/// however long that line is.
 fn repair_tails(dir: &Path) -> anyhow::Result<u64> {
     let mut dropped = 0;
     for entry in std::fs::read_dir(dir)? {
@@ -98,25 +99,35 @@ fn repair_tails(dir: &Path) -> anyhow::Result<u64> {
         }
         let mut f = OpenOptions::new().read(true).write(true).open(&path)?;
         let len = f.metadata()?.len();
-        if len == 0 {
-            continue;
+        let keep = end_of_last_line(&mut f, len)?;
+        if keep < len {
+            f.set_len(keep)?;
+            dropped += len - keep;
         }
-        let tail = len.min(1 << 20);
-        f.seek(SeekFrom::Start(len - tail))?;
-        let mut buf = Vec::new();
-        f.read_to_end(&mut buf)?;
-        if buf.last() == Some(&b'\n') {
-            continue;
-        }
-        let keep = buf
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map(|i| len - tail + i as u64 + 1)
-            .unwrap_or(0);
-        f.set_len(keep)?;
-        dropped += len - keep;
     }
     Ok(dropped)
+}
+
+/// Where the last complete line of a file of `len` bytes ends (0: none), reading backwards
+/// in blocks.
+fn end_of_last_line(f: &mut std::fs::File, len: u64) -> std::io::Result<u64> {
+    const BLOCK: u64 = 64 << 10;
+    let mut end = len;
+    let mut buf = vec![0u8; BLOCK as usize];
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        let block = &mut buf[..(end - start) as usize];
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(block)?;
+        if end == len && block.last() == Some(&b'\n') {
+            return Ok(len);
+        }
+        if let Some(i) = block.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
 }
 
 pub fn meta_for(plan: &Plan, info: &crate::device::DeviceInfo, name: String) -> DatasetMeta {
@@ -150,6 +161,7 @@ pub fn meta_for(plan: &Plan, info: &crate::device::DeviceInfo, name: String) -> 
             kept_middle: plan.spec.protocol.keep,
             timer: "CUDA events".to_string(),
         }),
+        collector: Some(concat!("stepcast-bench ", env!("CARGO_PKG_VERSION")).to_string()),
         reference_errors: Vec::new(),
     }
 }
@@ -166,6 +178,13 @@ pub fn collect(
     let info = device.info();
     let out = &options.out;
     let follower = options.launch.as_ref().is_some_and(|l| l.node > 0);
+    // one writer per dataset directory, for the whole collection
+    let _lock = if follower {
+        None
+    } else {
+        std::fs::create_dir_all(out)?;
+        Some(stepcast::fsutil::DirLock::exclusive(out)?)
+    };
     let mut done: HashSet<OpQuery> = HashSet::new();
     let mut meta = if out.join(META_FILE).exists() && !follower {
         if !options.resume {
@@ -415,6 +434,22 @@ fn merge_versions(s: &mut SoftwareStamp, v: &crate::torch::TorchVersions, attent
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_torn_row_longer_than_any_block_drops_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gemm.csv");
+        let kept = "op,dtype\ngemm,fp16\n";
+        let torn = "x".repeat(3 << 20); // 3 MiB without a newline
+        std::fs::write(&path, format!("{kept}{torn}")).unwrap();
+        assert_eq!(repair_tails(dir.path()).unwrap(), torn.len() as u64);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), kept);
+        // a whole file is left alone; a file of one partial line is emptied
+        assert_eq!(repair_tails(dir.path()).unwrap(), 0);
+        std::fs::write(&path, "no newline at all").unwrap();
+        repair_tails(dir.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+    }
     use crate::device::mock::MockDevice;
     use crate::plan::{PlanSpec, Target};
     use stepcast::ops::OpKind;

@@ -19,7 +19,9 @@ fn harness() -> Option<PathBuf> {
     })
 }
 
-/// Runs the harness with `args` and exits with its exit code.
+/// Runs the harness with `args` in place of this process (on Unix: the same process, so a
+/// signal sent to `stepcast` reaches the collector itself and its exit status is ours), or as
+/// a child whose exit code, or signal, becomes ours.
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let Some(path) = harness() else {
         anyhow::bail!(stepcast::Error::Invalid(format!(
@@ -28,6 +30,15 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
              to build; on the GPU node the libraries are loaded at run time)"
         )));
     };
-    let status = Command::new(&path).args(args).status()?;
-    std::process::exit(status.code().unwrap_or(1));
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let err = Command::new(&path).args(args).exec();
+        anyhow::bail!("cannot run {}: {err}", path.display());
+    }
+    #[cfg(not(unix))]
+    {
+        let status = Command::new(&path).args(args).status()?;
+        std::process::exit(status.code().unwrap_or(1));
+    }
 }

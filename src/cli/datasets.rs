@@ -72,6 +72,7 @@ pub fn run(cmd: DatasetsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         DatasetsCommand::Show { dir } => {
+            let _reading = stepcast::fsutil::DirLock::shared(&dir)?;
             let ds = Dataset::load(&dir)?;
             let m = &ds.meta;
             println!("{} — {} — collected {}", m.name, m.gpu.name, m.collected_at);

@@ -32,6 +32,7 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let set = ModelSet::load(&args.models)
         .with_context(|| format!("loading models {}", args.models.display()))?;
+    let _reading = stepcast::fsutil::DirLock::shared(&args.dataset)?;
     let dataset = Dataset::load(&args.dataset)
         .with_context(|| format!("loading dataset {}", args.dataset.display()))?;
     let report = evaluate(

@@ -32,6 +32,7 @@ pub struct TrainArgs {
 
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    let _reading = stepcast::fsutil::DirLock::shared(&args.dataset)?;
     let dataset = Dataset::load(&args.dataset)
         .with_context(|| format!("loading dataset {}", args.dataset.display()))?;
     if dataset.meta.source.description.starts_with("MOCK") {

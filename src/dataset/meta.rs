@@ -33,6 +33,11 @@ pub struct DatasetMeta {
     pub source: Provenance,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<Protocol>,
+    /// The stepcast-bench that collected it (none for imported data). A collection measures
+    /// each point once, so a point that appears twice is refused (two collectors wrote the
+    /// directory at once); imported data may repeat a shape (repeated measurements).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector: Option<String>,
     /// Errors published with the source data (e.g. the paper's cross-validated error per
     /// operator), shown beside ours by `stepcast eval`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -100,7 +100,11 @@ impl Dataset {
             let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
             hasher.update(path.file_name().unwrap().to_string_lossy().as_bytes());
             hasher.update(&bytes);
-            rows.extend(read_csv(path, &bytes)?);
+            let file_rows = read_csv(path, &bytes)?;
+            if meta.collector.is_some() {
+                refuse_repeats(path, &file_rows)?;
+            }
+            rows.extend(file_rows);
         }
         if !rows.iter().any(Measurement::is_ok) {
             return Err(Error::Empty(format!(
@@ -121,6 +125,30 @@ impl Dataset {
     pub fn ok_rows(&self) -> impl Iterator<Item = &Measurement> {
         self.rows.iter().filter(|r| r.is_ok())
     }
+}
+
+/// A collection's rows each measure a different point: a repeat means two collectors wrote one
+/// directory, and which of the two to keep is the user's choice.
+fn refuse_repeats(path: &Path, rows: &[Measurement]) -> Result<()> {
+    let mut seen: std::collections::HashMap<(OpQuery, LayerContext), usize> =
+        std::collections::HashMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        // line 1 is the header
+        let line = i as u64 + 2;
+        if let Some(first) = seen.insert((r.query, r.context), i) {
+            return Err(Error::bad_row(
+                path,
+                line,
+                format!(
+                    "{} was already measured on line {}: two collectors wrote this directory at \
+                     once; delete one of the two lines (or collect again into a new directory)",
+                    r.query,
+                    first + 2
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn csv_files(dir: &Path) -> Result<Vec<PathBuf>> {

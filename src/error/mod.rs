@@ -12,12 +12,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A file or directory could not be read or written.
-    #[error("{path}: {source}")]
+    /// A file or directory could not be read or written (the cause is part of the message, not
+    /// a separate link of the chain, so it prints once).
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 
     /// A data row is malformed; `line` is 1-based and counts the header.
@@ -62,10 +62,10 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 

@@ -154,6 +154,21 @@ impl ModelSet {
     /// removed; nothing else in the directory is touched.
     pub fn save(dir: &Path, mut manifest: Manifest, models: Vec<TrainedModel>) -> Result<Manifest> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let _lock = crate::fsutil::DirLock::exclusive(dir)?;
+        // temporary files an earlier, killed training of ours left (nobody else writes here
+        // while we hold the lock)
+        for entry in std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = [BUNDLE_FILE, MANIFEST_FILE]
+                .iter()
+                .any(|f| name.starts_with(&format!(".{f}.")) && name.ends_with(".tmp"));
+            if ours && entry.file_type().is_ok_and(|t| t.is_file()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         let stale = earlier_format_files(dir);
         let (bytes, index) = bundle::encode(&models)?;
         crate::fsutil::write_atomic(&dir.join(BUNDLE_FILE), &bytes)?;

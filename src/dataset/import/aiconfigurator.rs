@@ -158,6 +158,7 @@ pub(super) fn read(
             )),
             license: Some("Apache-2.0".to_string()),
         },
+        collector: None,
         protocol: None,
         reference_errors: Vec::new(),
     };

@@ -128,6 +128,7 @@ pub(super) fn read(
             path: Some(format!("src/estimate_train_time/data/regressors/{system}")),
             license: Some("MIT".to_string()),
         },
+        collector: None,
         protocol: Some(Protocol {
             warmup_runs: 2,
             timed_runs: 10,
