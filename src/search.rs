@@ -191,13 +191,13 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
         for &pp in &pps {
             if tp
                 .checked_mul(pp)
-                .is_none_or(|tp_pp| tp_pp == 0 || req.gpus % tp_pp != 0)
+                .is_none_or(|tp_pp| tp_pp == 0 || !req.gpus.is_multiple_of(tp_pp))
             {
                 continue;
             }
             let dp = req.gpus / (tp * pp);
             // chunk counts the interleaved schedule can use here
-            let vpps: Vec<u64> = if pp > 1 && req.arch.layers % pp == 0 {
+            let vpps: Vec<u64> = if pp > 1 && req.arch.layers.is_multiple_of(pp) {
                 divisors(req.arch.layers / pp)
                     .into_iter()
                     .filter(|&v| v >= 2 && v <= s.max_vpp)

@@ -136,7 +136,7 @@ proptest! {
             ..Default::default()
         };
         let Ok(mut layout) = Layout::new(&spec, &arch, &c) else { return Ok(()) };
-        prop_assume!(arch.layers % pp == 0);
+        prop_assume!(arch.layers.is_multiple_of(pp));
         let plan = Plan::new(&arch, &layout, &c);
         let times = QueryTimes {
             us: plan.queries.iter().map(|q| balanced_time(q, send)).collect(),

@@ -162,7 +162,7 @@ pub fn simulate_with(
     let p = work.pp();
     let m = work.micro_batches;
     let n = work.chunks.len();
-    if p == 0 || m == 0 || n % p != 0 {
+    if p == 0 || m == 0 || !n.is_multiple_of(p) {
         return Err(Error::Invalid(format!(
             "pipeline of {p} ranks, {n} chunks and {m} micro-batches cannot be simulated"
         )));

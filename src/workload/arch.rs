@@ -129,14 +129,14 @@ impl ArchSpec {
                 )));
             }
         }
-        if self.hidden % self.heads != 0 {
+        if !self.hidden.is_multiple_of(self.heads) {
             return Err(bad(format!(
                 "hidden ({}) must be a multiple of heads ({})",
                 self.hidden, self.heads
             )));
         }
         let kv_heads = self.kv_heads.unwrap_or(self.heads);
-        if kv_heads == 0 || self.heads % kv_heads != 0 {
+        if kv_heads == 0 || !self.heads.is_multiple_of(kv_heads) {
             return Err(bad(format!(
                 "heads ({}) must be a multiple of kv_heads ({kv_heads})",
                 self.heads

@@ -346,7 +346,7 @@ fn check_world(tp: u64, pp: u64, dp: u64, cluster: &Cluster) -> Result<u64, Layo
 /// Heads, key/value heads and the MLP must split over tp; the layers must fill pp stages.
 fn check_model_split(arch: &Arch, tp: u64, pp: u64) -> Result<(), LayoutError> {
     let model = || arch.name.clone();
-    if arch.heads % tp != 0 {
+    if !arch.heads.is_multiple_of(tp) {
         return Err(LayoutError::HeadsNotDivisible {
             model: model(),
             heads: arch.heads,
@@ -354,22 +354,22 @@ fn check_model_split(arch: &Arch, tp: u64, pp: u64) -> Result<(), LayoutError> {
             divisors: divisor_list(arch.heads, |_| true),
         });
     }
-    if arch.kv_heads % tp != 0 && tp % arch.kv_heads != 0 {
+    if !arch.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(arch.kv_heads) {
         return Err(LayoutError::KvHeadsNotDivisible {
             model: model(),
             kv_heads: arch.kv_heads,
             tp,
             divisors: divisor_list(arch.heads, |d| {
-                arch.kv_heads % d == 0 || d % arch.kv_heads == 0
+                arch.kv_heads.is_multiple_of(d) || d % arch.kv_heads == 0
             }),
         });
     }
-    if arch.ffn_hidden % tp != 0 {
+    if !arch.ffn_hidden.is_multiple_of(tp) {
         return Err(LayoutError::FfnNotDivisible {
             model: model(),
             ffn: arch.ffn_hidden,
             tp,
-            divisors: divisor_list(arch.heads, |d| arch.ffn_hidden % d == 0),
+            divisors: divisor_list(arch.heads, |d| arch.ffn_hidden.is_multiple_of(d)),
         });
     }
     if arch.layers < pp {
@@ -423,7 +423,7 @@ fn stage_layers(
             schedule: schedule.name(),
         });
     }
-    if arch.layers % (pp * vpp) != 0 {
+    if !arch.layers.is_multiple_of(pp * vpp) {
         return Err(LayoutError::UnevenChunks {
             model: arch.name.clone(),
             layers: arch.layers,
@@ -483,7 +483,7 @@ fn schedule_and_chunks(
             if pp < 2 || vpp < 2 {
                 return Err(LayoutError::InterleavedNeedsChunks { pp, vpp });
             }
-            if micro_batches % pp != 0 {
+            if !micro_batches.is_multiple_of(pp) {
                 return Err(LayoutError::MicroBatchesNotGroupsOfPp {
                     pp,
                     micro_batches,
@@ -506,7 +506,7 @@ pub fn divisors(n: u64) -> Vec<u64> {
     let mut high = Vec::new();
     let mut d = 1u64;
     while d.saturating_mul(d) <= n {
-        if n % d == 0 {
+        if n.is_multiple_of(d) {
             low.push(d);
             if d != n / d {
                 high.push(n / d);

@@ -343,7 +343,7 @@ fn read_operator_file(path: &Path, op: &PaperOp) -> Result<Vec<Measurement>> {
         let get = |k: &str| v.get(k).copied().unwrap_or(1);
         let (tp, b, l, dim, h) = (get("mp"), get("b"), get("l"), get("dim"), get("h"));
         let div = |a: u64, by: u64, what: &str| -> Result<u64> {
-            if by == 0 || a % by != 0 {
+            if by == 0 || !a.is_multiple_of(by) {
                 Err(Error::bad_row(
                     path,
                     *line,
