@@ -45,9 +45,24 @@ pub fn check_range(
     if range.contains(&value) {
         return Ok(());
     }
+    let unit = if unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {unit}")
+    };
     Err(format!(
-        "{what}: {field} = {value} is outside the physical range {} to {} {unit}: correct it",
-        range.start(),
-        range.end()
+        "{what}: {field} = {} is outside the physical range {} to {}{unit}: correct it",
+        readable(value),
+        readable(*range.start()),
+        readable(*range.end())
     ))
+}
+
+/// A number as people write it: plain where that is short, in exponent form where not.
+pub fn readable(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
 }

@@ -36,6 +36,56 @@ pub struct SearchSpace {
     pub max_vpp: u64,
 }
 
+impl SearchSpace {
+    /// Checks every value the user listed, for `gpus` GPUs.
+    pub fn validate(&self, gpus: u64) -> Result<()> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        for (flag, values) in [("--tp", &self.tp), ("--pp", &self.pp)] {
+            for &v in values.iter().flatten() {
+                if v == 0 || gpus % v != 0 {
+                    let all: Vec<String> = divisors(gpus).iter().map(u64::to_string).collect();
+                    return bad(format!(
+                        "{flag} {v} does not divide --gpus {gpus}: give divisors of {gpus} ({})",
+                        all.join(", ")
+                    ));
+                }
+            }
+        }
+        if let Some(&mb) = self
+            .micro_batch
+            .iter()
+            .find(|&&m| m == 0 || m > crate::limits::MAX_MICRO_BATCH)
+        {
+            return bad(format!(
+                "--micro-batch {mb}: give micro-batch sizes from 1 to {}",
+                crate::limits::MAX_MICRO_BATCH
+            ));
+        }
+        if let Some(&z) = self.zero.iter().find(|&&z| z > 3) {
+            return bad(format!("--zero {z}: use 0, 1, 2 or 3"));
+        }
+        if self.max_vpp < 2 && self.schedules.contains(&Schedule::Interleaved) {
+            return bad(format!(
+                "--max-vpp {}: the interleaved schedule needs at least 2 chunks per rank; give \
+                 --max-vpp 2 or more, or leave interleaved out of --schedule",
+                self.max_vpp
+            ));
+        }
+        for (flag, empty) in [
+            ("--micro-batch", self.micro_batch.is_empty()),
+            ("--schedule", self.schedules.is_empty()),
+            ("--recompute", self.recompute.is_empty()),
+            ("--sequence-parallel", self.sequence_parallel.is_empty()),
+            ("--zero", self.zero.is_empty()),
+        ] {
+            if empty {
+                return bad(format!("{flag} lists nothing: give at least one value"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for SearchSpace {
     fn default() -> Self {
         SearchSpace {
@@ -312,6 +362,23 @@ pub fn search(req: &SearchRequest, cost: &CostModel) -> Result<SearchReport> {
             "{} GPUs asked for, but {} has {available}: lower --gpus or use a larger cluster file",
             req.gpus, req.cluster.spec.name
         )));
+    }
+    req.space.validate(req.gpus)?;
+    // what every layout shares, checked once: a base no layout can run with fails here, not as
+    // "nothing fits"
+    if let Some(f) = req.base.tp_comm_overlap {
+        if !(0.0..=1.0).contains(&f) {
+            return Err(crate::error::LayoutError::TpCommOverlap(f).into());
+        }
+    }
+    if let Some(dtype) = req.base.dtype {
+        if !req.cluster.spec.gpu.supports(dtype) {
+            return Err(crate::error::LayoutError::DtypeUnsupported {
+                gpu: req.cluster.spec.gpu.name.clone(),
+                dtype: dtype.name(),
+            }
+            .into());
+        }
     }
     let candidates = enumerate(req);
     let mut pruned: BTreeMap<&'static str, usize> = BTreeMap::new();

@@ -167,7 +167,9 @@ fn check_list<T: PartialOrd + std::fmt::Display + Copy>(
 
 impl PlanSpec {
     pub fn load(path: &Path) -> stepcast::Result<PlanSpec> {
-        let spec: PlanSpec = stepcast::fsutil::read_yaml(path)?;
+        let spec: PlanSpec = stepcast::fsutil::read_yaml(path).map_err(|e| {
+            e.hint("compare with profiler/plans/quick.yaml, which sets every field")
+        })?;
         spec.validate()
             .map_err(|m| stepcast::Error::bad_file(path, m))?;
         Ok(spec)
@@ -196,6 +198,14 @@ impl PlanSpec {
             if p.models.is_empty() {
                 return Err("presets.models is empty: give at least one model".into());
             }
+            for m in &p.models {
+                if stepcast::workload::presets::preset(m).is_none() {
+                    return Err(format!(
+                        "presets.models holds '{m}', not a preset: use one of {}",
+                        stepcast::workload::presets::names().join(", ")
+                    ));
+                }
+            }
             check_list("presets.tp", &p.tp, 1..=1024)?;
             check_list("presets.micro_batch", &p.micro_batch, 1..=4096)?;
         }
@@ -204,7 +214,10 @@ impl PlanSpec {
                 return Err("collectives.ops is empty: give at least one collective".into());
             }
             if let Some(op) = c.ops.iter().find(|o| !o.is_collective()) {
-                return Err(format!("collectives.ops holds {op}, not a collective"));
+                return Err(format!(
+                    "collectives.ops holds {op}, not a collective: use all_reduce, all_gather, \
+                     reduce_scatter, all_to_all or send_recv"
+                ));
             }
             if c.factor < 2
                 || c.min_bytes == 0

@@ -29,8 +29,15 @@ impl Protocol {
     pub fn validate(&self) -> Result<(), String> {
         if self.timed == 0 || self.keep == 0 || self.keep > self.timed {
             return Err(format!(
-                "protocol: need timed ≥ 1 and 1 ≤ keep ≤ timed (got timed {}, keep {})",
+                "protocol: timed {}, keep {}: give timed ≥ 1 and 1 ≤ keep ≤ timed (the paper \
+                 times 10 and keeps the middle 5)",
                 self.timed, self.keep
+            ));
+        }
+        if self.warmup > 10_000 || self.timed > 10_000 {
+            return Err(format!(
+                "protocol: warmup {}, timed {}: give at most 10000 runs each",
+                self.warmup, self.timed
             ));
         }
         Ok(())

@@ -24,23 +24,23 @@ pub struct JobArgs {
     /// Job file holding cluster, model and parallel settings; flags override it.
     #[arg(long)]
     pub job: Option<PathBuf>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub tp: Option<u64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub pp: Option<u64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub dp: Option<u64>,
     /// Sequences per micro-batch.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub micro_batch: Option<u64>,
     /// Sequences per step over all data-parallel replicas (or give --micro-batches).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub global_batch: Option<u64>,
     /// Micro-batches per step on each pipeline (gradient accumulation).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub micro_batches: Option<u64>,
     /// Sequence length (default: the architecture's).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seq_len: Option<u64>,
     /// Megatron sequence parallelism (needs tp > 1).
     #[arg(long)]
@@ -50,7 +50,7 @@ pub struct JobArgs {
     #[arg(long, value_parser = named::<Partition>())]
     pub partition: Option<Partition>,
     /// Optimizer sharding over data parallelism: 0, 1 (distributed optimizer), 2, 3 (FSDP).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub zero: Option<u8>,
     /// Training data type: bf16, fp16 or fp8 (fp8 GEMMs, 16-bit elsewhere).
     #[arg(long, value_parser = named::<Dtype>())]
@@ -59,13 +59,13 @@ pub struct JobArgs {
     #[arg(long, value_parser = named::<Rules>())]
     pub rules: Option<Rules>,
     /// Elements per data-parallel gradient bucket.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub dp_bucket_elements: Option<u64>,
     /// Pipeline schedule (default 1f1b; interleaved with --vpp; closed-form under paper rules).
     #[arg(long, value_parser = named::<Schedule>())]
     pub schedule: Option<Schedule>,
     /// Model chunks per pipeline rank for the interleaved schedule.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub vpp: Option<u64>,
     /// Reduce gradients bucket by bucket during the last backward [megatron default: true].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -104,7 +104,12 @@ impl JobArgs {
     pub fn resolve(&self) -> anyhow::Result<Job> {
         let (job, job_dir) = match &self.job {
             Some(path) => {
-                let job: JobFile = stepcast::fsutil::read_yaml(path)?;
+                let job: JobFile = stepcast::fsutil::read_yaml(path).map_err(|e| {
+                    e.hint(
+                        "a job file holds cluster:, model: and parallel: {tp, pp, dp, \
+                         micro_batch, global_batch, …}; see the README's job file",
+                    )
+                })?;
                 (
                     job,
                     path.parent().map(Path::to_path_buf).unwrap_or_default(),
@@ -176,16 +181,24 @@ impl JobArgs {
 /// The models a prediction uses: `--models` or the cluster file's directory. A directory that
 /// is named but holds no models is an error (a prediction from the roofline alone is only
 /// made where no models directory is configured, and says so).
-pub fn open_models(dir: Option<&Path>) -> anyhow::Result<Option<stepcast::regress::ModelSet>> {
+pub fn open_models(
+    flag: Option<&Path>,
+    cluster: &Cluster,
+) -> anyhow::Result<Option<stepcast::regress::ModelSet>> {
     use anyhow::Context;
-    let Some(dir) = dir else {
-        return Ok(None);
+    let (dir, named_by) = match (flag, &cluster.models_dir) {
+        (Some(d), _) => (d, "--models".to_string()),
+        (None, Some(d)) => (
+            d.as_path(),
+            format!("models.dir of {}", cluster.path.display()),
+        ),
+        (None, None) => return Ok(None),
     };
     let set = stepcast::regress::ModelSet::open(dir).with_context(|| {
         format!(
-            "opening models {}: train them with `stepcast train <dataset> --out {}`, give \
-             another with --models, or remove `models:` from the cluster file to predict from \
-             the roofline alone",
+            "opening models {} (named by {named_by}): train them with `stepcast train <dataset> \
+             --out {}`, give another with --models, or remove `models:` from the cluster file \
+             to predict from the roofline alone",
             dir.display(),
             dir.display()
         )

@@ -50,7 +50,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     }
     let cluster = &job.cluster;
     let models_dir = args.models.clone().or_else(|| cluster.models_dir.clone());
-    let models = super::layout::open_models(models_dir.as_deref())?;
+    let models = super::layout::open_models(args.models.as_deref(), cluster)?;
     let cost = CostModel::new(cluster, models);
     let prediction = predict(
         &job.arch,

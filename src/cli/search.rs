@@ -27,10 +27,10 @@ pub struct SearchArgs {
     #[arg(long)]
     pub model: String,
     /// GPUs to lay the job out on.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gpus: u64,
     /// Sequences per step.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub global_batch: u64,
     /// Sequence length (default: the architecture's).
     #[arg(long)]
@@ -40,10 +40,10 @@ pub struct SearchArgs {
     #[arg(long, value_parser = named::<Rules>(), default_value = "megatron")]
     pub rules: Rules,
     /// Tensor-parallel degrees to try, e.g. 1,2,4,8 [every divisor of --gpus].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub tp: Option<Vec<u64>>,
     /// Pipeline degrees to try [every divisor of --gpus].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub pp: Option<Vec<u64>>,
     /// Micro-batch sizes to try.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
@@ -233,8 +233,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
             "--objective e2e ranks by the whole run's time: give --tokens or --steps".into()
         ));
     }
-    let models_dir = args.models.clone().or_else(|| cluster.models_dir.clone());
-    let models = super::layout::open_models(models_dir.as_deref())?;
+    let models = super::layout::open_models(args.models.as_deref(), &cluster)?;
     let cost = CostModel::new(&cluster, models);
     let req = SearchRequest {
         arch: &arch,
@@ -306,7 +305,14 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
                     r.layout.zero
                 )
             })
-            .unwrap_or_else(|| "; no layout passed the rules above".into());
+            .unwrap_or_else(|| {
+                let rules: Vec<String> = report
+                    .pruned
+                    .iter()
+                    .map(|(rule, n)| format!("{n} × {rule}"))
+                    .collect();
+                format!("; no layout passed the rules ({})", rules.join("; "))
+            });
         anyhow::bail!(stepcast::Error::Invalid(format!(
             "no layout of {} fits {} × {} ({:.0} GiB) at global batch {}{closest}: use more GPUs, \
              a smaller batch or --allow-at-risk",

@@ -106,7 +106,8 @@ impl DatasetMeta {
                 ),
             ));
         }
-        let meta: DatasetMeta = crate::fsutil::read_yaml(&path)?;
+        let meta: DatasetMeta = crate::fsutil::read_yaml(&path)
+            .map_err(|e| e.hint("see the README's Datasets section for the fields of meta.yaml"))?;
         if meta.schema_version != DATASET_SCHEMA_VERSION {
             return Err(Error::SchemaVersion {
                 path,

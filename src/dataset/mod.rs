@@ -89,7 +89,8 @@ impl Dataset {
         let csvs = csv_files(dir)?;
         if csvs.is_empty() {
             return Err(Error::Empty(format!(
-                "{}: dataset has no <op>.csv files",
+                "{}: dataset has no <op>.csv files: collect some with `stepcast bench collect` \
+                 or import a release with `stepcast datasets import`",
                 dir.display()
             )));
         }
@@ -108,7 +109,8 @@ impl Dataset {
         }
         if !rows.iter().any(Measurement::is_ok) {
             return Err(Error::Empty(format!(
-                "{}: dataset holds no measured rows",
+                "{}: dataset holds no measured rows: collect some with `stepcast bench collect` \
+                 (or --resume it with --retry-skipped)",
                 dir.display()
             )));
         }

@@ -135,8 +135,8 @@ pub enum LayoutError {
     },
 
     #[error(
-        "--overlap-param-gather needs the distributed optimizer: zero 1 or 2, dp > 1 and Megatron \
-         rules"
+        "--overlap-param-gather needs the distributed optimizer (zero 1 or 2, dp > 1, Megatron \
+         rules): drop --overlap-param-gather, or use --zero 1 with dp > 1"
     )]
     ParamGatherNeedsDistributedOptimizer,
 

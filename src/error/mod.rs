@@ -14,7 +14,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A file or directory could not be read or written (the cause is part of the message, not
     /// a separate link of the chain, so it prints once).
-    #[error("{path}: {error}")]
+    #[error("{path}: {}", io_message(.error))]
     Io {
         path: PathBuf,
         error: std::io::Error,
@@ -61,6 +61,17 @@ pub enum Error {
     MissingModel(String),
 }
 
+/// An I/O error in words, with what to check.
+fn io_message(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "not found: check the path".to_string(),
+        std::io::ErrorKind::PermissionDenied => {
+            "permission denied: check the file's permissions".to_string()
+        }
+        _ => e.to_string(),
+    }
+}
+
 impl Error {
     pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
@@ -73,6 +84,17 @@ impl Error {
         Error::BadFile {
             path: path.into(),
             message: message.into(),
+        }
+    }
+
+    /// The same error with what to do appended to a malformed file's message.
+    pub fn hint(self, fix: &str) -> Self {
+        match self {
+            Error::BadFile { path, message } => Error::BadFile {
+                path,
+                message: format!("{message}: {fix}"),
+            },
+            other => other,
         }
     }
 

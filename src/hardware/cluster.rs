@@ -110,10 +110,13 @@ impl Cluster {
         if !path.is_file() {
             return Err(Error::bad_file(
                 path,
-                "cluster file not found (see hardware-profiles/ for examples)",
+                "cluster file not found: give the path of one (e.g. \
+                 hardware-profiles/dgx-h100.yaml)",
             ));
         }
-        let spec: ClusterSpec = crate::fsutil::read_yaml(path)?;
+        let spec: ClusterSpec = crate::fsutil::read_yaml(path).map_err(|e: Error| {
+            e.hint("compare with hardware-profiles/dgx-h100.yaml, which sets every field")
+        })?;
         spec.validate(&path.display().to_string())
             .map_err(Error::Invalid)?;
         let base = path.parent().unwrap_or(Path::new("."));

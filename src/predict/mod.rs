@@ -238,10 +238,20 @@ fn refuse_unbacked(plan: &Plan, estimates: &[Estimate]) -> Result<()> {
         return Ok(());
     }
     missing.sort();
+    let shown = missing.len().min(5);
+    let more = if missing.len() > shown {
+        format!(
+            "; and {} more (see `--operators` without --strict)",
+            missing.len() - shown
+        )
+    } else {
+        String::new()
+    };
     Err(Error::MissingModel(format!(
-        "--strict: no trained model for {} call(s): {}",
+        "--strict: no trained model for {} call(s): {}{more}: train models for them \
+         (`stepcast bench collect`, `stepcast train`) or drop --strict",
         missing.len(),
-        missing.join("; ")
+        missing[..shown].join("; ")
     )))
 }
 

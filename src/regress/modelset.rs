@@ -219,11 +219,16 @@ impl ModelSet {
         }
         let path = dir.join(BUNDLE_FILE);
         if !path.is_file() {
-            // an earlier stepcast's directory says which version it is in its manifest
-            Self::load_manifest(dir)?;
+            if dir.join(MANIFEST_FILE).is_file() {
+                // an earlier stepcast's directory says which version it is in its manifest
+                Self::load_manifest(dir)?;
+            }
             return Err(Error::bad_file(
                 dir,
-                format!("no {BUNDLE_FILE}: not a stepcast models directory (train one with `stepcast train <dataset> --out <dir>`)"),
+                format!(
+                    "holds no {BUNDLE_FILE}: not a stepcast models directory (train one with \
+                     `stepcast train <dataset> --out <dir>`)"
+                ),
             ));
         }
         let reader = Reader::open(&path)?;

@@ -10,13 +10,20 @@ use crate::error::{Error, Result};
 
 pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
     let text = crate::fsutil::read_to_string(path)?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::bad_file(path, format!("not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| {
+        Error::bad_file(
+            path,
+            format!("not valid JSON ({e}): give the model's config.json as published"),
+        )
+    })?;
     let bad = |msg: String| Error::bad_file(path, msg);
-    let model_type = v
-        .get("model_type")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("no \"model_type\": is this a Hugging Face config.json?".into()))?;
+    let model_type = v.get("model_type").and_then(Value::as_str).ok_or_else(|| {
+        bad(
+            "no \"model_type\": give a Hugging Face config.json (it names its model_type) \
+                 or describe the architecture in a YAML file"
+                .into(),
+        )
+    })?;
     let int = |key: &str| -> Result<u64> {
         match v.get(key) {
             Some(Value::Number(n)) if n.as_u64().is_some_and(|x| x > 0) => Ok(n.as_u64().unwrap()),
@@ -24,7 +31,8 @@ pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
                 "\"{key}\" = {other} must be a positive integer"
             ))),
             None => Err(bad(format!(
-                "missing \"{key}\" (needed for model_type {model_type})"
+                "missing \"{key}\" (needed for model_type {model_type}): add it from the \
+                 model's published config"
             ))),
         }
     };
@@ -60,7 +68,8 @@ pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
                 .unwrap_or("silu");
             if act != "silu" && act != "swish" {
                 return Err(bad(format!(
-                    "hidden_act \"{act}\": LLaMA-family configs are read as SwiGLU (silu) MLPs"
+                    "hidden_act \"{act}\": LLaMA-family configs are read as SwiGLU (silu) MLPs; \
+                     describe this model in a YAML architecture file instead"
                 )));
             }
             ArchSpec {

@@ -389,6 +389,7 @@ fn micro_batches(spec: &ParallelSpec, micro_batch: u64, dp: u64) -> Result<u64, 
         (None, None) => return Err(LayoutError::BatchMissing),
         (None, Some(m)) => m,
         (Some(gb), None) => {
+            bounded("global batch", gb, MAX_GLOBAL_BATCH)?;
             // micro-batch ≤ 2^16 and dp ≤ 2^20: the product fits
             let per_step = micro_batch * dp;
             if gb == 0 || gb % per_step != 0 {

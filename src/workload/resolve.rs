@@ -19,7 +19,12 @@ impl Arch {
             let spec = if path.extension().is_some_and(|e| e == "json") {
                 hf::from_config_json(path)?
             } else {
-                crate::fsutil::read_yaml::<ArchSpec>(path)?
+                crate::fsutil::read_yaml::<ArchSpec>(path).map_err(|e| {
+                    e.hint(
+                        "an architecture file sets name, layers, hidden, heads, vocab, norm \
+                         (layernorm or rmsnorm) and activation (gelu or swiglu); see the README",
+                    )
+                })?
             };
             return spec.validate(&source);
         }

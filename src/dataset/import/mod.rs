@@ -48,7 +48,11 @@ pub fn import(
     options: &ImportOptions,
 ) -> Result<ImportReport> {
     if !source.is_dir() {
-        return Err(Error::bad_file(source, "source directory not found"));
+        return Err(Error::bad_file(
+            source,
+            "source directory not found: give the directory of the release (see \
+             ../shared/reference-data or the release's repository)",
+        ));
     }
     if out.join(super::META_FILE).exists() {
         return Err(Error::Invalid(format!(
