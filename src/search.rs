@@ -42,7 +42,7 @@ impl SearchSpace {
         let bad = |m: String| Err(Error::Invalid(m));
         for (flag, values) in [("--tp", &self.tp), ("--pp", &self.pp)] {
             for &v in values.iter().flatten() {
-                if v == 0 || gpus % v != 0 {
+                if v == 0 || !gpus.is_multiple_of(v) {
                     let all: Vec<String> = divisors(gpus).iter().map(u64::to_string).collect();
                     return bad(format!(
                         "{flag} {v} does not divide --gpus {gpus}: give divisors of {gpus} ({})",
