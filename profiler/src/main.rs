@@ -94,6 +94,9 @@ struct DeviceArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Mock device only: milliseconds each point takes (to exercise interruptions).
+    #[arg(long, default_value_t = 0, hide = true)]
+    mock_point_ms: u64,
 }
 
 /// What `--device` opened: the timing device, the PyTorch backend for the kernels only PyTorch
@@ -134,8 +137,10 @@ impl DeviceArgs {
             },
             DeviceKind::Mock => {
                 let n = self.gpus.as_ref().map_or(8, |g| g.len() as u32);
+                let mut mock = MockDevice::new(n);
+                mock.point_delay = std::time::Duration::from_millis(self.mock_point_ms.min(10_000));
                 Opened {
-                    device: Box::new(MockDevice::new(n)),
+                    device: Box::new(mock),
                     torch: None,
                     launch,
                 }

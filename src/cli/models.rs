@@ -30,7 +30,7 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
     match cmd {
         ModelsCommand::Check { .. } => unreachable!("dispatched to stepcast-bench by cli::run"),
         ModelsCommand::Show { dir, json } => {
-            let m = ModelSet::load_manifest(&dir)?;
+            let m = ModelSet::checked_manifest(&dir)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&m)?);
                 return Ok(());

@@ -288,6 +288,27 @@ impl ModelSet {
         serde_json::from_str(&text).map_err(|e| Error::bad_file(&path, e.to_string()))
     }
 
+    /// The manifest, checked to describe the `models.bin` beside it (a training killed between
+    /// writing the two leaves a manifest of the previous models).
+    pub fn checked_manifest(dir: &Path) -> Result<Manifest> {
+        let manifest = Self::load_manifest(dir)?;
+        let bin = dir.join(BUNDLE_FILE);
+        let bytes = std::fs::read(&bin).map_err(|e| Error::io(&bin, e))?;
+        let described = manifest.bundle.as_ref().is_some_and(|b| {
+            b.bytes == bytes.len() as u64 && b.checksum == bundle::checksum(&bytes)
+        });
+        if !described {
+            return Err(Error::bad_file(
+                dir.join(MANIFEST_FILE),
+                format!(
+                    "does not describe the {BUNDLE_FILE} beside it (a training was interrupted \
+                     after writing the models): train again into this directory"
+                ),
+            ));
+        }
+        Ok(manifest)
+    }
+
     /// Every model that could be read (all of them after a successful `load`).
     pub fn models(&self) -> impl Iterator<Item = &TrainedModel> {
         self.slots

@@ -22,6 +22,8 @@ pub struct MockDevice {
     pub crash_after: Option<usize>,
     /// Kinds made slower by a factor (to test drift detection).
     pub slowdown: Vec<(OpKind, f64)>,
+    /// Wall time each point takes (to interrupt collections in kill tests).
+    pub point_delay: std::time::Duration,
     prepared: usize,
     gpus: u32,
 }
@@ -47,6 +49,7 @@ impl MockDevice {
             unsupported: Vec::new(),
             crash_after: None,
             slowdown: Vec::new(),
+            point_delay: std::time::Duration::ZERO,
             prepared: 0,
             gpus,
         }
@@ -93,6 +96,7 @@ impl Device for MockDevice {
 
     fn prepare(&mut self, q: &OpQuery) -> Result<Box<dyn Runnable + '_>, DeviceError> {
         self.prepared += 1;
+        std::thread::sleep(self.point_delay);
         if self.crash_after.is_some_and(|n| self.prepared > n) {
             return Err(DeviceError::Fatal("mock device lost (test)".into()));
         }
