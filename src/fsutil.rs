@@ -124,7 +124,12 @@ pub fn read_to_string(path: &Path) -> Result<String> {
 /// Parses a YAML file into `T`, naming the file (and the serde path of the bad field) on error.
 pub fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = read_to_string(path)?;
-    serde_norway::from_str(&text).map_err(|e| Error::bad_file(path, e.to_string()))
+    parse_yaml(path, &text)
+}
+
+/// Parses YAML text that came from `path` (named in the message on error).
+pub fn parse_yaml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
+    serde_norway::from_str(text).map_err(|e| Error::bad_file(path, e.to_string()))
 }
 
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {

@@ -126,7 +126,7 @@ pub struct Target {
 
 /// Most values a span may expand to, and most configurations a grid may sample.
 const MAX_SPAN_VALUES: u64 = 10_000;
-const MAX_GRID_CONFIGS: usize = 100_000;
+const MAX_GRID_CONFIGS: usize = 10_000;
 
 impl Span {
     fn check(&self, field: &str) -> Result<(), String> {
@@ -167,7 +167,12 @@ fn check_list<T: PartialOrd + std::fmt::Display + Copy>(
 
 impl PlanSpec {
     pub fn load(path: &Path) -> stepcast::Result<PlanSpec> {
-        let spec: PlanSpec = stepcast::fsutil::read_yaml(path).map_err(|e| {
+        Self::parse(path, &stepcast::fsutil::read_to_string(path)?)
+    }
+
+    /// Parses and checks the text of a plan file that came from `path`.
+    pub fn parse(path: &Path, text: &str) -> stepcast::Result<PlanSpec> {
+        let spec: PlanSpec = stepcast::fsutil::parse_yaml(path, text).map_err(|e| {
             e.hint("compare with profiler/plans/quick.yaml, which sets every field")
         })?;
         spec.validate()

@@ -114,11 +114,8 @@ impl Cluster {
                  hardware-profiles/dgx-h100.yaml)",
             ));
         }
-        let spec: ClusterSpec = crate::fsutil::read_yaml(path).map_err(|e: Error| {
-            e.hint("compare with hardware-profiles/dgx-h100.yaml, which sets every field")
-        })?;
-        spec.validate(&path.display().to_string())
-            .map_err(Error::Invalid)?;
+        let text = crate::fsutil::read_to_string(path)?;
+        let spec = ClusterSpec::parse(path, &text)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let models_dir = spec.models.as_ref().map(|m| lexical_join(base, &m.dir));
         Ok(Cluster {
@@ -165,6 +162,16 @@ fn lexical_join(base: &Path, rel: &Path) -> PathBuf {
 }
 
 impl ClusterSpec {
+    /// Parses and checks the text of a cluster file that came from `path`.
+    pub fn parse(path: &Path, text: &str) -> Result<ClusterSpec> {
+        let spec: ClusterSpec = crate::fsutil::parse_yaml(path, text).map_err(|e: Error| {
+            e.hint("compare with hardware-profiles/dgx-h100.yaml, which sets every field")
+        })?;
+        spec.validate(&path.display().to_string())
+            .map_err(Error::Invalid)?;
+        Ok(spec)
+    }
+
     /// Checks every number against its physical range; `what` names the file.
     pub fn validate(&self, what: &str) -> std::result::Result<(), String> {
         use crate::limits::check_range;

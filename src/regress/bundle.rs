@@ -185,9 +185,18 @@ fn map(file: &File) -> std::io::Result<Arc<dyn AsRef<[u8]> + Send + Sync>> {
 impl Reader {
     /// Opens and maps `path`, reading and checking its header and index.
     pub fn open(path: &Path) -> Result<Reader> {
-        let bad = |m: String| Error::bad_file(path, m);
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let map = map(&file).map_err(|e| Error::io(path, e))?;
+        Self::from_shared(path, map)
+    }
+
+    /// Reads a models file held in memory (`path` names it in messages).
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Reader> {
+        Self::from_shared(path, Arc::new(bytes))
+    }
+
+    fn from_shared(path: &Path, map: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<Reader> {
+        let bad = |m: String| Error::bad_file(path, m);
         let bytes: &[u8] = (*map).as_ref();
         let header: [u8; HEADER_BYTES] = bytes
             .get(..HEADER_BYTES)

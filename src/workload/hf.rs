@@ -10,7 +10,12 @@ use crate::error::{Error, Result};
 
 pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
     let text = crate::fsutil::read_to_string(path)?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| {
+    from_config_str(path, &text)
+}
+
+/// Reads the text of a config.json that came from `path`.
+pub fn from_config_str(path: &Path, text: &str) -> Result<ArchSpec> {
+    let v: Value = serde_json::from_str(text).map_err(|e| {
         Error::bad_file(
             path,
             format!("not valid JSON ({e}): give the model's config.json as published"),
