@@ -1,6 +1,7 @@
 //! Command-line interface: argument types (clap) and one module per command.
 
 mod bench;
+mod chart;
 mod datasets;
 mod eval;
 mod layout;

@@ -77,7 +77,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         })?;
     }
     if let Some(path) = &args.plot {
-        let svg = super::plot::breakdown_svg(&prediction, &title)?;
+        let svg = super::plot::breakdown_svg(&prediction, &title);
         stepcast::fsutil::write_atomic(path, svg.as_bytes())?;
     }
     if let Some(path) = &args.html {
