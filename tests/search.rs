@@ -153,7 +153,7 @@ fn search_inputs_that_cannot_work_say_why() {
             "8",
             "--tokens",
             "1e9",
-            "--checkpoint-write-gbps-per-node",
+            "--checkpoint-write-gb-per-s-per-node",
             "-5",
         ]),
         &["must be positive"],

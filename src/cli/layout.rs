@@ -222,12 +222,12 @@ pub fn describe(job: &Job) -> String {
         String::new()
     };
     format!(
-        "layout   tp {} · pp {} · dp {} = {} GPUs; micro-batch {} × {} per step = global batch {} × {} tokens\n\
-         \x20        {}, recompute {:?}, {:?} partition {:?}, ZeRO {}{}, schedule {}{chunks}",
+        "layout   tp {} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
+         \x20        {}, recompute {}, {} partition {:?}, ZeRO {}{}, schedule {}{chunks}",
         l.tp,
         l.pp,
         l.dp,
-        l.world,
+        super::output::count(l.world, "GPU", "GPUs"),
         l.micro_batch,
         l.micro_batches,
         l.global_batch,

@@ -59,7 +59,11 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
         ]);
     }
     align_numbers(&mut t, 1);
+    let hidden = super::output::fit(&mut t, &[8, 7, 6, 1]);
     println!("{t}");
+    if let Some(h) = hidden {
+        println!("{h}");
+    }
     let peak = report.peak();
     println!(
         "peak {:.1} GiB on rank {} of {:.0} GiB: {}",

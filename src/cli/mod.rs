@@ -27,6 +27,9 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Print tables as wide as their content instead of wrapping them to the terminal.
+    #[arg(long, global = true)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,6 +88,7 @@ where
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    output::set_wide(cli.wide);
     match cli.command {
         Command::Predict(args) => predict::run(*args),
         Command::Memory(args) => memory::run(*args),

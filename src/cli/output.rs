@@ -1,14 +1,72 @@
 //! Shared output helpers: tables and number formatting.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, ContentArrangement, Table};
 
+/// `--wide`: tables as wide as their content instead of wrapped to the terminal.
+static WIDE: AtomicBool = AtomicBool::new(false);
+
+pub fn set_wide(wide: bool) {
+    WIDE.store(wide, Ordering::Relaxed);
+}
+
+/// A table that wraps its cells to fit the terminal (unless `--wide`).
 pub fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
+    let arrangement = if WIDE.load(Ordering::Relaxed) {
+        ContentArrangement::Disabled
+    } else {
+        ContentArrangement::Dynamic
+    };
     t.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_content_arrangement(arrangement)
         .set_header(header.to_vec());
     t
+}
+
+/// Hides the columns `droppable` lists, in order, until the table fits the terminal (unless
+/// `--wide`, or not printing to a terminal); returns a note saying what was hidden.
+pub fn fit(t: &mut Table, droppable: &[usize]) -> Option<String> {
+    use comfy_table::ColumnConstraint;
+    if WIDE.load(Ordering::Relaxed) {
+        return None;
+    }
+    let terminal = t.width()? as usize;
+    let widths: Vec<usize> = t
+        .column_max_content_widths()
+        .iter()
+        .map(|&w| w as usize + 3)
+        .collect();
+    let mut total: usize = widths.iter().sum::<usize>() + 1;
+    let mut hidden = 0;
+    for &i in droppable {
+        if total <= terminal {
+            break;
+        }
+        if let (Some(c), Some(w)) = (t.column_mut(i), widths.get(i)) {
+            c.set_constraint(ColumnConstraint::Hidden);
+            total -= w;
+            hidden += 1;
+        }
+    }
+    (hidden > 0).then(|| {
+        format!(
+            "({} hidden to fit the terminal; --wide shows all)",
+            count(hidden as u64, "column", "columns")
+        )
+    })
+}
+
+/// "1 GPU", "8 GPUs".
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n: u64 = n.into();
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
 }
 
 /// Right-aligns every column from `from` on (the numeric ones).

@@ -238,7 +238,7 @@ fn print_prediction(
     for (s, mem) in p.stages.iter().zip(&p.memory.ranks) {
         t.add_row(vec![
             s.index.to_string(),
-            format!("{:?}", s.role).to_lowercase(),
+            s.role.name().to_string(),
             s.layers.to_string(),
             format!("{:.1} M", s.params as f64 / 1e6),
             format!("{:.2}", s.fwd_ms),
@@ -250,8 +250,13 @@ fn print_prediction(
         ]);
     }
     align_numbers(&mut t, 2);
+    // least needed first: all-gather, optimizer, grad sync, params/GPU, role
+    let hidden = super::output::fit(&mut t, &[8, 7, 6, 3, 1]);
     println!("(fwd and bwd per micro-batch, recomputation included)");
     println!("{t}");
+    if let Some(h) = hidden {
+        println!("{h}");
+    }
     if operators {
         let slowest = p
             .stages
@@ -282,7 +287,11 @@ fn print_prediction(
         add("bwd", &slowest.bwd);
         add("sync", &slowest.grad_sync);
         add("update", &slowest.update);
+        let hidden = super::output::fit(&mut t, &[6, 3]);
         println!("{t}");
+        if let Some(h) = hidden {
+            println!("{h}");
+        }
     }
     if !p.out_of_coverage.is_empty() {
         println!("out of coverage ({} calls):", p.out_of_coverage.len());

@@ -21,11 +21,11 @@ fn summary_table(p: &Prediction) -> String {
         (
             "layout",
             format!(
-                "tp {} · pp {} · dp {} = {} GPUs, micro-batch {} × {}, {} schedule{}",
+                "tp {} · pp {} · dp {} = {}, micro-batch {} × {}, {} schedule{}",
                 p.layout.tp,
                 p.layout.pp,
                 p.layout.dp,
-                p.layout.world,
+                super::output::count(p.layout.world, "GPU", "GPUs"),
                 p.layout.micro_batch,
                 p.layout.micro_batches,
                 p.schedule,

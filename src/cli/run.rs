@@ -8,22 +8,21 @@ use stepcast::fault::{Reliability, RunInputs, RunOutcome, Storage};
 use stepcast::hardware::Cluster;
 use stepcast::search::RunSpec;
 
+/// How the cluster fails and recovers (for `predict`, `search` and `ettr`).
 #[derive(Debug, Args)]
 pub struct FaultArgs {
-    /// Failures per node per day [cluster file, else MoFa's 0.005].
+    /// Failures per node per day [the cluster file's with predict and search; MoFa's 0.005].
     #[arg(long, allow_negative_numbers = true)]
     pub failures_per_node_day: Option<f64>,
-    /// Mean time to recover from one failure, seconds [cluster file's recovery levels, else
-    /// MoFa's 0.3·141 + 0.6·262 + 0.1·307 = 230.2 s].
+    /// Mean time to recover from one failure, seconds [the cluster file's recovery levels with
+    /// predict and search; MoFa's 0.3·141 + 0.6·262 + 0.1·307 = 230.2 s].
     #[arg(long, allow_negative_numbers = true)]
     pub recovery_s: Option<f64>,
     /// Steps between checkpoints [the interval that maximises ETTR].
-    #[arg(long)]
-    pub checkpoint_interval: Option<u64>,
-    /// Checkpoint write bandwidth per node, GB/s [cluster file, else 2].
     #[arg(long, allow_negative_numbers = true)]
-    pub checkpoint_write_gbps_per_node: Option<f64>,
-    /// From submission to the first step, seconds [cluster file, else 600].
+    pub checkpoint_interval: Option<u64>,
+    /// From submission to the first step, seconds [the cluster file's with predict and search;
+    /// 600].
     #[arg(long, allow_negative_numbers = true)]
     pub first_start_s: Option<f64>,
 }
@@ -36,6 +35,13 @@ pub struct RunArgs {
     /// Steps to train (instead of --tokens).
     #[arg(long, allow_negative_numbers = true)]
     pub steps: Option<f64>,
+    /// Checkpoint write bandwidth per node, GB/s (gigabytes) [the cluster file's; else 2].
+    #[arg(
+        long,
+        alias = "checkpoint-write-gbps-per-node",
+        allow_negative_numbers = true
+    )]
+    pub checkpoint_write_gb_per_s_per_node: Option<f64>,
     #[command(flatten)]
     pub fault: FaultArgs,
 }
@@ -55,7 +61,7 @@ impl FaultArgs {
     pub fn resolve(&self, cluster: Option<&Cluster>) -> anyhow::Result<(Reliability, Storage)> {
         let spec = cluster.map(|c| &c.spec);
         let mut r = spec.and_then(|s| s.reliability.clone()).unwrap_or_default();
-        let mut s = spec.and_then(|s| s.storage).unwrap_or_default();
+        let s = spec.and_then(|s| s.storage).unwrap_or_default();
         if let Some(f) = self.failures_per_node_day {
             if !(f > 0.0 && f.is_finite()) {
                 anyhow::bail!(stepcast::Error::Invalid(format!(
@@ -76,9 +82,6 @@ impl FaultArgs {
                 share: 1.0,
                 seconds: u,
             }];
-        }
-        if let Some(b) = self.checkpoint_write_gbps_per_node {
-            s.checkpoint_write_gb_per_s_per_node = positive("--checkpoint-write-gbps-per-node", b)?;
         }
         if let Some(f) = self.first_start_s {
             if !(f >= 0.0 && f.is_finite()) {
@@ -104,7 +107,14 @@ impl RunArgs {
             (None, Some(s)) => positive("--steps", s)? * tokens_per_step,
             (None, None) => return Ok(None),
         };
-        let (reliability, storage) = self.fault.resolve(Some(cluster))?;
+        let (reliability, mut storage) = self.fault.resolve(Some(cluster))?;
+        if let Some(b) = self.checkpoint_write_gb_per_s_per_node {
+            storage.checkpoint_write_gb_per_s_per_node =
+                positive("--checkpoint-write-gb-per-s-per-node", b)?;
+            storage
+                .validate("--checkpoint-write-gb-per-s-per-node")
+                .map_err(stepcast::Error::Invalid)?;
+        }
         Ok(Some(RunSpec {
             tokens,
             reliability,
@@ -162,6 +172,7 @@ pub struct EttrArgs {
     pub save_s: f64,
     #[command(flatten)]
     pub fault: FaultArgs,
+    /// Print the inputs and the outcome as JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -448,7 +448,18 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
         t.add_row(cells);
     }
     align_numbers(&mut t, 1);
+    // least needed first: the run columns, free memory, bubble, tokens/s, m, vpp, SP, rank
+    let mut droppable: Vec<usize> = if with_run {
+        vec![18, 17, 16]
+    } else {
+        Vec::new()
+    };
+    droppable.extend([15, 14, 12, 5, 6, 9, 0]);
+    let hidden = super::output::fit(&mut t, &droppable);
     println!("{t}");
+    if let Some(h) = hidden {
+        println!("{h}");
+    }
     if let Some(best) = report.best() {
         println!("best: {}", predict_command(args, best));
     }
