@@ -13,6 +13,7 @@
 //!    projects what each GPU holds.
 
 pub mod analytic;
+pub mod assets;
 pub mod dataset;
 pub mod error;
 pub mod fault;

@@ -385,6 +385,55 @@ fn predict_reproduces_the_papers_llemma_example() {
 }
 
 #[test]
+fn built_in_clusters_predict_anywhere_with_their_built_in_models() {
+    // from an empty directory, `--cluster perlmutter` is the shipped file with its shipped models
+    let empty = tempfile::tempdir().unwrap();
+    let args = |cluster: &str| {
+        vec![
+            "predict".to_string(),
+            "--cluster".into(),
+            cluster.into(),
+            "--model".into(),
+            "llemma-7b".into(),
+            "--tp".into(),
+            "2".into(),
+            "--pp".into(),
+            "4".into(),
+            "--dp".into(),
+            "2".into(),
+            "--micro-batch".into(),
+            "4".into(),
+            "--micro-batches".into(),
+            "8".into(),
+            "--json".into(),
+        ]
+    };
+    let run = |cluster: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_stepcast"))
+            .args(args(cluster))
+            .current_dir(empty.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let by_name = run("perlmutter");
+    let by_file = run(&repo("hardware-profiles/perlmutter.yaml"));
+    assert_eq!(by_name["step_time_s"], by_file["step_time_s"]);
+    assert_eq!(by_name["sources_percent"], by_file["sources_percent"]);
+    assert!(by_name["sources_percent"]["learned"].as_f64().unwrap() > 50.0);
+    // an unknown name lists the built-in ones
+    let out = stepcast(&[
+        "predict",
+        "--cluster",
+        "no-such-cluster",
+        "--model",
+        "llama2-7b",
+    ]);
+    assert_user_error(&out, &["no-such-cluster", "dgx-h100", "perlmutter"]);
+}
+
+#[test]
 fn predict_reads_a_job_file_and_flags_override_it() {
     let tmp = tempfile::tempdir().unwrap();
     let job = tmp.path().join("job.yaml");

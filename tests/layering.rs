@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 const LEVELS: &[&[&str]] = &[
     // vocabulary and utilities
     &[
-        "named", "limits", "timing", "rng", "stats", "error", "fsutil", "ops",
+        "named", "limits", "timing", "rng", "stats", "error", "fsutil", "ops", "assets",
     ],
     &["hardware"],
     &["workload", "dataset", "analytic", "fault"],

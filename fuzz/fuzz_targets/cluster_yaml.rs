@@ -20,6 +20,7 @@ fuzz_target!(|data: &[u8]| {
         path: "fuzz.yaml".into(),
         spec,
         models_dir: None,
+        builtin_models: None,
     };
     common::predict_small(&cluster);
 });

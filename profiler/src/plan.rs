@@ -423,6 +423,7 @@ fn planning_cluster(t: Target) -> Cluster {
     Cluster {
         path: PathBuf::from("(plan)"),
         models_dir: None,
+        builtin_models: None,
         spec: ClusterSpec {
             name: "plan".into(),
             description: None,

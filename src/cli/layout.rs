@@ -120,7 +120,17 @@ impl JobArgs {
         let cluster_path = self
             .cluster
             .clone()
-            .or_else(|| job.cluster.as_ref().map(|p| job_dir.join(p)))
+            .or_else(|| {
+                job.cluster.as_ref().map(|p| {
+                    // a file beside the job file, else a built-in cluster by name
+                    let rel = job_dir.join(p);
+                    if rel.is_file() || stepcast::assets::cluster(&p.to_string_lossy()).is_none() {
+                        rel
+                    } else {
+                        p.clone()
+                    }
+                })
+            })
             .ok_or_else(|| {
                 stepcast::Error::Invalid(
                     "give a cluster file with --cluster (or cluster: in the job file)".into(),
@@ -192,7 +202,12 @@ pub fn open_models(
             d.as_path(),
             format!("models.dir of {}", cluster.path.display()),
         ),
-        (None, None) => return Ok(None),
+        (None, None) => {
+            return match cluster.builtin_models {
+                Some(name) => Ok(Some(stepcast::regress::ModelSet::builtin(name)?)),
+                None => Ok(None),
+            };
+        }
     };
     let set = stepcast::regress::ModelSet::open(dir).with_context(|| {
         format!(

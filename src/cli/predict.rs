@@ -49,7 +49,15 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         ));
     }
     let cluster = &job.cluster;
-    let models_dir = args.models.clone().or_else(|| cluster.models_dir.clone());
+    let models_dir = args
+        .models
+        .clone()
+        .or_else(|| cluster.models_dir.clone())
+        .or_else(|| {
+            cluster
+                .builtin_models
+                .map(|n| PathBuf::from(format!("<built-in models/{n}>")))
+        });
     let models = super::layout::open_models(args.models.as_deref(), cluster)?;
     let cost = CostModel::new(cluster, models);
     let prediction = predict(

@@ -103,15 +103,25 @@ pub struct Cluster {
     pub spec: ClusterSpec,
     /// `models.dir` resolved against the file's directory.
     pub models_dir: Option<PathBuf>,
+    /// For a built-in cluster, the built-in models its `models.dir` names.
+    pub builtin_models: Option<&'static str>,
 }
 
 impl Cluster {
+    /// A cluster file, or a built-in cluster by name (`dgx-h100`) when no such file exists.
     pub fn load(path: &Path) -> Result<Cluster> {
         if !path.is_file() {
+            let name = path.to_string_lossy();
+            if let Some(yaml) = crate::assets::cluster(&name) {
+                return Self::builtin(&name, yaml);
+            }
             return Err(Error::bad_file(
                 path,
-                "cluster file not found: give the path of one (e.g. \
-                 hardware-profiles/dgx-h100.yaml)",
+                format!(
+                    "cluster file not found: give the path of one (e.g. \
+                     hardware-profiles/dgx-h100.yaml) or a built-in cluster by name ({})",
+                    crate::assets::cluster_names().join(", ")
+                ),
             ));
         }
         let text = crate::fsutil::read_to_string(path)?;
@@ -122,6 +132,26 @@ impl Cluster {
             path: path.to_path_buf(),
             spec,
             models_dir,
+            builtin_models: None,
+        })
+    }
+
+    /// A built-in cluster: its models are the built-in ones its `models.dir` names.
+    fn builtin(name: &str, yaml: &str) -> Result<Cluster> {
+        let path = PathBuf::from(format!("<built-in {name}>"));
+        let spec = ClusterSpec::parse(&path, yaml)?;
+        let builtin_models = spec.models.as_ref().and_then(|m| {
+            let set = m.dir.file_name()?.to_string_lossy().into_owned();
+            crate::assets::MODELS
+                .iter()
+                .find(|(n, _)| *n == set)
+                .map(|(n, _)| *n)
+        });
+        Ok(Cluster {
+            path,
+            spec,
+            models_dir: None,
+            builtin_models,
         })
     }
 

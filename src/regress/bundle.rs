@@ -190,6 +190,11 @@ impl Reader {
         Self::from_shared(path, map)
     }
 
+    /// Reads a models file built into the binary (`path` names it in messages).
+    pub fn from_static(path: &Path, bytes: &'static [u8]) -> Result<Reader> {
+        Self::from_shared(path, Arc::new(bytes))
+    }
+
     /// Reads a models file held in memory (`path` names it in messages).
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Reader> {
         Self::from_shared(path, Arc::new(bytes))

@@ -231,7 +231,11 @@ impl ModelSet {
                 ),
             ));
         }
-        let reader = Reader::open(&path)?;
+        Ok(Self::over(dir.to_path_buf(), Reader::open(&path)?))
+    }
+
+    /// A set whose models are read, each on first use, from `reader`.
+    fn over(dir: PathBuf, reader: Reader) -> ModelSet {
         let slots = reader
             .index
             .models
@@ -239,11 +243,16 @@ impl ModelSet {
             .enumerate()
             .map(|(i, e)| (e.key, (i, OnceLock::new())))
             .collect();
-        Ok(ModelSet {
-            dir: dir.to_path_buf(),
-            reader,
-            slots,
-        })
+        ModelSet { dir, reader, slots }
+    }
+
+    /// The built-in models of `models/<name>/` (see `assets`).
+    pub fn builtin(name: &str) -> Result<ModelSet> {
+        let bytes = crate::assets::models(name)
+            .ok_or_else(|| Error::Invalid(format!("no built-in models named {name}")))?;
+        let dir = PathBuf::from(format!("<built-in models/{name}>"));
+        let reader = Reader::from_static(&dir.join(BUNDLE_FILE), bytes)?;
+        Ok(Self::over(dir, reader))
     }
 
     /// The GPU the models were trained on.

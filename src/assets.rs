@@ -1,0 +1,76 @@
+//! What ships inside the binary, so that an installed `stepcast` works anywhere: every cluster
+//! file of `hardware-profiles/` (`--cluster dgx-h100`) and the models they name
+//! (`models/<set>/models.bin`), exactly the files of the checkout it was built from.
+
+/// Built-in cluster files: (name, YAML).
+pub const CLUSTERS: &[(&str, &str)] = &[
+    (
+        "dgx-a100",
+        include_str!("../hardware-profiles/dgx-a100.yaml"),
+    ),
+    (
+        "dgx-a100-40gb",
+        include_str!("../hardware-profiles/dgx-a100-40gb.yaml"),
+    ),
+    (
+        "dgx-h100",
+        include_str!("../hardware-profiles/dgx-h100.yaml"),
+    ),
+    ("mi300x", include_str!("../hardware-profiles/mi300x.yaml")),
+    (
+        "perlmutter",
+        include_str!("../hardware-profiles/perlmutter.yaml"),
+    ),
+    ("vista", include_str!("../hardware-profiles/vista.yaml")),
+];
+
+/// Built-in models: (directory name under `models/`, `models.bin`).
+pub const MODELS: &[(&str, &[u8])] = &[
+    (
+        "h100-aiconfigurator",
+        include_bytes!("../models/h100-aiconfigurator/models.bin"),
+    ),
+    (
+        "perlmutter",
+        include_bytes!("../models/perlmutter/models.bin"),
+    ),
+    ("vista", include_bytes!("../models/vista/models.bin")),
+];
+
+/// The YAML of the built-in cluster `name`.
+pub fn cluster(name: &str) -> Option<&'static str> {
+    CLUSTERS.iter().find(|(n, _)| *n == name).map(|(_, y)| *y)
+}
+
+/// The `models.bin` of the built-in models directory `name`.
+pub fn models(name: &str) -> Option<&'static [u8]> {
+    MODELS.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+}
+
+/// The names of the built-in clusters.
+pub fn cluster_names() -> Vec<&'static str> {
+    CLUSTERS.iter().map(|(n, _)| *n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cluster_file_is_built_in() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware-profiles");
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                e.unwrap()
+                    .path()
+                    .file_stem()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        assert_eq!(names, cluster_names());
+    }
+}
