@@ -109,7 +109,9 @@ impl RunInputs {
     /// The run at `interval` steps between checkpoints (the optimal one when `None`).
     pub fn outcome(&self, interval: Option<u64>) -> Result<RunOutcome> {
         self.validate()?;
-        let optimal = self.optimal_interval();
+        // ETTR is concave in the interval: in a run shorter than the unconstrained optimum
+        // the best is one checkpoint, at the end
+        let optimal = self.optimal_interval().min(self.steps as u64).max(1);
         let interval = interval.unwrap_or(optimal);
         if interval == 0 || interval as f64 > self.steps {
             return Err(Error::Invalid(format!(
@@ -178,6 +180,24 @@ mod tests {
                 o.end_to_end_s
             );
         }
+    }
+
+    /// A run shorter than the best interval checkpoints once, at its end, instead of refusing.
+    #[test]
+    fn a_short_run_checkpoints_at_its_end() {
+        let run = RunInputs {
+            step_s: 2.0,
+            steps: 1000.0,
+            nodes: 16.0,
+            failures_per_node_per_day: 0.001,
+            mean_recovery_s: 60.0,
+            save_s: 30.0,
+            first_start_s: 0.0,
+        };
+        assert!(run.optimal_interval() > 1000);
+        let o = run.outcome(None).unwrap();
+        assert_eq!((o.checkpoint_interval, o.optimal_interval), (1000, 1000));
+        assert!(run.outcome(Some(1001)).is_err());
     }
 
     /// MoFa §5.4.1: u_b 60 s, T_save 2 s, 0.01 failures per node per day, 32 nodes: the best

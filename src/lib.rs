@@ -25,6 +25,7 @@ pub mod named;
 pub mod ops;
 pub mod plan;
 pub mod predict;
+pub mod provenance;
 pub mod regress;
 pub mod rng;
 pub mod schedule;

@@ -3,7 +3,7 @@
 
 mod cli;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() {
     // Rust ignores SIGPIPE, so printing into a closed pipe (`stepcast … | head`) would panic;
@@ -12,7 +12,10 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = cli::Cli::parse();
+    let matches = cli::Cli::command()
+        .long_version(cli::long_version())
+        .get_matches();
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(err) = cli::run(cli) {
         // a closed pipe (`stepcast … | head`) is not an error
         let broken_pipe = |e: &std::io::Error| e.kind() == std::io::ErrorKind::BrokenPipe;

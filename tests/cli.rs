@@ -645,3 +645,112 @@ fn bench_commands_run_the_harness_or_say_how_to_build_it() {
         assert!(stdout(&out).contains("--cluster"), "{}", stdout(&out));
     }
 }
+
+/// Every JSON output says which stepcast made it (version, commit), the command line and its
+/// inputs with digests: predict, memory, search, ettr, eval, models show, datasets show and
+/// bench plan.
+#[test]
+fn every_json_output_carries_its_provenance() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ds, models) = common::trained_models(tmp.path());
+    let cluster = repo("hardware-profiles/dgx-h100.yaml");
+    let search_json = tmp.path().join("search.json");
+    let job = [
+        "--cluster",
+        &cluster,
+        "--model",
+        "llama2-7b",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--dp",
+        "2",
+        "--micro-batch",
+        "1",
+        "--micro-batches",
+        "4",
+        "--json",
+    ];
+    let runs: Vec<(Vec<&str>, &[&str])> = vec![
+        (
+            [&["predict"][..], &job].concat(),
+            &["cluster", "architecture", "models"],
+        ),
+        (
+            [&["memory"][..], &job].concat(),
+            &["cluster", "architecture"],
+        ),
+        (
+            vec![
+                "ettr", "--step-s", "2", "--nodes", "16", "--steps", "1000", "--save-s", "30",
+                "--json",
+            ],
+            &[],
+        ),
+        (
+            vec!["eval", s(&models), s(&ds), "--json"],
+            &["models", "dataset"],
+        ),
+        (vec!["models", "show", s(&models), "--json"], &["models"]),
+        (vec!["datasets", "show", s(&ds), "--json"], &["dataset"]),
+    ];
+    let check = |doc: &serde_json::Value, roles: &[&str], what: &str| {
+        let p = &doc["provenance"];
+        assert_eq!(p["tool"], "stepcast", "{what}: {doc}");
+        assert_eq!(p["version"], env!("CARGO_PKG_VERSION"), "{what}");
+        assert!(!p["commit"].as_str().unwrap().is_empty(), "{what}");
+        assert!(p["arguments"].as_array().unwrap().len() > 1, "{what}");
+        let inputs = p["inputs"].as_array().unwrap();
+        for role in roles {
+            let input = inputs
+                .iter()
+                .find(|i| i["role"] == *role)
+                .unwrap_or_else(|| panic!("{what}: no {role} in {inputs:?}"));
+            if *role != "architecture" {
+                assert_eq!(
+                    input["digest"].as_str().unwrap().len(),
+                    16,
+                    "{what}: {input}"
+                );
+            }
+        }
+    };
+    for (args, roles) in &runs {
+        let out = stepcast(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        check(&doc, roles, &args.join(" "));
+    }
+    let out = stepcast(&[
+        "search",
+        "--cluster",
+        &cluster,
+        "--model",
+        "llama2-7b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "16",
+        "--json",
+        s(&search_json),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&search_json).unwrap()).unwrap();
+    check(&doc, &["cluster", "architecture", "models"], "search");
+    // the same models give the same fingerprint everywhere: models show and the JSON
+    let out = stepcast(&["models", "show", s(&models)]);
+    let shown: serde_json::Value =
+        serde_json::from_slice(&stepcast(&["models", "show", s(&models), "--json"]).stdout)
+            .unwrap();
+    let fingerprint = shown["provenance"]["inputs"][0]["digest"].as_str().unwrap();
+    assert!(stdout(&out).contains(fingerprint));
+    // --version names the commit and the built-in models' fingerprints
+    let out = stepcast(&["--version"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("commit ") && text.contains("perlmutter") && text.contains("fingerprint"),
+        "{text}"
+    );
+}

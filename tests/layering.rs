@@ -14,7 +14,16 @@ use std::path::{Path, PathBuf};
 const LEVELS: &[&[&str]] = &[
     // vocabulary and utilities
     &[
-        "named", "limits", "timing", "rng", "stats", "error", "fsutil", "ops", "assets",
+        "named",
+        "limits",
+        "timing",
+        "rng",
+        "stats",
+        "error",
+        "fsutil",
+        "ops",
+        "assets",
+        "provenance",
     ],
     &["hardware"],
     &["workload", "dataset", "analytic", "fault"],

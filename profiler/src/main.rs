@@ -8,8 +8,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use stepcast::hardware::Cluster;
+use stepcast::provenance::{digest, Input, Provenance};
 use stepcast_profiler::collect::{collect, CollectOptions};
 use stepcast_profiler::device::{self, mock::MockDevice, null::NullDevice, Device, Launch};
 use stepcast_profiler::drift::{check, retrain, target_of, DriftReport};
@@ -179,6 +180,9 @@ enum Command {
         /// Whether the GPU has FP8 tensor cores.
         #[arg(long)]
         fp8: bool,
+        /// Print the plan as JSON: the summary and every point.
+        #[arg(long)]
+        json: bool,
     },
     /// Compare this machine with the models of a cluster file: software stamp and the quick
     /// probe plan measured against the models' predictions. Exit code 3 when something drifted.
@@ -223,7 +227,14 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    // the core's version and commit: the harness is built from the same checkout
+    let version = format!(
+        "{} (commit {})",
+        stepcast::provenance::VERSION,
+        stepcast::provenance::COMMIT
+    );
+    let matches = Cli::command().version(version).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = run(cli);
     device::cuda::remove_nccl_shim();
     match result {
@@ -245,6 +256,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             gpus,
             nodes,
             fp8,
+            json,
         } => {
             let spec = plan.spec()?;
             let expanded = spec.expand(Target {
@@ -252,6 +264,29 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 nodes,
                 fp8,
             })?;
+            let gpu = stepcast::hardware::GpuSpec::builtin("h100").expect("in the catalogue");
+            if json {
+                let operators: Vec<_> = expanded
+                    .summary(&gpu, 15.0)
+                    .into_iter()
+                    .map(|(kind, points, s)| {
+                        serde_json::json!({"operator": kind.name(), "points": points, "estimated_s_h100": s})
+                    })
+                    .collect();
+                let doc = serde_json::json!({
+                    "plan": spec,
+                    "gpus_per_node": gpus,
+                    "nodes": nodes,
+                    "fp8": fp8,
+                    "operators": operators,
+                    "estimated_s_h100": expanded.estimated_seconds(&gpu, 15.0),
+                    "estimate_assumes": "runs at 60 % of the roofline, collectives at 300 GB/s, 15 ms of set-up per point",
+                    "points": expanded.points,
+                });
+                let input = plan_input(&plan);
+                println!("{}", stamped(&doc, vec![input])?);
+                return Ok(0);
+            }
             println!(
                 "plan '{}': {} points ({} GPUs per node, {} nodes)",
                 spec.name,
@@ -259,7 +294,6 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 gpus,
                 nodes
             );
-            let gpu = stepcast::hardware::GpuSpec::builtin("h100").expect("in the catalogue");
             println!(
                 "  {:<20} {:>6} {:>12}",
                 "operator", "points", "est. s (H100)"
@@ -366,7 +400,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 !device.quiet,
             )?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                let input = Input::new(
+                    "cluster",
+                    cluster.path.display().to_string(),
+                    cluster.digest.clone(),
+                );
+                println!("{}", stamped(&report, vec![input])?);
             } else {
                 print_drift(&report);
             }
@@ -419,6 +458,25 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// The plan a command used: its file, with a digest, or the built-in one.
+fn plan_input(p: &PlanArgs) -> Input {
+    match &p.plan {
+        Some(path) => Input::new(
+            "plan",
+            path.display().to_string(),
+            std::fs::read(path).ok().map(|b| digest(&b)),
+        ),
+        None if p.quick => Input::new("plan", "<built-in quick>", None),
+        None => Input::new("plan", "<built-in default>", None),
+    }
+}
+
+/// `value` as a JSON document stamped with this run's provenance (see `stepcast::provenance`).
+fn stamped(value: &impl serde::Serialize, inputs: Vec<Input>) -> anyhow::Result<String> {
+    let value = Provenance::of_this_run(inputs).stamp(serde_json::to_value(value)?);
+    Ok(serde_json::to_string_pretty(&value)?)
 }
 
 fn print_drift(r: &DriftReport) {

@@ -104,7 +104,7 @@ fn default_max_optimizer_params() -> u64 {
 }
 
 /// One call to time, with the layer it came from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanPoint {
     pub query: OpQuery,
     pub context: LayerContext,
@@ -424,6 +424,7 @@ fn planning_cluster(t: Target) -> Cluster {
         path: PathBuf::from("(plan)"),
         models_dir: None,
         builtin_models: None,
+        digest: None,
         spec: ClusterSpec {
             name: "plan".into(),
             description: None,

@@ -41,6 +41,26 @@ fn plan_prints_counts_and_an_estimate() {
 }
 
 #[test]
+fn plan_as_json_lists_every_point_with_its_provenance() {
+    let o = bench(&["plan", "--quick", "--gpus", "4", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let points = doc["points"].as_array().unwrap();
+    let per_operator: u64 = doc["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|op| op["points"].as_u64().unwrap())
+        .sum();
+    assert_eq!(points.len() as u64, per_operator);
+    assert!(points.iter().all(|p| p["query"]["op"].is_string()));
+    assert_eq!(doc["gpus_per_node"], 4);
+    assert!(doc["estimated_s_h100"].as_f64().unwrap() > 0.0);
+    assert_eq!(doc["provenance"]["tool"], "stepcast");
+    assert_eq!(doc["provenance"]["inputs"][0]["name"], "<built-in quick>");
+}
+
+#[test]
 fn mock_collection_resumes_and_trains() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("ds");

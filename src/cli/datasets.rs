@@ -18,6 +18,9 @@ pub enum DatasetsCommand {
     Show {
         /// The dataset directory (holds meta.yaml).
         dir: PathBuf,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -71,42 +74,90 @@ pub fn run(cmd: DatasetsCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        DatasetsCommand::Show { dir } => {
+        DatasetsCommand::Show { dir, json } => {
             let _reading = stepcast::fsutil::DirLock::shared(&dir)?;
             let ds = Dataset::load(&dir)?;
+            let summary = summarise(&ds);
+            if json {
+                let input = stepcast::provenance::Input::new(
+                    "dataset",
+                    dir.display().to_string(),
+                    Some(ds.fingerprint.clone()),
+                );
+                return super::stamp::print(&summary, vec![input]);
+            }
             let m = &ds.meta;
             println!("{} — {} — collected {}", m.name, m.gpu.name, m.collected_at);
             println!("source: {}", m.source.description);
             println!("fingerprint: {}", ds.fingerprint);
-            let mut counts = std::collections::BTreeMap::new();
-            for r in &ds.rows {
-                let e = counts
-                    .entry((
-                        r.query.op.name(),
-                        r.query.phase.name(),
-                        r.query.dtype.name(),
-                    ))
-                    .or_insert((0usize, 0usize));
-                if r.is_ok() {
-                    e.0 += 1
-                } else {
-                    e.1 += 1
-                }
-            }
             let mut t = table(&["operator", "phase", "dtype", "rows", "skipped"]);
-            for ((op, ph, dt), (ok, sk)) in counts {
+            for g in &summary.groups {
                 t.add_row(vec![
-                    op.into(),
-                    ph.into(),
-                    dt.into(),
-                    ok.to_string(),
-                    sk.to_string(),
+                    g.operator.into(),
+                    g.phase.into(),
+                    g.dtype.into(),
+                    g.rows.to_string(),
+                    g.skipped.to_string(),
                 ]);
             }
             align_numbers(&mut t, 3);
             println!("{t}");
             Ok(())
         }
+    }
+}
+
+/// What `datasets show` prints: the dataset's stamp and its rows per operator, phase and type.
+#[derive(serde::Serialize)]
+struct Summary<'a> {
+    meta: &'a stepcast::dataset::DatasetMeta,
+    fingerprint: &'a str,
+    rows: usize,
+    skipped: usize,
+    groups: Vec<Group>,
+}
+
+/// Rows measured (and skipped: the point could not run) of one operator, phase and type.
+#[derive(serde::Serialize)]
+struct Group {
+    operator: &'static str,
+    phase: &'static str,
+    dtype: &'static str,
+    rows: usize,
+    skipped: usize,
+}
+
+fn summarise(ds: &Dataset) -> Summary<'_> {
+    let mut counts = std::collections::BTreeMap::new();
+    for r in &ds.rows {
+        let key = (
+            r.query.op.name(),
+            r.query.phase.name(),
+            r.query.dtype.name(),
+        );
+        let e = counts.entry(key).or_insert((0usize, 0usize));
+        if r.is_ok() {
+            e.0 += 1
+        } else {
+            e.1 += 1
+        }
+    }
+    let groups: Vec<Group> = counts
+        .into_iter()
+        .map(|((operator, phase, dtype), (rows, skipped))| Group {
+            operator,
+            phase,
+            dtype,
+            rows,
+            skipped,
+        })
+        .collect();
+    Summary {
+        meta: &ds.meta,
+        fingerprint: &ds.fingerprint,
+        rows: groups.iter().map(|g| g.rows).sum(),
+        skipped: groups.iter().map(|g| g.skipped).sum(),
+        groups,
     }
 }
 

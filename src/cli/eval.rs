@@ -45,8 +45,15 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         },
     )?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        let inputs = vec![
+            super::stamp::models(&set),
+            stepcast::provenance::Input::new(
+                "dataset",
+                args.dataset.display().to_string(),
+                Some(dataset.fingerprint.clone()),
+            ),
+        ];
+        return super::stamp::print(&report, inputs);
     }
     println!(
         "{} on {} — split: {}",

@@ -98,6 +98,8 @@ pub struct Job {
     pub cluster: Cluster,
     pub arch: Arch,
     pub layout: Layout,
+    /// The job file, cluster and architecture it was read from (for JSON provenance).
+    pub inputs: Vec<stepcast::provenance::Input>,
 }
 
 impl JobArgs {
@@ -180,10 +182,18 @@ impl JobArgs {
         let cluster = Cluster::load(&cluster_path)?;
         let arch = Arch::resolve(&model)?;
         let layout = Layout::new(&spec, &arch, &cluster)?;
+        let mut inputs: Vec<_> = self
+            .job
+            .iter()
+            .map(|p| super::stamp::file("job", p))
+            .collect();
+        inputs.push(super::stamp::cluster(&cluster));
+        inputs.push(super::stamp::architecture(&model));
         Ok(Job {
             cluster,
             arch,
             layout,
+            inputs,
         })
     }
 }

@@ -21,8 +21,7 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
     let plan = Plan::new(&job.arch, &job.layout, &job.cluster);
     let report = project(&job.arch, &job.layout, &job.cluster, &plan);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        return super::stamp::print(&report, job.inputs);
     }
     println!(
         "{} on {} ({}, {:.0} GiB per GPU)",

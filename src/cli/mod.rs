@@ -13,6 +13,7 @@ mod predict;
 mod report;
 mod run;
 mod search;
+mod stamp;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -20,7 +21,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "stepcast",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("STEPCAST_COMMIT"), ")"),
     about = "Predict the step time of distributed LLM training from per-operator models",
     long_about = None
 )]
@@ -85,6 +86,24 @@ where
         s.parse::<T>()
             .unwrap_or_else(|_| unreachable!("clap admits only the names it was given"))
     })
+}
+
+/// `--version`: the version, the commit and the fingerprint of every built-in models set (the
+/// same fingerprint `models show` and every JSON output's provenance give).
+pub fn long_version() -> String {
+    let mut text = format!(
+        "{} (commit {})\nbuilt-in models:",
+        stepcast::provenance::VERSION,
+        stepcast::provenance::COMMIT
+    );
+    for (name, bytes) in stepcast::assets::MODELS {
+        let fingerprint = stepcast::regress::bundle::fingerprint(bytes);
+        text += &format!(
+            "\n  {name:<20} fingerprint {}",
+            fingerprint.as_deref().unwrap_or("(not a models file)")
+        );
+    }
+    text
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {

@@ -31,11 +31,15 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
         ModelsCommand::Check { .. } => unreachable!("dispatched to stepcast-bench by cli::run"),
         ModelsCommand::Show { dir, json } => {
             let m = ModelSet::checked_manifest(&dir)?;
+            let set = ModelSet::open(&dir)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&m)?);
-                return Ok(());
+                return super::stamp::print(&m, vec![super::stamp::models(&set)]);
             }
-            println!("models: {}", dir.display());
+            println!(
+                "models: {} (fingerprint {})",
+                dir.display(),
+                set.fingerprint()
+            );
             println!("GPU: {}", m.gpu.name);
             println!(
                 "trained {} by stepcast {} from '{}' (fingerprint {}, collected {})",

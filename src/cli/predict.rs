@@ -49,16 +49,10 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         ));
     }
     let cluster = &job.cluster;
-    let models_dir = args
-        .models
-        .clone()
-        .or_else(|| cluster.models_dir.clone())
-        .or_else(|| {
-            cluster
-                .builtin_models
-                .map(|n| PathBuf::from(format!("<built-in models/{n}>")))
-        });
     let models = super::layout::open_models(args.models.as_deref(), cluster)?;
+    let mut inputs = job.inputs.clone();
+    inputs.extend(models.as_ref().map(super::stamp::models));
+    let models_dir = models.as_ref().map(|m| m.dir.clone());
     let cost = CostModel::new(cluster, models);
     let prediction = predict(
         &job.arch,
@@ -107,7 +101,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         if let Some((outcome, save_s)) = &run {
             value["run"] = serde_json::json!({"outcome": outcome, "checkpoint_save_s": save_s});
         }
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        super::stamp::print(&value, inputs)?;
     } else {
         print_prediction(&prediction, &job, models_dir.as_deref(), args.operators);
         if let Some((o, save_s)) = &run {

@@ -190,11 +190,8 @@ pub fn run_ettr(args: EttrArgs) -> anyhow::Result<()> {
     };
     let o = inputs.outcome(args.fault.checkpoint_interval)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"inputs": inputs, "outcome": o}))?
-        );
-        return Ok(());
+        let doc = serde_json::json!({"inputs": inputs, "outcome": o});
+        return super::stamp::print(&doc, Vec::new());
     }
     println!(
         "{} nodes × {} failures/day, mean recovery {:.2} s, checkpoint {:.2} s, step {:.3} s",

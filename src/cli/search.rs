@@ -234,6 +234,11 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         ));
     }
     let models = super::layout::open_models(args.models.as_deref(), &cluster)?;
+    let mut inputs = vec![
+        super::stamp::cluster(&cluster),
+        super::stamp::architecture(&args.model),
+    ];
+    inputs.extend(models.as_ref().map(super::stamp::models));
     let cost = CostModel::new(&cluster, models);
     let req = SearchRequest {
         arch: &arch,
@@ -284,7 +289,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         write_csv(path, &report)?;
     }
     if let Some(path) = &args.json {
-        stepcast::fsutil::write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+        stepcast::fsutil::write_atomic(path, super::stamp::document(&report, inputs)?.as_bytes())?;
     }
     print_report(&args, &report, &arch, &cluster);
     if report.predicted == 0 {

@@ -105,6 +105,8 @@ pub struct Cluster {
     pub models_dir: Option<PathBuf>,
     /// For a built-in cluster, the built-in models its `models.dir` names.
     pub builtin_models: Option<&'static str>,
+    /// A digest of the YAML it was read from (see `provenance::digest`).
+    pub digest: Option<String>,
 }
 
 impl Cluster {
@@ -133,6 +135,7 @@ impl Cluster {
             spec,
             models_dir,
             builtin_models: None,
+            digest: Some(crate::provenance::digest(text.as_bytes())),
         })
     }
 
@@ -152,6 +155,7 @@ impl Cluster {
             spec,
             models_dir: None,
             builtin_models,
+            digest: Some(crate::provenance::digest(yaml.as_bytes())),
         })
     }
 

@@ -164,12 +164,24 @@ pub struct Reader {
     map: Arc<dyn AsRef<[u8]> + Send + Sync>,
     /// The file's index.
     pub index: Index,
+    /// A digest of the index, which holds every model's checksum: two files with the same
+    /// fingerprint predict the same (see `provenance::digest`).
+    pub fingerprint: String,
 }
 
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Reader({})", self.path.display())
     }
+}
+
+/// The fingerprint of a models file's bytes (see `Reader::fingerprint`) without reading its
+/// models; `None` if they are not a models file.
+pub fn fingerprint(bytes: &[u8]) -> Option<String> {
+    let len = u64::from_le_bytes(bytes.get(24..HEADER_BYTES)?.try_into().ok()?);
+    let end = HEADER_BYTES.checked_add(usize::try_from(len).ok()?)?;
+    let index = bytes.get(HEADER_BYTES..end)?;
+    (bytes.get(..16)? == MAGIC).then(|| crate::provenance::digest(index))
 }
 
 /// Maps a file read-only. stepcast replaces `models.bin` only by renaming a new file over it
@@ -251,6 +263,7 @@ impl Reader {
         }
         Ok(Reader {
             path: path.to_path_buf(),
+            fingerprint: crate::provenance::digest(text),
             map,
             index,
         })
@@ -313,6 +326,18 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fingerprint_of_the_bytes_is_the_readers() {
+        let bytes = crate::assets::MODELS[0].1;
+        let reader = Reader::from_static(Path::new("x"), bytes).unwrap();
+        assert_eq!(
+            fingerprint(bytes).as_deref(),
+            Some(reader.fingerprint.as_str())
+        );
+        assert_eq!(fingerprint(b"stepcast-models\n"), None);
+        assert_eq!(fingerprint(&bytes[..40]), None);
+    }
 
     #[test]
     fn checksum_sees_every_byte() {

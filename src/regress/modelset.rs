@@ -255,6 +255,11 @@ impl ModelSet {
         Ok(Self::over(dir, reader))
     }
 
+    /// See `bundle::Reader::fingerprint`.
+    pub fn fingerprint(&self) -> &str {
+        &self.reader.fingerprint
+    }
+
     /// The GPU the models were trained on.
     pub fn gpu(&self) -> &GpuSpec {
         &self.reader.index.gpu

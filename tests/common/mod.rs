@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn stepcast(args: &[&str]) -> Output {
@@ -132,4 +132,20 @@ pub fn write_dataset(dir: &Path) {
         }
     }
     fs::write(dir.join("all_reduce.csv"), ar).unwrap();
+}
+
+/// A synthetic dataset in `dir/ds` and the models trained from it in `dir/models`.
+pub fn trained_models(dir: &Path) -> (PathBuf, PathBuf) {
+    let ds = dir.join("ds");
+    let models = dir.join("models");
+    write_dataset(&ds);
+    let out = stepcast(&[
+        "train",
+        ds.to_str().unwrap(),
+        "--out",
+        models.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    (ds, models)
 }
