@@ -350,6 +350,15 @@ fn evaluate(req: &SearchRequest, cost: &CostModel, layout: Layout) -> Result<Sea
 
 /// Enumerates, prunes, predicts in parallel and ranks.
 pub fn search(req: &SearchRequest, cost: &CostModel) -> Result<SearchReport> {
+    search_watched(req, cost, &crate::progress::Unwatched)
+}
+
+/// `search`, telling `progress` how many layouts survived pruning and each one predicted.
+pub fn search_watched(
+    req: &SearchRequest,
+    cost: &CostModel,
+    progress: &dyn crate::progress::Progress,
+) -> Result<SearchReport> {
     let started = Instant::now();
     if req.gpus == 0 || req.base.global_batch.is_none_or(|b| b == 0) {
         return Err(Error::Invalid(
@@ -392,9 +401,14 @@ pub fn search(req: &SearchRequest, cost: &CostModel) -> Result<SearchReport> {
             },
         }
     }
+    progress.start("layouts", survivors.len() as u64);
     let mut rows: Vec<SearchRow> = survivors
         .into_par_iter()
-        .map(|layout| evaluate(req, cost, layout))
+        .map(|layout| {
+            let row = evaluate(req, cost, layout);
+            progress.advance();
+            row
+        })
         .collect::<Result<_>>()?;
     let predicted = rows
         .iter()

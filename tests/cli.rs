@@ -754,3 +754,155 @@ fn every_json_output_carries_its_provenance() {
         "{text}"
     );
 }
+
+/// Completion scripts and man pages come from the parser itself: they name every command and
+/// flag, bash accepts the script, and man pages go only into a directory that exists.
+#[test]
+fn completions_and_man_pages_name_every_command() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = stepcast(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        for word in ["predict", "search", "cluster", "global-batch"] {
+            assert!(script.contains(word), "{shell} lacks {word}");
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("stepcast.bash");
+    fs::write(&script, stdout(&stepcast(&["completions", "bash"]))).unwrap();
+    let syntax = std::process::Command::new("bash")
+        .args(["-n", s(&script)])
+        .status();
+    if let Ok(status) = syntax {
+        assert!(status.success(), "bash rejects the completion script");
+    }
+
+    let page = stdout(&stepcast(&["man"]));
+    assert!(
+        page.starts_with(".ie") && page.contains(".TH stepcast 1"),
+        "{page}"
+    );
+    let out = stepcast(&["man", "--out", s(tmp.path())]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for name in [
+        "stepcast.1",
+        "stepcast-predict.1",
+        "stepcast-datasets-show.1",
+    ] {
+        assert!(tmp.path().join(name).is_file(), "{name}");
+    }
+    let predict = fs::read_to_string(tmp.path().join("stepcast-predict.1")).unwrap();
+    assert!(predict.contains("\\-\\-global\\-batch"), "{predict}");
+    let missing = tmp.path().join("no-such-dir");
+    assert_user_error(
+        &stepcast(&["man", "--out", s(&missing)]),
+        &["no-such-dir", "mkdir"],
+    );
+}
+
+/// `export` turns the job flags, or a search's N-th best row, into each framework's launch,
+/// and refuses what a framework cannot run as costed.
+#[test]
+fn export_writes_each_frameworks_launch_from_flags_or_a_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = [
+        "--cluster",
+        "dgx-h100",
+        "--model",
+        "llama3-8b",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--dp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "64",
+        "--sequence-parallel",
+        "--zero",
+        "0",
+    ];
+    let run = |format: &str| {
+        let out = stepcast(&[&["export", "--format", format][..], &job].concat());
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let m = run("megatron");
+    assert!(
+        m.contains("--tensor-model-parallel-size 2") && m.contains("--nnodes 2"),
+        "{m}"
+    );
+    let n = run("nemo");
+    assert!(
+        n.contains("llm.llama3_8b.pretrain_recipe") && n.contains("tensor_model_parallel_size = 2"),
+        "{n}"
+    );
+    let t = run("torchtitan");
+    assert!(
+        t.contains("data_parallel_replicate_degree = 4") && t.contains("flavor = \"8B\""),
+        "{t}"
+    );
+
+    // a search's best row, exported with the cluster and model the search recorded
+    let search = tmp.path().join("search.json");
+    let out = stepcast(&[
+        "search",
+        "--cluster",
+        "dgx-h100",
+        "--model",
+        "llama3-8b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "64",
+        "--zero",
+        "1",
+        "--json",
+        s(&search),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let script = tmp.path().join("launch.sh");
+    let out = stepcast(&[
+        "export",
+        "--format",
+        "megatron",
+        "--from-search",
+        s(&search),
+        "--out",
+        s(&script),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = fs::read_to_string(&script).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&search).unwrap()).unwrap();
+    let best = &doc["rows"][0]["layout"];
+    assert!(
+        text.contains(&format!("--tensor-model-parallel-size {}", best["tp"])),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("--micro-batch-size {}", best["micro_batch"])),
+        "{text}"
+    );
+    let out = stepcast(&[
+        "export",
+        "--format",
+        "megatron",
+        "--from-search",
+        s(&search),
+        "--rank",
+        "0",
+    ]);
+    assert_user_error(&out, &["--rank 0", "give 1 to"]);
+    // a schedule Megatron lacks is refused with the fix
+    let out = stepcast(
+        &[
+            &["export", "--format", "megatron", "--schedule", "gpipe"][..],
+            &job,
+        ]
+        .concat(),
+    );
+    assert_user_error(&out, &["GPipe", "--schedule 1f1b"]);
+}

@@ -25,9 +25,10 @@ fn harness() -> Option<PathBuf> {
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let Some(path) = harness() else {
         anyhow::bail!(stepcast::Error::Invalid(format!(
-            "{HARNESS} is not installed beside stepcast or on PATH: build it with \
-             `cargo build --release -p stepcast-profiler --features cuda` (no CUDA toolkit needed \
-             to build; on the GPU node the libraries are loaded at run time)"
+            "{HARNESS} is not installed beside stepcast or on PATH: install it with \
+             `cargo install --path profiler --features cuda` from the checkout (no CUDA toolkit \
+             needed to build; on the GPU node the libraries are loaded at run time; without \
+             `--features cuda` only `--device mock` works)"
         )));
     };
     #[cfg(unix)]

@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::output::{align_numbers, opt_pct, pct, table};
 use stepcast::dataset::Dataset;
-use stepcast::regress::eval::{evaluate, EvalOptions};
+use stepcast::regress::eval::{evaluate_watched, EvalOptions};
 use stepcast::regress::split::SplitKind;
 use stepcast::regress::ModelSet;
 
@@ -35,7 +35,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let _reading = stepcast::fsutil::DirLock::shared(&args.dataset)?;
     let dataset = Dataset::load(&args.dataset)
         .with_context(|| format!("loading dataset {}", args.dataset.display()))?;
-    let report = evaluate(
+    let bar = super::output::Bar::new();
+    let report = evaluate_watched(
         &set,
         &dataset,
         &EvalOptions {
@@ -43,7 +44,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             seed: args.seed,
             fraction: 0.2,
         },
-    )?;
+        &bar,
+    );
+    bar.finish();
+    let report = report?;
     if args.json {
         let inputs = vec![
             super::stamp::models(&set),

@@ -14,7 +14,8 @@ use stepcast::workload::{Arch, Layout, ParallelSpec, Partition, Recompute, Rules
 
 #[derive(Debug, Args)]
 pub struct JobArgs {
-    /// Cluster file, e.g. hardware-profiles/perlmutter.yaml.
+    /// Cluster file (e.g. hardware-profiles/perlmutter.yaml) or a built-in cluster by name:
+    /// dgx-a100, dgx-a100-40gb, dgx-h100, mi300x, perlmutter, vista.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// Architecture: a preset (llemma-7b, llama2-70b, gpt3-175b, …), a YAML architecture file

@@ -3,7 +3,9 @@
 mod bench;
 mod chart;
 mod datasets;
+mod docs;
 mod eval;
+mod export;
 mod layout;
 mod memory;
 mod models;
@@ -68,6 +70,13 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// A predicted layout as a framework's launch: Megatron-LM arguments, a NeMo 2.0 recipe or
+    /// a torchtitan job configuration.
+    Export(Box<export::ExportArgs>),
+    /// Print a shell completion script: `stepcast completions bash > ~/.local/share/bash-completion/completions/stepcast`.
+    Completions(docs::CompletionsArgs),
+    /// Print the man page, or write one per command with --out DIR.
+    Man(docs::ManArgs),
 }
 
 /// A value parser for a library enum users write by name: its names as the possible values,
@@ -122,5 +131,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Models(cmd) => models::run(cmd),
         Command::Bench { args } => bench::run(&args),
         Command::Retrain { args } => bench::run(&[vec!["retrain".to_string()], args].concat()),
+        Command::Export(args) => export::run(*args),
+        Command::Completions(args) => docs::completions(args),
+        Command::Man(args) => docs::man(args),
     }
 }

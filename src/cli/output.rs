@@ -98,3 +98,50 @@ pub fn bytes(n: u64) -> String {
         format!("{:.1} KiB", n as f64 / 1024.0)
     }
 }
+
+/// A progress bar on standard error for a long computation, drawn only when standard error is
+/// a terminal (so pipes, files and CI logs stay clean).
+pub struct Bar {
+    bar: indicatif::ProgressBar,
+    /// Whether standard error is a terminal: the bar appears at the first `start`.
+    shown: bool,
+}
+
+impl Bar {
+    pub fn new() -> Bar {
+        use std::io::IsTerminal;
+        let bar = indicatif::ProgressBar::hidden();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:40}] {pos}/{len}, {elapsed} (eta {eta})",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        Bar {
+            bar,
+            shown: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Removes the bar from the terminal.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl stepcast::progress::Progress for Bar {
+    fn start(&self, what: &str, total: u64) {
+        self.bar.set_message(what.to_string());
+        self.bar.set_length(total);
+        self.bar.set_position(0);
+        if self.shown && self.bar.is_hidden() {
+            self.bar
+                .set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        }
+    }
+
+    fn advance(&self) {
+        self.bar.inc(1);
+    }
+}

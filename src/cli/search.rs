@@ -14,13 +14,14 @@ use stepcast::ops::Dtype;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, PredictOptions, Prediction};
 use stepcast::search::{
-    search, Objective, SearchReport, SearchRequest, SearchRow, SearchSpace, Status,
+    search_watched, Objective, SearchReport, SearchRequest, SearchRow, SearchSpace, Status,
 };
 use stepcast::workload::{Arch, ParallelSpec, Recompute, Rules, Schedule};
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
-    /// Cluster file, e.g. hardware-profiles/dgx-h100.yaml.
+    /// Cluster file (e.g. hardware-profiles/dgx-h100.yaml) or a built-in cluster by name:
+    /// dgx-a100, dgx-a100-40gb, dgx-h100, mi300x, perlmutter, vista.
     #[arg(long)]
     pub cluster: PathBuf,
     /// Architecture: a preset, a YAML architecture file or a Hugging Face config.json.
@@ -266,22 +267,27 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         objective: args.objective,
         run: run_spec,
     };
-    let mut report = search(&req, &cost)?;
+    let bar = super::output::Bar::new();
+    let report = search_watched(&req, &cost, &bar);
+    let mut report = report.inspect_err(|_| bar.finish())?;
     // the best rows again with their intervals (and the full prediction for the HTML page)
     let top: Vec<usize> = (0..report.rows.len())
         .filter(|&i| report.rows[i].status == Status::Predicted)
         .take(args.top.max(1))
         .collect();
-    let full: Vec<(usize, Prediction)> = top
+    use stepcast::progress::Progress;
+    bar.start("intervals of the best", top.len() as u64);
+    let full: stepcast::Result<Vec<(usize, Prediction)>> = top
         .par_iter()
         .map(|&i| {
             let layout = &report.rows[i].layout;
-            Ok((
-                i,
-                predict(&arch, layout, &cluster, &cost, PredictOptions::default())?,
-            ))
+            let p = predict(&arch, layout, &cluster, &cost, PredictOptions::default())?;
+            bar.advance();
+            Ok((i, p))
         })
-        .collect::<stepcast::Result<_>>()?;
+        .collect();
+    bar.finish();
+    let full = full?;
     for (i, p) in &full {
         report.rows[*i].interval_s = Some(p.interval_s);
     }

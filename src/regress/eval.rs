@@ -104,6 +104,16 @@ struct Predicted {
 
 /// Judges `set` on `dataset` (see the module docs for the splits).
 pub fn evaluate(set: &ModelSet, dataset: &Dataset, options: &EvalOptions) -> Result<EvalReport> {
+    evaluate_watched(set, dataset, options, &crate::progress::Unwatched)
+}
+
+/// `evaluate`, telling `progress` how many models it refits on the split and each one done.
+pub fn evaluate_watched(
+    set: &ModelSet,
+    dataset: &Dataset,
+    options: &EvalOptions,
+    progress: &dyn crate::progress::Progress,
+) -> Result<EvalReport> {
     let prepared = Prepared::new(dataset);
     let n = prepared.rows.len();
     let mut predicted: Vec<Option<Predicted>> = vec![None; n];
@@ -143,6 +153,7 @@ pub fn evaluate(set: &ModelSet, dataset: &Dataset, options: &EvalOptions) -> Res
                 found.map(|s| (model, s))
             })
             .collect();
+        progress.start("refits", jobs.len() as u64);
         let results: Vec<Vec<(usize, Predicted)>> = jobs
             .par_iter()
             .map(|(model, (_, train, held))| {
@@ -163,6 +174,7 @@ pub fn evaluate(set: &ModelSet, dataset: &Dataset, options: &EvalOptions) -> Res
                 let (ln_pred, _) =
                     prepared.fit_predict(&model.recipe, train, &answered, options.seed);
                 let ranges = ranges(train.iter().map(|&i| &prepared.x[i]));
+                progress.advance();
                 answered
                     .iter()
                     .zip(ln_pred)

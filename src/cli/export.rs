@@ -1,0 +1,266 @@
+//! `stepcast export --format megatron|nemo|torchtitan`: a predicted layout (the job flags, or
+//! the N-th best row of a search's JSON) as the launch script, recipe or job configuration of
+//! a training framework (see `stepcast::export`).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+
+use super::layout::{describe, Job, JobArgs};
+use super::named;
+use stepcast::export::{export, Framework, Target};
+use stepcast::hardware::Cluster;
+use stepcast::ops::Dtype;
+use stepcast::predict::cost::CostModel;
+use stepcast::predict::{predict, PredictOptions};
+use stepcast::workload::{Arch, Layout, ParallelSpec, Partition, Recompute, Rules, Schedule};
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The framework to export to.
+    #[arg(long, value_parser = named::<Framework>())]
+    pub format: Framework,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// A search's --json output: export its --rank-th best layout, on the cluster and model it
+    /// searched (instead of job flags).
+    #[arg(long, value_name = "FILE.json")]
+    pub from_search: Option<PathBuf>,
+    /// Which of the search's predicted layouts, best first.
+    #[arg(long, default_value_t = 1, requires = "from_search")]
+    pub rank: usize,
+    /// Models directory for the predicted step time in the header (default: the cluster's).
+    #[arg(long)]
+    pub models: Option<PathBuf>,
+    /// Write the script / recipe / configuration to this file instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Print the export (text, notes, provenance) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: ExportArgs) -> anyhow::Result<()> {
+    let job = match &args.from_search {
+        Some(path) => {
+            if args.job.job.is_some()
+                || args.job.tp.is_some()
+                || args.job.pp.is_some()
+                || args.job.dp.is_some()
+            {
+                anyhow::bail!(stepcast::Error::Invalid(
+                    "--from-search takes the layout from the search: drop --job, --tp, --pp and \
+                     --dp (or drop --from-search and give the whole layout)"
+                        .into()
+                ));
+            }
+            from_search(path, args.rank, &args.job)?
+        }
+        None => args.job.resolve()?,
+    };
+    let models = super::layout::open_models(args.models.as_deref(), &job.cluster)?;
+    let mut inputs = job.inputs.clone();
+    inputs.extend(models.as_ref().map(super::stamp::models));
+    let cost = CostModel::new(&job.cluster, models);
+    let p = predict(
+        &job.arch,
+        &job.layout,
+        &job.cluster,
+        &cost,
+        PredictOptions::default(),
+    )?;
+    let headline = format!(
+        "{} on {}: {} — stepcast {} (commit {}) predicts {:.3} s per step ({:.3}–{:.3} s)",
+        job.arch.name,
+        job.cluster.spec.name,
+        describe(&job)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("layout   "),
+        stepcast::provenance::VERSION,
+        stepcast::provenance::COMMIT,
+        p.metrics.step_time_s,
+        p.interval_s[0],
+        p.interval_s[1],
+    );
+    let launch = export(
+        args.format,
+        &Target {
+            arch: &job.arch,
+            layout: &job.layout,
+            gpus_per_node: job.cluster.spec.gpus_per_node as u64,
+            headline,
+        },
+    )?;
+    if args.json {
+        return super::stamp::print(&launch, inputs);
+    }
+    match &args.out {
+        Some(path) => {
+            stepcast::fsutil::write_atomic(path, launch.text.as_bytes())?;
+            println!("{} written to {}", launch.file_name, path.display());
+        }
+        None => print!("{}", launch.text),
+    }
+    for note in &launch.notes {
+        eprintln!("note: {note}");
+    }
+    Ok(())
+}
+
+/// The part of a search's JSON an export reads.
+#[derive(Deserialize)]
+struct SearchFile {
+    provenance: Option<SearchProvenance>,
+    rows: Vec<SearchRow>,
+}
+
+#[derive(Deserialize)]
+struct SearchProvenance {
+    inputs: Vec<SearchInput>,
+}
+
+#[derive(Deserialize)]
+struct SearchInput {
+    role: String,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct SearchRow {
+    status: String,
+    layout: serde_json::Value,
+}
+
+/// A row's layout as a search wrote it: what `Layout::new` needs to rebuild it.
+#[derive(Deserialize)]
+struct RowLayout {
+    tp: u64,
+    pp: u64,
+    dp: u64,
+    micro_batch: u64,
+    global_batch: u64,
+    seq_len: u64,
+    sequence_parallel: bool,
+    recompute: Recompute,
+    partition: Partition,
+    zero: u8,
+    dtype: Dtype,
+    rules: Rules,
+    dp_bucket_elements: u64,
+    schedule: Schedule,
+    vpp: u64,
+    overlap: RowOverlap,
+}
+
+#[derive(Deserialize)]
+struct RowOverlap {
+    grad_reduce: bool,
+    param_gather: bool,
+    p2p: bool,
+    tp_fraction: f64,
+}
+
+/// The `rank`-th predicted layout of a search, on its cluster and model (or `--cluster` /
+/// `--model` when given), checked to rebuild to exactly the layout the search costed.
+fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::Result<Job> {
+    let bad = |m: String| stepcast::Error::bad_file(path, m);
+    let text = stepcast::fsutil::read_to_string(path)?;
+    let file: SearchFile = serde_json::from_str(&text).map_err(|e| {
+        bad(format!(
+            "not a search's JSON ({e}): write one with `stepcast search … --json FILE`"
+        ))
+    })?;
+    let predicted: Vec<&SearchRow> = file
+        .rows
+        .iter()
+        .filter(|r| r.status == "predicted")
+        .collect();
+    let row = rank
+        .checked_sub(1)
+        .and_then(|i| predicted.get(i))
+        .ok_or_else(|| {
+            bad(format!(
+                "--rank {rank}: the search predicted {} layouts; give 1 to {}",
+                predicted.len(),
+                predicted.len().max(1)
+            ))
+        })?;
+    let input = |role: &str| {
+        file.provenance
+            .as_ref()
+            .and_then(|p| p.inputs.iter().find(|i| i.role == role))
+            .map(|i| {
+                // built-in inputs are recorded as `<built-in NAME>`
+                i.name
+                    .strip_prefix("<built-in ")
+                    .and_then(|n| n.strip_suffix('>'))
+                    .unwrap_or(&i.name)
+                    .to_string()
+            })
+    };
+    let cluster_name = flags
+        .cluster
+        .clone()
+        .or_else(|| input("cluster").map(PathBuf::from))
+        .ok_or_else(|| {
+            bad("names no cluster (an older stepcast wrote it): give --cluster".into())
+        })?;
+    let model = flags
+        .model
+        .clone()
+        .or_else(|| input("architecture"))
+        .ok_or_else(|| bad("names no model (an older stepcast wrote it): give --model".into()))?;
+    let r: RowLayout = serde_json::from_value(row.layout.clone()).map_err(|e| {
+        bad(format!(
+            "row {rank}'s layout is not one stepcast reads: {e}"
+        ))
+    })?;
+    let spec = ParallelSpec {
+        tp: Some(r.tp),
+        pp: Some(r.pp),
+        dp: Some(r.dp),
+        micro_batch: Some(r.micro_batch),
+        global_batch: Some(r.global_batch),
+        micro_batches: None,
+        seq_len: Some(r.seq_len),
+        sequence_parallel: Some(r.sequence_parallel),
+        recompute: Some(r.recompute),
+        partition: Some(r.partition),
+        zero: Some(r.zero),
+        dtype: Some(r.dtype),
+        rules: Some(r.rules),
+        dp_bucket_elements: Some(r.dp_bucket_elements),
+        schedule: Some(r.schedule),
+        vpp: Some(r.vpp),
+        overlap_grad_reduce: Some(r.overlap.grad_reduce),
+        overlap_param_gather: Some(r.overlap.param_gather),
+        overlap_p2p: Some(r.overlap.p2p),
+        tp_comm_overlap: Some(r.overlap.tp_fraction),
+    };
+    let cluster = Cluster::load(&cluster_name)?;
+    let arch = Arch::resolve(&model)?;
+    let layout = Layout::new(&spec, &arch, &cluster)
+        .with_context(|| format!("rebuilding row {rank} of {}", path.display()))?;
+    if serde_json::to_value(&layout)? != row.layout {
+        anyhow::bail!(bad(format!(
+            "row {rank} rebuilds to a different layout on {} with {model}: the search was made \
+             with other inputs or another stepcast; run the search again",
+            cluster_name.display()
+        )));
+    }
+    let inputs = vec![
+        super::stamp::file("search", path),
+        super::stamp::cluster(&cluster),
+        super::stamp::architecture(&model),
+    ];
+    Ok(Job {
+        cluster,
+        arch,
+        layout,
+        inputs,
+    })
+}

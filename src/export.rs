@@ -1,0 +1,692 @@
+//! A predicted layout as the launch arguments or recipe a training framework takes, so the
+//! layout that was costed is the layout that runs. What a framework cannot express exactly
+//! (a schedule it lacks, a sharding stage it does not have) is refused with what to change,
+//! never approximated silently; what the layout does not decide (data, tokenizer, learning
+//! rate) is left to the framework's defaults and said so in the notes.
+
+use std::fmt::Write;
+
+use crate::error::{Error, Result};
+use crate::ops::Dtype;
+use crate::workload::{Activation, Arch, Layout, NormKind, Position, Recompute, Rules, Schedule};
+
+crate::named_enum!(
+    /// The training framework a layout is exported to.
+    pub enum Framework {
+        /// Megatron-LM's `pretrain_gpt.py` (Megatron-Core), launched with torchrun.
+        Megatron => "megatron",
+        /// A NeMo 2.0 recipe (Python, NeMo-Run), Megatron-Core underneath.
+        Nemo => "nemo",
+        /// A torchtitan job configuration (TOML), launched with torchrun.
+        Torchtitan => "torchtitan",
+    }
+);
+
+/// A layout as one framework takes it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Launch {
+    /// The framework it is for.
+    pub framework: Framework,
+    /// The name to save `text` under (`launch.sh`, `recipe.py`, `job.toml`).
+    pub file_name: &'static str,
+    /// The script, recipe or configuration.
+    pub text: String,
+    /// What the user still decides, or where the framework differs in detail from what
+    /// stepcast costed.
+    pub notes: Vec<String>,
+}
+
+/// What an export is made from: the architecture, the checked layout and the node size.
+pub struct Target<'a> {
+    pub arch: &'a Arch,
+    pub layout: &'a Layout,
+    pub gpus_per_node: u64,
+    /// The first line of the output: what was predicted (model, cluster, step time).
+    pub headline: String,
+}
+
+/// `target` in `framework`'s terms, or why that framework cannot run it as costed.
+pub fn export(framework: Framework, target: &Target) -> Result<Launch> {
+    let l = target.layout;
+    let refuse = |why: String| Err(Error::Invalid(format!("{}: {why}", framework.name())));
+    if l.rules == Rules::Paper {
+        return refuse(
+            "the paper's rules describe GPT-NeoX with DeepSpeed (NeoX stage partition, \
+             closed-form schedule): predict with --rules megatron and export that layout"
+                .into(),
+        );
+    }
+    let (nodes, per_node) = nodes(l.world, target.gpus_per_node)?;
+    match framework {
+        Framework::Megatron => megatron(target, nodes, per_node),
+        Framework::Nemo => nemo(target, nodes, per_node),
+        Framework::Torchtitan => torchtitan(target, nodes, per_node),
+    }
+}
+
+/// Nodes and processes per node for `world` GPUs on nodes of `gpus_per_node`.
+fn nodes(world: u64, gpus_per_node: u64) -> Result<(u64, u64)> {
+    if world <= gpus_per_node {
+        return Ok((1, world));
+    }
+    if !world.is_multiple_of(gpus_per_node) {
+        return Err(Error::Invalid(format!(
+            "{world} GPUs do not fill whole nodes of {gpus_per_node}: choose tp · pp · dp as a \
+             multiple of {gpus_per_node}"
+        )));
+    }
+    Ok((world / gpus_per_node, gpus_per_node))
+}
+
+/// Stage sizes a Megatron-Core layout can state: all equal, or the first and / or last
+/// different and the rest equal. `Some((first, last))` for the uneven ends (`None` = even).
+fn uneven_ends(stages: &[u64]) -> Option<(Option<u64>, Option<u64>)> {
+    let n = stages.len();
+    if n <= 1 || stages.iter().all(|&s| s == stages[0]) {
+        return Some((None, None));
+    }
+    let middle = &stages[1..n - 1];
+    let common = middle.first().copied();
+    if middle.iter().any(|&s| Some(s) != common) {
+        return None;
+    }
+    let (first, last) = (stages[0], stages[n - 1]);
+    match common {
+        None => Some((Some(first), None)),
+        Some(c) => Some(((first != c).then_some(first), (last != c).then_some(last))),
+    }
+}
+
+/// Refuses what Megatron-Core (Megatron-LM and NeMo) has no switch for.
+fn megatron_core_refusals(framework: Framework, l: &Layout) -> Result<()> {
+    let refuse = |why: &str| Err(Error::Invalid(format!("{}: {why}", framework.name())));
+    match l.schedule {
+        Schedule::Gpipe => {
+            return refuse(
+                "Megatron-Core has no GPipe schedule: predict with --schedule 1f1b or \
+                 interleaved and export that",
+            )
+        }
+        Schedule::ZbH1 => {
+            return refuse(
+                "Megatron-Core has no ZB-H1 schedule (it lives in Sea AI Lab's zero-bubble fork): \
+                 predict with --schedule 1f1b or interleaved and export that",
+            )
+        }
+        _ => {}
+    }
+    if l.zero >= 2 {
+        return refuse(
+            "Megatron-Core's distributed optimizer is ZeRO 1; its FSDP options change with every \
+             release: predict with --zero 1 (or 0) and export that",
+        );
+    }
+    if uneven_ends(&l.stage_layers).is_none() {
+        return refuse(&format!(
+            "stages of {:?} layers: Megatron-Core sets only the first and last stage apart; use \
+             --partition uniform",
+            l.stage_layers
+        ));
+    }
+    Ok(())
+}
+
+fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
+    let (a, l) = (t.arch, t.layout);
+    megatron_core_refusals(Framework::Megatron, l)?;
+    let mut args: Vec<String> = Vec::new();
+    let mut arg = |s: String| args.push(s);
+    arg(format!("--tensor-model-parallel-size {}", l.tp));
+    arg(format!("--pipeline-model-parallel-size {}", l.pp));
+    if l.vpp > 1 {
+        arg(format!(
+            "--num-layers-per-virtual-pipeline-stage {}",
+            a.layers / (l.pp * l.vpp)
+        ));
+    }
+    if let Some((first, last)) = uneven_ends(&l.stage_layers) {
+        if let Some(f) = first {
+            arg(format!("--decoder-first-pipeline-num-layers {f}"));
+        }
+        if let Some(n) = last {
+            arg(format!("--decoder-last-pipeline-num-layers {n}"));
+        }
+    }
+    if l.sequence_parallel {
+        arg("--sequence-parallel".into());
+    }
+    arg(format!("--micro-batch-size {}", l.micro_batch));
+    arg(format!("--global-batch-size {}", l.global_batch));
+    arg(format!("--seq-length {}", l.seq_len));
+    arg(format!(
+        "--max-position-embeddings {}",
+        l.seq_len.max(a.seq_len)
+    ));
+    arg(format!("--num-layers {}", a.layers));
+    arg(format!("--hidden-size {}", a.hidden));
+    arg(format!("--ffn-hidden-size {}", a.ffn_hidden));
+    arg(format!("--num-attention-heads {}", a.heads));
+    if a.kv_heads != a.heads {
+        arg(format!(
+            "--group-query-attention --num-query-groups {}",
+            a.kv_heads
+        ));
+    }
+    if a.activation == Activation::Swiglu {
+        arg("--swiglu".into());
+    }
+    if a.norm == NormKind::Rmsnorm {
+        arg("--normalization RMSNorm".into());
+    }
+    arg(match a.position {
+        Position::Rope => "--position-embedding-type rope".into(),
+        Position::Learned => "--position-embedding-type learned_absolute".into(),
+        Position::Alibi => {
+            return Err(Error::Invalid(
+                "megatron: Megatron-Core has no ALiBi position embedding".into(),
+            ))
+        }
+    });
+    if !a.tied_embeddings {
+        arg("--untie-embeddings-and-output-weights".into());
+    }
+    if !a.linear_bias {
+        arg("--disable-bias-linear".into());
+    }
+    if !a.dropout {
+        arg("--attention-dropout 0 --hidden-dropout 0".into());
+    }
+    arg(format!(
+        "--vocab-size {} --tokenizer-type NullTokenizer",
+        a.vocab
+    ));
+    match l.dtype {
+        Dtype::Fp16 => arg("--fp16".into()),
+        Dtype::Bf16 => arg("--bf16".into()),
+        Dtype::Fp8 => arg("--bf16 --fp8-format hybrid".into()),
+        Dtype::Fp32 | Dtype::Tf32 => {}
+    }
+    match l.recompute {
+        Recompute::None => {}
+        Recompute::Selective => arg("--recompute-granularity selective".into()),
+        Recompute::Full => arg(
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+                .into(),
+        ),
+    }
+    if l.zero == 1 {
+        arg("--use-distributed-optimizer".into());
+    }
+    if l.overlap.grad_reduce {
+        arg("--overlap-grad-reduce".into());
+    }
+    if l.overlap.param_gather {
+        arg("--overlap-param-gather".into());
+    }
+    if l.overlap.tp_fraction > 0.0 {
+        arg("--tp-comm-overlap".into());
+    }
+    arg(format!("--ddp-bucket-size {}", l.dp_bucket_elements));
+    let mut text = String::new();
+    let _ = writeln!(text, "#!/bin/sh\n# {}", t.headline);
+    let _ = writeln!(
+        text,
+        "# Megatron-LM pretrain_gpt.py: run on every node with NODE_RANK, MASTER_ADDR set;\n\
+         # add your --data-path, --tokenizer-*, --lr and --train-iters (or --mock-data)."
+    );
+    let _ = writeln!(text, "export CUDA_DEVICE_MAX_CONNECTIONS=1");
+    let _ = writeln!(
+        text,
+        "torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank \"${{NODE_RANK:-0}}\" \\\n    \
+         --master-addr \"${{MASTER_ADDR:-localhost}}\" --master-port \"${{MASTER_PORT:-6000}}\" \\\n    \
+         pretrain_gpt.py \\"
+    );
+    for (i, a) in args.iter().enumerate() {
+        let end = if i + 1 == args.len() { "" } else { " \\" };
+        let _ = writeln!(text, "    {a}{end}");
+    }
+    let mut notes = vec![format!(
+        "--vocab-size {} with the NullTokenizer reproduces the costed embedding; with a real \
+         tokenizer Megatron pads its vocabulary to a multiple of 128 · tp",
+        a.vocab
+    )];
+    if l.recompute == Recompute::Selective {
+        notes.push(
+            "selective recompute is costed as the attention core (Korthikanti et al.), which is \
+             what Megatron's selective granularity recomputes"
+                .into(),
+        );
+    }
+    Ok(Launch {
+        framework: Framework::Megatron,
+        file_name: "launch.sh",
+        text,
+        notes,
+    })
+}
+
+/// The NeMo 2.0 recipe closest to `arch`, and whether it is the same model.
+fn nemo_recipe(arch: &Arch) -> (&'static str, bool) {
+    const SAME: &[(&str, &str)] = &[
+        ("llama2-7b", "llama2_7b"),
+        ("llama3-8b", "llama3_8b"),
+        ("llama3-70b", "llama3_70b"),
+        ("llama3-405b", "llama31_405b"),
+        ("gpt3-175b", "gpt3_175b"),
+    ];
+    match SAME.iter().find(|(n, _)| *n == arch.name) {
+        Some((_, recipe)) => (recipe, true),
+        None if arch.activation == Activation::Swiglu => ("llama3_8b", false),
+        None => ("gpt3_175b", false),
+    }
+}
+
+fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
+    let (a, l) = (t.arch, t.layout);
+    megatron_core_refusals(Framework::Nemo, l)?;
+    let (recipe, same) = nemo_recipe(a);
+    let mut text = String::new();
+    let mut set = |key: &str, value: String| {
+        let _ = writeln!(text, "recipe.{key} = {value}");
+    };
+    let py_bool = |b: bool| if b { "True" } else { "False" }.to_string();
+    // strategy
+    set(
+        "trainer.strategy.tensor_model_parallel_size",
+        l.tp.to_string(),
+    );
+    set(
+        "trainer.strategy.pipeline_model_parallel_size",
+        l.pp.to_string(),
+    );
+    set(
+        "trainer.strategy.virtual_pipeline_model_parallel_size",
+        if l.vpp > 1 {
+            l.vpp.to_string()
+        } else {
+            "None".into()
+        },
+    );
+    set("trainer.strategy.context_parallel_size", "1".into());
+    set(
+        "trainer.strategy.sequence_parallel",
+        py_bool(l.sequence_parallel),
+    );
+    if l.pp > 1 {
+        let dtype = if l.dtype == Dtype::Fp16 {
+            "float16"
+        } else {
+            "bfloat16"
+        };
+        set("trainer.strategy.pipeline_dtype", format!("torch.{dtype}"));
+    }
+    set(
+        "trainer.strategy.ddp",
+        format!(
+            "run.Config(DistributedDataParallelConfig, grad_reduce_in_fp32=True, \
+             overlap_grad_reduce={}, overlap_param_gather={}, use_distributed_optimizer={}, \
+             bucket_size={})",
+            py_bool(l.overlap.grad_reduce),
+            py_bool(l.overlap.param_gather),
+            py_bool(l.zero == 1),
+            l.dp_bucket_elements
+        ),
+    );
+    set(
+        "optim.config.use_distributed_optimizer",
+        py_bool(l.zero == 1),
+    );
+    // data
+    set("data.micro_batch_size", l.micro_batch.to_string());
+    set("data.global_batch_size", l.global_batch.to_string());
+    set("data.seq_length", l.seq_len.to_string());
+    // model
+    set("model.config.seq_length", l.seq_len.to_string());
+    set("model.config.num_layers", a.layers.to_string());
+    set("model.config.hidden_size", a.hidden.to_string());
+    set("model.config.ffn_hidden_size", a.ffn_hidden.to_string());
+    set("model.config.num_attention_heads", a.heads.to_string());
+    set("model.config.num_query_groups", a.kv_heads.to_string());
+    if let Some((first, last)) = uneven_ends(&l.stage_layers) {
+        if let Some(f) = first {
+            set(
+                "model.config.num_layers_in_first_pipeline_stage",
+                f.to_string(),
+            );
+        }
+        if let Some(n) = last {
+            set(
+                "model.config.num_layers_in_last_pipeline_stage",
+                n.to_string(),
+            );
+        }
+    }
+    match l.recompute {
+        Recompute::None => set("model.config.recompute_granularity", "None".into()),
+        Recompute::Selective => set("model.config.recompute_granularity", "\"selective\"".into()),
+        Recompute::Full => {
+            set("model.config.recompute_granularity", "\"full\"".into());
+            set("model.config.recompute_method", "\"uniform\"".into());
+            set("model.config.recompute_num_layers", "1".into());
+        }
+    }
+    match l.dtype {
+        Dtype::Bf16 => set("trainer.plugins", "bf16_mixed()".into()),
+        Dtype::Fp16 => set("trainer.plugins", "fp16_mixed()".into()),
+        Dtype::Fp8 => set("trainer.plugins", "bf16_with_fp8_mixed()".into()),
+        Dtype::Fp32 | Dtype::Tf32 => {
+            return Err(Error::Invalid(
+                "nemo: NeMo's recipes train in mixed precision: predict with --dtype bf16".into(),
+            ))
+        }
+    }
+    if l.overlap.tp_fraction > 0.0 {
+        let _ = writeln!(
+            text,
+            "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, \
+             tp_comm_overlap=True))"
+        );
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "# {}", t.headline);
+    let _ = writeln!(
+        out,
+        "# NeMo 2.0 recipe: python recipe.py (inside the NeMo container; set data, tokenizer and\n\
+         # schedule on the recipe as usual). Base recipe: llm.{recipe}."
+    );
+    let _ = writeln!(
+        out,
+        "import torch\nimport nemo_run as run\nfrom megatron.core.distributed import \
+         DistributedDataParallelConfig\nfrom nemo.collections import llm\n\
+         from nemo.collections.llm.recipes.precision.mixed_precision import (\n    \
+         bf16_mixed, bf16_with_fp8_mixed, fp16_mixed)\n\
+         from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import \
+         MegatronCommOverlapCallback\n"
+    );
+    let _ = writeln!(
+        out,
+        "recipe = llm.{recipe}.pretrain_recipe(name=\"stepcast\", num_nodes={nodes}, \
+         num_gpus_per_node={per_node})"
+    );
+    out += &text;
+    let _ = writeln!(
+        out,
+        "\nif __name__ == \"__main__\":\n    run.run(recipe, executor=run.LocalExecutor(\
+         ntasks_per_node={per_node}, launcher=\"torchrun\"))"
+    );
+    let mut notes = Vec::new();
+    if !same {
+        notes.push(format!(
+            "NeMo has no recipe for {}: llm.{recipe} is the base and its model sizes are \
+             overridden; its other settings (norm epsilon, RoPE base, vocabulary from the \
+             tokenizer) stay the base recipe's",
+            a.name
+        ));
+    }
+    Ok(Launch {
+        framework: Framework::Nemo,
+        file_name: "recipe.py",
+        text: out,
+        notes,
+    })
+}
+
+/// torchtitan's model name and flavor for `arch`, where it has one.
+fn torchtitan_flavor(arch: &Arch) -> Option<(&'static str, &'static str)> {
+    match arch.name.as_str() {
+        "llama3-8b" => Some(("llama3", "8B")),
+        "llama3-70b" => Some(("llama3", "70B")),
+        "llama3-405b" => Some(("llama3", "405B")),
+        _ => None,
+    }
+}
+
+fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
+    let (a, l) = (t.arch, t.layout);
+    let refuse = |why: &str| Err(Error::Invalid(format!("torchtitan: {why}")));
+    let schedule =
+        match (l.schedule, l.vpp) {
+            (Schedule::OneFOneB | Schedule::ClosedForm, _) => "1F1B",
+            (Schedule::Interleaved, _) => "Interleaved1F1B",
+            (Schedule::Gpipe, _) => "GPipe",
+            (Schedule::ZbH1, _) => return refuse(
+                "torchtitan's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) are \
+                 not ZB-H1: predict with --schedule 1f1b or interleaved and export that",
+            ),
+        };
+    let (replicate, shard) =
+        match l.zero {
+            0 => (l.dp, 1),
+            3 => (1, l.dp),
+            _ => return refuse(
+                "torchtitan replicates (DDP, ZeRO 0) or shards everything (FSDP, ZeRO 3); it has \
+                 no ZeRO 1 or 2: predict with --zero 3 or --zero 0 and export that",
+            ),
+        };
+    if l.tp > 1 && !l.sequence_parallel {
+        return refuse(
+            "torchtitan's tensor parallelism always shards norms over the sequence: predict \
+             with --sequence-parallel",
+        );
+    }
+    if l.stage_layers.iter().any(|&s| s != l.stage_layers[0]) {
+        return refuse("torchtitan splits stages evenly here: use --partition uniform");
+    }
+    let precision = match l.dtype {
+        Dtype::Bf16 | Dtype::Fp8 => "bfloat16",
+        Dtype::Fp32 | Dtype::Tf32 => "float32",
+        Dtype::Fp16 => {
+            return refuse("torchtitan trains in bf16 or fp32: predict with --dtype bf16")
+        }
+    };
+    // with a pipeline the micro-batches are the pipeline's; without one they are gradient
+    // accumulation steps
+    let local = if l.pp > 1 {
+        l.micro_batch * l.micro_batches
+    } else {
+        l.micro_batch
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "# {}", t.headline);
+    let _ = writeln!(
+        out,
+        "# torchtitan job config: torchrun --nnodes {nodes} --nproc-per-node {per_node} \
+         -m torchtitan.train --job.config_file job.toml\n# (add your dataset, tokenizer and \
+         optimizer sections)\n"
+    );
+    let mut notes = Vec::new();
+    match torchtitan_flavor(a) {
+        Some((name, flavor)) => {
+            let _ = writeln!(out, "[model]\nname = \"{name}\"\nflavor = \"{flavor}\"");
+            if l.dtype == Dtype::Fp8 {
+                let _ = writeln!(out, "converters = [\"float8\"]");
+            }
+            out.push('\n');
+        }
+        None => notes.push(format!(
+            "torchtitan has no flavor of {}: add a [model] section naming one you defined \
+             with its sizes",
+            a.name
+        )),
+    }
+    let _ = writeln!(
+        out,
+        "[training]\nlocal_batch_size = {local}\nglobal_batch_size = {}\nseq_len = {}\n\
+         mixed_precision_param = \"{precision}\"\n",
+        l.global_batch, l.seq_len
+    );
+    let _ = writeln!(
+        out,
+        "[parallelism]\ndata_parallel_replicate_degree = {replicate}\n\
+         data_parallel_shard_degree = {shard}\ntensor_parallel_degree = {}\n\
+         context_parallel_degree = 1\npipeline_parallel_degree = {}",
+        l.tp, l.pp
+    );
+    if l.pp > 1 {
+        let _ = writeln!(
+            out,
+            "pipeline_parallel_schedule = \"{schedule}\"\npipeline_parallel_microbatch_size = {}\n\
+             pipeline_parallel_layers_per_stage = {}",
+            l.micro_batch,
+            a.layers / (l.pp * l.vpp)
+        );
+    }
+    let mode = match l.recompute {
+        Recompute::None => "none",
+        Recompute::Selective => "selective",
+        Recompute::Full => "full",
+    };
+    let _ = writeln!(out, "\n[activation_checkpoint]\nmode = \"{mode}\"");
+    if l.recompute == Recompute::Selective {
+        let _ = writeln!(out, "selective_ac_option = \"op\"");
+        notes.push(
+            "torchtitan's selective checkpointing saves chosen ops' outputs; stepcast costs \
+             Megatron's (attention core recomputed), which stores somewhat more"
+                .into(),
+        );
+    }
+    if l.overlap.tp_fraction > 0.0 {
+        notes.push(
+            "TP communication overlap is torchtitan's async tensor parallelism, which needs \
+             --compile.enable: add [parallelism] enable_async_tensor_parallel = true and \
+             [compile] enable = true"
+                .into(),
+        );
+    }
+    Ok(Launch {
+        framework: Framework::Torchtitan,
+        file_name: "job.toml",
+        text: out,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::ParallelSpec;
+
+    fn target(model: &str, spec: ParallelSpec) -> (Arch, Layout) {
+        let c = crate::hardware::dgx_h100_without_models();
+        let arch = Arch::resolve(model).unwrap();
+        let layout = Layout::new(&spec, &arch, &c).unwrap();
+        (arch, layout)
+    }
+
+    fn launch(f: Framework, arch: &Arch, layout: &Layout) -> Result<Launch> {
+        export(
+            f,
+            &Target {
+                arch,
+                layout,
+                gpus_per_node: 8,
+                headline: "test".into(),
+            },
+        )
+    }
+
+    fn spec(tp: u64, pp: u64, dp: u64) -> ParallelSpec {
+        ParallelSpec {
+            tp: Some(tp),
+            pp: Some(pp),
+            dp: Some(dp),
+            micro_batch: Some(2),
+            global_batch: Some(256),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn megatron_gets_every_degree_batch_and_size() {
+        let mut s = spec(2, 4, 4);
+        s.sequence_parallel = Some(true);
+        s.recompute = Some(Recompute::Full);
+        let (a, l) = target("llama2-70b", s);
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        for want in [
+            "--nnodes 4 --nproc-per-node 8",
+            "--tensor-model-parallel-size 2",
+            "--pipeline-model-parallel-size 4",
+            "--sequence-parallel",
+            "--micro-batch-size 2",
+            "--global-batch-size 256",
+            "--num-layers 80",
+            "--hidden-size 8192",
+            "--group-query-attention --num-query-groups 8",
+            "--swiglu",
+            "--normalization RMSNorm",
+            "--recompute-granularity full",
+            "--use-distributed-optimizer",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+        // the last argument has no continuation
+        assert!(!text.trim_end().ends_with('\\'));
+    }
+
+    #[test]
+    fn interleaving_becomes_layers_per_virtual_stage_or_chunks() {
+        let mut s = spec(1, 4, 2);
+        s.schedule = Some(Schedule::Interleaved);
+        s.vpp = Some(2);
+        let (a, l) = target("llama2-7b", s);
+        let m = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(
+            m.contains("--num-layers-per-virtual-pipeline-stage 4"),
+            "{m}"
+        );
+        let n = launch(Framework::Nemo, &a, &l).unwrap().text;
+        assert!(
+            n.contains("virtual_pipeline_model_parallel_size = 2"),
+            "{n}"
+        );
+        assert!(n.contains("pipeline_dtype = torch.bfloat16"), "{n}");
+    }
+
+    #[test]
+    fn torchtitan_maps_sharding_and_refuses_zero_1() {
+        let (a, l) = target("llama3-8b", spec(1, 2, 4));
+        let e = launch(Framework::Torchtitan, &a, &l)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--zero 3"), "{e}");
+        let mut s = spec(1, 2, 4);
+        s.zero = Some(3);
+        let (a, l) = target("llama3-8b", s);
+        let t = launch(Framework::Torchtitan, &a, &l).unwrap().text;
+        assert!(t.contains("data_parallel_shard_degree = 4"), "{t}");
+        assert!(t.contains("flavor = \"8B\""), "{t}");
+        // 256 = 2 per micro-batch × 32 micro-batches × 4 replicas: local = 64 with a pipeline
+        assert!(t.contains("local_batch_size = 64"), "{t}");
+        assert!(t.contains("pipeline_parallel_microbatch_size = 2"), "{t}");
+    }
+
+    #[test]
+    fn what_a_framework_lacks_is_refused_with_the_fix() {
+        let mut s = spec(1, 4, 2);
+        s.schedule = Some(Schedule::ZbH1);
+        let (a, l) = target("llama2-7b", s);
+        for f in Framework::ALL {
+            let e = launch(*f, &a, &l).unwrap_err().to_string();
+            assert!(e.contains("--schedule"), "{f:?}: {e}");
+        }
+        let mut s = spec(1, 1, 8);
+        s.rules = Some(Rules::Paper);
+        let (a, l) = target("llama2-7b", s);
+        let e = launch(Framework::Megatron, &a, &l).unwrap_err().to_string();
+        assert!(e.contains("--rules megatron"), "{e}");
+    }
+
+    #[test]
+    fn only_uneven_first_and_last_stages_are_expressible() {
+        assert_eq!(uneven_ends(&[8, 8, 8]), Some((None, None)));
+        assert_eq!(uneven_ends(&[6, 8, 8, 10]), Some((Some(6), Some(10))));
+        assert_eq!(uneven_ends(&[8, 8, 7]), Some((None, Some(7))));
+        assert_eq!(uneven_ends(&[8, 7, 8, 9]), None);
+        assert!(nodes(12, 8)
+            .unwrap_err()
+            .to_string()
+            .contains("whole nodes"));
+        assert_eq!(nodes(4, 8).unwrap(), (1, 4));
+    }
+}
