@@ -62,7 +62,8 @@ fn main() {
         };
         let layout = Layout::new(&spec, &arch, &cluster).expect("layout");
         let plan = Plan::new(&arch, &layout, &cluster);
-        let costed = estimate(&plan, &cost, false).expect("estimates");
+        let runtime = stepcast::predict::runtime_for(&layout, &cost);
+        let costed = estimate(&plan, &cost, false, runtime).expect("estimates");
         let work = pipeline_work(&plan, &layout, &costed.times);
         let passes: usize =
             work.chunks.len() * work.micro_batches * if schedule.splits_backward() { 3 } else { 2 };

@@ -37,6 +37,17 @@ pub const MODELS: &[(&str, &[u8])] = &[
     ("vista", include_bytes!("../models/vista/models.bin")),
 ];
 
+/// Built-in calibrations: (models directory name, `calibration.yaml`), where one was fitted.
+pub const CALIBRATIONS: &[(&str, &str)] = &[];
+
+/// The `calibration.yaml` of the built-in models directory `name`, if it has one.
+pub fn calibration(name: &str) -> Option<&'static str> {
+    CALIBRATIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, y)| *y)
+}
+
 /// The YAML of the built-in cluster `name`.
 pub fn cluster(name: &str) -> Option<&'static str> {
     CLUSTERS.iter().find(|(n, _)| *n == name).map(|(_, y)| *y)

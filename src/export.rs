@@ -223,7 +223,7 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if l.overlap.param_gather {
         arg("--overlap-param-gather".into());
     }
-    if l.overlap.tp_fraction > 0.0 {
+    if l.overlap.tp {
         arg("--tp-comm-overlap".into());
     }
     arg(format!("--ddp-bucket-size {}", l.dp_bucket_elements));
@@ -380,7 +380,7 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             ))
         }
     }
-    if l.overlap.tp_fraction > 0.0 {
+    if l.overlap.tp {
         let _ = writeln!(
             text,
             "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, \
@@ -545,7 +545,7 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
                 .into(),
         );
     }
-    if l.overlap.tp_fraction > 0.0 {
+    if l.overlap.tp {
         notes.push(
             "TP communication overlap is torchtitan's async tensor parallelism, which needs \
              --compile.enable: add [parallelism] enable_async_tensor_parallel = true and \

@@ -14,6 +14,7 @@
 
 pub mod analytic;
 pub mod assets;
+pub mod calibrate;
 pub mod dataset;
 pub mod error;
 pub mod export;

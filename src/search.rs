@@ -18,7 +18,7 @@ use crate::hardware::Cluster;
 use crate::memory::{project, Verdict};
 use crate::plan::Plan;
 use crate::predict::cost::CostModel;
-use crate::predict::{compose_step, estimate, StepMetrics};
+use crate::predict::{compose_step, estimate, runtime_for, StepMetrics};
 use crate::workload::parallel::divisors;
 use crate::workload::{Arch, Layout, ParallelSpec, Recompute, Schedule};
 
@@ -329,7 +329,7 @@ fn evaluate(req: &SearchRequest, cost: &CostModel, layout: Layout) -> Result<Sea
     if status != Status::Predicted {
         return Ok(row);
     }
-    let costed = estimate(&plan, cost, false)?;
+    let costed = estimate(&plan, cost, false, runtime_for(&row.layout, cost))?;
     let (step, _) = compose_step(&plan, &row.layout, &costed.times)?;
     let metrics = StepMetrics::new(
         step.step_us,
@@ -375,11 +375,6 @@ pub fn search_watched(
     req.space.validate(req.gpus)?;
     // what every layout shares, checked once: a base no layout can run with fails here, not as
     // "nothing fits"
-    if let Some(f) = req.base.tp_comm_overlap {
-        if !(0.0..=1.0).contains(&f) {
-            return Err(crate::error::LayoutError::TpCommOverlap(f).into());
-        }
-    }
     if let Some(dtype) = req.base.dtype {
         if !req.cluster.spec.gpu.supports(dtype) {
             return Err(crate::error::LayoutError::DtypeUnsupported {

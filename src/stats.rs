@@ -63,6 +63,39 @@ pub fn relative_range(samples: &[f64]) -> Option<f64> {
     (min.is_finite() && min > 0.0).then(|| (max - min) / min)
 }
 
+/// Error statistics of predictions against measurements (error = predicted / measured − 1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorStats {
+    /// Runs compared.
+    pub runs: usize,
+    /// Mean |error|, percent.
+    pub mean_abs_percent: f64,
+    /// Largest |error|, percent.
+    pub max_abs_percent: f64,
+    /// Mean signed error, percent: negative = predictions too fast.
+    pub bias_percent: f64,
+}
+
+impl ErrorStats {
+    /// Statistics of (predicted, measured) pairs.
+    pub fn of(pairs: impl Iterator<Item = (f64, f64)>) -> ErrorStats {
+        let errors: Vec<f64> = pairs
+            .filter(|(p, m)| p.is_finite() && *m > 0.0)
+            .map(|(p, m)| 100.0 * (p / m - 1.0))
+            .collect();
+        let n = errors.len();
+        if n == 0 {
+            return ErrorStats::default();
+        }
+        ErrorStats {
+            runs: n,
+            mean_abs_percent: errors.iter().map(|e| e.abs()).sum::<f64>() / n as f64,
+            max_abs_percent: errors.iter().fold(0.0, |a, e| a.max(e.abs())),
+            bias_percent: errors.iter().sum::<f64>() / n as f64,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,11 +70,19 @@ pub struct Breakdown {
     pub dp_comm: f64,
     pub optimizer: f64,
     pub bubble: f64,
+    /// The device waiting for the host to issue kernels, and the host's per-step work.
+    pub host: f64,
 }
 
 impl Breakdown {
     pub fn total(&self) -> f64 {
-        self.compute + self.tp_comm + self.pp_comm + self.dp_comm + self.optimizer + self.bubble
+        self.compute
+            + self.tp_comm
+            + self.pp_comm
+            + self.dp_comm
+            + self.optimizer
+            + self.bubble
+            + self.host
     }
 
     pub fn scaled(&self, k: f64) -> Breakdown {
@@ -85,6 +93,7 @@ impl Breakdown {
             dp_comm: self.dp_comm * k,
             optimizer: self.optimizer * k,
             bubble: self.bubble * k,
+            host: self.host * k,
         }
     }
 
@@ -133,6 +142,13 @@ impl Attribution {
 
     pub fn total(&self) -> f64 {
         self.0.iter().map(|(_, us)| us).sum()
+    }
+
+    /// Every factor's microseconds times `k`.
+    pub fn scale(&mut self, k: f64) {
+        for (_, us) in &mut self.0 {
+            *us *= k;
+        }
     }
 
     /// The microseconds of one factor.

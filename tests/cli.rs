@@ -527,9 +527,9 @@ fn predict_rejects_bad_inputs_with_what_to_change() {
             "--pp",
             "8",
             "--dp",
-            "64",
+            "512",
         ])),
-        &["4096 GPUs", "1024", "lower dp"],
+        &["32768 GPUs", "16384", "lower dp"],
     );
     assert_user_error(
         &run(base(&["--model", "llama2-7b", "--pp", "64"])),

@@ -126,7 +126,7 @@ const CASES: &[Case] = &[
     ),
     predict(
         "llama3-8b-tp-overlap-p2p",
-        "--cluster dgx-h100 --model llama3-8b --tp 4 --pp 2 --dp 4 --micro-batch 1 --micro-batches 8 --sequence-parallel --tp-comm-overlap 0.5 --overlap-p2p",
+        "--cluster dgx-h100 --model llama3-8b --tp 4 --pp 2 --dp 4 --micro-batch 1 --micro-batches 8 --sequence-parallel --tp-comm-overlap --overlap-p2p",
     ),
     predict(
         "tp-across-nodes",

@@ -31,7 +31,7 @@ const LEVELS: &[&[&str]] = &[
     &["plan", "regress", "schedule", "export"],
     &["memory"],
     &["predict"],
-    &["search"],
+    &["search", "calibrate"],
     &["cli"],
 ];
 

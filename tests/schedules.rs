@@ -255,8 +255,19 @@ fn impossible_schedules_say_what_to_change() {
         &["interleaved"],
     );
     assert_user_error(
-        &run(&["--micro-batches", "8", "--tp-comm-overlap", "1.5"]),
-        &["between 0 and 1"],
+        &stepcast(&[
+            "predict",
+            "--cluster",
+            &cluster,
+            "--model",
+            "llama2-7b",
+            "--tp",
+            "2",
+            "--micro-batches",
+            "8",
+            "--tp-comm-overlap",
+        ]),
+        &["--sequence-parallel", "userbuffers"],
     );
     assert_user_error(
         &run(&[

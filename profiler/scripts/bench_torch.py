@@ -130,7 +130,7 @@ def build(bench, op, phase, shape, attention_backend):
                 return x.masked_fill(mask, -10000.0)
             return torch.softmax((x * scale).masked_fill(mask, float("-inf")), dim=-1)
         return rotating(lambda: (bench.rand(b, h, sq, skv, grad=True),), b * h * sq * skv * esize, forward), label
-    if op in ("layernorm", "rmsnorm", "gelu", "swiglu", "residual_add", "rope", "cross_entropy"):
+    if op in ("layernorm", "rmsnorm", "gelu", "swiglu", "residual_add", "elementwise", "rope", "cross_entropy"):
         t, w = s["batch"] * s["seq"], s["width"]
         if op == "layernorm":
             weight, bias = bench.rand(w, grad=True), bench.rand(w, grad=True)
@@ -154,6 +154,10 @@ def build(bench, op, phase, shape, attention_backend):
         elif op == "residual_add":
             fwd = lambda x, y: x + y  # noqa: E731
             make = lambda: (bench.rand(t, w, grad=True), bench.rand(t, w, grad=True))  # noqa: E731
+        elif op == "elementwise":
+            # one read and one write of the tensor: a scale, as copies and casts stream
+            fwd = lambda x: x * 0.5  # noqa: E731
+            make = lambda: (bench.rand(t, w, grad=True),)  # noqa: E731
         elif op == "rope":
             half = max(w // 2, 1)
             cos, sin = bench.rand(t, half), bench.rand(t, half)

@@ -449,6 +449,8 @@ fn planning_cluster(t: Target) -> Cluster {
             software: Default::default(),
             efficiency: Default::default(),
             memory: Default::default(),
+            achievable: Default::default(),
+            runtime: Default::default(),
             reliability: None,
             storage: None,
         },

@@ -13,6 +13,17 @@ pub fn device_time_us(q: &OpQuery, gpu: &GpuSpec) -> Option<f64> {
     time_at(q, gpu, 1.0, 1.0)
 }
 
+/// The shortest a call can take on the device: its roofline at the best fractions of peak
+/// kernels reach, and never under the shortest kernel (`None` for collectives).
+pub fn floor_us(
+    q: &OpQuery,
+    gpu: &GpuSpec,
+    achievable: &crate::hardware::Achievable,
+) -> Option<f64> {
+    time_at(q, gpu, achievable.compute_fraction(q), achievable.memory)
+        .map(|t| t.max(achievable.min_kernel_us))
+}
+
 /// Roofline time at the cluster's achievable fractions of peak, plus one kernel launch.
 pub fn derated_time_us(q: &OpQuery, gpu: &GpuSpec, eff: &Efficiency) -> Option<f64> {
     time_at(q, gpu, eff.compute, eff.memory).map(|t| t + eff.kernel_launch_us)

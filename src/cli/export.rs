@@ -161,7 +161,7 @@ struct RowOverlap {
     grad_reduce: bool,
     param_gather: bool,
     p2p: bool,
-    tp_fraction: f64,
+    tp: bool,
 }
 
 /// The `rank`-th predicted layout of a search, on its cluster and model (or `--cluster` /
@@ -239,7 +239,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         overlap_grad_reduce: Some(r.overlap.grad_reduce),
         overlap_param_gather: Some(r.overlap.param_gather),
         overlap_p2p: Some(r.overlap.p2p),
-        tp_comm_overlap: Some(r.overlap.tp_fraction),
+        tp_comm_overlap: Some(r.overlap.tp),
     };
     let cluster = Cluster::load(&cluster_name)?;
     let arch = Arch::resolve(&model)?;

@@ -79,9 +79,11 @@ pub struct JobArgs {
     /// the interleaved schedule].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_p2p: Option<bool>,
-    /// Fraction (0–1) of tensor-parallel communication hidden behind GEMMs [default 0].
-    #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
-    pub tp_comm_overlap: Option<f64>,
+    /// Pipeline the sequence-parallel all-gathers and reduce-scatters with their GEMMs, as
+    /// NeMo's and Megatron's --tp-comm-overlap do (Transformer Engine userbuffers; needs
+    /// --sequence-parallel): how much hides is simulated [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub tp_comm_overlap: Option<bool>,
 }
 
 /// A job file: paths in it are relative to the file.

@@ -1,6 +1,7 @@
 //! Command-line interface: argument types (clap) and one module per command.
 
 mod bench;
+mod calibrate;
 mod chart;
 mod datasets;
 mod docs;
@@ -53,6 +54,9 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Measure models' error on a dataset (refitting their recipes on a split).
     Eval(eval::EvalArgs),
+    /// Fit the runtime (host issue cost, in-situ efficiency, contention, per-step overhead) of
+    /// a cluster's models to measured training runs, cross-validated by model family.
+    Calibrate(Box<calibrate::CalibrateArgs>),
     /// Inspect trained models, or check them against this machine.
     #[command(subcommand)]
     Models(models::ModelsCommand),
@@ -125,6 +129,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Datasets(cmd) => datasets::run(cmd),
         Command::Train(args) => train::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Calibrate(args) => calibrate::run(*args),
         Command::Models(models::ModelsCommand::Check { args }) => {
             bench::run(&[vec!["check".to_string()], args].concat())
         }

@@ -175,12 +175,18 @@ fn print_prediction(
         part("optimizer", b.optimizer),
         part("bubble", b.bubble)
     );
+    if b.host > 0.0 {
+        println!(
+            "              {} (the GPU waiting for the host to issue kernels, and per-step host work)",
+            part("host", b.host)
+        );
+    }
     let o = &l.overlap;
     let overlapped: Vec<&str> = [
         (o.grad_reduce, "gradient reduction"),
         (o.param_gather, "parameter all-gather"),
         (o.p2p, "pipeline sends"),
-        (o.tp_fraction > 0.0, "TP communication (part)"),
+        (o.tp, "TP communication (pipelined with its GEMMs)"),
     ]
     .iter()
     .filter(|(on, _)| *on)

@@ -76,10 +76,10 @@ pub struct SearchArgs {
     /// Keep layouts within 10 % of the GPU's memory (AT-RISK).
     #[arg(long)]
     pub allow_at_risk: bool,
-    /// Fraction (0–1) of tensor-parallel communication hidden behind GEMMs in every layout
-    /// (Megatron's --tp-comm-overlap; 0 = none).
-    #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
-    pub tp_comm_overlap: Option<f64>,
+    /// Pipeline the tensor-parallel collectives with their GEMMs in every layout that has
+    /// sequence parallelism (NeMo's and Megatron's --tp-comm-overlap).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub tp_comm_overlap: Option<bool>,
     /// Rank by step time, or by end-to-end run time (needs --tokens or --steps).
     #[arg(long, value_parser = named::<Objective>(), default_value = "step")]
     pub objective: Objective,
@@ -218,8 +218,8 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if args.rules == Rules::Paper {
         cmd += " --rules paper";
     }
-    if let Some(f) = args.tp_comm_overlap {
-        cmd += &format!(" --tp-comm-overlap {f}");
+    if args.tp_comm_overlap == Some(true) {
+        cmd += " --tp-comm-overlap";
     }
     cmd
 }

@@ -140,8 +140,12 @@ pub enum LayoutError {
     )]
     ParamGatherNeedsDistributedOptimizer,
 
-    #[error("tp-comm-overlap = {0}: give the fraction hidden, between 0 and 1")]
-    TpCommOverlap(f64),
+    #[error(
+        "--tp-comm-overlap pipelines the sequence-parallel all-gathers and reduce-scatters with \
+         their GEMMs (Transformer Engine userbuffers): add --sequence-parallel, or drop \
+         --tp-comm-overlap"
+    )]
+    TpOverlapNeedsSequenceParallel,
 
     #[error(
         "dp-bucket-elements = {0}: give between {MIN_BUCKET_ELEMENTS} and {MAX_BUCKET_ELEMENTS} \
@@ -177,7 +181,7 @@ impl LayoutError {
             ParamGatherNeedsDistributedOptimizer => {
                 "parameter-gather overlap without a distributed optimizer"
             }
-            TpCommOverlap(_) => "tp-comm-overlap out of range",
+            TpOverlapNeedsSequenceParallel => "TP overlap needs sequence parallelism",
             BucketSize(_) => "bucket size out of range",
         }
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{GpuSpec, NetworkSpec};
-use super::{Reliability, SoftwareStamp, Storage};
+use super::{Reliability, Runtime, SoftwareStamp, Storage};
 use crate::error::{Error, Result};
 
 /// Which trained models predict this cluster's operators.
@@ -45,6 +45,55 @@ impl Default for Efficiency {
             memory: 0.8,
             kernel_launch_us: 4.0,
             network: 0.85,
+        }
+    }
+}
+
+/// The best fractions of peak a real kernel reaches on this GPU: no estimate may be faster
+/// than its roofline at these fractions (a learned model extrapolating, or trained on suspect
+/// data, is raised to this floor and flagged).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Achievable {
+    /// Of dense peak, a 16-bit (or tf32 / fp32) GEMM.
+    pub gemm: f64,
+    /// Of dense fp8 peak, an fp8 GEMM.
+    pub gemm_fp8: f64,
+    /// Of dense peak, fused attention forward.
+    pub attention_fwd: f64,
+    /// Of dense peak, fused attention backward.
+    pub attention_bwd: f64,
+    /// Of HBM bandwidth, a streaming kernel.
+    pub memory: f64,
+    /// Shortest a kernel runs on the device, µs.
+    pub min_kernel_us: f64,
+}
+
+impl Default for Achievable {
+    /// Upper ends of what published kernels reach (cluster files state their GPU's, with
+    /// sources): cuBLAS ≈ 0.9 of dense peak on the largest GEMMs, FlashAttention-2 ≈ 0.73
+    /// forward and ≈ 0.6 backward on A100 (Dao 2023), STREAM-like kernels ≈ 0.9 of HBM.
+    fn default() -> Self {
+        Achievable {
+            gemm: 0.9,
+            gemm_fp8: 0.8,
+            attention_fwd: 0.75,
+            attention_bwd: 0.65,
+            memory: 0.92,
+            min_kernel_us: 2.0,
+        }
+    }
+}
+
+impl Achievable {
+    /// The fraction of dense peak an operator call's compute reaches at best.
+    pub fn compute_fraction(&self, q: &crate::ops::OpQuery) -> f64 {
+        use crate::ops::{Dtype, OpKind, Phase};
+        match (q.op, q.phase, q.dtype) {
+            (OpKind::FlashAttention, Phase::Bwd, _) => self.attention_bwd,
+            (OpKind::FlashAttention, _, _) => self.attention_fwd,
+            (_, _, Dtype::Fp8) => self.gemm_fp8,
+            _ => self.gemm,
         }
     }
 }
@@ -88,6 +137,13 @@ pub struct ClusterSpec {
     pub efficiency: Efficiency,
     #[serde(default)]
     pub memory: MemoryOverheads,
+    /// The best fractions of peak kernels reach: the floor under every estimate.
+    #[serde(default)]
+    pub achievable: Achievable,
+    /// How a training step differs from its kernels timed alone (defaults unless stated;
+    /// a models directory's `calibration.yaml` takes precedence).
+    #[serde(default)]
+    pub runtime: Runtime,
     /// Failure rate and recovery times for run-time projections (default: MoFa's figures).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reliability: Option<Reliability>,
@@ -240,6 +296,24 @@ impl ClusterSpec {
         ] {
             check_range(what, field, v, 0.0..=10_000.0, "GiB")?;
         }
+        let a = &self.achievable;
+        for (field, v) in [
+            ("achievable.gemm", a.gemm),
+            ("achievable.gemm_fp8", a.gemm_fp8),
+            ("achievable.attention_fwd", a.attention_fwd),
+            ("achievable.attention_bwd", a.attention_bwd),
+            ("achievable.memory", a.memory),
+        ] {
+            check_range(what, field, v, 0.05..=1.0, "of peak")?;
+        }
+        check_range(
+            what,
+            "achievable.min_kernel_us",
+            a.min_kernel_us,
+            0.0..=1000.0,
+            "µs",
+        )?;
+        self.runtime.validate(what)?;
         if let Some(r) = &self.reliability {
             r.validate(&format!("{what}: reliability"))?;
         }

@@ -7,10 +7,12 @@ pub(crate) use cluster::dgx_h100_without_models;
 mod gpu;
 mod network;
 mod reliability;
+mod runtime;
 mod software;
 
-pub use cluster::{Cluster, ClusterSpec, Efficiency, MemoryOverheads, ModelsRef};
+pub use cluster::{Achievable, Cluster, ClusterSpec, Efficiency, MemoryOverheads, ModelsRef};
 pub use gpu::{GpuSpec, PeakTflops};
 pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};
 pub use reliability::{RecoveryLevel, Reliability, Storage};
+pub use runtime::{Calibration, FittedOn, Parameter, Runtime, PARAMETERS};
 pub use software::SoftwareStamp;

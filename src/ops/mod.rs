@@ -90,6 +90,9 @@ crate::named_enum!(
         Gelu => "gelu",
         Swiglu => "swiglu",
         ResidualAdd => "residual_add",
+        /// A memory-bound kernel that reads one tensor and writes one of the same size:
+        /// copies, transposes, casts, dropout masks applied, bias-gradient reductions, zeroing.
+        Elementwise => "elementwise",
         Rope => "rope",
         Embedding => "embedding",
         CrossEntropy => "cross_entropy",
@@ -118,6 +121,16 @@ crate::named_enum!(
         LastStage => "last_stage",
     }
 );
+
+impl Role {
+    /// A GEMM of this role multiplies by weights: its backward computes weight gradients too.
+    pub fn has_weights(self) -> bool {
+        matches!(
+            self,
+            Role::Qkv | Role::AttnOut | Role::MlpUp | Role::MlpDown | Role::LmHead
+        )
+    }
+}
 
 /// The shape vocabulary an operator kind is described in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,9 +165,8 @@ impl OpKind {
         match self {
             Gemm => ShapeFamily::Gemm,
             FlashAttention | Softmax | ScaleMaskSoftmax | FillMask => ShapeFamily::Attention,
-            LayerNorm | RmsNorm | Gelu | Swiglu | ResidualAdd | Rope | CrossEntropy => {
-                ShapeFamily::Tokens
-            }
+            LayerNorm | RmsNorm | Gelu | Swiglu | ResidualAdd | Elementwise | Rope
+            | CrossEntropy => ShapeFamily::Tokens,
             Embedding => ShapeFamily::Lookup,
             AllReduce | AllGather | ReduceScatter | AllToAll | SendRecv => ShapeFamily::Collective,
             OptimizerStep => ShapeFamily::Optimizer,

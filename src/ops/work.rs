@@ -70,6 +70,7 @@ pub fn work(op: OpKind, phase: Phase, shape: &Shape, dtype: Dtype) -> Work {
                 (OpKind::Swiglu, false) => 3.0,
                 (OpKind::Swiglu, true) => 5.0,
                 (OpKind::ResidualAdd, _) => 3.0,
+                (OpKind::Elementwise, _) => 2.0,
                 (OpKind::Rope, _) => 2.0,
                 (OpKind::CrossEntropy, false) => 3.0,
                 (OpKind::CrossEntropy, true) => 2.0,

@@ -13,6 +13,9 @@ pub struct Groups {
     pub dp: (u64, u64),
     /// Neighbouring pipeline stages: on one node or two.
     pub pp: (u64, u64),
+    /// The model-parallel ranks of one replica (tp · pp), over which the gradient norm is
+    /// all-reduced.
+    pub mp: (u64, u64),
 }
 
 impl Groups {
@@ -29,10 +32,18 @@ impl Groups {
         } else {
             (1, 2)
         };
+        let tp = spread(layout.tp, 1);
+        // stages tp·dp ranks apart: as many share a node as fit
+        let stages_per_node = (gpus_per_node / (layout.tp * layout.dp).max(1)).clamp(1, layout.pp);
+        let mp = (
+            tp.0 * layout.pp.div_ceil(stages_per_node),
+            tp.1 * stages_per_node,
+        );
         Groups {
-            tp: spread(layout.tp, 1),
+            tp,
             dp: spread(layout.dp, layout.tp),
             pp,
+            mp,
         }
     }
 }

@@ -156,26 +156,52 @@ fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> 
             None,
             shape(d.kv_heads, d.hd, d.causal),
         )],
-        AttentionImpl::Unfused => vec![
-            k(
-                "attention scores",
-                OpKind::Gemm,
-                Some(Role::AttnScores),
-                gemm(d.s, d.s, d.hd, d.b * d.heads),
-            ),
-            k(
-                "scale-mask-softmax",
-                OpKind::ScaleMaskSoftmax,
-                None,
-                shape(d.heads, 1, true),
-            ),
-            k(
+        AttentionImpl::Unfused => {
+            let mut calls = vec![
+                k(
+                    "attention scores",
+                    OpKind::Gemm,
+                    Some(Role::AttnScores),
+                    gemm(d.s, d.s, d.hd, d.b * d.heads),
+                ),
+                k(
+                    "scale-mask-softmax",
+                    OpKind::ScaleMaskSoftmax,
+                    None,
+                    shape(d.heads, 1, true),
+                ),
+            ];
+            let megatron = d.rules == Rules::Megatron;
+            if arch.dropout && megatron {
+                // dropout on the probabilities: one pass over the [b·h, s, s] scores
+                calls.push(k(
+                    "attention dropout",
+                    OpKind::Elementwise,
+                    None,
+                    Shape::Tokens(TokenShape {
+                        batch: d.b * d.heads,
+                        seq: d.s,
+                        width: d.s,
+                    }),
+                ));
+            }
+            calls.push(k(
                 "attention context",
                 OpKind::Gemm,
                 Some(Role::AttnContext),
                 gemm(d.s, d.hd, d.s, d.b * d.heads),
-            ),
-        ],
+            ));
+            if megatron {
+                // [b·h, s, hd] back to [s, b, h·hd] before the output projection
+                calls.push(k(
+                    "context transpose",
+                    OpKind::Elementwise,
+                    None,
+                    d.tok(d.heads * d.hd),
+                ));
+            }
+            calls
+        }
     }
 }
 
@@ -271,7 +297,48 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call>
         None,
         d.tok_sp(d.d),
     );
+    // the paper's rules cost its tool's operator list exactly
+    if phase == Phase::Bwd && d.rules == Rules::Megatron {
+        backward_extras(&mut p, arch, d, up_width);
+    }
     p.calls
+}
+
+/// What a layer's backward runs besides the mirror of its forward: the bias gradients (a
+/// reduction of each biased GEMM's output gradient over the tokens) and the accumulation of
+/// the small parameters' gradients into the fp32 main gradients (Megatron accumulates the
+/// weight matrices inside the weight-gradient GEMM, the norms and biases with a kernel each).
+fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64) {
+    if arch.linear_bias {
+        let qkv_width = (d.heads + 2 * d.kv_heads) * d.hd;
+        for width in [qkv_width, d.d, up_width, d.d] {
+            p.compute(
+                "bias gradient",
+                OpKind::Elementwise,
+                d.act,
+                None,
+                d.tok(width),
+            );
+        }
+    }
+    let (_, tensors) = arch.layer_params(d.t);
+    let small = tensors.saturating_sub(4);
+    if small > 0 {
+        p.compute(
+            "gradient accumulation",
+            OpKind::ResidualAdd,
+            Dtype::Fp32,
+            None,
+            Shape::Tokens(TokenShape {
+                batch: 1,
+                seq: 1,
+                width: d.d,
+            }),
+        );
+        if let Some(last) = p.calls.last_mut() {
+            last.count = small as f64;
+        }
+    }
 }
 
 /// One transformer layer: forward, backward, what its backward recomputes, its parameters.
@@ -379,11 +446,12 @@ pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
                 d.tok_sp(d.d),
                 Class::Compute,
             ),
+            // Megatron keeps the output layer out of the fp8 recipe: 16-bit under fp8
             b.call(
                 "lm head",
                 OpKind::Gemm,
                 phase,
-                d.gemm_dtype,
+                d.act,
                 Some(Role::LmHead),
                 gemm(d.tokens, d.vocab_rank, d.d, 1),
                 Class::Compute,

@@ -30,7 +30,7 @@ pub use stage::StageRole;
 use crate::hardware::Cluster;
 use crate::ops::{CollectiveShape, Dtype, OpKind, OpQuery, Phase, Role, Shape};
 use crate::timing::Class;
-use crate::workload::{Activation, Arch, Layout};
+use crate::workload::{Activation, Arch, Layout, Rules};
 
 /// Index of a query in `Plan::queries`.
 pub type QueryId = u32;
@@ -284,8 +284,15 @@ impl Builder {
 }
 
 /// Forward + backward matmul FLOPs of one step over the whole model: 3 × the forward (the
-/// backward does twice the forward's work), attention scores counted in full.
+/// backward does twice the forward's work). A causal model's attention needs half the score
+/// and context FLOPs (as MosaicML's and FlashAttention's accounting count it); the paper's
+/// rules time attention without a mask and count it in full.
 pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
+    let attention_share = if layout.rules == Rules::Paper {
+        1.0
+    } else {
+        0.5
+    };
     let (s, d) = (layout.seq_len as f64, arch.hidden as f64);
     let hd = (arch.heads * arch.head_dim) as f64;
     let kv = (arch.kv_heads * arch.head_dim) as f64;
@@ -294,7 +301,7 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
         Activation::Swiglu => 2.0 * arch.ffn_hidden as f64,
     };
     let per_layer = 2.0 * s * d * (hd + 2.0 * kv) // QKV
-        + 4.0 * s * s * hd                            // scores and context
+        + 4.0 * s * s * hd * attention_share          // scores and context
         + 2.0 * s * hd * d                            // output projection
         + 2.0 * s * d * up                            // MLP up (and gate)
         + 2.0 * s * arch.ffn_hidden as f64 * d; // MLP down

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::{Block, Buckets, Builder, Call, Chunk, Groups, Stage};
-use crate::ops::{Dtype, OpKind, OptimizerShape, Phase, Role, Shape};
+use crate::ops::{Dtype, OpKind, OptimizerShape, Phase, Role, Shape, TokenShape};
 use crate::timing::Class;
 use crate::workload::{Arch, Layout, Rules};
 
@@ -127,7 +127,7 @@ pub(super) fn stages(
                 head,
                 sends_fwd: mine().filter(|c| c.sends_fwd).count() as u64,
                 sends_bwd: mine().filter(|c| c.sends_bwd).count() as u64,
-                grad_sync: grad_sync(b, layout, params, groups),
+                grad_sync: grad_sync(b, arch, layout, role, params, groups),
                 update: update(b, layout, role, params, tensors, groups),
             }
         })
@@ -172,16 +172,90 @@ fn fsdp(layout: &Layout) -> bool {
     layout.zero >= 3 && layout.dp > 1
 }
 
-fn grad_sync(b: &mut Builder, layout: &Layout, params: u64, groups: Groups) -> Vec<Call> {
+fn grad_sync(
+    b: &mut Builder,
+    arch: &Arch,
+    layout: &Layout,
+    role: StageRole,
+    params: u64,
+    groups: Groups,
+) -> Vec<Call> {
+    let mut out = Vec::new();
+    // tied embeddings on two ranks: the first and last stage all-reduce the table's fp32
+    // gradient before the optimizer (Megatron's embedding group)
+    if arch.tied_embeddings
+        && layout.rules == Rules::Megatron
+        && matches!(role, StageRole::First | StageRole::Last)
+    {
+        let far = if groups.pp.0 > 1 { (2, 1) } else { (1, 2) };
+        out.push(b.collective(
+            "tied-embedding gradient all-reduce",
+            OpKind::AllReduce,
+            arch.vocab_params(layout.tp) * 4,
+            far,
+            Class::DpComm,
+        ));
+    }
     if fsdp(layout) || layout.dp == 1 {
-        return Vec::new();
+        return out;
     }
     let op = if layout.rules == Rules::Megatron && layout.zero >= 1 {
         OpKind::ReduceScatter
     } else {
         OpKind::AllReduce
     };
-    bucketed(b, "dp gradient sync", op, layout, params, groups)
+    out.extend(bucketed(b, "dp gradient sync", op, layout, params, groups));
+    out
+}
+
+/// What a Megatron step does to the gradients besides reducing them and stepping: the
+/// gradient norm (a pass over the fp32 gradients and a 4-byte all-reduce over the
+/// model-parallel ranks), clipping (a scaling pass), under fp16 the loss-scale unscale and
+/// inf check with its all-reduce, and zeroing the gradient buffers for the next step. Each is
+/// a memory-bound pass, written as an element-wise kernel over `params` 16-bit elements per
+/// 4 bytes it streams.
+fn gradient_upkeep(b: &mut Builder, layout: &Layout, params: u64, groups: Groups) -> Vec<Call> {
+    let pass = |b: &mut Builder, label, bytes_per_param: u64| {
+        b.call(
+            label,
+            OpKind::Elementwise,
+            Phase::Fwd,
+            Dtype::Bf16,
+            None,
+            Shape::Tokens(TokenShape {
+                batch: 1,
+                seq: 1,
+                width: (params * bytes_per_param / 4).max(1),
+            }),
+            Class::Optimizer,
+        )
+    };
+    let model_parallel = layout.tp * layout.pp > 1;
+    let mut out = vec![pass(b, "gradient norm", 4)];
+    if model_parallel {
+        out.push(b.collective(
+            "gradient-norm all-reduce",
+            OpKind::AllReduce,
+            4,
+            groups.mp,
+            Class::Optimizer,
+        ));
+    }
+    out.push(pass(b, "gradient clipping", 8));
+    out.push(pass(b, "zero gradient buffers", 4));
+    if layout.dtype == Dtype::Fp16 {
+        out.push(pass(b, "loss-scale unscale and inf check", 8));
+        if model_parallel {
+            out.push(b.collective(
+                "found-inf all-reduce",
+                OpKind::AllReduce,
+                4,
+                groups.mp,
+                Class::Optimizer,
+            ));
+        }
+    }
+    out
 }
 
 fn update(
@@ -207,6 +281,9 @@ fn update(
         }),
         Class::Optimizer,
     )];
+    if layout.rules == Rules::Megatron {
+        out.extend(gradient_upkeep(b, layout, params, groups));
+    }
     if layout.zero >= 1 && !fsdp(layout) && dp > 1 {
         out.extend(bucketed(
             b,

@@ -13,26 +13,86 @@
 
 use serde::Serialize;
 
+use crate::hardware::Runtime;
+use crate::ops::OpKind;
 use crate::plan::{Call, Plan, QueryId};
 use crate::timing::{Attribution, Breakdown, Class, ClassTimes};
 
-/// What each of a plan's queries costs, and which cost factor (model) it counts toward.
+/// What each of a plan's queries costs inside a step, and which cost factor (model) it counts
+/// toward.
 #[derive(Debug, Clone)]
 pub struct QueryTimes {
-    /// µs of one call of each query.
+    /// µs of one call of each query in a step: the isolated estimate, compute kernels slowed
+    /// by the runtime's in-situ efficiency.
     pub us: Vec<f64>,
+    /// Kernels one call of each query launches (a GEMM's backward is two).
+    pub kernels: Vec<f64>,
+    /// Each query's operator kind.
+    pub ops: Vec<OpKind>,
+    /// Ranks of each collective query (0 for kernels).
+    pub ranks: Vec<f64>,
     /// The cost factor of each query.
     pub factor: Vec<u32>,
     /// How many factors there are.
     pub factors: usize,
     /// Whether costs keep their attribution to factors (the interval needs it, a search not).
     pub attribute: bool,
+    /// The host, contention and per-step physics the step is composed under.
+    pub runtime: Runtime,
 }
 
 impl QueryTimes {
+    /// Times of `plan`'s queries from their isolated estimates `isolated_us` under `runtime`.
+    pub fn new(
+        plan: &Plan,
+        isolated_us: &[f64],
+        factor: Vec<u32>,
+        factors: usize,
+        attribute: bool,
+        runtime: Runtime,
+    ) -> QueryTimes {
+        let us = plan
+            .queries
+            .iter()
+            .zip(isolated_us)
+            .map(|(q, &t)| {
+                if q.op.is_collective() {
+                    t
+                } else {
+                    t / runtime.in_situ_efficiency
+                }
+            })
+            .collect();
+        QueryTimes {
+            us,
+            kernels: plan.queries.iter().map(kernels_per_call).collect(),
+            ops: plan.queries.iter().map(|q| q.op).collect(),
+            ranks: plan
+                .queries
+                .iter()
+                .map(|q| q.shape.collective().map_or(0.0, |c| c.ranks() as f64))
+                .collect(),
+            factor,
+            factors,
+            attribute,
+            runtime,
+        }
+    }
+
     /// µs of one call of query `q`.
     pub fn of(&self, q: QueryId) -> f64 {
         self.us[q as usize]
+    }
+}
+
+/// Kernels one call launches: a GEMM's backward runs two GEMMs (the gradients of both
+/// operands), everything else one kernel.
+fn kernels_per_call(q: &crate::ops::OpQuery) -> f64 {
+    use crate::ops::Phase;
+    if q.op == OpKind::Gemm && q.phase == Phase::Bwd {
+        2.0
+    } else {
+        1.0
     }
 }
 
@@ -43,38 +103,47 @@ pub struct Cost {
     pub parts: ClassTimes,
     /// Tensor-parallel communication hidden behind compute.
     pub hidden_tp_us: f64,
+    /// Host time to issue the calls' kernels.
+    pub issue_us: f64,
     /// Where the exposed microseconds come from.
     pub attribution: Attribution,
 }
 
 /// The cost of `share(call)` (0–1) of each call, each run as many times as its count and
 /// multiplicity say. Calls marked `overlapped` run beside the compute and only their excess over
-/// it counts (as data-parallel time); `tp_hidden` of the tensor-parallel communication hides
-/// behind GEMMs.
+/// it counts (as data-parallel time). With `tp_overlap`, each sequence-parallel collective is
+/// pipelined with its GEMM (see `tp_hidden`). Compute that shares the GPU with a collective
+/// runs `runtime.contention` times slower for as long as they overlap.
 pub fn cost<'a>(
     calls: impl Iterator<Item = (&'a Call, f64)>,
     times: &QueryTimes,
     share: &dyn Fn(&Call) -> f64,
-    tp_hidden: f64,
+    tp_overlap: bool,
 ) -> Cost {
+    let calls: Vec<(&Call, f64)> = calls.collect();
+    let hidden_of = if tp_overlap {
+        tp_hidden(&calls, times, share)
+    } else {
+        vec![0.0; calls.len()]
+    };
     let mut parts = ClassTimes::default();
     let mut beside = 0.0;
+    let mut hidden = 0.0;
     let (mut a_compute, mut a_beside, mut a_other) = (
         Attribution::default(),
         Attribution::default(),
         Attribution::default(),
     );
-    for (call, n) in calls {
+    let mut kernels = 0.0;
+    for (&(call, n), hid) in calls.iter().zip(hidden_of) {
         let t = times.of(call.query) * call.count * n * share(call);
-        let exposed = if call.class == Class::TpComm {
-            1.0 - tp_hidden
-        } else {
-            1.0
-        };
+        kernels += times.kernels[call.query as usize] * call.count * n * share(call);
+        let exposed = if t > 0.0 { 1.0 - hid / t } else { 1.0 };
         if call.overlapped {
             beside += t;
         } else {
-            parts.add(call.class, t);
+            parts.add(call.class, t - hid);
+            hidden += hid;
         }
         if times.attribute {
             let f = times.factor[call.query as usize];
@@ -85,8 +154,13 @@ pub fn cost<'a>(
             }
         }
     }
-    let hidden = parts.tp_comm * tp_hidden;
-    parts.tp_comm -= hidden;
+    // compute that shares the GPU with a collective beside it runs slower
+    let shared = (hidden + beside).min(parts.compute);
+    let slowdown = (times.runtime.contention - 1.0) * shared;
+    parts.compute += slowdown;
+    if times.attribute {
+        a_compute.scale(parts.compute / (parts.compute - slowdown).max(f64::MIN_POSITIVE));
+    }
     let excess = (beside - parts.compute).max(0.0);
     parts.dp_comm += excess;
     if times.attribute {
@@ -95,8 +169,45 @@ pub fn cost<'a>(
     Cost {
         parts,
         hidden_tp_us: hidden,
+        issue_us: kernels * times.runtime.launch_us,
         attribution: a_other,
     }
+}
+
+/// How much of each sequence-parallel collective hides behind its GEMM when Transformer
+/// Engine pipelines them (userbuffers): the all-gather before a column-parallel GEMM (QKV, MLP
+/// up) is exchanged chunk by chunk around the tp ranks while the GEMM of the chunk already
+/// there runs; the reduce-scatter after a row-parallel GEMM (attention out, MLP down) sends
+/// each chunk as soon as its GEMM is done. Of a collective over n ranks, at most the
+/// (n − 1)/n of the GEMM that runs while chunks move can hide it: hidden = min(comm, GEMM ·
+/// (n − 1)/n). A plain all-reduce (no sequence parallelism) is not pipelined.
+fn tp_hidden(calls: &[(&Call, f64)], times: &QueryTimes, share: &dyn Fn(&Call) -> f64) -> Vec<f64> {
+    let t = |i: usize| {
+        let (c, n) = calls[i];
+        times.of(c.query) * c.count * n * share(c)
+    };
+    let op = |i: usize| times.ops[calls[i].0.query as usize];
+    let is_gemm = |i: usize| calls[i].0.class == Class::Compute && op(i) == OpKind::Gemm;
+    let gemms: Vec<usize> = (0..calls.len()).filter(|&i| is_gemm(i)).collect();
+    let mut out = vec![0.0; calls.len()];
+    for (i, &(call, _)) in calls.iter().enumerate() {
+        if call.class != Class::TpComm || call.overlapped {
+            continue;
+        }
+        let ranks = times.ranks[call.query as usize];
+        // the all-gather feeds the next GEMM (the next layer's first, past the list's end);
+        // the reduce-scatter drains the one before it
+        let partner = match op(i) {
+            OpKind::AllGather => gemms.iter().find(|&&g| g > i).or(gemms.first()),
+            OpKind::ReduceScatter => gemms.iter().rev().find(|&&g| g < i),
+            _ => None,
+        };
+        if let (Some(&g), true) = (partner, ranks > 1.0) {
+            let window = t(g) * (ranks - 1.0) / ranks;
+            out[i] = t(i).min(window);
+        }
+    }
+    out
 }
 
 /// All of every call.
@@ -132,9 +243,9 @@ pub fn stage_timings(plan: &Plan, times: &QueryTimes) -> Vec<StageTiming> {
     plan.stages
         .iter()
         .map(|s| {
-            let fwd = cost(plan.stage_fwd(s), times, &whole, 0.0);
-            let bwd = cost(plan.stage_bwd(s), times, &whole, 0.0);
-            let once = |calls: &[Call]| cost(calls.iter().map(|c| (c, 1.0)), times, &whole, 0.0);
+            let fwd = cost(plan.stage_fwd(s), times, &whole, false);
+            let bwd = cost(plan.stage_bwd(s), times, &whole, false);
+            let once = |calls: &[Call]| cost(calls.iter().map(|c| (c, 1.0)), times, &whole, false);
             let sync = once(&s.grad_sync);
             let update = once(&s.update);
             StageTiming {
@@ -213,6 +324,7 @@ fn closed_form(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes)
         dp_comm: work.dp_comm + work_b.dp_comm + first_sync + update.param_gather_us,
         optimizer: work.optimizer + work_b.optimizer + update.optimizer_us,
         bubble: (pp - 1.0) * slot,
+        host: 0.0,
     };
     let critical_path = times.attribute.then(|| {
         let mut out = vec![0.0; times.factors];

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::analytic::{network, roofline};
 use crate::error::Result;
-use crate::hardware::Cluster;
+use crate::hardware::{Cluster, Runtime};
 use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
 use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Shape};
 use crate::regress::{Match, ModelSet, TrainedModel};
@@ -66,9 +66,10 @@ pub struct Estimate {
     /// Features outside the training range of the model that answered.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub out_of_coverage: Vec<String>,
-    /// Faster than the GPU's peak allows: the training data is suspect here.
+    /// Raised to the physical floor (roofline at the best achievable fraction of peak): the
+    /// model predicted faster than the GPU can run it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub below_roofline: bool,
+    pub floored: bool,
 }
 
 /// Uncertainty assumed for estimates no measurement backs.
@@ -88,6 +89,7 @@ struct Calibration {
 pub struct CostModel<'a> {
     cluster: &'a Cluster,
     models: Option<ModelSet>,
+    runtime: Runtime,
     learned_collectives: bool,
     cache: Mutex<HashMap<OpQuery, Estimate>>,
     calibrations: Mutex<HashMap<(OpKind, bool), Option<Calibration>>>,
@@ -97,8 +99,14 @@ impl<'a> CostModel<'a> {
     /// A cost model of `cluster` with these trained models (none: analytic only).
     pub fn new(cluster: &'a Cluster, models: Option<ModelSet>) -> Self {
         let learned_collectives = cluster.spec.models.as_ref().is_some_and(|m| m.collectives);
+        // a calibration fitted for these models takes precedence over the cluster's defaults
+        let runtime = models
+            .as_ref()
+            .and_then(|m| m.calibration.as_ref())
+            .map_or(cluster.spec.runtime, |c| c.runtime);
         CostModel {
             cluster,
+            runtime,
             models,
             learned_collectives,
             cache: Mutex::new(HashMap::new()),
@@ -109,6 +117,17 @@ impl<'a> CostModel<'a> {
     /// The trained models, if any.
     pub fn models(&self) -> Option<&ModelSet> {
         self.models.as_ref()
+    }
+
+    /// The same costs composed under another runtime (a calibration, or the raw defaults).
+    pub fn with_runtime(mut self, runtime: Runtime) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
+    /// The runtime steps are composed under (see `hardware::Runtime`).
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
     }
 
     /// The cost of one call (cached: each query is costed once).
@@ -136,9 +155,20 @@ impl<'a> CostModel<'a> {
                 e.model, e.time_us
             )));
         }
-        if matches!(e.source, Source::Learned | Source::Derived) {
-            if let Some(bound) = roofline::device_time_us(q, &self.cluster.spec.gpu) {
-                e.below_roofline = e.time_us < 0.9 * bound;
+        let spec = &self.cluster.spec;
+        if let Some(floor) = roofline::floor_us(q, &spec.gpu, &spec.achievable) {
+            if e.time_us < floor {
+                let raised = format!(
+                    "raised from {:.1} µs to the physical floor (roofline at the best achievable \
+                     fraction of peak)",
+                    e.time_us
+                );
+                e.note = Some(match e.note.take() {
+                    Some(n) => format!("{n}; {raised}"),
+                    None => raised,
+                });
+                e.time_us = floor;
+                e.floored = true;
             }
         }
         self.cache
@@ -231,7 +261,7 @@ impl<'a> CostModel<'a> {
                 eff.kernel_launch_us
             )),
             out_of_coverage: Vec::new(),
-            below_roofline: false,
+            floored: false,
         }
     }
 
@@ -258,7 +288,7 @@ impl<'a> CostModel<'a> {
                             cal.factor, cal.from
                         )),
                         out_of_coverage: Vec::new(),
-                        below_roofline: false,
+                        floored: false,
                     });
                 }
             }
@@ -273,7 +303,7 @@ impl<'a> CostModel<'a> {
                 spec.efficiency.network * 100.0
             )),
             out_of_coverage: Vec::new(),
-            below_roofline: false,
+            floored: false,
         })
     }
 
@@ -416,7 +446,7 @@ fn from_model(m: &TrainedModel, how: Match, q: &OpQuery) -> Estimate {
         model: m.key.to_string(),
         note: (!notes.is_empty()).then(|| notes.join("; ")),
         out_of_coverage: p.out_of_coverage,
-        below_roofline: false,
+        floored: false,
     }
 }
 

@@ -16,11 +16,11 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::hardware::Cluster;
+use crate::hardware::{Cluster, Runtime};
 use crate::plan::{Call, Plan, StageRole};
 use crate::schedule::{simulate_with, PipelineWork, Timeline, Unobserved};
 use crate::timing::{Breakdown, Class};
-use crate::workload::{Arch, Layout, Schedule};
+use crate::workload::{Arch, Layout, Rules, Schedule};
 use compose::{one_f_one_b, stage_timings, QueryTimes, Step};
 use cost::{CostModel, Estimate, Source};
 pub use metrics::StepMetrics;
@@ -132,8 +132,24 @@ pub struct Costed {
     pub sigma_log: Vec<f64>,
 }
 
-/// Costs every query of `plan`; with `attribute`, compositions keep each factor's share.
-pub fn estimate(plan: &Plan, cost: &CostModel, attribute: bool) -> Result<Costed> {
+/// The runtime a layout's step is composed under: the cost model's (calibrated or default),
+/// or the isolated-kernel sum the paper's rules define.
+pub fn runtime_for(layout: &Layout, cost: &CostModel) -> Runtime {
+    if layout.rules == Rules::Paper {
+        Runtime::isolated()
+    } else {
+        cost.runtime()
+    }
+}
+
+/// Costs every query of `plan` and composes under `runtime`; with `attribute`, compositions
+/// keep each factor's share.
+pub fn estimate(
+    plan: &Plan,
+    cost: &CostModel,
+    attribute: bool,
+    runtime: Runtime,
+) -> Result<Costed> {
     let estimates: Vec<Estimate> = plan
         .queries
         .iter()
@@ -152,13 +168,9 @@ pub fn estimate(plan: &Plan, cost: &CostModel, attribute: bool) -> Result<Costed
             f
         })
         .collect();
+    let isolated: Vec<f64> = estimates.iter().map(|e| e.time_us).collect();
     Ok(Costed {
-        times: QueryTimes {
-            us: estimates.iter().map(|e| e.time_us).collect(),
-            factor,
-            factors: sigma_log.len(),
-            attribute,
-        },
+        times: QueryTimes::new(plan, &isolated, factor, sigma_log.len(), attribute, runtime),
         estimates,
         sigma_log,
     })
@@ -197,7 +209,7 @@ pub fn predict(
 ) -> Result<Prediction> {
     let plan = Plan::new(arch, layout, cluster);
     let memory = crate::memory::project(arch, layout, cluster, &plan);
-    let costed = estimate(&plan, cost, true)?;
+    let costed = estimate(&plan, cost, true, runtime_for(layout, cost))?;
     if options.strict {
         refuse_unbacked(&plan, &costed.estimates)?;
     }
@@ -231,8 +243,15 @@ fn refuse_unbacked(plan: &Plan, estimates: &[Estimate]) -> Result<()> {
         .queries
         .iter()
         .zip(estimates)
-        .filter(|(_, e)| matches!(e.source, Source::Roofline | Source::Analytic))
-        .map(|(q, e)| format!("{q} ({})", e.source.name()))
+        .filter(|(_, e)| matches!(e.source, Source::Roofline | Source::Analytic) || e.floored)
+        .map(|(q, e)| {
+            let why = if e.floored {
+                "raised to the physical floor"
+            } else {
+                e.source.name()
+            };
+            format!("{q} ({why})")
+        })
         .collect();
     if missing.is_empty() {
         return Ok(());
@@ -410,10 +429,11 @@ fn warnings(
         .queries
         .iter()
         .zip(estimates)
-        .filter(|(_, e)| e.below_roofline)
+        .filter(|(_, e)| e.floored)
         .map(|(q, e)| {
             format!(
-                "{q}: {} predicts {:.1} µs, faster than the GPU's peak allows; its training data is suspect",
+                "{q}: {} predicts faster than the GPU can run it (outside its training range, or \
+                 suspect data); raised to the physical floor, {:.1} µs",
                 e.model, e.time_us
             )
         })

@@ -6,7 +6,7 @@
 use super::compose::{cost, whole, Cost, QueryTimes};
 use crate::ops::{OpKind, Phase, Role};
 use crate::plan::{Block, Call, Chunk, Plan};
-use crate::schedule::{ChunkWork, PassWork, PipelineWork, RankWork, Segment, SegmentKind};
+use crate::schedule::{ChunkWork, Host, PassWork, PipelineWork, RankWork, Segment, SegmentKind};
 use crate::timing::{Attribution, Class};
 use crate::workload::Layout;
 
@@ -17,10 +17,7 @@ use crate::workload::Layout;
 /// input-gradient path.
 fn input_grad_share(plan: &Plan, call: &Call) -> f64 {
     let q = plan.query(call);
-    let weights = matches!(
-        q.role,
-        Some(Role::Qkv | Role::AttnOut | Role::MlpUp | Role::MlpDown | Role::LmHead)
-    );
+    let weights = q.role.is_some_and(Role::has_weights);
     match q.op {
         OpKind::Gemm if q.phase == Phase::Bwd && weights => 0.5,
         OpKind::Embedding if q.phase == Phase::Bwd => 0.0,
@@ -35,7 +32,7 @@ type Share<'a> = dyn Fn(&Call) -> f64 + 'a;
 /// Builds passes segment by segment.
 struct Passes<'a> {
     times: &'a QueryTimes,
-    tp_hidden: f64,
+    tp_overlap: bool,
 }
 
 impl Passes<'_> {
@@ -44,7 +41,7 @@ impl Passes<'_> {
             calls.iter().map(|c| (c, 1.0)),
             self.times,
             share,
-            self.tp_hidden,
+            self.tp_overlap,
         )
     }
 
@@ -73,6 +70,7 @@ impl Passes<'_> {
             repeat,
             us: parts.total(),
             recompute_us: rc.parts.total(),
+            issue_us: own.issue_us + rc.issue_us,
             params,
             attribution,
         });
@@ -155,7 +153,7 @@ fn backward(b: &Passes, plan: &Plan, chunk: &Chunk, split: bool) -> (PassWork, P
 pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> PipelineWork {
     let b = Passes {
         times,
-        tp_hidden: layout.overlap.tp_fraction,
+        tp_overlap: layout.overlap.tp,
     };
     let split = layout.schedule.splits_backward();
     let (send_us, send_attribution) = match &plan.send {
@@ -202,6 +200,7 @@ pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> Pipeli
                 grad_sync_us: sync.parts.total(),
                 param_gather_us: gather.parts.dp_comm,
                 optimizer_us: optimizer.parts.optimizer,
+                optimizer_issue_us: optimizer.issue_us + gather.issue_us,
                 params: s.params,
                 bucket_elements: layout.dp_bucket_elements,
                 grad_sync_attribution: sync.attribution,
@@ -216,6 +215,11 @@ pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> Pipeli
         chunks,
         ranks,
         overlap: layout.overlap,
+        host: Host {
+            launch_us: times.runtime.launch_us,
+            sync_per_transfer: times.runtime.host_sync_per_transfer && plan.send.is_some(),
+            step_overhead_us: times.runtime.step_overhead_ms * 1e3,
+        },
         factors: if times.attribute { times.factors } else { 0 },
     }
 }

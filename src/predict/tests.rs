@@ -138,12 +138,11 @@ proptest! {
         let Ok(mut layout) = Layout::new(&spec, &arch, &c) else { return Ok(()) };
         prop_assume!(arch.layers.is_multiple_of(pp));
         let plan = Plan::new(&arch, &layout, &c);
-        let times = QueryTimes {
-            us: plan.queries.iter().map(|q| balanced_time(q, send)).collect(),
-            factor: vec![0; plan.queries.len()],
-            factors: 1,
-            attribute: true,
-        };
+        let us: Vec<f64> = plan.queries.iter().map(|q| balanced_time(q, send)).collect();
+        let times = QueryTimes::new(
+            &plan, &us, vec![0; plan.queries.len()], 1, true,
+            crate::hardware::Runtime::isolated(),
+        );
         let (simulated, timeline) = compose_step(&plan, &layout, &times).unwrap();
         prop_assert!(timeline.is_some());
         layout.schedule = Schedule::ClosedForm;
@@ -204,5 +203,70 @@ proptest! {
             Ok(t) => prop_assert!(t.is_finite() && t > 0.0),
             Err(e) => prop_assert!(matches!(e, Error::Layout(_)), "{e:?}"),
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Physics is a floor: over extreme models and layouts — sequences of 128 to 1,048,576
+    /// tokens, hidden sizes to 32k, vocabularies to 256k, 1 to 16,384 GPUs — no prediction on
+    /// the shipped H100 and A100 models reports an MFU above the fraction of peak a GEMM can
+    /// reach on that GPU.
+    #[test]
+    fn no_prediction_beats_the_achievable_fraction_of_peak(
+        a100 in any::<bool>(),
+        log_seq in 7u32..=20,
+        hidden_k in 1u64..=32,
+        heads_log in 3u32..=7,
+        layers in 1u64..=8,
+        vocab_k in 1u64..=256,
+        tp_log in 0u32..=3,
+        pp in 1u64..=4,
+        dp_log in 0u32..=9,
+        mb in 1u64..=4,
+        m in 1u64..=8,
+        fp8 in any::<bool>(),
+    ) {
+        let name = if a100 { "dgx-a100" } else { "dgx-h100" };
+        let c = Cluster::load(std::path::Path::new(name)).unwrap();
+        let heads = 1u64 << heads_log;
+        let hidden = (hidden_k * 1024).max(heads * 32) / heads * heads;
+        let yaml = format!(
+            "name: extreme\nlayers: {}\nhidden: {hidden}\nheads: {heads}\nvocab: {}\n\
+             norm: rmsnorm\nactivation: swiglu\nseq_len: {}\n",
+            layers * pp, vocab_k * 1024, 1u64 << log_seq,
+        );
+        let spec = crate::workload::ArchSpec::parse_yaml(std::path::Path::new("x.yaml"), &yaml).unwrap();
+        let arch = spec.validate("x.yaml").unwrap();
+        let parallel = ParallelSpec {
+            tp: Some(1 << tp_log),
+            pp: Some(pp),
+            dp: Some(1 << dp_log),
+            micro_batch: Some(mb),
+            micro_batches: Some(m.max(pp)),
+            dtype: Some(if fp8 && !a100 { crate::ops::Dtype::Fp8 } else { crate::ops::Dtype::Bf16 }),
+            ..Default::default()
+        };
+        let layout = match Layout::new(&parallel, &arch, &c) {
+            Ok(l) => l,
+            Err(_) => return Ok(()),
+        };
+        let models = crate::regress::ModelSet::builtin(
+            if a100 { "perlmutter" } else { "h100-aiconfigurator" },
+        ).unwrap();
+        let cost = CostModel::new(&c, Some(models));
+        let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).unwrap();
+        let achievable = if layout.dtype == crate::ops::Dtype::Fp8 {
+            c.spec.achievable.gemm_fp8
+        } else {
+            c.spec.achievable.gemm
+        };
+        prop_assert!(
+            p.metrics.mfu_percent <= 100.0 * achievable + 1e-9,
+            "MFU {:.1} % > {:.0} % on {name}: {yaml} {:?}",
+            p.metrics.mfu_percent, 100.0 * achievable, layout,
+        );
+        prop_assert!(p.metrics.step_time_s.is_finite() && p.metrics.step_time_s > 0.0);
     }
 }

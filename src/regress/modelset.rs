@@ -12,11 +12,14 @@ use super::bundle::{self, Reader, BUNDLE_FILE};
 use super::model::{DatasetRef, ModelKey, TrainedModel, Validation};
 use crate::dataset::ReferenceError;
 use crate::error::{Error, Result};
-use crate::hardware::{GpuSpec, NetworkSpec};
+use crate::hardware::{Calibration, GpuSpec, NetworkSpec};
 use crate::ops::{OpQuery, Role};
 
 /// The human-readable summary of a models directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// The runtime `stepcast calibrate` fitted for these models (optional).
+pub const CALIBRATION_FILE: &str = "calibration.yaml";
 
 /// One model, as the manifest lists it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -104,6 +107,8 @@ pub enum Match {
 pub struct ModelSet {
     /// The directory.
     pub dir: PathBuf,
+    /// The runtime fitted to measured runs for these models, if any.
+    pub calibration: Option<Calibration>,
     reader: Reader,
     slots: BTreeMap<ModelKey, (usize, OnceLock<std::result::Result<TrainedModel, String>>)>,
 }
@@ -231,11 +236,22 @@ impl ModelSet {
                 ),
             ));
         }
-        Ok(Self::over(dir.to_path_buf(), Reader::open(&path)?))
+        let calibration_path = dir.join(CALIBRATION_FILE);
+        let calibration = if calibration_path.is_file() {
+            let text = crate::fsutil::read_to_string(&calibration_path)?;
+            Some(Calibration::parse(&calibration_path, &text)?)
+        } else {
+            None
+        };
+        Ok(Self::over(
+            dir.to_path_buf(),
+            Reader::open(&path)?,
+            calibration,
+        ))
     }
 
     /// A set whose models are read, each on first use, from `reader`.
-    fn over(dir: PathBuf, reader: Reader) -> ModelSet {
+    fn over(dir: PathBuf, reader: Reader, calibration: Option<Calibration>) -> ModelSet {
         let slots = reader
             .index
             .models
@@ -243,7 +259,12 @@ impl ModelSet {
             .enumerate()
             .map(|(i, e)| (e.key, (i, OnceLock::new())))
             .collect();
-        ModelSet { dir, reader, slots }
+        ModelSet {
+            dir,
+            calibration,
+            reader,
+            slots,
+        }
     }
 
     /// The built-in models of `models/<name>/` (see `assets`).
@@ -252,7 +273,11 @@ impl ModelSet {
             .ok_or_else(|| Error::Invalid(format!("no built-in models named {name}")))?;
         let dir = PathBuf::from(format!("<built-in models/{name}>"));
         let reader = Reader::from_static(&dir.join(BUNDLE_FILE), bytes)?;
-        Ok(Self::over(dir, reader))
+        let calibration = match crate::assets::calibration(name) {
+            Some(text) => Some(Calibration::parse(&dir.join(CALIBRATION_FILE), text)?),
+            None => None,
+        };
+        Ok(Self::over(dir, reader, calibration))
     }
 
     /// See `bundle::Reader::fingerprint`.

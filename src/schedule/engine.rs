@@ -66,6 +66,8 @@ enum Span {
     ParamGather {
         rank: u32,
     },
+    /// Host time: issuing kernels the device waits for, or per-step host work.
+    Host,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -140,6 +142,7 @@ impl Sim<'_> {
                 Span::ParamGather { rank } => w.ranks[rank as usize]
                     .param_gather_attribution
                     .accumulate(&mut out, 1.0),
+                Span::Host => {}
             }
             node = n.parent;
         }
@@ -199,10 +202,13 @@ pub fn simulate_with(
         .unwrap_or(0);
     let barrier = sync_ends[critical_rank];
     // optimizer step after the barrier; the all-gather after it unless overlapped
-    let mut last: Option<(Moment, f64, f64)> = None; // (end, optimizer, exposed gather)
+    // (end, optimizer, host-bound optimizer, exposed gather)
+    let mut last: Option<(Moment, f64, f64, f64)> = None;
     for (r, summary) in summaries.iter_mut().enumerate() {
         let w = &work.ranks[r];
-        let opt_end = sim.after(barrier, w.optimizer_us, Span::Optimizer { rank: r as u32 });
+        // the optimizer's kernels cannot run faster than the host issues them
+        let opt_us = w.optimizer_us.max(w.optimizer_issue_us);
+        let opt_end = sim.after(barrier, opt_us, Span::Optimizer { rank: r as u32 });
         summary.optimizer_us = [barrier.t, opt_end.t];
         observer.event(Event::Optimizer {
             rank: r,
@@ -227,17 +233,27 @@ pub fn simulate_with(
             opt_end
         };
         let later_than_last = match last {
-            Some((l, _, _)) => end.t > l.t,
+            Some((l, ..)) => end.t > l.t,
             None => true,
         };
         if later_than_last {
-            last = Some((end, w.optimizer_us, gather));
+            last = Some((end, w.optimizer_us, opt_us - w.optimizer_us, gather));
         }
     }
-    let (end, optimizer, gather) = last.expect("at least one rank");
+    let (end, optimizer, optimizer_host, gather) = last.expect("at least one rank");
     let end = if end.t >= barrier.t { end } else { barrier };
+    // the training loop's own host work closes the step
+    let before = end.t;
+    let end = sim.after(end, work.host.step_overhead_us, Span::Host);
+    if end.t > before {
+        observer.event(Event::StepOverhead {
+            start_us: before,
+            end_us: end.t,
+        });
+    }
     let mut breakdown = summaries[critical_rank].spent;
     breakdown.optimizer += optimizer;
+    breakdown.host += optimizer_host + work.host.step_overhead_us;
     breakdown.dp_comm += gather;
     Ok(Timeline {
         schedule: work.schedule,
@@ -254,6 +270,8 @@ pub fn simulate_with(
 struct RankState {
     /// When its compute stream is free.
     compute_free: Moment,
+    /// When its host has issued everything so far.
+    host_free: Moment,
     /// When its pipeline-send stream is free (p2p overlap).
     send_free: Moment,
     /// End of the last pass (and blocking send) accounted for.
@@ -327,6 +345,7 @@ fn run_passes(
     let mut ranks: Vec<RankState> = (0..p)
         .map(|_| RankState {
             compute_free: ORIGIN,
+            host_free: ORIGIN,
             send_free: ORIGIN,
             cursor: 0.0,
             spent: Breakdown::default(),
@@ -388,15 +407,28 @@ fn run_task(
 ) -> (Moment, Moment) {
     let work = sim.work;
     let (s, i) = (task.stage as usize, task.micro_batch as usize);
-    let start = later(rank.compute_free, ready);
-    waits.clear();
+    let device_ready = later(rank.compute_free, ready);
+    // the host issues the pass's kernels; waiting for the device at pipeline transfers, it
+    // starts only when the pass could run, else as soon as it has issued what came before
+    let host_start = if work.host.sync_per_transfer {
+        later(rank.host_free, device_ready)
+    } else {
+        rank.host_free
+    };
     let chunk = &work.chunks[s];
-    let end = match gates.get(s) {
+    let pass = chunk.pass(task.pass);
+    let first_issued = sim.after(
+        host_start,
+        work.host.launch_us.min(pass.issue_us()),
+        Span::Host,
+    );
+    let start = later(device_ready, first_issued);
+    waits.clear();
+    let device_end = match gates.get(s) {
         Some(gates) if task.pass == Pass::Forward && i == 0 => {
             gated_forward(sim, s, start, gates, waits)
         }
         _ => {
-            let pass = chunk.pass(task.pass);
             let span = Span::Pass {
                 stage: task.stage,
                 pass: task.pass,
@@ -406,6 +438,11 @@ fn run_task(
             sim.after(start, pass.us(), span)
         }
     };
+    // the device cannot finish before the host has issued the pass's last kernel
+    let issued = sim.after(host_start, pass.issue_us(), Span::Host);
+    rank.host_free = issued;
+    let end = later(device_end, issued);
+    let host_bound = (start.t - device_ready.t) + (end.t - device_end.t);
     let send_us = chunk.send_us(task.pass);
     rank.compute_free = end;
     let arrival = if send_us <= 0.0 {
@@ -435,8 +472,8 @@ fn run_task(
         rank,
         chunk,
         task,
-        start.t,
-        end.t,
+        [device_ready.t.max(rank.cursor), end.t],
+        host_bound,
         send_us,
         waits,
         work.overlap.p2p,
@@ -451,15 +488,16 @@ fn run_task(
     (end, arrival)
 }
 
-/// Adds a pass to how its rank spent the step: the gap before it as bubble, its time by
-/// class, a blocking send as pipeline communication, waits for weights as data-parallel.
+/// Adds a pass to how its rank spent the step: the gap before it could run as bubble, the
+/// device waiting for the host as host time, its time by class, a blocking send as pipeline
+/// communication, waits for weights as data-parallel.
 #[allow(clippy::too_many_arguments)]
 fn account(
     rank: &mut RankState,
     chunk: &super::ChunkWork,
     task: Task,
-    start: f64,
-    end: f64,
+    [ready, end]: [f64; 2],
+    host_bound: f64,
     send_us: f64,
     waits: &[(u32, f64)],
     p2p: bool,
@@ -467,7 +505,8 @@ fn account(
     let send = if p2p { 0.0 } else { send_us.max(0.0) };
     let parts = chunk.pass(task.pass).parts;
     let spent = &mut rank.spent;
-    spent.bubble += (start - rank.cursor).max(0.0);
+    spent.bubble += (ready - rank.cursor).max(0.0);
+    spent.host += host_bound;
     spent.compute += parts.compute;
     spent.tp_comm += parts.tp_comm;
     spent.pp_comm += parts.pp_comm + send;
@@ -667,6 +706,7 @@ mod tests {
                 repeat: 5,
                 us: us / 5.0,
                 recompute_us: 0.0,
+                issue_us: 0.0,
                 params: params / 5,
                 attribution,
             }],
@@ -718,6 +758,7 @@ mod tests {
                 grad_sync_us: 0.0,
                 param_gather_us: 0.0,
                 optimizer_us: 0.0,
+                optimizer_issue_us: 0.0,
                 params: 100 * v as u64,
                 bucket_elements: 40,
                 grad_sync_attribution: Attribution::default(),
@@ -734,8 +775,9 @@ mod tests {
                 grad_reduce: false,
                 param_gather: false,
                 p2p: false,
-                tp_fraction: 0.0,
+                tp: false,
             },
+            host: Default::default(),
             factors: 4,
         }
     }

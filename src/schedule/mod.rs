@@ -92,6 +92,8 @@ pub struct Segment {
     pub us: f64,
     /// Of `us`, the recomputation a backward does first.
     pub recompute_us: f64,
+    /// Host time to issue one repetition's kernels, µs.
+    pub issue_us: f64,
     /// Parameters of one repetition.
     pub params: u64,
     /// Where one repetition's microseconds come from.
@@ -114,6 +116,14 @@ impl PassWork {
     /// Exposed µs of the pass.
     pub fn us(&self) -> f64 {
         self.parts.total()
+    }
+
+    /// Host time to issue all of the pass's kernels, µs.
+    pub fn issue_us(&self) -> f64 {
+        self.segments
+            .iter()
+            .map(|s| s.issue_us * s.repeat as f64)
+            .sum()
     }
 
     /// Repetitions over all segments.
@@ -190,6 +200,8 @@ pub struct RankWork {
     pub param_gather_us: f64,
     /// The optimizer step, µs.
     pub optimizer_us: f64,
+    /// Host time to issue the optimizer step's kernels, µs.
+    pub optimizer_issue_us: f64,
     /// Parameters on the rank (all chunks).
     pub params: u64,
     /// Elements per data-parallel bucket.
@@ -205,6 +217,17 @@ pub struct RankWork {
     pub optimizer_attribution: Attribution,
 }
 
+/// How the host (CPU) of each rank issues the kernels of a step.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Host {
+    /// Host time to issue one kernel, µs (the device cannot start a pass before its first).
+    pub launch_us: f64,
+    /// The host waits for the device at every pipeline transfer (no issuing ahead).
+    pub sync_per_transfer: bool,
+    /// Host work per step outside the passes, µs, after the optimizer.
+    pub step_overhead_us: f64,
+}
+
 /// Everything the simulator needs for one step.
 #[derive(Debug, Clone, Serialize)]
 pub struct PipelineWork {
@@ -218,6 +241,8 @@ pub struct PipelineWork {
     pub ranks: Vec<RankWork>,
     /// Which communication runs beside the compute.
     pub overlap: Overlap,
+    /// How the host issues the kernels.
+    pub host: Host,
     /// How many cost factors the attributions index (0: none kept).
     pub factors: usize,
 }
@@ -385,6 +410,13 @@ pub enum Event<'a> {
         /// End, µs.
         end_us: f64,
     },
+    /// The training loop's own host work that closes the step.
+    StepOverhead {
+        /// Start, µs.
+        start_us: f64,
+        /// End, µs.
+        end_us: f64,
+    },
     /// The parameter all-gather after the optimizer (not overlapped).
     ParamGather {
         /// The rank.
@@ -426,7 +458,9 @@ impl Event<'_> {
     /// The event as a span on a communication stream (none for passes and the optimizer).
     pub fn on_stream(&self) -> Option<StreamEvent> {
         let (rank, stream, name, start_us, end_us, blocking) = match *self {
-            Event::Pass { .. } | Event::Optimizer { .. } => return None,
+            Event::Pass { .. } | Event::Optimizer { .. } | Event::StepOverhead { .. } => {
+                return None
+            }
             Event::Send {
                 rank,
                 task,

@@ -368,6 +368,15 @@ impl Observer for TraceWriter<'_> {
                 end_us - start_us,
                 Value::Null,
             )),
+            E::StepOverhead { start_us, end_us } => self.emit(&slice(
+                0,
+                COMPUTE,
+                "host",
+                "per-step host work".into(),
+                start_us,
+                end_us - start_us,
+                Value::Null,
+            )),
             other => {
                 let Some(e) = other.on_stream() else { return };
                 let (tid, cat) = match e.stream {
@@ -403,6 +412,7 @@ mod tests {
                 repeat: 3,
                 us: us / 3.0,
                 recompute_us: recompute,
+                issue_us: 0.0,
                 params: 30,
                 attribution: Attribution::default(),
             }],
@@ -489,6 +499,7 @@ mod tests {
                 grad_sync_us: 4.0,
                 param_gather_us: 2.0,
                 optimizer_us: 1.0,
+                optimizer_issue_us: 0.0,
                 params: 90,
                 bucket_elements: 40,
                 grad_sync_attribution: Attribution::default(),
@@ -505,8 +516,9 @@ mod tests {
                 grad_reduce: true,
                 param_gather: true,
                 p2p: false,
-                tp_fraction: 0.0,
+                tp: false,
             },
+            host: Default::default(),
             factors: 0,
         };
         let mut out = Vec::new();

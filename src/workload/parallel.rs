@@ -72,9 +72,10 @@ pub struct Overlap {
     /// Pipeline sends on their own stream instead of blocking the sender (Megatron
     /// `--overlap-p2p-communication`).
     pub p2p: bool,
-    /// Fraction of the tensor-parallel communication hidden behind GEMMs (Megatron
-    /// `--tp-comm-overlap` reaches most of it; 0 = none).
-    pub tp_fraction: f64,
+    /// Tensor-parallel communication pipelined with the GEMMs beside it, as Transformer
+    /// Engine's userbuffers do (Megatron / NeMo `--tp-comm-overlap`): how much hides is the
+    /// composer's result.
+    pub tp: bool,
 }
 
 crate::named_enum!(
@@ -139,9 +140,9 @@ pub struct ParallelSpec {
     pub overlap_param_gather: Option<bool>,
     #[serde(default)]
     pub overlap_p2p: Option<bool>,
-    /// Fraction (0–1) of tensor-parallel communication hidden behind compute.
+    /// Pipeline the tensor-parallel collectives with their GEMMs (needs sequence parallelism).
     #[serde(default)]
-    pub tp_comm_overlap: Option<f64>,
+    pub tp_comm_overlap: Option<bool>,
 }
 
 impl ParallelSpec {
@@ -237,7 +238,13 @@ impl Layout {
         });
         let (schedule, vpp) = schedule_and_chunks(spec, rules, pp, micro_batches)?;
         let stage_layers = stage_layers(spec, arch, pp, vpp, schedule, partition)?;
-        let overlap = overlap(spec, rules, zero, dp, schedule)?;
+        let overlap = overlap(
+            spec,
+            rules,
+            [zero as u64, tp, dp],
+            sequence_parallel,
+            schedule,
+        )?;
         let dp_bucket_elements = match spec.dp_bucket_elements {
             Some(b) if !(MIN_BUCKET_ELEMENTS..=MAX_BUCKET_ELEMENTS).contains(&b) => {
                 return Err(LayoutError::BucketSize(b))
@@ -440,8 +447,8 @@ fn stage_layers(
 fn overlap(
     spec: &ParallelSpec,
     rules: Rules,
-    zero: u8,
-    dp: u64,
+    [zero, tp, dp]: [u64; 3],
+    sequence_parallel: bool,
     schedule: Schedule,
 ) -> Result<Overlap, LayoutError> {
     let megatron = rules == Rules::Megatron;
@@ -458,10 +465,12 @@ fn overlap(
         p2p: spec
             .overlap_p2p
             .unwrap_or(megatron && schedule == Schedule::Interleaved),
-        tp_fraction: match spec.tp_comm_overlap {
-            Some(f) if !(0.0..=1.0).contains(&f) => return Err(LayoutError::TpCommOverlap(f)),
-            Some(f) => f,
-            None => 0.0,
+        tp: match spec.tp_comm_overlap {
+            Some(true) if tp > 1 && !sequence_parallel => {
+                return Err(LayoutError::TpOverlapNeedsSequenceParallel)
+            }
+            Some(on) => on && tp > 1,
+            None => false,
         },
     })
 }

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Converts the published end-to-end training runs under ../shared/reference-data into one
+stepcast runs CSV (the input of `stepcast calibrate`; schema in the README, "Calibration"),
+with an architecture file for every model that is not a preset. Nothing is copied verbatim:
+each row is rebuilt from the source's columns, and the source file, commit and row are named.
+
+Every row is written; rows stepcast cannot express say why (`expressible` false, `reason`).
+
+Usage: import-runs.py REFERENCE_DATA_DIR OUT_DIR     (OUT_DIR must not exist)"""
+import csv
+import math
+import sys
+from pathlib import Path
+
+COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp", "dp", "cp",
+           "micro_batch", "global_batch", "seq_len", "dtype", "recompute", "zero", "schedule",
+           "vpp", "sequence_parallel", "tp_comm_overlap", "measured_step_s", "expressible",
+           "reason", "source"]
+
+
+def num(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def present(x):
+    return x == x and x is not None
+
+
+class Out:
+    def __init__(self, out):
+        self.dir = out
+        (out / "archs").mkdir(parents=True)
+        self.rows = []
+        self.archs = {}
+
+    def arch(self, name, layers, hidden, heads, kv, ffn, vocab, norm, act, position, bias,
+             norm_bias, seq, attention="flash", dropout=False, tied=False):
+        """An architecture file (relative to the runs CSV), written once per name."""
+        text = (f"name: {name}\nlayers: {int(layers)}\nhidden: {int(hidden)}\nheads: {int(heads)}\n"
+                f"kv_heads: {int(kv)}\nffn_hidden: {int(ffn)}\nvocab: {int(vocab)}\nnorm: {norm}\n"
+                f"activation: {act}\nposition: {position}\nlinear_bias: {str(bias).lower()}\n"
+                f"norm_bias: {str(norm_bias).lower()}\nseq_len: {int(seq)}\nattention: {attention}\n"
+                f"dropout: {str(dropout).lower()}\ntied_embeddings: {str(tied).lower()}\n")
+        prev = self.archs.get(name)
+        assert prev is None or prev == text, f"two architectures named {name}"
+        if prev is None:
+            (self.dir / "archs" / f"{name}.yaml").write_text(text)
+            self.archs[name] = text
+        return f"archs/{name}.yaml"
+
+    def add(self, **row):
+        row.setdefault("expressible", "true" if not row.get("reason") else "false")
+        row.setdefault("reason", "")
+        for key in COLUMNS:
+            row.setdefault(key, "")
+        for key, value in list(row.items()):
+            if isinstance(value, bool):
+                row[key] = str(value).lower()
+            elif isinstance(value, float) and value.is_integer() and key != "measured_step_s":
+                row[key] = int(value)
+        self.rows.append(row)
+
+    def write(self):
+        with open(self.dir / "runs.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w.writeheader()
+            for r in self.rows:
+                w.writerow({k: r[k] for k in COLUMNS})
+
+
+def vtrain(ref, out):
+    """vTrain: Megatron-DeepSpeed GPT on one 8 × A100 node, full recompute, fp16 (assumed)."""
+    src = ref / "vtrain-a100-single-node" / "ground_truth_single.csv"
+    for i, row in enumerate(csv.reader(open(src, encoding="utf-8-sig"))):
+        if i == 0:
+            continue
+        gpus, gb, mb, h, heads, layers, seq, tp, dp, pp, ms = row
+        name = f"vtrain-gpt-h{h}-l{layers}"
+        # GPT-2 style as vTrain's validation configs build it: 4·h GELU MLP, LayerNorm, learned
+        # positions, biases, tied embeddings, dropout 0.1, Megatron's fused softmax attention
+        model = out.arch(name, layers, h, heads, heads, 4 * int(h), 50257, "layernorm", "gelu",
+                         "learned", True, True, seq, attention="unfused", dropout=True, tied=True)
+        out.add(set="vtrain", family=f"gpt-h{h}", label=f"{name} {gpus} GPUs tp{tp} pp{pp} dp{dp} "
+                f"mbs{mb} gbs{gb}", cluster="dgx-a100", model=model, framework="deepspeed",
+                tp=tp, pp=pp, dp=dp, cp=1, micro_batch=mb, global_batch=gb, seq_len=seq,
+                dtype="fp16", recompute="full", zero=0, schedule="1f1b", vpp=1,
+                sequence_parallel=False, tp_comm_overlap=0, measured_step_s=float(ms) / 1e3,
+                source=f"vtrain ground_truth_single.csv row {i}")
+
+
+def flagperf(ref, out):
+    src = ref / "flagperf-nvidia-megatron" / "flagperf_runs.csv"
+    for i, row in enumerate(csv.DictReader(open(src)), start=1):
+        gpu, model = row["gpu"], row["model"]
+        cluster = {"A100 (80GB)": "dgx-a100", "H100": "dgx-h100"}.get(gpu)
+        reason = ""
+        if cluster is None:
+            reason = f"{gpu}: no cluster file (export variant with reduced NVLink, or not stated)"
+        elif not model.startswith("Llama 3"):
+            reason = f"{model}: dimensions not stated"
+        elif row["precision"] not in ("bf16", "bf16+fp8"):
+            reason = f"precision {row['precision']}"
+        elif num(row["derived_step_time_s"]) != num(row["derived_step_time_s"]):
+            reason = "no step time"
+        elif int(row["n_gpus"]) > 64:
+            reason = "marked reference only (GBS / tokens ambiguous)"
+        fam = "llama3-8b" if "8B" in model else "llama3-70b"
+        n, tp, pp = int(row["n_gpus"]), int(row["tp"] or 1), int(row["pp"] or 1)
+        out.add(set="flagperf", family=fam, label=f"{model} {gpu} {n} GPUs tp{tp} pp{pp} dp{row['dp']} "
+                f"{row['precision']}", cluster=cluster or "", model=fam, framework="megatron",
+                tp=tp, pp=pp, dp=n // (tp * pp), cp=1, micro_batch=row["mbs"] or 1,
+                global_batch=row["global_batch_size"], seq_len=row["seq_len"],
+                dtype="fp8" if "fp8" in row["precision"] else "bf16", recompute="none", zero=1,
+                schedule="1f1b", vpp=1, sequence_parallel=tp > 1, tp_comm_overlap=0,
+                measured_step_s=num(row["derived_step_time_s"]), reason=reason,
+                source=f"flagperf_runs.csv row {i}")
+
+
+def dgxc(ref, out):
+    src = ref / "nvidia-dgxc-benchmarking-h100" / "dgxc_h100_step_times.csv"
+    for i, row in enumerate(csv.DictReader(open(src)), start=1):
+        model = row["model"]
+        cp, vp = num(row["cp"]), num(row["vp"])
+        tp, pp, n = int(row["tp"] or 1), int(row["pp"] or 1), int(row["n_gpus"])
+        fam = model
+        reason = ""
+        if row["framework"].startswith("MaxText"):
+            reason = "MaxText (JAX/XLA) with a custom remat policy: not modelled"
+        elif present(cp) and cp > 1:
+            reason = "context parallelism (not modelled)"
+        cpv = int(cp) if present(cp) else 1
+        swiglu = row["mlp"] == "swiglu"
+        name = model.replace(".", "_")
+        # Nemotron-4 uses squared-ReLU (not gated, costed as GELU) with LayerNorm; Llama 3.1
+        # SwiGLU with RMSNorm
+        act = "swiglu" if swiglu else "gelu"
+        norm = "rmsnorm" if swiglu else "layernorm"
+        arch = ""
+        if not row["num_layers"] or not row["hidden_size"]:
+            reason = reason or "model dimensions not stated"
+        else:
+            arch = out.arch(f"{name}-l{row['num_layers']}-s{row['seq_len']}", row["num_layers"],
+                            row["hidden_size"], row["num_attention_heads"], row["num_query_groups"],
+                            row["ffn_hidden_size"], row["vocab_size"] or 256000, norm, act, "rope",
+                            False, norm == "layernorm", row["seq_len"])
+        # TP communication overlap (userbuffers) is on for 70B / 15B in the v24.11 yamls; the
+        # NeMo 2.0 perf scripts turn it on for every TP > 1 recipe
+        overlap = tp > 1 and "8b" not in model
+        dp = n // (tp * pp * cpv)
+        out.add(set="dgxc", family=fam, label=f"{model} {row['precision']} {n} GPUs tp{tp} pp{pp} cp{cpv}"
+                f"{' vp' + str(int(vp)) if present(vp) and vp > 1 else ''} dp{dp} mbs{row['mbs']} "
+                f"gbs{row['gbs']} ({row['gsw_version']})", cluster="dgx-h100", model=arch,
+                framework="megatron", tp=tp, pp=pp, dp=dp, cp=cpv, micro_batch=row["mbs"],
+                global_batch=row["gbs"], seq_len=row["seq_len"],
+                dtype="fp8" if row["precision"] == "FP8" else "bf16",
+                recompute="selective" if row["recompute"].startswith("selective") else "none",
+                zero=1, schedule="interleaved" if present(vp) and vp > 1 else "1f1b",
+                vpp=int(vp) if present(vp) and vp > 1 else 1,
+                sequence_parallel=tp > 1, tp_comm_overlap=1 if overlap else 0,
+                measured_step_s=float(row["step_time_s"]), reason=reason,
+                source=f"dgxc_h100_step_times.csv row {i}")
+
+
+NEMO_PRESETS = {"LLAMA2-7B": "llama2-7b", "LLAMA2-13B": "llama2-13b", "LLAMA2-70B": "llama2-70b",
+                "LLAMA3-8B": "llama3-8b", "LLAMA3_8B": "llama3-8b", "LLAMA3-70B": "llama3-70b",
+                "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b", "GPT3-175B": "gpt3-175b"}
+MOE = ("Qwen3", "DeepSeek", "GPT OSS", "Nemotron_3", "Mixtral")
+
+
+def nemo(ref, out):
+    src = ref / "nemo-megatron-bridge-perf-summary"
+    dims = {}
+    for row in csv.DictReader(open(src / "model_dims.csv")):
+        for name in row["model_name_in_table"].split(" / "):
+            dims[name.strip()] = row
+    for i, row in enumerate(csv.DictReader(open(src / "perf_summary_rows.csv")), start=1):
+        model = row["model"]
+        if row["system"] != "DGX-H100":
+            continue  # other GPUs: no cluster file, not counted
+        vp, cp, ep, fsdp = num(row["vp"]), num(row["cp"]), num(row["ep"]), num(row["fsdp"])
+        reason = ""
+        if row["variant"] != "primary":
+            reason = "alternative value in parentheses"
+        elif any(m in model for m in MOE) or (present(ep) and ep > 1):
+            reason = "mixture of experts (not modelled)"
+        elif row["section"] != "pretrain":
+            reason = f"{row['section']} {row['task']} (fine-tuning: not modelled)"
+        elif present(cp) and cp > 1:
+            reason = "context parallelism (not modelled)"
+        elif model not in NEMO_PRESETS and model not in dims:
+            reason = "architecture not described"
+        if model in NEMO_PRESETS:
+            arch = NEMO_PRESETS[model]
+        elif model in dims:
+            d = dims[model]
+            act = "swiglu" if d["gated_mlp"] == "true" else "gelu"
+            norm = "rmsnorm" if d["normalization"] == "RMSNorm" else "layernorm"
+            vocab = int(d["vocab_size"]) if d["vocab_size"] else 50257
+            arch = out.arch(model.replace(".", "_"), d["num_layers"], d["hidden_size"],
+                            d["num_attention_heads"], d["num_query_groups"], d["ffn_hidden_size"],
+                            vocab, norm, act, "rope", False, norm == "layernorm", row["seq_len"])
+        else:
+            arch = ""
+        tp, pp, n = int(row["tp"] or 1), int(row["pp"] or 1), int(row["n_gpus"])
+        cpv = int(cp) if present(cp) else 1
+        dp = n // (tp * pp * cpv)
+        precision = row["precision"] or "FP8"
+        out.add(set="nemo", family=arch if not arch.startswith("archs/") else model.lower(),
+                label=f"{row['container']} {model} {n} GPUs tp{tp} pp{pp}"
+                f"{' vp' + str(int(vp)) if present(vp) and vp > 1 else ''} dp{dp} mbs{row['mbs']} "
+                f"gbs{row['gbs']} {precision}", cluster="dgx-h100", model=arch, framework="megatron",
+                tp=tp, pp=pp, dp=dp, cp=cpv, micro_batch=row["mbs"], global_batch=row["gbs"],
+                seq_len=row["seq_len"], dtype="fp8" if precision.startswith("FP8") else "bf16",
+                recompute="none", zero=3 if present(fsdp) and fsdp > 0 else 1,
+                schedule="interleaved" if present(vp) and vp > 1 else "1f1b",
+                vpp=int(vp) if present(vp) and vp > 1 else 1, sequence_parallel=tp > 1,
+                tp_comm_overlap=1 if tp > 1 else 0, measured_step_s=num(row["derived_step_time_s"]),
+                reason=reason, source=f"perf_summary_rows.csv row {i}")
+
+
+def torchtitan(ref, out):
+    src = ref / "torchtitan-llama3-benchmarks" / "torchtitan_runs.csv"
+    for i, row in enumerate(csv.DictReader(open(src)), start=1):
+        gpu, model = row["gpu"], row["model"]
+        reason = ""
+        if gpu.startswith("H100"):
+            cluster = "dgx-h100"
+        elif gpu.startswith("A100"):
+            cluster = "dgx-a100"
+        else:
+            cluster, reason = "", f"{gpu}: no cluster file"
+        cp = int(row["cp"] or 1)
+        if not reason and cp > 1:
+            reason = "context parallelism (not modelled)"
+        if not reason and row["float8"] not in ("no", "yes", "tensorwise", "yes (FSDP float8 all-gather)"):
+            reason = f"float8 {row['float8']} (row-wise scaling: not modelled)"
+        name = model.replace(" ", "-").replace(".", "_").lower()
+        arch = out.arch(f"torchtitan-{name}-s{row['seq_len']}", row["num_layers"], row["hidden_size"],
+                        row["num_attention_heads"], row["num_kv_heads"], row["ffn_hidden_size"],
+                        row["vocab_size"], "rmsnorm", "swiglu", "rope", False, False, row["seq_len"])
+        fsdp, tp, pp = int(row["fsdp"]), int(row["tp"]), int(row["pp"])
+        sched = row["pp_schedule"]
+        ac = row["activation_checkpointing"]
+        recompute = "full" if ac.startswith("full") else "selective" if ac.startswith("selective") else "none"
+        local = int(row["local_batch_size"])
+        # with a pipeline the local batch is split into micro-batches of 1 (torchtitan's default
+        # pipeline_parallel_microbatch_size)
+        mb = 1 if pp > 1 else local
+        out.add(set="torchtitan", family=name.replace("llama-3_1-", "llama3-").replace("llama-3-", "llama3-"),
+                label=f"{model} {gpu[:16]} {row['n_gpus']} GPUs fsdp{fsdp} tp{tp} pp{pp} cp{cp} "
+                f"{row['precision']} compile {row['torch_compile']} asyncTP {row['async_tp']}",
+                cluster=cluster, model=arch, framework="torchtitan", tp=tp, pp=pp, dp=fsdp, cp=cp,
+                micro_batch=mb, global_batch=row["global_batch_size"], seq_len=row["seq_len"],
+                dtype="bf16" if row["precision"] == "BF16" else "fp8", recompute=recompute, zero=3,
+                schedule="interleaved" if "Interleaved" in sched else "1f1b",
+                vpp=2 if "Interleaved" in sched else 1, sequence_parallel=tp > 1,
+                tp_comm_overlap=1 if row["async_tp"] == "yes" else 0,
+                measured_step_s=float(row["derived_step_time_s"]), reason=reason,
+                source=f"torchtitan_runs.csv row {i}")
+
+
+def neusight(ref, out):
+    import json
+    src = ref / "neusight"
+    for i, row in enumerate(csv.DictReader(open(src / "e2e_labels_h100.csv")), start=1):
+        if row["mode"] != "train":
+            continue
+        model = row["model"]
+        cfg = json.load(open(src / "model_configs" / f"{model}.json"))
+        reason = ""
+        if model in ("bert_large", "switchxl4"):
+            reason = "not a decoder-only language model (encoder / mixture of experts)"
+        par = row["parallel"]
+        tp = 4 if par == "tp4" else 1
+        pp = 4 if par.startswith("pp4") else 1
+        dp = 4 if par == "dp4" else 1
+        gb = int(row["global_batch"])
+        # pp4_1: a four-stage pipeline with one micro-batch (the whole batch)
+        mb = gb // dp if pp == 1 else gb
+        layers = cfg.get("n_layer") or cfg.get("num_hidden_layers") or 0
+        hidden = cfg.get("n_embd") or cfg.get("hidden_size") or 0
+        heads = cfg.get("n_head") or cfg.get("num_attention_heads") or 0
+        ffn = cfg.get("n_inner") or cfg.get("ffn_dim") or 4 * hidden
+        vocab = cfg.get("vocab_size") or 50257
+        arch = ""
+        if not reason:
+            arch = out.arch(f"neusight-{model}", layers, hidden, heads, heads, ffn, vocab,
+                            "layernorm", "gelu", "learned", True, True, row["seq_len"],
+                            attention="unfused", dropout=True, tied=True)
+        out.add(set="neusight", family=model, label=f"{model} seq {row['seq_len']} batch {gb} {par} fp32",
+                cluster="dgx-h100", model=arch, framework="pytorch", tp=tp, pp=pp, dp=dp, cp=1,
+                micro_batch=mb, global_batch=gb, seq_len=row["seq_len"], dtype="fp32",
+                recompute="none", zero=0, schedule="1f1b", vpp=1, sequence_parallel=False,
+                tp_comm_overlap=0, measured_step_s=float(row["e2e_latency_ms"]) / 1e3, reason=reason,
+                source=f"e2e_labels_h100.csv row {i}")
+
+
+def mpt(ref, out):
+    src = ref / "mosaicml-llm-foundry-mpt-benchmarks"
+    dims = {r["model"]: r for r in csv.DictReader(open(src / "mpt_model_dims.csv"))}
+    clusters = {"a100_40gb": "dgx-a100-40gb", "a100_80gb": "dgx-a100", "h100_80gb": "dgx-h100"}
+    for i, row in enumerate(csv.DictReader(open(src / "mpt_throughput.csv")), start=1):
+        d = dims[row["model"]]
+        seq = int(row["seq_len"])
+        arch = out.arch(f"mpt-{row['model']}-{seq}", d["n_layers"], d["d_model"], d["n_heads"],
+                        d["n_heads"], int(d["expansion_ratio"]) * int(d["d_model"]), d["vocab_size"],
+                        "layernorm", "gelu", "alibi", False, False, seq, tied=True)
+        n = int(row["n_gpus"])
+        zero = 3 if row["fsdp_sharding_strategy"] == "FULL_SHARD" else 2
+        measured = num(row["derived_step_time_s"])
+        if measured != measured:
+            # the sequences/s column rounds to 0 for the longest sequences: use tokens/s there
+            measured = float(row["global_batch_size_tokens"]) / float(row["throughput_tok_per_s"])
+        out.add(set="mpt", family=f"mpt-{row['model']}", label=f"MPT-{row['model']} {row['gpu']} {n} GPUs seq {seq} "
+                f"mbs{row['micro_batch_size']} ga{row['grad_accum']} {row['precision']} "
+                f"{row['fsdp_sharding_strategy']}{' ckpt' if row['activation_checkpointing'] == 'True' else ''}",
+                cluster=clusters[row["gpu"]], model=arch, framework="composer", tp=1, pp=1, dp=n, cp=1,
+                micro_batch=row["micro_batch_size"], global_batch=int(row["micro_batch_size"]) *
+                int(row["grad_accum"]) * n, seq_len=seq,
+                dtype="fp8" if row["precision"] == "amp_fp8" else "bf16", recompute="full"
+                if row["activation_checkpointing"] == "True" else "none", zero=zero, schedule="1f1b",
+                vpp=1, sequence_parallel=False, tp_comm_overlap=0, measured_step_s=measured,
+                source=f"mpt_throughput.csv row {i}")
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    ref, out_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    if not (ref / "vtrain-a100-single-node").is_dir():
+        sys.exit(f"error: {ref} does not hold the reference data (vtrain-a100-single-node/ missing)")
+    if out_dir.exists():
+        sys.exit(f"error: {out_dir} exists: give a new directory")
+    out = Out(out_dir)
+    for importer in (vtrain, flagperf, dgxc, nemo, torchtitan, neusight, mpt):
+        importer(ref, out)
+    out.write()
+    sets = {}
+    for r in out.rows:
+        s = sets.setdefault(r["set"], [0, 0])
+        s[0] += 1
+        s[1] += r["expressible"] == "true"
+    for name, (rows, ok) in sets.items():
+        print(f"{name:12} {rows:5d} rows, {ok:5d} expressible")
+    print(f"wrote {out_dir / 'runs.csv'}")
+
+
+if __name__ == "__main__":
+    main()

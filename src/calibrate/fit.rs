@@ -1,0 +1,201 @@
+//! Robust least squares on log step time over the runtime's bounded parameters.
+//!
+//! The loss of a run is soft-L1 of r = ln(predicted / measured) with a 5 % scale (quadratic for
+//! small errors, linear for outliers, so one bad published number cannot drag the fit); a
+//! weak prior pulls each parameter towards its default, so a parameter the runs say nothing
+//! about (contention, without overlapped runs) stays where physics put it. Parameters are
+//! searched in logit space between their bounds (Nelder–Mead), so no candidate leaves them.
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::Prepared;
+use crate::hardware::{Runtime, PARAMETERS};
+
+/// Scale of the soft-L1 loss: errors well below it count quadratically.
+const SCALE: f64 = 0.05;
+/// Weight of the prior, per parameter, in units of (distance / bound width)².
+const PRIOR: f64 = 0.01;
+/// Most loss evaluations of one fit.
+const MAX_EVALUATIONS: usize = 400;
+
+/// A fitted runtime.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fit {
+    /// The fitted runtime.
+    pub runtime: Runtime,
+    /// Mean loss per run at the optimum.
+    pub loss: f64,
+    /// Runs it was fitted on.
+    pub runs: usize,
+    /// Parameters that ended within 1 % of a bound (the data pushes them out of physics).
+    pub at_bound: Vec<&'static str>,
+}
+
+fn logit(x: f64) -> f64 {
+    (x / (1.0 - x)).ln()
+}
+
+fn sigmoid(z: f64) -> f64 {
+    1.0 / (1.0 + (-z).exp())
+}
+
+/// Parameters from unbounded coordinates.
+fn decode(z: &[f64; 4]) -> [f64; 4] {
+    let mut v = [0.0; 4];
+    for (i, p) in PARAMETERS.iter().enumerate() {
+        v[i] = p.min + (p.max - p.min) * sigmoid(z[i]);
+    }
+    v
+}
+
+fn encode(v: [f64; 4]) -> [f64; 4] {
+    let mut z = [0.0; 4];
+    for (i, p) in PARAMETERS.iter().enumerate() {
+        let u = ((v[i] - p.min) / (p.max - p.min)).clamp(1e-4, 1.0 - 1e-4);
+        z[i] = logit(u);
+    }
+    z
+}
+
+/// Mean loss of `runs` under `runtime`, plus the prior towards `start`.
+fn loss(runs: &[&Prepared], runtime: &Runtime, start: &Runtime) -> f64 {
+    let data: f64 = runs
+        .par_iter()
+        .map(|p| {
+            let r = (p.step_s(runtime) / p.measured_s).ln();
+            if r.is_finite() {
+                2.0 * ((1.0 + (r / SCALE).powi(2)).sqrt() - 1.0)
+            } else {
+                1e6
+            }
+        })
+        .sum();
+    let prior: f64 = PARAMETERS
+        .iter()
+        .zip(runtime.values().iter().zip(start.values()))
+        .map(|(p, (v, s))| ((v - s) / (p.max - p.min)).powi(2))
+        .sum();
+    data / runs.len().max(1) as f64 + PRIOR * prior
+}
+
+/// Fits the continuous parameters of `start` to `runs` (see the module docs).
+pub fn fit(runs: &[&Prepared], start: Runtime) -> Fit {
+    let f = |z: &[f64; 4]| loss(runs, &start.with_values(decode(z)), &start);
+    let z = nelder_mead(f, encode(start.values()));
+    let runtime = start.with_values(decode(&z));
+    let at_bound = PARAMETERS
+        .iter()
+        .zip(runtime.values())
+        .filter(|(p, v)| {
+            let w = p.max - p.min;
+            *v - p.min < 0.01 * w || p.max - *v < 0.01 * w
+        })
+        .map(|(p, _)| p.name)
+        .collect();
+    Fit {
+        loss: loss(runs, &runtime, &start),
+        runtime,
+        runs: runs.len(),
+        at_bound,
+    }
+}
+
+/// Minimises `f` from `x0` with the Nelder–Mead simplex (standard coefficients).
+fn nelder_mead(f: impl Fn(&[f64; 4]) -> f64, x0: [f64; 4]) -> [f64; 4] {
+    const N: usize = 4;
+    let mut simplex: Vec<([f64; N], f64)> = Vec::with_capacity(N + 1);
+    simplex.push((x0, f(&x0)));
+    for i in 0..N {
+        let mut x = x0;
+        x[i] += 0.8;
+        simplex.push((x, f(&x)));
+    }
+    let mut evaluations = N + 1;
+    let combine = |a: &[f64; N], b: &[f64; N], t: f64| {
+        let mut out = [0.0; N];
+        for k in 0..N {
+            out[k] = a[k] + t * (b[k] - a[k]);
+        }
+        out
+    };
+    while evaluations < MAX_EVALUATIONS {
+        simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let spread = simplex[N].1 - simplex[0].1;
+        if spread.abs() < 1e-7 * (1.0 + simplex[0].1.abs()) {
+            break;
+        }
+        let mut centroid = [0.0; N];
+        for (x, _) in &simplex[..N] {
+            for k in 0..N {
+                centroid[k] += x[k] / N as f64;
+            }
+        }
+        let worst = simplex[N];
+        let reflected = combine(&centroid, &worst.0, -1.0);
+        let fr = f(&reflected);
+        evaluations += 1;
+        if fr < simplex[0].1 {
+            let expanded = combine(&centroid, &worst.0, -2.0);
+            let fe = f(&expanded);
+            evaluations += 1;
+            simplex[N] = if fe < fr {
+                (expanded, fe)
+            } else {
+                (reflected, fr)
+            };
+        } else if fr < simplex[N - 1].1 {
+            simplex[N] = (reflected, fr);
+        } else {
+            let contracted = combine(&centroid, &worst.0, 0.5);
+            let fc = f(&contracted);
+            evaluations += 1;
+            if fc < worst.1 {
+                simplex[N] = (contracted, fc);
+            } else {
+                let best = simplex[0].0;
+                for item in simplex.iter_mut().skip(1) {
+                    let x = combine(&best, &item.0, 0.5);
+                    *item = (x, f(&x));
+                    evaluations += 1;
+                }
+            }
+        }
+    }
+    simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+    simplex[0].0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nelder_mead_finds_a_quadratic_minimum() {
+        let target = [0.3, -1.2, 2.0, 0.5];
+        let f = |x: &[f64; 4]| {
+            x.iter()
+                .zip(target)
+                .map(|(a, b)| (a - b).powi(2))
+                .sum::<f64>()
+        };
+        let x = nelder_mead(f, [0.0; 4]);
+        for (a, b) in x.iter().zip(target) {
+            assert!((a - b).abs() < 1e-2, "{x:?}");
+        }
+    }
+
+    #[test]
+    fn encoding_round_trips_and_stays_in_bounds() {
+        let v = Runtime::default().values();
+        let back = decode(&encode(v));
+        for (a, b) in v.iter().zip(back) {
+            assert!((a - b).abs() < 1e-9 * a.abs().max(1.0));
+        }
+        for z in [-50.0, 0.0, 50.0] {
+            for (p, x) in PARAMETERS.iter().zip(decode(&[z; 4])) {
+                assert!(x >= p.min && x <= p.max);
+            }
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! `stepcast calibrate`: the runtime's few physical parameters (`hardware::Runtime`) fitted to
+//! measured training steps, bounded and cross-validated by model family, and the error on
+//! those runs reported per source set, raw and calibrated side by side.
+//!
+//! Every run is planned and costed once (`Prepared`); a candidate runtime only recomposes the
+//! step from the cached isolated estimates, so a fit over a thousand runs takes seconds.
+
+pub mod fit;
+pub mod runs;
+
+use std::collections::BTreeMap;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::hardware::{Cluster, Runtime};
+use crate::plan::Plan;
+use crate::predict::compose::QueryTimes;
+use crate::predict::cost::CostModel;
+use crate::predict::{compose_step, estimate};
+pub use crate::stats::ErrorStats;
+use crate::workload::{Arch, Layout};
+pub use fit::{fit, Fit};
+pub use runs::Run;
+
+/// A run planned and costed, ready to be recomposed under any runtime.
+pub struct Prepared {
+    /// Index of the run in the runs it came from.
+    pub index: usize,
+    plan: Plan,
+    layout: Layout,
+    isolated_us: Vec<f64>,
+    /// Model FLOPs per step per GPU over the GPU's dense peak for the run's type, seconds: a
+    /// step time's MFU is this over the step.
+    peak_seconds: f64,
+    /// The runtime of the run's cluster (its discrete settings are kept; a fit moves the
+    /// continuous ones).
+    pub base: Runtime,
+    /// Measured step, seconds.
+    pub measured_s: f64,
+}
+
+impl Prepared {
+    /// Plans and costs `run` on `cluster` with `cost`.
+    pub fn new(index: usize, run: &Run, cluster: &Cluster, cost: &CostModel) -> Result<Prepared> {
+        let arch = Arch::resolve(&run.model)?;
+        let layout = Layout::new(&run.spec, &arch, cluster)?;
+        let plan = Plan::new(&arch, &layout, cluster);
+        let costed = estimate(&plan, cost, false, Runtime::isolated())?;
+        let flops_per_gpu = plan.model_flops_per_step / layout.world as f64;
+        Ok(Prepared {
+            index,
+            peak_seconds: flops_per_gpu / cluster.spec.gpu.peak_flops(layout.dtype),
+            isolated_us: costed.estimates.iter().map(|e| e.time_us).collect(),
+            plan,
+            layout,
+            base: cost.runtime(),
+            measured_s: run.measured_s,
+        })
+    }
+
+    /// The step, seconds, under `runtime`.
+    pub fn step_s(&self, runtime: &Runtime) -> f64 {
+        let n = self.plan.queries.len();
+        let times = QueryTimes::new(
+            &self.plan,
+            &self.isolated_us,
+            vec![0; n],
+            1,
+            false,
+            *runtime,
+        );
+        match compose_step(&self.plan, &self.layout, &times) {
+            Ok((step, _)) => step.step_us / 1e6,
+            Err(_) => f64::NAN,
+        }
+    }
+
+    /// MFU, percent, of a step of `step_s`.
+    pub fn mfu_percent(&self, step_s: f64) -> f64 {
+        100.0 * self.peak_seconds / step_s
+    }
+}
+
+/// One run's outcome in an evaluation.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// Line in the runs CSV.
+    pub line: usize,
+    /// Source set.
+    pub set: String,
+    /// Model family.
+    pub family: String,
+    /// The run.
+    pub label: String,
+    /// Measured step, s.
+    pub measured_s: f64,
+    /// Predicted with the raw (default) runtime, s.
+    pub raw_s: Option<f64>,
+    /// Predicted with the runtime fitted without the run's family, s.
+    pub cross_validated_s: Option<f64>,
+    /// MFU of the raw and the cross-validated prediction, percent.
+    pub mfu_percent: Option<[f64; 2]>,
+    /// Why the run was not predicted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_predicted: Option<String>,
+}
+
+/// Errors of one source set.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetReport {
+    /// Rows of the set among the runs.
+    pub rows: usize,
+    /// Rows stepcast can express.
+    pub expressible: usize,
+    /// Rows predicted.
+    pub predicted: usize,
+    /// Raw physics (the cluster's default runtime).
+    pub raw: ErrorStats,
+    /// Grouped cross-validation: each family predicted with a runtime fitted without it.
+    pub cross_validated: ErrorStats,
+    /// Highest predicted MFU, raw and cross-validated, percent.
+    pub max_mfu_percent: [f64; 2],
+}
+
+/// What `calibrate` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The runtime fitted on every predicted run.
+    pub fitted: Fit,
+    /// The default (raw) runtime it started from.
+    pub raw_runtime: Runtime,
+    /// Per source set.
+    pub sets: BTreeMap<String, SetReport>,
+    /// Over every predicted run: raw, fitted in sample, cross-validated.
+    pub overall: [ErrorStats; 3],
+    /// Per run.
+    pub runs: Vec<RunResult>,
+}
+
+/// Fits the runtime on `prepared` (each predicted run of `runs`) and cross-validates it by
+/// family. `not_predicted` lists (run index, why) of runs that could not be planned.
+pub fn evaluate(runs: &[Run], prepared: &[Prepared], not_predicted: &[(usize, String)]) -> Report {
+    let raw_runtime = prepared.first().map(|p| p.base).unwrap_or_default();
+    let all: Vec<&Prepared> = prepared.iter().collect();
+    let fitted = fit(&all, raw_runtime);
+    let families: Vec<&str> = {
+        let mut f: Vec<&str> = prepared
+            .iter()
+            .map(|p| runs[p.index].family.as_str())
+            .collect();
+        f.sort();
+        f.dedup();
+        f
+    };
+    // each family predicted by a runtime fitted on the others (none if it is the only one)
+    let held_out: BTreeMap<&str, Option<Runtime>> = families
+        .par_iter()
+        .map(|&fam| {
+            let rest: Vec<&Prepared> = all
+                .iter()
+                .copied()
+                .filter(|p| runs[p.index].family != fam)
+                .collect();
+            (
+                fam,
+                (!rest.is_empty()).then(|| fit(&rest, raw_runtime).runtime),
+            )
+        })
+        .collect();
+    let mut results: Vec<RunResult> = prepared
+        .par_iter()
+        .map(|p| {
+            let run = &runs[p.index];
+            let raw = p.step_s(&p.base);
+            let cv = held_out[run.family.as_str()].map(|r| p.step_s(&r));
+            RunResult {
+                line: run.line,
+                set: run.set.clone(),
+                family: run.family.clone(),
+                label: run.label.clone(),
+                measured_s: run.measured_s,
+                raw_s: Some(raw),
+                cross_validated_s: cv,
+                mfu_percent: Some([
+                    p.mfu_percent(raw),
+                    cv.map_or(f64::NAN, |c| p.mfu_percent(c)),
+                ]),
+                not_predicted: None,
+            }
+        })
+        .collect();
+    for (i, why) in not_predicted {
+        let run = &runs[*i];
+        results.push(RunResult {
+            line: run.line,
+            set: run.set.clone(),
+            family: run.family.clone(),
+            label: run.label.clone(),
+            measured_s: run.measured_s,
+            raw_s: None,
+            cross_validated_s: None,
+            mfu_percent: None,
+            not_predicted: Some(why.clone()),
+        });
+    }
+    results.sort_by_key(|r| r.line);
+    let in_sample = ErrorStats::of(
+        prepared
+            .iter()
+            .map(|p| (p.step_s(&fitted.runtime), p.measured_s)),
+    );
+    let overall = [
+        ErrorStats::of(
+            results
+                .iter()
+                .filter_map(|r| Some((r.raw_s?, r.measured_s))),
+        ),
+        in_sample,
+        ErrorStats::of(
+            results
+                .iter()
+                .filter_map(|r| Some((r.cross_validated_s?, r.measured_s))),
+        ),
+    ];
+    Report {
+        sets: set_reports(runs, &results),
+        fitted,
+        raw_runtime,
+        overall,
+        runs: results,
+    }
+}
+
+fn set_reports(runs: &[Run], results: &[RunResult]) -> BTreeMap<String, SetReport> {
+    let mut sets = BTreeMap::new();
+    for set in runs.iter().map(|r| r.set.as_str()) {
+        if sets.contains_key(set) {
+            continue;
+        }
+        let of_set: Vec<&RunResult> = results.iter().filter(|r| r.set == set).collect();
+        let max_mfu = |k: usize| {
+            of_set
+                .iter()
+                .filter_map(|r| r.mfu_percent.map(|m| m[k]))
+                .filter(|m| m.is_finite())
+                .fold(0.0f64, f64::max)
+        };
+        sets.insert(
+            set.to_string(),
+            SetReport {
+                rows: runs.iter().filter(|r| r.set == set).count(),
+                expressible: runs
+                    .iter()
+                    .filter(|r| r.set == set && r.not_expressible.is_none())
+                    .count(),
+                predicted: of_set.iter().filter(|r| r.raw_s.is_some()).count(),
+                raw: ErrorStats::of(of_set.iter().filter_map(|r| Some((r.raw_s?, r.measured_s)))),
+                cross_validated: ErrorStats::of(
+                    of_set
+                        .iter()
+                        .filter_map(|r| Some((r.cross_validated_s?, r.measured_s))),
+                ),
+                max_mfu_percent: [max_mfu(0), max_mfu(1)],
+            },
+        );
+    }
+    sets
+}

@@ -1,0 +1,251 @@
+//! The runs CSV: measured training steps, one per row, that `stepcast calibrate` fits the
+//! runtime to and evaluates against. Columns (header required, any order, extra columns
+//! ignored):
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `set` | where the row comes from (`vtrain`, `dgxc`, …): errors are reported per set |
+//! | `family` | model family: grouped cross-validation leaves one family out at a time |
+//! | `label` | a readable name of the run |
+//! | `cluster` | cluster file or built-in cluster name |
+//! | `model` | preset, or architecture file (YAML / config.json) relative to the CSV |
+//! | `tp`, `pp`, `dp`, `micro_batch`, `global_batch`, `seq_len` | the layout |
+//! | `dtype` (bf16, fp16, fp8, fp32), `recompute` (none, selective, full), `zero` (0–3) | |
+//! | `schedule` (1f1b, interleaved, …), `vpp`, `sequence_parallel` (true/false) | |
+//! | `tp_comm_overlap` | 0 (off) or 1 (on, as the framework implements it) |
+//! | `measured_step_s` | the measured step time, seconds |
+//! | `expressible` | `false` for rows stepcast cannot express (kept so counts are honest) |
+//! | `reason` | why not |
+//!
+//! Optional: `framework`, `cp` (rows with cp > 1 are not expressible), `source`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::ops::Dtype;
+use crate::workload::{ParallelSpec, Recompute, Schedule};
+
+/// One measured run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Line in the CSV (header = 1).
+    pub line: usize,
+    /// Source set.
+    pub set: String,
+    /// Model family (the cross-validation group).
+    pub family: String,
+    /// Readable name.
+    pub label: String,
+    /// Cluster file or built-in name.
+    pub cluster: PathBuf,
+    /// Preset name or architecture path (resolved against the CSV's directory).
+    pub model: String,
+    /// The layout as flags would give it.
+    pub spec: ParallelSpec,
+    /// Measured step, seconds.
+    pub measured_s: f64,
+    /// Why stepcast cannot express it (none: it can).
+    pub not_expressible: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Row {
+    set: String,
+    family: String,
+    label: String,
+    cluster: String,
+    model: String,
+    tp: u64,
+    pp: u64,
+    dp: u64,
+    #[serde(default)]
+    cp: Option<u64>,
+    micro_batch: u64,
+    global_batch: u64,
+    seq_len: u64,
+    dtype: String,
+    recompute: String,
+    zero: u8,
+    schedule: String,
+    vpp: u64,
+    sequence_parallel: String,
+    tp_comm_overlap: f64,
+    measured_step_s: f64,
+    expressible: String,
+    #[serde(default)]
+    reason: String,
+}
+
+fn flag(field: &str, v: &str) -> std::result::Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" | "" => Ok(false),
+        other => Err(format!("{field} = {other:?}: give true or false")),
+    }
+}
+
+impl Row {
+    fn into_run(self, line: usize, dir: &Path) -> std::result::Result<Run, String> {
+        let dtype: Dtype = self.dtype.parse().map_err(|e| format!("dtype: {e}"))?;
+        let recompute: Recompute = self
+            .recompute
+            .parse()
+            .map_err(|e| format!("recompute: {e}"))?;
+        let schedule: Schedule = self
+            .schedule
+            .parse()
+            .map_err(|e| format!("schedule: {e}"))?;
+        if !(self.measured_step_s.is_finite() && self.measured_step_s > 0.0) {
+            return Err(format!(
+                "measured_step_s = {} is not a time: give the measured step in seconds",
+                self.measured_step_s
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.tp_comm_overlap) {
+            return Err(format!(
+                "tp_comm_overlap = {}: give 0 (off) or 1 (on)",
+                self.tp_comm_overlap
+            ));
+        }
+        let mut not_expressible = (!flag("expressible", &self.expressible)?).then(|| {
+            if self.reason.is_empty() {
+                "marked not expressible".into()
+            } else {
+                self.reason.clone()
+            }
+        });
+        if self.cp.is_some_and(|cp| cp > 1) && not_expressible.is_none() {
+            not_expressible = Some("context parallelism (not modelled)".into());
+        }
+        let model = if self.model.contains('/')
+            || self.model.ends_with(".yaml")
+            || self.model.ends_with(".json")
+        {
+            dir.join(&self.model).display().to_string()
+        } else {
+            self.model.clone()
+        };
+        let cluster = {
+            let p = Path::new(&self.cluster);
+            if p.components().count() > 1 || self.cluster.ends_with(".yaml") {
+                dir.join(p)
+            } else {
+                p.to_path_buf()
+            }
+        };
+        let on = self.tp_comm_overlap > 0.0;
+        Ok(Run {
+            line,
+            set: self.set,
+            family: self.family,
+            label: self.label,
+            cluster,
+            model,
+            spec: ParallelSpec {
+                tp: Some(self.tp),
+                pp: Some(self.pp),
+                dp: Some(self.dp),
+                micro_batch: Some(self.micro_batch),
+                global_batch: Some(self.global_batch),
+                seq_len: Some(self.seq_len),
+                sequence_parallel: Some(flag("sequence_parallel", &self.sequence_parallel)?),
+                recompute: Some(recompute),
+                zero: Some(self.zero),
+                dtype: Some(dtype),
+                schedule: Some(schedule),
+                vpp: (self.vpp > 1).then_some(self.vpp),
+                tp_comm_overlap: Some(on),
+                ..Default::default()
+            },
+            measured_s: self.measured_step_s,
+            not_expressible,
+        })
+    }
+}
+
+/// Reads a runs CSV; a bad row is an error naming the file, line and field.
+pub fn load(path: &Path) -> Result<Vec<Run>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut reader = csv::ReaderBuilder::new().from_reader(bytes.as_slice());
+    let mut runs = Vec::new();
+    for (i, row) in reader.deserialize::<Row>().enumerate() {
+        let line = i + 2;
+        let row = row.map_err(|e| {
+            Error::bad_file(
+                path,
+                format!(
+                    "line {line}: {e}: see the runs CSV columns in the README (\"Calibration\")"
+                ),
+            )
+        })?;
+        let run = row
+            .into_run(line, dir)
+            .map_err(|e| Error::bad_file(path, format!("line {line}: {e}")))?;
+        runs.push(run);
+    }
+    if runs.is_empty() {
+        return Err(Error::bad_file(
+            path,
+            "holds no runs: give one measured step per row under the header",
+        ));
+    }
+    Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str =
+        "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,seq_len,\
+        dtype,recompute,zero,schedule,vpp,sequence_parallel,tp_comm_overlap,measured_step_s,\
+        expressible,reason\n";
+
+    fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.csv");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn reads_a_run_and_resolves_files_against_the_csv() {
+        let (dir, path) = write(&format!(
+            "{HEADER}s,f,a run,dgx-h100,archs/m.yaml,2,1,4,1,32,4096,bf16,none,1,1f1b,1,true,1,12.5,true,\n"
+        ));
+        let runs = load(&path).unwrap();
+        assert_eq!(
+            runs[0].model,
+            dir.path().join("archs/m.yaml").display().to_string()
+        );
+        assert_eq!(runs[0].cluster, PathBuf::from("dgx-h100"));
+        assert_eq!(runs[0].spec.tp_comm_overlap, Some(true));
+        assert_eq!(runs[0].measured_s, 12.5);
+        assert!(runs[0].not_expressible.is_none());
+    }
+
+    #[test]
+    fn a_bad_row_names_its_line_and_field() {
+        let (_d, path) = write(&format!(
+            "{HEADER}s,f,a,dgx-h100,llama2-7b,1,1,8,1,8,4096,bf17,none,1,1f1b,1,false,0,1.0,true,\n"
+        ));
+        let e = load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("line 2") && e.contains("dtype") && e.contains("bf17"),
+            "{e}"
+        );
+        let (_d, path) = write(&format!(
+            "{HEADER}s,f,a,dgx-h100,llama2-7b,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,-1,true,\n"
+        ));
+        let e = load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("measured_step_s") && e.contains("seconds"),
+            "{e}"
+        );
+        let (_d, path) = write(HEADER);
+        assert!(load(&path).unwrap_err().to_string().contains("no runs"));
+    }
+}

@@ -1,0 +1,300 @@
+//! `stepcast calibrate RUNS.csv --cluster C`: fits the runtime of C's models to the measured
+//! runs (every run whose cluster uses the same models), reports the error per source set raw
+//! and grouped-cross-validated, and writes `calibration.yaml` next to the models.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use rayon::prelude::*;
+
+use super::output::{align_numbers, table};
+use stepcast::calibrate::{evaluate, runs, Prepared, Report};
+use stepcast::hardware::{Calibration, Cluster, FittedOn};
+use stepcast::predict::cost::CostModel;
+use stepcast::provenance::digest;
+use stepcast::regress::ModelSet;
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Measured runs (CSV; columns in the README, "Calibration").
+    pub runs: PathBuf,
+    /// The cluster whose models are calibrated: every run on a cluster with the same models
+    /// is used.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// Where to write the calibration (default: calibration.yaml in the models directory).
+    #[arg(long, value_name = "FILE.yaml")]
+    pub out: Option<PathBuf>,
+    /// Report only; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also write the whole report (every run, raw and cross-validated) as JSON.
+    #[arg(long, value_name = "FILE.json")]
+    pub json: Option<PathBuf>,
+}
+
+/// A cluster and its models, loaded once per cluster name the runs use.
+struct Loaded {
+    cluster: Cluster,
+    models: Option<ModelSet>,
+}
+
+pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
+    let all_runs = runs::load(&args.runs)?;
+    let target = Cluster::load(&args.cluster)?;
+    let target_models = super::layout::open_models(None, &target)?.ok_or_else(|| {
+        stepcast::Error::Invalid(format!(
+            "{} names no models: a calibration lives next to models; give a cluster with \
+             `models:`",
+            target.path.display()
+        ))
+    })?;
+    let fingerprint = target_models.fingerprint().to_string();
+    // every cluster the runs name, with its models
+    let mut loaded: HashMap<PathBuf, Result<Loaded, String>> = HashMap::new();
+    for r in all_runs.iter().filter(|r| r.not_expressible.is_none()) {
+        loaded.entry(r.cluster.clone()).or_insert_with(|| {
+            let cluster = Cluster::load(&r.cluster).map_err(|e| e.to_string())?;
+            let models =
+                super::layout::open_models(None, &cluster).map_err(|e| format!("{e:#}"))?;
+            Ok(Loaded { cluster, models })
+        });
+    }
+    for (path, l) in &loaded {
+        if let Err(e) = l {
+            eprintln!("warning: runs on {} left out: {e}", path.display());
+        }
+    }
+    // the runs of this calibration: those on clusters with these models (the inexpressible
+    // ones too, so each set's row count is honest)
+    let runs: Vec<runs::Run> = all_runs
+        .iter()
+        .filter(|r| !r.cluster.as_os_str().is_empty())
+        .filter(|r| cluster_matches(&r.cluster, &loaded, &fingerprint))
+        .cloned()
+        .collect();
+    // each cluster's cost model, composed under its raw (default) runtime
+    let mut clusters: HashMap<PathBuf, Cluster> = HashMap::new();
+    let mut models: HashMap<PathBuf, Option<ModelSet>> = HashMap::new();
+    for (path, l) in loaded {
+        if let Ok(l) = l {
+            clusters.insert(path.clone(), l.cluster);
+            models.insert(path, l.models);
+        }
+    }
+    let costs: HashMap<&PathBuf, CostModel> = clusters
+        .iter()
+        .map(|(p, c)| {
+            let m = models.remove(p).flatten();
+            (p, CostModel::new(c, m).with_runtime(c.spec.runtime))
+        })
+        .collect();
+    let prepared: Vec<Result<Prepared, String>> = runs
+        .par_iter()
+        .enumerate()
+        .filter(|(_, r)| r.not_expressible.is_none())
+        .map(|(i, r)| {
+            let cluster = clusters.get(&r.cluster).ok_or("cluster not loaded")?;
+            Prepared::new(i, r, cluster, &costs[&r.cluster]).map_err(|e| e.to_string())
+        })
+        .collect();
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
+    let expressible: Vec<usize> = (0..runs.len())
+        .filter(|&i| runs[i].not_expressible.is_none())
+        .collect();
+    for (p, &i) in prepared.into_iter().zip(&expressible) {
+        match p {
+            Ok(p) => ok.push(p),
+            Err(e) => failed.push((i, e)),
+        }
+    }
+    if ok.is_empty() {
+        anyhow::bail!(stepcast::Error::Empty(format!(
+            "{}: no run on a cluster with the models of {} could be predicted; check the runs' \
+             cluster column",
+            args.runs.display(),
+            args.cluster.display()
+        )));
+    }
+    let report = evaluate(&runs, &ok, &failed);
+    print_report(&report);
+    let calibration = calibration_of(&report, &args.runs, &runs, &ok)?;
+    if let Some(path) = &args.json {
+        let inputs = vec![
+            super::stamp::file("runs", &args.runs),
+            super::stamp::cluster(&target),
+            super::stamp::models(&target_models),
+        ];
+        stepcast::fsutil::write_atomic(path, super::stamp::document(&report, inputs)?.as_bytes())?;
+        println!("report written to {}", path.display());
+    }
+    if args.dry_run {
+        println!("--dry-run: nothing written");
+        return Ok(());
+    }
+    let out = match (&args.out, target.models_dir.as_ref()) {
+        (Some(o), _) => o.clone(),
+        (None, Some(dir)) => dir.join(stepcast::regress::modelset::CALIBRATION_FILE),
+        (None, None) => anyhow::bail!(stepcast::Error::Invalid(format!(
+            "{}'s models are built in: give --out FILE.yaml (or calibrate a cluster file whose \
+             models are a directory)",
+            args.cluster.display()
+        ))),
+    };
+    let text = format!(
+        "# fitted by `stepcast calibrate {}` — do not edit; calibrate again instead\n{}",
+        args.runs.display(),
+        serde_norway::to_string(&calibration)?
+    );
+    stepcast::fsutil::write_atomic(&out, text.as_bytes())?;
+    println!("calibration written to {}", out.display());
+    Ok(())
+}
+
+/// Whether a run that is not expressible names a cluster using the models being calibrated
+/// (so it is counted in its set's rows).
+fn cluster_matches(
+    cluster: &Path,
+    loaded: &HashMap<PathBuf, Result<Loaded, String>>,
+    fingerprint: &str,
+) -> bool {
+    match loaded.get(cluster) {
+        Some(Ok(l)) => l
+            .models
+            .as_ref()
+            .is_some_and(|m| m.fingerprint() == fingerprint),
+        Some(Err(_)) => false,
+        None => Cluster::load(cluster)
+            .ok()
+            .and_then(|c| super::layout::open_models(None, &c).ok().flatten())
+            .is_some_and(|m| m.fingerprint() == fingerprint),
+    }
+}
+
+fn calibration_of(
+    report: &Report,
+    file: &Path,
+    runs: &[runs::Run],
+    ok: &[Prepared],
+) -> anyhow::Result<Calibration> {
+    let bytes = std::fs::read(file)?;
+    let mut sets: BTreeMap<String, usize> = BTreeMap::new();
+    let mut families: Vec<String> = Vec::new();
+    for p in ok {
+        *sets.entry(runs[p.index].set.clone()).or_default() += 1;
+        families.push(runs[p.index].family.clone());
+    }
+    families.sort();
+    families.dedup();
+    let cv = report.overall[2];
+    Ok(Calibration {
+        runtime: report.fitted.runtime,
+        fitted_on: FittedOn {
+            file: file.display().to_string(),
+            fingerprint: digest(&bytes),
+            runs: ok.len(),
+            sets,
+            families,
+        },
+        raw: report.overall[0],
+        in_sample: report.overall[1],
+        cross_validated: (cv.runs > 0).then_some(cv),
+        at_bound: report
+            .fitted
+            .at_bound
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        stepcast: format!(
+            "{} (commit {})",
+            stepcast::provenance::VERSION,
+            stepcast::provenance::COMMIT
+        ),
+        created_at: stepcast::fsutil::today_utc(),
+    })
+}
+
+fn print_report(r: &Report) {
+    let mut t = table(&[
+        "set",
+        "rows",
+        "expressible",
+        "predicted",
+        "raw mean",
+        "raw max",
+        "raw bias",
+        "CV mean",
+        "CV max",
+        "CV bias",
+        "max MFU",
+    ]);
+    let pct = |v: f64| format!("{v:.1} %");
+    let signed = |v: f64| format!("{v:+.1} %");
+    for (name, s) in &r.sets {
+        t.add_row(vec![
+            name.clone(),
+            s.rows.to_string(),
+            s.expressible.to_string(),
+            s.predicted.to_string(),
+            pct(s.raw.mean_abs_percent),
+            pct(s.raw.max_abs_percent),
+            signed(s.raw.bias_percent),
+            pct(s.cross_validated.mean_abs_percent),
+            pct(s.cross_validated.max_abs_percent),
+            signed(s.cross_validated.bias_percent),
+            format!(
+                "{:.0} / {:.0} %",
+                s.max_mfu_percent[0], s.max_mfu_percent[1]
+            ),
+        ]);
+    }
+    align_numbers(&mut t, 1);
+    println!("{t}");
+    let [raw, fit, cv] = r.overall;
+    println!(
+        "all {} runs: raw {:.1} % mean |error| (bias {:+.1} %), fitted {:.1} % ({:+.1} %), \
+         grouped cross-validation {:.1} % ({:+.1} %)",
+        raw.runs,
+        raw.mean_abs_percent,
+        raw.bias_percent,
+        fit.mean_abs_percent,
+        fit.bias_percent,
+        cv.mean_abs_percent,
+        cv.bias_percent
+    );
+    let f = &r.fitted.runtime;
+    let d = &r.raw_runtime;
+    println!(
+        "fitted: launch {:.1} µs (default {:.1}), in-situ efficiency {:.3} ({:.3}), contention \
+         {:.2} ({:.2}), per-step overhead {:.1} ms ({:.1})",
+        f.launch_us,
+        d.launch_us,
+        f.in_situ_efficiency,
+        d.in_situ_efficiency,
+        f.contention,
+        d.contention,
+        f.step_overhead_ms,
+        d.step_overhead_ms
+    );
+    if !r.fitted.at_bound.is_empty() {
+        println!(
+            "at a bound (the runs push it beyond physics; read with care): {}",
+            r.fitted.at_bound.join(", ")
+        );
+    }
+    let not: Vec<_> = r
+        .runs
+        .iter()
+        .filter(|x| x.not_predicted.is_some())
+        .collect();
+    if !not.is_empty() {
+        println!(
+            "not predicted: {} runs, e.g. line {}: {}",
+            not.len(),
+            not[0].line,
+            not[0].not_predicted.as_deref().unwrap_or("")
+        );
+    }
+}

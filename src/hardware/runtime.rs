@@ -1,0 +1,249 @@
+//! How a training step differs from the sum of its kernels timed alone: the host that issues
+//! the kernels, clocks under sustained load, compute slowed by communication beside it, and
+//! per-step work outside the passes. A cluster file may state these (`runtime:`); otherwise
+//! the defaults below hold; `stepcast calibrate` fits them, within their bounds, to measured
+//! runs and writes them next to the models (`calibration.yaml`), which then take precedence.
+
+use serde::{Deserialize, Serialize};
+
+/// The in-situ physics of a training step (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// Host (CPU) time to issue one kernel from eager PyTorch — Python, dispatcher, autograd
+    /// bookkeeping and the launch itself — µs. A kernel cannot start before it is issued.
+    #[serde(default = "defaults::launch_us")]
+    pub launch_us: f64,
+    /// Speed of compute kernels inside a training step relative to the same kernel benchmarked
+    /// alone (sustained-load clocks, caches and TLBs shared with the rest of the step), 0–1.
+    #[serde(default = "defaults::in_situ_efficiency")]
+    pub in_situ_efficiency: f64,
+    /// Slowdown of compute while a collective runs beside it (NCCL's SMs and HBM traffic):
+    /// overlapped compute takes this many times longer.
+    #[serde(default = "defaults::contention")]
+    pub contention: f64,
+    /// Host time per step outside the passes — data loading, the loss and gradient-norm
+    /// synchronisations, zero-grad, the training loop itself — ms.
+    #[serde(default = "defaults::step_overhead_ms")]
+    pub step_overhead_ms: f64,
+    /// Whether the host waits for the device at every pipeline transfer (Megatron's batched
+    /// send/recv is followed by a device synchronisation), so it cannot issue ahead across
+    /// pipeline passes.
+    #[serde(default = "defaults::host_sync_per_transfer")]
+    pub host_sync_per_transfer: bool,
+}
+
+/// The defaults: orders of magnitude from how eager PyTorch and NCCL behave, not fitted (see
+/// `PARAMETERS` for each one's reasoning and bounds).
+mod defaults {
+    pub fn launch_us() -> f64 {
+        10.0
+    }
+    pub fn in_situ_efficiency() -> f64 {
+        0.95
+    }
+    pub fn contention() -> f64 {
+        1.1
+    }
+    pub fn step_overhead_ms() -> f64 {
+        5.0
+    }
+    pub fn host_sync_per_transfer() -> bool {
+        true
+    }
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime {
+            launch_us: defaults::launch_us(),
+            in_situ_efficiency: defaults::in_situ_efficiency(),
+            contention: defaults::contention(),
+            step_overhead_ms: defaults::step_overhead_ms(),
+            host_sync_per_transfer: defaults::host_sync_per_transfer(),
+        }
+    }
+}
+
+/// One fitted parameter: its name in files, physical bounds, and why the default is what it is.
+pub struct Parameter {
+    /// Field name in `runtime:` and `calibration.yaml`.
+    pub name: &'static str,
+    /// Lowest physical value.
+    pub min: f64,
+    /// Highest physical value.
+    pub max: f64,
+    /// Unit as printed.
+    pub unit: &'static str,
+    /// Where the default comes from.
+    pub why: &'static str,
+}
+
+/// The continuous parameters `stepcast calibrate` may fit, in `Runtime::values` order.
+pub const PARAMETERS: [Parameter; 4] = [
+    Parameter {
+        name: "launch_us",
+        min: 1.0,
+        max: 60.0,
+        unit: "µs",
+        why: "eager PyTorch spends microseconds of CPU per operator (Python, dispatcher, \
+              autograd, cudaLaunchKernel ≈ 3–5 µs alone); 10 µs is the order of magnitude",
+    },
+    Parameter {
+        name: "in_situ_efficiency",
+        min: 0.6,
+        max: 1.0,
+        unit: "",
+        why: "microbenchmarks run short bursts at boost clocks; a step sustains power and \
+              thermal load, so clocks settle lower",
+    },
+    Parameter {
+        name: "contention",
+        min: 1.0,
+        max: 1.6,
+        unit: "×",
+        why: "NCCL kernels occupy SMs and HBM bandwidth while they overlap compute",
+    },
+    Parameter {
+        name: "step_overhead_ms",
+        min: 0.0,
+        max: 500.0,
+        unit: "ms",
+        why: "the training loop's own host work per step (data loader, synchronisations, \
+              logging, zero-grad)",
+    },
+];
+
+impl Runtime {
+    /// What an isolated-kernel composition assumes: free issue, benchmark speed, no
+    /// contention, no per-step overhead (the paper's rules compose this way).
+    pub fn isolated() -> Runtime {
+        Runtime {
+            launch_us: 0.0,
+            in_situ_efficiency: 1.0,
+            contention: 1.0,
+            step_overhead_ms: 0.0,
+            host_sync_per_transfer: false,
+        }
+    }
+
+    /// The continuous parameters in `PARAMETERS` order.
+    pub fn values(&self) -> [f64; 4] {
+        [
+            self.launch_us,
+            self.in_situ_efficiency,
+            self.contention,
+            self.step_overhead_ms,
+        ]
+    }
+
+    /// This runtime with the continuous parameters replaced by `v` (in `PARAMETERS` order).
+    pub fn with_values(&self, v: [f64; 4]) -> Runtime {
+        Runtime {
+            launch_us: v[0],
+            in_situ_efficiency: v[1],
+            contention: v[2],
+            step_overhead_ms: v[3],
+            ..*self
+        }
+    }
+
+    /// Every value within its physical bounds; `what` names the file.
+    pub fn validate(&self, what: &str) -> Result<(), String> {
+        for (p, v) in PARAMETERS.iter().zip(self.values()) {
+            crate::limits::check_range(
+                what,
+                &format!("runtime.{}", p.name),
+                v,
+                p.min..=p.max,
+                p.unit,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A models directory's `calibration.yaml`: the runtime `stepcast calibrate` fitted, on which
+/// runs, and how well it predicts runs of families it was not fitted on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    /// The fitted runtime.
+    pub runtime: Runtime,
+    /// The runs it was fitted on.
+    pub fitted_on: FittedOn,
+    /// Error of the raw runtime on those runs.
+    pub raw: crate::stats::ErrorStats,
+    /// Error of the fitted runtime on the runs it was fitted on.
+    pub in_sample: crate::stats::ErrorStats,
+    /// Error when each family is predicted by a runtime fitted without it (none with one
+    /// family).
+    pub cross_validated: Option<crate::stats::ErrorStats>,
+    /// Parameters that ended at a bound.
+    #[serde(default)]
+    pub at_bound: Vec<String>,
+    /// The stepcast that fitted it (version and commit).
+    pub stepcast: String,
+    /// When (UTC date).
+    pub created_at: String,
+}
+
+/// Which runs a calibration was fitted on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FittedOn {
+    /// The runs file as given.
+    pub file: String,
+    /// Digest of the runs file.
+    pub fingerprint: String,
+    /// Runs predicted and fitted on.
+    pub runs: usize,
+    /// Runs per source set.
+    pub sets: std::collections::BTreeMap<String, usize>,
+    /// The model families (cross-validation groups).
+    pub families: Vec<String>,
+}
+
+impl Calibration {
+    /// Reads and checks a calibration file's text (`path` names it in messages).
+    pub fn parse(path: &std::path::Path, text: &str) -> crate::error::Result<Calibration> {
+        let c: Calibration = crate::fsutil::parse_yaml(path, text)
+            .map_err(|e| e.hint("write it again with `stepcast calibrate`"))?;
+        c.runtime
+            .validate(&path.display().to_string())
+            .map_err(crate::error::Error::Invalid)?;
+        Ok(c)
+    }
+
+    /// How predictions say they are calibrated: "calibrated on N runs, cross-validated x %".
+    pub fn summary(&self) -> String {
+        let cv = match &self.cross_validated {
+            Some(cv) => format!(
+                "grouped cross-validation {:.1} % mean |error|, bias {:+.1} %",
+                cv.mean_abs_percent, cv.bias_percent
+            ),
+            None => "one family: not cross-validated".into(),
+        };
+        format!("calibrated on {} runs ({cv})", self.fitted_on.runs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_lie_within_their_bounds_and_round_trip() {
+        let r = Runtime::default();
+        r.validate("test").unwrap();
+        assert_eq!(r.with_values(r.values()), r);
+        let bad = r.with_values([0.0, 1.0, 1.0, 0.0]);
+        assert!(bad
+            .validate("x.yaml")
+            .unwrap_err()
+            .contains("runtime.launch_us"));
+        let parsed: Runtime = serde_norway::from_str("contention: 1.3\n").unwrap();
+        assert_eq!(parsed.contention, 1.3);
+        assert_eq!(parsed.launch_us, r.launch_us);
+    }
+}
