@@ -1,163 +1,122 @@
-# /// script
-# requires-python = ">=3.9"
-# ///
-"""Predicts the published end-to-end training runs that stepcast can express and reports the
-error per source: NVIDIA's NeMo / Megatron-Bridge tables (DGX H100) and MosaicML's llm-foundry MPT
-tables (A100 40/80 GB, H100; FSDP). Rows it cannot express are listed with the reason.
+#!/usr/bin/env python3
+"""The accuracy gate on published end-to-end training runs (../shared/reference-data).
 
-Usage: eval-real-runs.py STEPCAST_BINARY REFERENCE_DATA_DIR [--json OUT]"""
-import csv
+Imports every set (scripts/import-runs.py), then per cluster runs `stepcast calibrate` with the
+sets the shipped calibration is fitted on (grouped cross-validation: each model family is
+predicted by a runtime fitted without it; the other sets on the cluster are held out whole) and
+reports per set: rows, expressible, predicted, raw (the cluster's default runtime) and
+calibrated mean |error|, max and signed bias, and the highest predicted MFU. DGX Cloud is also
+split into BF16 and FP8.
+
+With --check THRESHOLDS.json it fails when a set's calibrated mean |error| is more than one
+point above its threshold (the file commits today's figures), or when a prediction's MFU
+exceeds its GPU's achievable fraction.
+
+Usage: eval-real-runs.py STEPCAST REFERENCE_DATA [--json OUT] [--check THRESHOLDS]"""
 import json
-import math
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
-binary, ref = sys.argv[1], Path(sys.argv[2])
-json_out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
-root = Path(__file__).resolve().parent.parent
-profiles = root / "hardware-profiles"
-work = Path(tempfile.mkdtemp(prefix="stepcast-real-runs-"))
-
-PRESETS = {"LLAMA2-7B": "llama2-7b", "LLAMA2-13B": "llama2-13b", "LLAMA2-70B": "llama2-70b",
-           "LLAMA3-8B": "llama3-8b", "LLAMA3_8B": "llama3-8b", "LLAMA3-70B": "llama3-70b",
-           "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b", "GPT3-175B": "gpt3-175b"}
-MOE = ("Qwen3", "DeepSeek", "GPT OSS", "Nemotron_3", "Mixtral")
-
-
-def arch_file(name, layers, hidden, heads, kv, ffn, vocab, norm, act, position, bias, norm_bias, seq):
-    path = work / f"{name}.yaml"
-    path.write_text(
-        f"name: {name}\nlayers: {layers}\nhidden: {hidden}\nheads: {heads}\nkv_heads: {kv}\n"
-        f"ffn_hidden: {ffn}\nvocab: {vocab}\nnorm: {norm}\nactivation: {act}\nposition: {position}\n"
-        f"linear_bias: {str(bias).lower()}\nnorm_bias: {str(norm_bias).lower()}\nseq_len: {seq}\n")
-    return str(path)
+ROOT = Path(__file__).resolve().parent.parent
+# cluster file → the sets its shipped calibration is fitted on (the rest are held out)
+CALIBRATIONS = {
+    "dgx-a100": ["vtrain", "flagperf"],
+    "dgx-a100-40gb": ["mpt"],
+    "dgx-h100": ["dgxc", "nemo"],
+    "grand-teton-h100": ["torchtitan"],
+}
+# the best fraction of dense peak a GEMM reaches per cluster (the cluster files' achievable:)
+ACHIEVABLE_MFU = {"dgx-a100": 95.0, "dgx-a100-40gb": 95.0, "dgx-h100": 87.0, "grand-teton-h100": 87.0}
 
 
-def predict(cluster, model, **layout):
-    args = [binary, "predict", "--cluster", str(profiles / cluster), "--model", model, "--json"]
-    for key, value in layout.items():
-        if value is True:
-            args.append("--" + key.replace("_", "-"))
-        elif value is not None and value is not False:
-            args += ["--" + key.replace("_", "-"), str(value)]
-    out = subprocess.run(args, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr.strip())
-    return json.loads(out.stdout)
+def stats(errors):
+    if not errors:
+        return None
+    return {"runs": len(errors), "mean_abs_percent": sum(abs(e) for e in errors) / len(errors),
+            "max_abs_percent": max(abs(e) for e in errors), "bias_percent": sum(errors) / len(errors)}
 
 
-def num(text):
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return math.nan
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    binary, ref = sys.argv[1], Path(sys.argv[2])
+    arg = lambda flag: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else None  # noqa: E731
+    json_out, thresholds = arg("--json"), arg("--check")
+    if not (ref / "vtrain-a100-single-node").is_dir():
+        sys.exit(f"error: reference data not found under {ref}")
+    work = Path(tempfile.mkdtemp(prefix="stepcast-real-runs-"))
+    subprocess.run([sys.executable, str(ROOT / "scripts/import-runs.py"), str(ref), str(work / "runs")],
+                   check=True, capture_output=True)
+    runs_csv = work / "runs" / "runs.csv"
+    table = {}
+    for cluster, fit_sets in CALIBRATIONS.items():
+        report = work / f"{cluster}.json"
+        out = subprocess.run([binary, "calibrate", str(runs_csv), "--cluster",
+                              str(ROOT / "hardware-profiles" / f"{cluster}.yaml"), "--fit-sets",
+                              ",".join(fit_sets), "--dry-run", "--json", str(report)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"error: calibrating {cluster}: {out.stderr.strip()}")
+        r = json.load(open(report))
+        fitted = r["fitted"]["runtime"]
+        print(f"== {cluster}: fitted on {', '.join(fit_sets)} — launch {fitted['launch_us']:.0f} µs, "
+              f"collective {fitted['collective_launch_us']:.0f} µs, in-situ {fitted['in_situ_efficiency']:.3f}, "
+              f"contention {fitted['contention']:.2f}, per-step {fitted['step_overhead_ms']:.0f} ms"
+              + (f"; at a bound: {', '.join(r['fitted']['at_bound'])}" if r["fitted"]["at_bound"] else ""))
+        groups = {}
+        for name, s in r["sets"].items():
+            groups[name] = (s, [x for x in r["runs"] if x["set"] == name])
+        if "dgxc" in groups:
+            s, rows = groups["dgxc"]
+            for prec in ("BF16", "FP8"):
+                sub = [x for x in rows if f" {prec} " in x["label"]]
+                groups[f"dgxc {prec}"] = ({"fitted": s["fitted"], "rows": len(sub), "expressible": None}, sub)
+        for name, (s, rows) in groups.items():
+            pred = [x for x in rows if x.get("raw_s")]
+            raw = stats([100 * (x["raw_s"] / x["measured_s"] - 1) for x in pred])
+            cal = stats([100 * (x["cross_validated_s"] / x["measured_s"] - 1) for x in pred
+                         if x.get("cross_validated_s")])
+            mfu = max([m for x in pred for m in (x.get("mfu_percent") or []) if m == m] or [0.0])
+            table[f"{cluster} / {name}"] = {
+                "cluster": cluster, "set": name, "fitted": s["fitted"], "rows": s["rows"],
+                "expressible": s.get("expressible"), "predicted": len(pred), "raw": raw,
+                "calibrated": cal, "max_mfu_percent": mfu,
+                "achievable_mfu_percent": ACHIEVABLE_MFU[cluster]}
+    head = f"{'cluster / set':34} {'rows':>5} {'expr':>5} {'pred':>5}  {'raw mean':>8} {'max':>6} {'bias':>7}  " \
+           f"{'cal mean':>8} {'max':>6} {'bias':>7}  {'max MFU':>7}"
+    print(head)
+    for key, t in table.items():
+        def cells(s):
+            return f"{s['mean_abs_percent']:7.1f}% {s['max_abs_percent']:5.1f}% {s['bias_percent']:+6.1f}%" \
+                if s else f"{'–':>8} {'–':>6} {'–':>7}"
+        label = key + ("" if t["fitted"] else " (held out)")
+        print(f"{label:34} {t['rows']:5d} {t['expressible'] if t['expressible'] is not None else '':>5} "
+              f"{t['predicted']:5d}  {cells(t['raw'])}  {cells(t['calibrated'])}  {t['max_mfu_percent']:6.0f}%")
+    print("calibrated: grouped cross-validation for the sets fitted on (leave one model family out), "
+          "the fitted runtime for held-out sets; raw: the cluster's defaults")
+    if json_out:
+        json.dump(table, open(json_out, "w"), indent=1)
+    if thresholds:
+        limits = json.load(open(thresholds))
+        failed = []
+        for key, limit in limits.items():
+            t = table.get(key)
+            if t is None or t["calibrated"] is None:
+                failed.append(f"{key}: no calibrated figure (was {limit:.1f} %)")
+            elif t["calibrated"]["mean_abs_percent"] > limit + 1.0:
+                failed.append(f"{key}: calibrated mean |error| {t['calibrated']['mean_abs_percent']:.1f} % "
+                              f"> threshold {limit:.1f} % + 1")
+        for key, t in table.items():
+            if t["max_mfu_percent"] > t["achievable_mfu_percent"] + 1e-6:
+                failed.append(f"{key}: a prediction's MFU {t['max_mfu_percent']:.1f} % exceeds the "
+                              f"achievable {t['achievable_mfu_percent']:.0f} %")
+        if failed:
+            print("\nACCURACY GATE FAILED:\n  " + "\n  ".join(failed))
+            sys.exit(1)
+        print(f"\naccuracy gate passed ({len(limits)} thresholds, {thresholds})")
 
 
-def nemo():
-    src = ref / "nemo-megatron-bridge-perf-summary"
-    dims = {}
-    for row in csv.DictReader(open(src / "model_dims.csv")):
-        for name in row["model_name_in_table"].split(" / "):
-            dims[name.strip()] = row
-    rows, skipped = [], Counter()
-    for row in csv.DictReader(open(src / "perf_summary_rows.csv")):
-        if row["system"] != "DGX-H100":
-            skipped["not an H100 system (no cluster file / models for B200, GB200, B300, GB300)"] += 1
-            continue
-        model = row["model"]
-        vp, cp, ep, fsdp = num(row["vp"]), num(row["cp"]), num(row["ep"]), num(row["fsdp"])
-        reason = None
-        if row["variant"] != "primary":
-            reason = "alternative value in parentheses (other quantization or layout)"
-        elif any(m in model for m in MOE) or (ep == ep and ep > 1):
-            reason = "mixture of experts (not modelled)"
-        elif row["section"] in ("lora",) or row["task"] == "LoRA":
-            reason = "LoRA fine-tuning (frozen weights, adapters: not modelled)"
-        elif cp == cp and cp > 1:
-            reason = "context parallelism (not modelled)"
-        elif model not in PRESETS and model not in dims:
-            reason = "architecture not described"
-        if reason:
-            skipped[reason] += 1
-            continue
-        if model in PRESETS:
-            arch = PRESETS[model]
-        else:
-            d = dims[model]
-            act = "swiglu" if d["gated_mlp"] == "true" else "gelu"
-            norm = "rmsnorm" if d["normalization"] == "RMSNorm" else "layernorm"
-            vocab = int(d["vocab_size"]) if d["vocab_size"] else 50257
-            arch = arch_file(model.replace(".", "_"), d["num_layers"], d["hidden_size"], d["num_attention_heads"],
-                             d["num_query_groups"], d["ffn_hidden_size"], vocab, norm, act, "rope", False,
-                             norm == "layernorm", row["seq_len"])
-        tp, pp = int(row["tp"]), int(row["pp"])
-        n = int(row["n_gpus"])
-        dp = n // (tp * pp)
-        precision = row["precision"] or "FP8"
-        rows.append(dict(source="nemo", label=f"{row['container']} {model} {row['section']} {n} GPUs tp{tp} pp{pp}"
-                                          f"{' vp' + str(int(vp)) if vp == vp and vp > 1 else ''} dp{dp} "
-                                          f"mbs{row['mbs']} gbs{row['gbs']} {precision}",
-                         cluster="dgx-h100.yaml", model=arch, measured=float(row["derived_step_time_s"]),
-                         layout=dict(tp=tp, pp=pp, dp=dp, micro_batch=row["mbs"], global_batch=row["gbs"],
-                                     seq_len=row["seq_len"], dtype="fp8" if precision.startswith("FP8") else "bf16",
-                                     sequence_parallel=tp > 1, zero=3 if fsdp == fsdp and fsdp > 0 else 1,
-                                     vpp=int(vp) if vp == vp and vp > 1 else None)))
-    return rows, skipped
-
-
-def mosaic():
-    src = ref / "mosaicml-llm-foundry-mpt-benchmarks"
-    dims = {r["model"]: r for r in csv.DictReader(open(src / "mpt_model_dims.csv"))}
-    clusters = {"a100_40gb": "dgx-a100-40gb.yaml", "a100_80gb": "dgx-a100.yaml", "h100_80gb": "dgx-h100.yaml"}
-    rows, skipped = [], Counter()
-    for row in csv.DictReader(open(src / "mpt_throughput.csv")):
-        d = dims[row["model"]]
-        seq = int(row["seq_len"])
-        arch = arch_file(f"mpt-{row['model']}-{seq}", d["n_layers"], d["d_model"], d["n_heads"], d["n_heads"],
-                         int(d["expansion_ratio"]) * int(d["d_model"]), d["vocab_size"], "layernorm", "gelu",
-                         "alibi", False, False, seq)
-        n = int(row["n_gpus"])
-        zero = 3 if row["fsdp_sharding_strategy"] == "FULL_SHARD" else 2
-        # the sequences/s column rounds to 0 for the longest sequences: use tokens/s there
-        measured = num(row["derived_step_time_s"])
-        if measured != measured:
-            measured = float(row["global_batch_size_tokens"]) / float(row["throughput_tok_per_s"])
-        rows.append(dict(source="mosaicml", label=f"MPT-{row['model']} {row['gpu']} {n} GPUs seq {seq} mbs{row['micro_batch_size']} "
-                                              f"ga{row['grad_accum']} {row['precision']} {row['fsdp_sharding_strategy']}"
-                                              f"{' ckpt' if row['activation_checkpointing'] == 'True' else ''}",
-                         cluster=clusters[row["gpu"]], model=arch, measured=measured,
-                         layout=dict(tp=1, pp=1, dp=n, micro_batch=row["micro_batch_size"],
-                                     micro_batches=row["grad_accum"], seq_len=seq,
-                                     dtype="fp8" if row["precision"] == "amp_fp8" else "bf16", zero=zero,
-                                     recompute="full" if row["activation_checkpointing"] == "True" else "none")))
-    return rows, skipped
-
-
-results = []
-for name, (rows, skipped) in (("NeMo / Megatron-Bridge, DGX H100", nemo()), ("MosaicML llm-foundry MPT", mosaic())):
-    print(f"== {name}: {len(rows)} rows predicted, {sum(skipped.values())} out of scope")
-    for reason, count in skipped.most_common():
-        print(f"   out of scope: {count:3d} × {reason}")
-    errors = []
-    print(f"   {'run':92} {'measured s':>10} {'predicted s':>11} {'error':>7}  sources")
-    for r in rows:
-        try:
-            p = predict(r["cluster"], r["model"], **r["layout"])
-        except RuntimeError as e:
-            print(f"   {r['label']:92} {r['measured']:10.3f}  not predicted: {e}")
-            continue
-        err = p["step_time_s"] / r["measured"] - 1
-        errors.append(abs(err))
-        sources = ", ".join(f"{k} {v:.0f}%" for k, v in sorted(p["sources_percent"].items(), key=lambda kv: -kv[1]))
-        ooc = len(p["out_of_coverage"])
-        print(f"   {r['label']:92} {r['measured']:10.3f} {p['step_time_s']:11.3f} {100 * err:+6.1f}%  {sources}"
-              + (f"; {ooc} calls out of coverage" if ooc else ""))
-        results.append(dict(r, predicted=p["step_time_s"], error=err, sources=p["sources_percent"], out_of_coverage=ooc))
-    if errors:
-        print(f"   mean |error| {100 * sum(errors) / len(errors):.1f} %, max {100 * max(errors):.1f} % over {len(errors)} runs")
-    print()
-if json_out:
-    json.dump(results, open(json_out, "w"), indent=1)
+if __name__ == "__main__":
+    main()

@@ -59,8 +59,9 @@ echo "== the paper's bundled example (Llemma-7B, Perlmutter), component by compo
 python3 "$root/scripts/compare-paper-example.py" "$bin" "$ref"
 
 echo
-echo "== published end-to-end runs (NeMo on DGX H100, MosaicML MPT on A100/H100)"
-python3 "$root/scripts/eval-real-runs.py" "$bin" "$ref" --json "$out/real-runs.json"
+echo "== published end-to-end runs: raw and calibrated (grouped cross-validation), the accuracy gate"
+python3 "$root/scripts/eval-real-runs.py" "$bin" "$ref" --json "$out/real-runs.json" \
+  --check "$root/scripts/real-runs-thresholds.json"
 
 echo
 echo "== a warm predict, timed as a whole process (median of 30)"

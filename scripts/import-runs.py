@@ -227,7 +227,8 @@ def torchtitan(ref, out):
         gpu, model = row["gpu"], row["model"]
         reason = ""
         if gpu.startswith("H100"):
-            cluster = "dgx-h100"
+            # Grand Teton hosts: 96 GB HBM2e, 500 W
+            cluster = "grand-teton-h100"
         elif gpu.startswith("A100"):
             cluster = "dgx-a100"
         else:

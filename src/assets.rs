@@ -16,6 +16,10 @@ pub const CLUSTERS: &[(&str, &str)] = &[
         "dgx-h100",
         include_str!("../hardware-profiles/dgx-h100.yaml"),
     ),
+    (
+        "grand-teton-h100",
+        include_str!("../hardware-profiles/grand-teton-h100.yaml"),
+    ),
     ("mi300x", include_str!("../hardware-profiles/mi300x.yaml")),
     (
         "perlmutter",
@@ -38,7 +42,16 @@ pub const MODELS: &[(&str, &[u8])] = &[
 ];
 
 /// Built-in calibrations: (models directory name, `calibration.yaml`), where one was fitted.
-pub const CALIBRATIONS: &[(&str, &str)] = &[];
+pub const CALIBRATIONS: &[(&str, &str)] = &[
+    (
+        "h100-aiconfigurator",
+        include_str!("../models/h100-aiconfigurator/calibration.yaml"),
+    ),
+    (
+        "perlmutter",
+        include_str!("../models/perlmutter/calibration.yaml"),
+    ),
+];
 
 /// The `calibration.yaml` of the built-in models directory `name`, if it has one.
 pub fn calibration(name: &str) -> Option<&'static str> {

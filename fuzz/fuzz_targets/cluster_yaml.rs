@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
         spec,
         models_dir: None,
         builtin_models: None,
+        transfer_dirs: Vec::new(),
         digest: None,
     };
     common::predict_small(&cluster);

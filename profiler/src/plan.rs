@@ -424,6 +424,7 @@ fn planning_cluster(t: Target) -> Cluster {
         path: PathBuf::from("(plan)"),
         models_dir: None,
         builtin_models: None,
+        transfer_dirs: Vec::new(),
         digest: None,
         spec: ClusterSpec {
             name: "plan".into(),

@@ -1,8 +1,8 @@
 //! Robust least squares on log step time over the runtime's bounded parameters.
 //!
 //! The loss of a run is soft-L1 of r = ln(predicted / measured) with a 5 % scale (quadratic for
-//! small errors, linear for outliers, so one bad published number cannot drag the fit); a
-//! weak prior pulls each parameter towards its default, so a parameter the runs say nothing
+//! small errors, linear for outliers, so one bad published number cannot drag the fit), each
+//! source set weighing the same however many rows it has; a weak prior pulls each parameter towards its default, so a parameter the runs say nothing
 //! about (contention, without overlapped runs) stays where physics put it. Parameters are
 //! searched in logit space between their bounds (Nelder–Mead), so no candidate leaves them.
 
@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::Prepared;
-use crate::hardware::{Runtime, PARAMETERS};
+use crate::hardware::{Runtime, N_PARAMETERS, PARAMETERS};
 
 /// Scale of the soft-L1 loss: errors well below it count quadratically.
 const SCALE: f64 = 0.05;
@@ -41,16 +41,16 @@ fn sigmoid(z: f64) -> f64 {
 }
 
 /// Parameters from unbounded coordinates.
-fn decode(z: &[f64; 4]) -> [f64; 4] {
-    let mut v = [0.0; 4];
+fn decode(z: &[f64; N_PARAMETERS]) -> [f64; N_PARAMETERS] {
+    let mut v = [0.0; N_PARAMETERS];
     for (i, p) in PARAMETERS.iter().enumerate() {
         v[i] = p.min + (p.max - p.min) * sigmoid(z[i]);
     }
     v
 }
 
-fn encode(v: [f64; 4]) -> [f64; 4] {
-    let mut z = [0.0; 4];
+fn encode(v: [f64; N_PARAMETERS]) -> [f64; N_PARAMETERS] {
+    let mut z = [0.0; N_PARAMETERS];
     for (i, p) in PARAMETERS.iter().enumerate() {
         let u = ((v[i] - p.min) / (p.max - p.min)).clamp(1e-4, 1.0 - 1e-4);
         z[i] = logit(u);
@@ -58,30 +58,31 @@ fn encode(v: [f64; 4]) -> [f64; 4] {
     z
 }
 
-/// Mean loss of `runs` under `runtime`, plus the prior towards `start`.
+/// Weighted mean loss of `runs` under `runtime`, plus the prior towards `start`.
 fn loss(runs: &[&Prepared], runtime: &Runtime, start: &Runtime) -> f64 {
-    let data: f64 = runs
+    let (data, weights): (f64, f64) = runs
         .par_iter()
         .map(|p| {
             let r = (p.step_s(runtime) / p.measured_s).ln();
-            if r.is_finite() {
+            let rho = if r.is_finite() {
                 2.0 * ((1.0 + (r / SCALE).powi(2)).sqrt() - 1.0)
             } else {
                 1e6
-            }
+            };
+            (p.weight * rho, p.weight)
         })
-        .sum();
+        .reduce(|| (0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
     let prior: f64 = PARAMETERS
         .iter()
         .zip(runtime.values().iter().zip(start.values()))
         .map(|(p, (v, s))| ((v - s) / (p.max - p.min)).powi(2))
         .sum();
-    data / runs.len().max(1) as f64 + PRIOR * prior
+    data / weights.max(f64::MIN_POSITIVE) + PRIOR * prior
 }
 
 /// Fits the continuous parameters of `start` to `runs` (see the module docs).
 pub fn fit(runs: &[&Prepared], start: Runtime) -> Fit {
-    let f = |z: &[f64; 4]| loss(runs, &start.with_values(decode(z)), &start);
+    let f = |z: &[f64; N_PARAMETERS]| loss(runs, &start.with_values(decode(z)), &start);
     let z = nelder_mead(f, encode(start.values()));
     let runtime = start.with_values(decode(&z));
     let at_bound = PARAMETERS
@@ -102,8 +103,11 @@ pub fn fit(runs: &[&Prepared], start: Runtime) -> Fit {
 }
 
 /// Minimises `f` from `x0` with the Nelder–Mead simplex (standard coefficients).
-fn nelder_mead(f: impl Fn(&[f64; 4]) -> f64, x0: [f64; 4]) -> [f64; 4] {
-    const N: usize = 4;
+fn nelder_mead(
+    f: impl Fn(&[f64; N_PARAMETERS]) -> f64,
+    x0: [f64; N_PARAMETERS],
+) -> [f64; N_PARAMETERS] {
+    const N: usize = N_PARAMETERS;
     let mut simplex: Vec<([f64; N], f64)> = Vec::with_capacity(N + 1);
     simplex.push((x0, f(&x0)));
     for i in 0..N {
@@ -172,14 +176,14 @@ mod tests {
 
     #[test]
     fn nelder_mead_finds_a_quadratic_minimum() {
-        let target = [0.3, -1.2, 2.0, 0.5];
-        let f = |x: &[f64; 4]| {
+        let target = [0.3, -1.2, 2.0, 0.5, -0.7];
+        let f = |x: &[f64; N_PARAMETERS]| {
             x.iter()
                 .zip(target)
                 .map(|(a, b)| (a - b).powi(2))
                 .sum::<f64>()
         };
-        let x = nelder_mead(f, [0.0; 4]);
+        let x = nelder_mead(f, [0.0; N_PARAMETERS]);
         for (a, b) in x.iter().zip(target) {
             assert!((a - b).abs() < 1e-2, "{x:?}");
         }
@@ -193,7 +197,7 @@ mod tests {
             assert!((a - b).abs() < 1e-9 * a.abs().max(1.0));
         }
         for z in [-50.0, 0.0, 50.0] {
-            for (p, x) in PARAMETERS.iter().zip(decode(&[z; 4])) {
+            for (p, x) in PARAMETERS.iter().zip(decode(&[z; N_PARAMETERS])) {
                 assert!(x >= p.min && x <= p.max);
             }
         }

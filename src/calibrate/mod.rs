@@ -39,6 +39,9 @@ pub struct Prepared {
     pub base: Runtime,
     /// Measured step, seconds.
     pub measured_s: f64,
+    /// Weight of the run in a fit: every source set counts the same however many rows it
+    /// has (set by `evaluate`).
+    pub weight: f64,
 }
 
 impl Prepared {
@@ -57,6 +60,7 @@ impl Prepared {
             layout,
             base: cost.runtime(),
             measured_s: run.measured_s,
+            weight: 1.0,
         })
     }
 
@@ -98,6 +102,8 @@ pub struct RunResult {
     pub measured_s: f64,
     /// Predicted with the raw (default) runtime, s.
     pub raw_s: Option<f64>,
+    /// Predicted with the runtime fitted on every run (this one included), s.
+    pub fitted_s: Option<f64>,
     /// Predicted with the runtime fitted without the run's family, s.
     pub cross_validated_s: Option<f64>,
     /// MFU of the raw and the cross-validated prediction, percent.
@@ -110,6 +116,9 @@ pub struct RunResult {
 /// Errors of one source set.
 #[derive(Debug, Clone, Serialize)]
 pub struct SetReport {
+    /// Whether the runtime was fitted on it (else it is held out whole, and `cross_validated`
+    /// is the fitted runtime's error on it).
+    pub fitted: bool,
     /// Rows of the set among the runs.
     pub rows: usize,
     /// Rows stepcast can express.
@@ -118,7 +127,8 @@ pub struct SetReport {
     pub predicted: usize,
     /// Raw physics (the cluster's default runtime).
     pub raw: ErrorStats,
-    /// Grouped cross-validation: each family predicted with a runtime fitted without it.
+    /// Grouped cross-validation: each family predicted with a runtime fitted without it (a
+    /// set not fitted on: predicted with the runtime fitted on the others).
     pub cross_validated: ErrorStats,
     /// Highest predicted MFU, raw and cross-validated, percent.
     pub max_mfu_percent: [f64; 2],
@@ -139,17 +149,33 @@ pub struct Report {
     pub runs: Vec<RunResult>,
 }
 
-/// Fits the runtime on `prepared` (each predicted run of `runs`) and cross-validates it by
-/// family. `not_predicted` lists (run index, why) of runs that could not be planned.
-pub fn evaluate(runs: &[Run], prepared: &[Prepared], not_predicted: &[(usize, String)]) -> Report {
+/// Fits the runtime on the predicted runs of the sets in `fit_sets` (all sets when empty) and
+/// cross-validates it by family; runs of other sets are predicted with the runtime fitted on
+/// all fit runs (held out whole). `not_predicted` lists (run index, why) of runs that could not
+/// be planned.
+pub fn evaluate(
+    runs: &[Run],
+    prepared: &mut [Prepared],
+    not_predicted: &[(usize, String)],
+    fit_sets: &[String],
+) -> Report {
+    let fits = |set: &str| fit_sets.is_empty() || fit_sets.iter().any(|s| s == set);
+    let mut per_set: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in prepared.iter() {
+        *per_set.entry(runs[p.index].set.as_str()).or_default() += 1;
+    }
+    for p in prepared.iter_mut() {
+        p.weight = 1.0 / per_set[runs[p.index].set.as_str()] as f64;
+    }
+    let prepared: &[Prepared] = prepared;
     let raw_runtime = prepared.first().map(|p| p.base).unwrap_or_default();
-    let all: Vec<&Prepared> = prepared.iter().collect();
+    let all: Vec<&Prepared> = prepared
+        .iter()
+        .filter(|p| fits(&runs[p.index].set))
+        .collect();
     let fitted = fit(&all, raw_runtime);
     let families: Vec<&str> = {
-        let mut f: Vec<&str> = prepared
-            .iter()
-            .map(|p| runs[p.index].family.as_str())
-            .collect();
+        let mut f: Vec<&str> = all.iter().map(|p| runs[p.index].family.as_str()).collect();
         f.sort();
         f.dedup();
         f
@@ -174,7 +200,11 @@ pub fn evaluate(runs: &[Run], prepared: &[Prepared], not_predicted: &[(usize, St
         .map(|p| {
             let run = &runs[p.index];
             let raw = p.step_s(&p.base);
-            let cv = held_out[run.family.as_str()].map(|r| p.step_s(&r));
+            let cv = if fits(&run.set) {
+                held_out[run.family.as_str()].map(|r| p.step_s(&r))
+            } else {
+                Some(p.step_s(&fitted.runtime))
+            };
             RunResult {
                 line: run.line,
                 set: run.set.clone(),
@@ -182,6 +212,7 @@ pub fn evaluate(runs: &[Run], prepared: &[Prepared], not_predicted: &[(usize, St
                 label: run.label.clone(),
                 measured_s: run.measured_s,
                 raw_s: Some(raw),
+                fitted_s: Some(p.step_s(&fitted.runtime)),
                 cross_validated_s: cv,
                 mfu_percent: Some([
                     p.mfu_percent(raw),
@@ -200,32 +231,21 @@ pub fn evaluate(runs: &[Run], prepared: &[Prepared], not_predicted: &[(usize, St
             label: run.label.clone(),
             measured_s: run.measured_s,
             raw_s: None,
+            fitted_s: None,
             cross_validated_s: None,
             mfu_percent: None,
             not_predicted: Some(why.clone()),
         });
     }
     results.sort_by_key(|r| r.line);
-    let in_sample = ErrorStats::of(
-        prepared
-            .iter()
-            .map(|p| (p.step_s(&fitted.runtime), p.measured_s)),
-    );
+    let fit_results = || results.iter().filter(|r| fits(&r.set));
     let overall = [
-        ErrorStats::of(
-            results
-                .iter()
-                .filter_map(|r| Some((r.raw_s?, r.measured_s))),
-        ),
-        in_sample,
-        ErrorStats::of(
-            results
-                .iter()
-                .filter_map(|r| Some((r.cross_validated_s?, r.measured_s))),
-        ),
+        ErrorStats::of(fit_results().filter_map(|r| Some((r.raw_s?, r.measured_s)))),
+        ErrorStats::of(fit_results().filter_map(|r| Some((r.fitted_s?, r.measured_s)))),
+        ErrorStats::of(fit_results().filter_map(|r| Some((r.cross_validated_s?, r.measured_s)))),
     ];
     Report {
-        sets: set_reports(runs, &results),
+        sets: set_reports(runs, &results, &fits),
         fitted,
         raw_runtime,
         overall,
@@ -233,7 +253,11 @@ pub fn evaluate(runs: &[Run], prepared: &[Prepared], not_predicted: &[(usize, St
     }
 }
 
-fn set_reports(runs: &[Run], results: &[RunResult]) -> BTreeMap<String, SetReport> {
+fn set_reports(
+    runs: &[Run],
+    results: &[RunResult],
+    fits: &dyn Fn(&str) -> bool,
+) -> BTreeMap<String, SetReport> {
     let mut sets = BTreeMap::new();
     for set in runs.iter().map(|r| r.set.as_str()) {
         if sets.contains_key(set) {
@@ -250,6 +274,7 @@ fn set_reports(runs: &[Run], results: &[RunResult]) -> BTreeMap<String, SetRepor
         sets.insert(
             set.to_string(),
             SetReport {
+                fitted: fits(set),
                 rows: runs.iter().filter(|r| r.set == set).count(),
                 expressible: runs
                     .iter()

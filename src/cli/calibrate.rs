@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::output::{align_numbers, table};
 use stepcast::calibrate::{evaluate, runs, Prepared, Report};
-use stepcast::hardware::{Calibration, Cluster, FittedOn};
+use stepcast::hardware::{Calibration, Calibrations, Cluster, FittedOn};
 use stepcast::predict::cost::CostModel;
 use stepcast::provenance::digest;
 use stepcast::regress::ModelSet;
@@ -19,13 +19,17 @@ use stepcast::regress::ModelSet;
 pub struct CalibrateArgs {
     /// Measured runs (CSV; columns in the README, "Calibration").
     pub runs: PathBuf,
-    /// The cluster whose models are calibrated: every run on a cluster with the same models
-    /// is used.
+    /// The cluster calibrated: the runs on it (by its name, with its models) are used, and
+    /// its entry in its models' calibration.yaml is written.
     #[arg(long)]
     pub cluster: PathBuf,
     /// Where to write the calibration (default: calibration.yaml in the models directory).
     #[arg(long, value_name = "FILE.yaml")]
     pub out: Option<PathBuf>,
+    /// Fit on these source sets only (comma-separated); the others are predicted with the
+    /// result, held out whole (default: every set).
+    #[arg(long, value_delimiter = ',')]
+    pub fit_sets: Vec<String>,
     /// Report only; write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -66,12 +70,13 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             eprintln!("warning: runs on {} left out: {e}", path.display());
         }
     }
-    // the runs of this calibration: those on clusters with these models (the inexpressible
-    // ones too, so each set's row count is honest)
+    // the runs of this calibration: those on this cluster, with these models (the
+    // inexpressible ones too, so each set's row count is honest)
+    let name = target.spec.name.clone();
     let runs: Vec<runs::Run> = all_runs
         .iter()
         .filter(|r| !r.cluster.as_os_str().is_empty())
-        .filter(|r| cluster_matches(&r.cluster, &loaded, &fingerprint))
+        .filter(|r| same_cluster(&r.cluster, &loaded, &name, &fingerprint))
         .cloned()
         .collect();
     // each cluster's cost model, composed under its raw (default) runtime
@@ -87,7 +92,13 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         .iter()
         .map(|(p, c)| {
             let m = models.remove(p).flatten();
-            (p, CostModel::new(c, m).with_runtime(c.spec.runtime))
+            let transfer = super::layout::open_transfer(c).unwrap_or_default();
+            (
+                p,
+                CostModel::new(c, m)
+                    .with_transfer(transfer)
+                    .with_runtime(c.spec.runtime),
+            )
         })
         .collect();
     let prepared: Vec<Result<Prepared, String>> = runs
@@ -118,9 +129,22 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             args.cluster.display()
         )));
     }
-    let report = evaluate(&runs, &ok, &failed);
+    for set in &args.fit_sets {
+        if !runs.iter().any(|r| &r.set == set) {
+            anyhow::bail!(stepcast::Error::Invalid(format!(
+                "--fit-sets names '{set}', which no run of {} on these models has: give sets \
+                 from its set column",
+                args.runs.display()
+            )));
+        }
+    }
+    let report = evaluate(&runs, &mut ok, &failed, &args.fit_sets);
     print_report(&report);
-    let calibration = calibration_of(&report, &args.runs, &runs, &ok)?;
+    let fitted: Vec<&Prepared> = ok
+        .iter()
+        .filter(|p| args.fit_sets.is_empty() || args.fit_sets.contains(&runs[p.index].set))
+        .collect();
+    let calibration = calibration_of(&name, &report, &args.runs, &runs, &fitted)?;
     if let Some(path) = &args.json {
         let inputs = vec![
             super::stamp::file("runs", &args.runs),
@@ -143,41 +167,48 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             args.cluster.display()
         ))),
     };
+    // the other clusters' calibrations in the file stay as they are
+    let existing = if out.is_file() {
+        Calibrations::parse(&out, &stepcast::fsutil::read_to_string(&out)?)?
+    } else {
+        Calibrations::default()
+    };
     let text = format!(
-        "# fitted by `stepcast calibrate {}` — do not edit; calibrate again instead\n{}",
-        args.runs.display(),
-        serde_norway::to_string(&calibration)?
+        "# fitted by `stepcast calibrate`, one entry per cluster — do not edit; calibrate \
+         again instead\n{}",
+        serde_norway::to_string(&existing.with(calibration))?
     );
     stepcast::fsutil::write_atomic(&out, text.as_bytes())?;
-    println!("calibration written to {}", out.display());
+    println!("calibration of {name} written to {}", out.display());
     Ok(())
 }
 
-/// Whether a run that is not expressible names a cluster using the models being calibrated
-/// (so it is counted in its set's rows).
-fn cluster_matches(
+/// Whether a run's cluster is the one being calibrated: the same name and the same models.
+fn same_cluster(
     cluster: &Path,
     loaded: &HashMap<PathBuf, Result<Loaded, String>>,
+    name: &str,
     fingerprint: &str,
 ) -> bool {
+    let matches = |c: &Cluster, m: Option<&ModelSet>| {
+        c.spec.name == name && m.is_some_and(|m| m.fingerprint() == fingerprint)
+    };
     match loaded.get(cluster) {
-        Some(Ok(l)) => l
-            .models
-            .as_ref()
-            .is_some_and(|m| m.fingerprint() == fingerprint),
+        Some(Ok(l)) => matches(&l.cluster, l.models.as_ref()),
         Some(Err(_)) => false,
-        None => Cluster::load(cluster)
-            .ok()
-            .and_then(|c| super::layout::open_models(None, &c).ok().flatten())
-            .is_some_and(|m| m.fingerprint() == fingerprint),
+        None => Cluster::load(cluster).ok().is_some_and(|c| {
+            let m = super::layout::open_models(None, &c).ok().flatten();
+            matches(&c, m.as_ref())
+        }),
     }
 }
 
 fn calibration_of(
+    cluster: &str,
     report: &Report,
     file: &Path,
     runs: &[runs::Run],
-    ok: &[Prepared],
+    ok: &[&Prepared],
 ) -> anyhow::Result<Calibration> {
     let bytes = std::fs::read(file)?;
     let mut sets: BTreeMap<String, usize> = BTreeMap::new();
@@ -190,6 +221,7 @@ fn calibration_of(
     families.dedup();
     let cv = report.overall[2];
     Ok(Calibration {
+        cluster: cluster.to_string(),
         runtime: report.fitted.runtime,
         fitted_on: FittedOn {
             file: file.display().to_string(),
@@ -234,7 +266,11 @@ fn print_report(r: &Report) {
     let signed = |v: f64| format!("{v:+.1} %");
     for (name, s) in &r.sets {
         t.add_row(vec![
-            name.clone(),
+            if s.fitted {
+                name.clone()
+            } else {
+                format!("{name} (held out)")
+            },
             s.rows.to_string(),
             s.expressible.to_string(),
             s.predicted.to_string(),
@@ -267,10 +303,12 @@ fn print_report(r: &Report) {
     let f = &r.fitted.runtime;
     let d = &r.raw_runtime;
     println!(
-        "fitted: launch {:.1} µs (default {:.1}), in-situ efficiency {:.3} ({:.3}), contention \
-         {:.2} ({:.2}), per-step overhead {:.1} ms ({:.1})",
+        "fitted: launch {:.1} µs (default {:.1}), collective launch {:.0} µs ({:.0}), in-situ \
+         efficiency {:.3} ({:.3}), contention {:.2} ({:.2}), per-step overhead {:.1} ms ({:.1})",
         f.launch_us,
         d.launch_us,
+        f.collective_launch_us,
+        d.collective_launch_us,
         f.in_situ_efficiency,
         d.in_situ_efficiency,
         f.contention,

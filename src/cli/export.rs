@@ -34,6 +34,10 @@ pub struct ExportArgs {
     /// Models directory for the predicted step time in the header (default: the cluster's).
     #[arg(long)]
     pub models: Option<PathBuf>,
+    /// Compose with the cluster's default runtime (raw physics), not the calibration fitted
+    /// to measured runs.
+    #[arg(long)]
+    pub no_calibration: bool,
     /// Write the script / recipe / configuration to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -63,7 +67,13 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     let models = super::layout::open_models(args.models.as_deref(), &job.cluster)?;
     let mut inputs = job.inputs.clone();
     inputs.extend(models.as_ref().map(super::stamp::models));
-    let cost = CostModel::new(&job.cluster, models);
+    let cost = CostModel::new(&job.cluster, models)
+        .with_transfer(super::layout::open_transfer(&job.cluster)?);
+    let cost = if args.no_calibration {
+        cost.uncalibrated()
+    } else {
+        cost
+    };
     let p = predict(
         &job.arch,
         &job.layout,

@@ -234,6 +234,34 @@ pub fn open_models(
     Ok(Some(set))
 }
 
+/// The models of other GPUs a cluster file names for the kernels its own models lack
+/// (`models.transfer_from`), opened.
+pub fn open_transfer(cluster: &Cluster) -> anyhow::Result<Vec<stepcast::regress::ModelSet>> {
+    use anyhow::Context;
+    cluster
+        .transfer_dirs
+        .iter()
+        .map(|d| {
+            let name = d.to_string_lossy();
+            let set = match name
+                .strip_prefix("<built-in models/")
+                .and_then(|n| n.strip_suffix('>'))
+            {
+                Some(builtin) => stepcast::regress::ModelSet::builtin(builtin),
+                None => stepcast::regress::ModelSet::open(d),
+            };
+            set.with_context(|| {
+                format!(
+                    "opening models {} (named by models.transfer_from of {}): train them, or \
+                     remove them from transfer_from",
+                    d.display(),
+                    cluster.path.display()
+                )
+            })
+        })
+        .collect()
+}
+
 pub fn rules_name(r: Rules) -> &'static str {
     match r {
         Rules::Megatron => "Megatron",

@@ -20,6 +20,10 @@ pub struct PredictArgs {
     /// Fail instead of falling back to the roofline or an uncalibrated analytic estimate.
     #[arg(long)]
     pub strict: bool,
+    /// Compose with the cluster's default runtime (raw physics), not the calibration fitted
+    /// to measured runs.
+    #[arg(long)]
+    pub no_calibration: bool,
     /// Print the prediction as JSON.
     #[arg(long)]
     pub json: bool,
@@ -53,7 +57,13 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let mut inputs = job.inputs.clone();
     inputs.extend(models.as_ref().map(super::stamp::models));
     let models_dir = models.as_ref().map(|m| m.dir.clone());
-    let cost = CostModel::new(cluster, models);
+    let cost =
+        CostModel::new(cluster, models).with_transfer(super::layout::open_transfer(cluster)?);
+    let cost = if args.no_calibration {
+        cost.uncalibrated()
+    } else {
+        cost
+    };
     let prediction = predict(
         &job.arch,
         &job.layout,
@@ -146,6 +156,21 @@ fn print_prediction(
             d.display()
         ),
         None => println!("models   none configured — every kernel from the roofline"),
+    }
+    if p.layout.rules != stepcast::workload::Rules::Paper {
+        let r = &p.runtime;
+        let how = p.calibration.as_deref().unwrap_or(
+            "the cluster's defaults (raw physics: no calibration for this cluster, or --no-calibration)",
+        );
+        println!(
+            "runtime  {how}: launch {:.0} µs, collective {:.0} µs, in-situ efficiency {:.2}, \
+             contention {:.2}, per-step host {:.0} ms",
+            r.launch_us,
+            r.collective_launch_us,
+            r.in_situ_efficiency,
+            r.contention,
+            r.step_overhead_ms
+        );
     }
     println!();
     println!(

@@ -80,6 +80,10 @@ pub struct SearchArgs {
     /// sequence parallelism (NeMo's and Megatron's --tp-comm-overlap).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub tp_comm_overlap: Option<bool>,
+    /// Compose with the cluster's default runtime (raw physics), not the calibration fitted
+    /// to measured runs.
+    #[arg(long)]
+    pub no_calibration: bool,
     /// Rank by step time, or by end-to-end run time (needs --tokens or --steps).
     #[arg(long, value_parser = named::<Objective>(), default_value = "step")]
     pub objective: Objective,
@@ -240,7 +244,13 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         super::stamp::architecture(&args.model),
     ];
     inputs.extend(models.as_ref().map(super::stamp::models));
-    let cost = CostModel::new(&cluster, models);
+    let cost =
+        CostModel::new(&cluster, models).with_transfer(super::layout::open_transfer(&cluster)?);
+    let cost = if args.no_calibration {
+        cost.uncalibrated()
+    } else {
+        cost
+    };
     let req = SearchRequest {
         arch: &arch,
         cluster: &cluster,

@@ -20,6 +20,27 @@ pub struct ModelsRef {
     /// learned collectives are not used and the analytic model answers).
     #[serde(default)]
     pub collectives: bool,
+    /// Models of other GPUs (directories relative to the cluster file, nearest first) that
+    /// answer the kernels these models lack, scaled from their GPU to this one by the ratio of
+    /// the two rooflines (HBM bandwidth for memory-bound kernels, peak for compute-bound ones).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transfer_from: Vec<PathBuf>,
+    /// Which kernels transfer (`layernorm`, or one phase: `layernorm.fwd`); only those whose
+    /// transfer between two measured GPUs beats the roofline (the README's transfer table).
+    /// Empty: every kernel. The backward/forward ratio of fused attention is always read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transfer_kinds: Vec<String>,
+}
+
+impl ModelsRef {
+    /// Whether a kernel of this kind and phase may come from a transfer.
+    pub fn transfers(&self, q: &crate::ops::OpQuery) -> bool {
+        self.transfer_kinds.is_empty()
+            || self.transfer_kinds.iter().any(|k| match k.split_once('.') {
+                Some((op, phase)) => op == q.op.name() && phase == q.phase.name(),
+                None => k == q.op.name(),
+            })
+    }
 }
 
 /// What fraction of peak the analytic fallbacks assume a real kernel or transfer reaches.
@@ -161,6 +182,9 @@ pub struct Cluster {
     pub models_dir: Option<PathBuf>,
     /// For a built-in cluster, the built-in models its `models.dir` names.
     pub builtin_models: Option<&'static str>,
+    /// `models.transfer_from` resolved against the file's directory (for a built-in cluster:
+    /// the built-in models they name).
+    pub transfer_dirs: Vec<PathBuf>,
     /// A digest of the YAML it was read from (see `provenance::digest`).
     pub digest: Option<String>,
 }
@@ -186,7 +210,14 @@ impl Cluster {
         let spec = ClusterSpec::parse(path, &text)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let models_dir = spec.models.as_ref().map(|m| lexical_join(base, &m.dir));
+        let transfer_dirs = spec
+            .models
+            .iter()
+            .flat_map(|m| &m.transfer_from)
+            .map(|d| lexical_join(base, d))
+            .collect();
         Ok(Cluster {
+            transfer_dirs,
             path: path.to_path_buf(),
             spec,
             models_dir,
@@ -206,7 +237,18 @@ impl Cluster {
                 .find(|(n, _)| *n == set)
                 .map(|(n, _)| *n)
         });
+        let transfer_dirs = spec
+            .models
+            .iter()
+            .flat_map(|m| &m.transfer_from)
+            .filter_map(|d| {
+                let name = d.file_name()?.to_string_lossy().into_owned();
+                crate::assets::models(&name)?;
+                Some(PathBuf::from(format!("<built-in models/{name}>")))
+            })
+            .collect();
         Ok(Cluster {
+            transfer_dirs,
             path,
             spec,
             models_dir: None,
@@ -295,6 +337,21 @@ impl ClusterSpec {
             ("memory.communicator_gib", self.memory.communicator_gib),
         ] {
             check_range(what, field, v, 0.0..=10_000.0, "GiB")?;
+        }
+        if let Some(m) = &self.models {
+            for k in &m.transfer_kinds {
+                let (op, phase) = k
+                    .split_once('.')
+                    .map_or((k.as_str(), None), |(o, p)| (o, Some(p)));
+                let known_op = op.parse::<crate::ops::OpKind>().is_ok();
+                let known_phase = phase.is_none_or(|p| p.parse::<crate::ops::Phase>().is_ok());
+                if !known_op || !known_phase {
+                    return Err(format!(
+                        "{what}: models.transfer_kinds holds '{k}': give operator kinds \
+                         (layernorm, rope, …), optionally with a phase (layernorm.fwd)"
+                    ));
+                }
+            }
         }
         let a = &self.achievable;
         for (field, v) in [

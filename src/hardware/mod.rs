@@ -14,5 +14,7 @@ pub use cluster::{Achievable, Cluster, ClusterSpec, Efficiency, MemoryOverheads,
 pub use gpu::{GpuSpec, PeakTflops};
 pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};
 pub use reliability::{RecoveryLevel, Reliability, Storage};
-pub use runtime::{Calibration, FittedOn, Parameter, Runtime, PARAMETERS};
+pub use runtime::{
+    Calibration, Calibrations, FittedOn, Parameter, Runtime, N_PARAMETERS, PARAMETERS,
+};
 pub use software::SoftwareStamp;

@@ -14,6 +14,10 @@ pub struct Runtime {
     /// bookkeeping and the launch itself — µs. A kernel cannot start before it is issued.
     #[serde(default = "defaults::launch_us")]
     pub launch_us: f64,
+    /// Host time to issue one collective through torch.distributed — Python, the process
+    /// group's work object, the events and stream waits NCCL needs — µs.
+    #[serde(default = "defaults::collective_launch_us")]
+    pub collective_launch_us: f64,
     /// Speed of compute kernels inside a training step relative to the same kernel benchmarked
     /// alone (sustained-load clocks, caches and TLBs shared with the rest of the step), 0–1.
     #[serde(default = "defaults::in_situ_efficiency")]
@@ -37,7 +41,10 @@ pub struct Runtime {
 /// `PARAMETERS` for each one's reasoning and bounds).
 mod defaults {
     pub fn launch_us() -> f64 {
-        10.0
+        20.0
+    }
+    pub fn collective_launch_us() -> f64 {
+        40.0
     }
     pub fn in_situ_efficiency() -> f64 {
         0.95
@@ -57,6 +64,7 @@ impl Default for Runtime {
     fn default() -> Self {
         Runtime {
             launch_us: defaults::launch_us(),
+            collective_launch_us: defaults::collective_launch_us(),
             in_situ_efficiency: defaults::in_situ_efficiency(),
             contention: defaults::contention(),
             step_overhead_ms: defaults::step_overhead_ms(),
@@ -79,15 +87,27 @@ pub struct Parameter {
     pub why: &'static str,
 }
 
+/// How many continuous parameters a runtime has.
+pub const N_PARAMETERS: usize = 5;
+
 /// The continuous parameters `stepcast calibrate` may fit, in `Runtime::values` order.
-pub const PARAMETERS: [Parameter; 4] = [
+pub const PARAMETERS: [Parameter; N_PARAMETERS] = [
     Parameter {
         name: "launch_us",
         min: 1.0,
-        max: 60.0,
+        max: 80.0,
         unit: "µs",
-        why: "eager PyTorch spends microseconds of CPU per operator (Python, dispatcher, \
-              autograd, cudaLaunchKernel ≈ 3–5 µs alone); 10 µs is the order of magnitude",
+        why: "eager PyTorch spends tens of microseconds of CPU per operator inside a model \
+              (Python module calls and hooks, the dispatcher, autograd recording, \
+              cudaLaunchKernel ≈ 3–5 µs alone); 20 µs is the order of magnitude",
+    },
+    Parameter {
+        name: "collective_launch_us",
+        min: 5.0,
+        max: 400.0,
+        unit: "µs",
+        why: "a torch.distributed collective adds the process group's bookkeeping (work \
+              object, CUDA events, stream waits) to the operator's: tens of µs",
     },
     Parameter {
         name: "in_situ_efficiency",
@@ -120,6 +140,7 @@ impl Runtime {
     pub fn isolated() -> Runtime {
         Runtime {
             launch_us: 0.0,
+            collective_launch_us: 0.0,
             in_situ_efficiency: 1.0,
             contention: 1.0,
             step_overhead_ms: 0.0,
@@ -128,9 +149,10 @@ impl Runtime {
     }
 
     /// The continuous parameters in `PARAMETERS` order.
-    pub fn values(&self) -> [f64; 4] {
+    pub fn values(&self) -> [f64; N_PARAMETERS] {
         [
             self.launch_us,
+            self.collective_launch_us,
             self.in_situ_efficiency,
             self.contention,
             self.step_overhead_ms,
@@ -138,12 +160,13 @@ impl Runtime {
     }
 
     /// This runtime with the continuous parameters replaced by `v` (in `PARAMETERS` order).
-    pub fn with_values(&self, v: [f64; 4]) -> Runtime {
+    pub fn with_values(&self, v: [f64; N_PARAMETERS]) -> Runtime {
         Runtime {
             launch_us: v[0],
-            in_situ_efficiency: v[1],
-            contention: v[2],
-            step_overhead_ms: v[3],
+            collective_launch_us: v[1],
+            in_situ_efficiency: v[2],
+            contention: v[3],
+            step_overhead_ms: v[4],
             ..*self
         }
     }
@@ -163,11 +186,49 @@ impl Runtime {
     }
 }
 
-/// A models directory's `calibration.yaml`: the runtime `stepcast calibrate` fitted, on which
-/// runs, and how well it predicts runs of families it was not fitted on.
+/// A models directory's `calibration.yaml`: per cluster that uses the models, the runtime
+/// `stepcast calibrate` fitted to its measured runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibrations {
+    /// One per cluster, by the cluster's name.
+    pub clusters: Vec<Calibration>,
+}
+
+impl Calibrations {
+    /// Reads and checks a calibration file's text (`path` names it in messages).
+    pub fn parse(path: &std::path::Path, text: &str) -> crate::error::Result<Calibrations> {
+        let c: Calibrations = crate::fsutil::parse_yaml(path, text)
+            .map_err(|e| e.hint("write it again with `stepcast calibrate`"))?;
+        for one in &c.clusters {
+            one.runtime
+                .validate(&format!("{} ({})", path.display(), one.cluster))
+                .map_err(crate::error::Error::Invalid)?;
+        }
+        Ok(c)
+    }
+
+    /// The calibration of the cluster named `name`, if it has one.
+    pub fn of(&self, name: &str) -> Option<&Calibration> {
+        self.clusters.iter().find(|c| c.cluster == name)
+    }
+
+    /// These calibrations with `c` in place of its cluster's.
+    pub fn with(mut self, c: Calibration) -> Calibrations {
+        self.clusters.retain(|o| o.cluster != c.cluster);
+        self.clusters.push(c);
+        self.clusters.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+        self
+    }
+}
+
+/// The runtime `stepcast calibrate` fitted for one cluster, on which runs, and how well it
+/// predicts runs of families it was not fitted on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Calibration {
+    /// The cluster's name (its file's `name:`).
+    pub cluster: String,
     /// The fitted runtime.
     pub runtime: Runtime,
     /// The runs it was fitted on.
@@ -205,16 +266,6 @@ pub struct FittedOn {
 }
 
 impl Calibration {
-    /// Reads and checks a calibration file's text (`path` names it in messages).
-    pub fn parse(path: &std::path::Path, text: &str) -> crate::error::Result<Calibration> {
-        let c: Calibration = crate::fsutil::parse_yaml(path, text)
-            .map_err(|e| e.hint("write it again with `stepcast calibrate`"))?;
-        c.runtime
-            .validate(&path.display().to_string())
-            .map_err(crate::error::Error::Invalid)?;
-        Ok(c)
-    }
-
     /// How predictions say they are calibrated: "calibrated on N runs, cross-validated x %".
     pub fn summary(&self) -> String {
         let cv = match &self.cross_validated {
@@ -224,7 +275,10 @@ impl Calibration {
             ),
             None => "one family: not cross-validated".into(),
         };
-        format!("calibrated on {} runs ({cv})", self.fitted_on.runs)
+        format!(
+            "calibrated for {} on {} measured runs ({cv})",
+            self.cluster, self.fitted_on.runs
+        )
     }
 }
 
@@ -237,7 +291,7 @@ mod tests {
         let r = Runtime::default();
         r.validate("test").unwrap();
         assert_eq!(r.with_values(r.values()), r);
-        let bad = r.with_values([0.0, 1.0, 1.0, 0.0]);
+        let bad = r.with_values([0.0, 40.0, 1.0, 1.0, 0.0]);
         assert!(bad
             .validate("x.yaml")
             .unwrap_err()

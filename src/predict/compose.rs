@@ -134,10 +134,15 @@ pub fn cost<'a>(
         Attribution::default(),
         Attribution::default(),
     );
-    let mut kernels = 0.0;
+    let (mut kernels, mut collectives) = (0.0, 0.0);
     for (&(call, n), hid) in calls.iter().zip(hidden_of) {
         let t = times.of(call.query) * call.count * n * share(call);
-        kernels += times.kernels[call.query as usize] * call.count * n * share(call);
+        let calls_made = times.kernels[call.query as usize] * call.count * n * share(call);
+        if times.ops[call.query as usize].is_collective() {
+            collectives += calls_made;
+        } else {
+            kernels += calls_made;
+        }
         let exposed = if t > 0.0 { 1.0 - hid / t } else { 1.0 };
         if call.overlapped {
             beside += t;
@@ -169,7 +174,8 @@ pub fn cost<'a>(
     Cost {
         parts,
         hidden_tp_us: hidden,
-        issue_us: kernels * times.runtime.launch_us,
+        issue_us: kernels * times.runtime.launch_us
+            + collectives * times.runtime.collective_launch_us,
         attribution: a_other,
     }
 }

@@ -28,6 +28,8 @@ pub enum Source {
     Learned,
     /// Computed from a trained model of a related call.
     Derived,
+    /// A trained model of another GPU, scaled to this one by the ratio of the two rooflines.
+    Transferred,
     /// The analytic network model scaled by a correction fitted on measured layouts.
     CalibratedAnalytic,
     /// The analytic network model with the cluster's assumed efficiency.
@@ -42,6 +44,7 @@ impl Source {
         match self {
             Source::Learned => "learned",
             Source::Derived => "derived",
+            Source::Transferred => "transferred",
             Source::CalibratedAnalytic => "calibrated analytic",
             Source::Analytic => "analytic",
             Source::Roofline => "roofline",
@@ -75,8 +78,12 @@ pub struct Estimate {
 /// Uncertainty assumed for estimates no measurement backs.
 const ROOFLINE_SIGMA: f64 = 0.35;
 const ANALYTIC_SIGMA: f64 = 0.3;
-/// FlashAttention-2 backward does 2.5× the forward's matmul work (5 GEMMs to 2).
+/// FlashAttention-2 backward does 2.5× the forward's matmul work (5 GEMMs to 2): the ratio
+/// used when no GPU measured both phases.
 const FLASH_BWD_OVER_FWD: f64 = 2.5;
+/// Extra uncertainty of a model carried to another GPU (the A100 ↔ GH200 transfer table in
+/// the README puts its error at this order).
+const TRANSFER_SIGMA: f64 = 0.15;
 
 #[derive(Debug, Clone)]
 struct Calibration {
@@ -89,7 +96,11 @@ struct Calibration {
 pub struct CostModel<'a> {
     cluster: &'a Cluster,
     models: Option<ModelSet>,
+    /// Models of other GPUs for the kernels `models` lacks (nearest first).
+    transfer: Vec<ModelSet>,
     runtime: Runtime,
+    /// How the runtime was calibrated (none: the cluster's defaults).
+    calibrated: Option<String>,
     learned_collectives: bool,
     cache: Mutex<HashMap<OpQuery, Estimate>>,
     calibrations: Mutex<HashMap<(OpKind, bool), Option<Calibration>>>,
@@ -99,14 +110,17 @@ impl<'a> CostModel<'a> {
     /// A cost model of `cluster` with these trained models (none: analytic only).
     pub fn new(cluster: &'a Cluster, models: Option<ModelSet>) -> Self {
         let learned_collectives = cluster.spec.models.as_ref().is_some_and(|m| m.collectives);
-        // a calibration fitted for these models takes precedence over the cluster's defaults
-        let runtime = models
+        // a calibration fitted for this cluster takes precedence over the cluster's defaults
+        let calibration = models
             .as_ref()
-            .and_then(|m| m.calibration.as_ref())
-            .map_or(cluster.spec.runtime, |c| c.runtime);
+            .and_then(|m| m.calibrations.of(&cluster.spec.name));
+        let runtime = calibration.map_or(cluster.spec.runtime, |c| c.runtime);
+        let calibrated = calibration.map(|c| c.summary());
         CostModel {
             cluster,
+            transfer: Vec::new(),
             runtime,
+            calibrated,
             models,
             learned_collectives,
             cache: Mutex::new(HashMap::new()),
@@ -119,10 +133,29 @@ impl<'a> CostModel<'a> {
         self.models.as_ref()
     }
 
-    /// The same costs composed under another runtime (a calibration, or the raw defaults).
+    /// With models of other GPUs answering the kernels this cluster's models lack, nearest
+    /// first (see `Source::Transferred`).
+    pub fn with_transfer(mut self, sets: Vec<ModelSet>) -> Self {
+        self.transfer = sets;
+        self
+    }
+
+    /// The same costs composed under another runtime (no longer the calibrated one).
     pub fn with_runtime(mut self, runtime: Runtime) -> Self {
         self.runtime = runtime;
+        self.calibrated = None;
         self
+    }
+
+    /// The same costs composed under the cluster's default runtime, not its calibration.
+    pub fn uncalibrated(self) -> Self {
+        let runtime = self.cluster.spec.runtime;
+        self.with_runtime(runtime)
+    }
+
+    /// How the runtime was calibrated ("calibrated on N runs (…)"), or none for the defaults.
+    pub fn calibration_summary(&self) -> Option<&str> {
+        self.calibrated.as_deref()
     }
 
     /// The runtime steps are composed under (see `hardware::Runtime`).
@@ -140,7 +173,10 @@ impl<'a> CostModel<'a> {
         } else {
             match self.learned(q)? {
                 Some(e) => e,
-                None => self.roofline(q),
+                None => match self.transferred(q)? {
+                    Some(e) => e,
+                    None => self.roofline(q),
+                },
             }
         };
         if !(e.time_us.is_finite() && e.time_us > 0.0) {
@@ -232,10 +268,23 @@ impl<'a> CostModel<'a> {
             }
             (OpKind::FlashAttention, _) => {
                 let mut e = from_model(m, how, &fwd);
-                e.time_us *= FLASH_BWD_OVER_FWD;
-                e.note = Some(
-                    "2.5 × the learned forward (FlashAttention-2 backward/forward work)".into(),
-                );
+                match self.measured_bwd_ratio(q)? {
+                    Some((ratio, gpu)) => {
+                        e.time_us *= ratio;
+                        e.note = Some(format!(
+                            "{ratio:.2} × the learned forward: the backward/forward ratio {gpu} \
+                             measured at this shape"
+                        ));
+                    }
+                    None => {
+                        e.time_us *= FLASH_BWD_OVER_FWD;
+                        e.note = Some(
+                            "2.5 × the learned forward (FlashAttention-2 backward/forward work; \
+                             no measured ratio)"
+                                .into(),
+                        );
+                    }
+                }
                 e
             }
             _ => return Ok(None),
@@ -244,6 +293,65 @@ impl<'a> CostModel<'a> {
             source: Source::Derived,
             ..derived
         }))
+    }
+
+    /// The backward/forward time ratio of fused attention at `q`'s shape from the first
+    /// transfer set that measured both phases and gives a physical ratio (the backward does
+    /// 2.5× the forward's FLOPs at lower efficiency: 2–5).
+    fn measured_bwd_ratio(&self, q: &OpQuery) -> Result<Option<(f64, String)>> {
+        for set in &self.transfer {
+            let fwd = OpQuery {
+                phase: Phase::Fwd,
+                ..*q
+            };
+            let (Some((mb, hb)), Some((mf, hf))) = (set.lookup(q)?, set.lookup(&fwd)?) else {
+                continue;
+            };
+            let ratio = from_model(mb, hb, q).time_us / from_model(mf, hf, &fwd).time_us;
+            if (2.0..=5.0).contains(&ratio) {
+                return Ok(Some((ratio, set.gpu().name.clone())));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A kernel this cluster's models lack, from the first transfer set that has it: its time
+    /// on that set's GPU times the ratio of the two GPUs' rooflines at this call.
+    fn transferred(&self, q: &OpQuery) -> Result<Option<Estimate>> {
+        let gpu = &self.cluster.spec.gpu;
+        let allowed = self
+            .cluster
+            .spec
+            .models
+            .as_ref()
+            .is_none_or(|m| m.transfers(q));
+        if !allowed {
+            return Ok(None);
+        }
+        for set in &self.transfer {
+            let Some((m, how)) = set.lookup(q)? else {
+                continue;
+            };
+            let (Some(here), Some(there)) = (
+                roofline::device_time_us(q, gpu),
+                roofline::device_time_us(q, set.gpu()),
+            ) else {
+                continue;
+            };
+            let mut e = from_model(m, how, q);
+            e.time_us *= here / there.max(f64::MIN_POSITIVE);
+            e.source = Source::Transferred;
+            e.model = format!("{} on {}", m.key, set.gpu().name);
+            let note = format!("transferred from {} by the roofline ratio", set.gpu().name);
+            e.note = Some(match e.note.take() {
+                Some(n) => format!("{n}; {note}"),
+                None => note,
+            });
+            // a transfer is less certain than the model at home
+            e.sigma_log = (e.sigma_log.powi(2) + TRANSFER_SIGMA.powi(2)).sqrt();
+            return Ok(Some(e));
+        }
+        Ok(None)
     }
 
     fn roofline(&self, q: &OpQuery) -> Estimate {

@@ -92,6 +92,11 @@ pub struct Prediction {
     pub model: String,
     /// Models directory used (none: roofline and analytic only).
     pub models_dir: Option<String>,
+    /// The runtime the step was composed under (host, in-situ efficiency, contention, per-step
+    /// overhead).
+    pub runtime: Runtime,
+    /// How that runtime was calibrated; none: the cluster's defaults (raw physics).
+    pub calibration: Option<String>,
     /// The checked layout.
     pub layout: Layout,
     /// The step and what follows from it.
@@ -222,6 +227,10 @@ pub fn predict(
         gpu: cluster.spec.gpu.name.clone(),
         model: arch.name.clone(),
         models_dir: cost.models().map(|m| m.dir.display().to_string()),
+        runtime: runtime_for(layout, cost),
+        calibration: (layout.rules != Rules::Paper)
+            .then(|| cost.calibration_summary().map(str::to_string))
+            .flatten(),
         layout: layout.clone(),
         metrics: StepMetrics::new(step.step_us, &b, &plan, layout, cluster),
         interval_s: [low / 1e6, high / 1e6],

@@ -120,11 +120,23 @@ pub fn evaluate_watched(
     let mut not_evaluated = Vec::new();
 
     if options.split == SplitKind::None {
+        // models of another GPU predict this one's rows scaled by the ratio of the rooflines
+        let here = &dataset.meta.gpu;
+        let transfer = set.gpu().name != here.name;
         for (i, m) in prepared.rows.iter().enumerate() {
             if let Some((model, _)) = set.lookup(&m.query)? {
                 let p = model.predict(&m.query);
+                let scale = if transfer {
+                    let roofline = |g| crate::analytic::roofline::device_time_us(&m.query, g);
+                    match (roofline(here), roofline(set.gpu())) {
+                        (Some(a), Some(b)) if b > 0.0 => a / b,
+                        _ => 1.0,
+                    }
+                } else {
+                    1.0
+                };
                 predicted[i] = Some(Predicted {
-                    ln_time: p.time_us.ln(),
+                    ln_time: (p.time_us * scale).ln(),
                     out_of_coverage: !p.out_of_coverage.is_empty(),
                     model: model.key,
                 });

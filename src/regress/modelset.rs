@@ -12,7 +12,7 @@ use super::bundle::{self, Reader, BUNDLE_FILE};
 use super::model::{DatasetRef, ModelKey, TrainedModel, Validation};
 use crate::dataset::ReferenceError;
 use crate::error::{Error, Result};
-use crate::hardware::{Calibration, GpuSpec, NetworkSpec};
+use crate::hardware::{Calibrations, GpuSpec, NetworkSpec};
 use crate::ops::{OpQuery, Role};
 
 /// The human-readable summary of a models directory.
@@ -107,8 +107,8 @@ pub enum Match {
 pub struct ModelSet {
     /// The directory.
     pub dir: PathBuf,
-    /// The runtime fitted to measured runs for these models, if any.
-    pub calibration: Option<Calibration>,
+    /// The runtimes fitted to measured runs of the clusters that use these models.
+    pub calibrations: Calibrations,
     reader: Reader,
     slots: BTreeMap<ModelKey, (usize, OnceLock<std::result::Result<TrainedModel, String>>)>,
 }
@@ -239,9 +239,9 @@ impl ModelSet {
         let calibration_path = dir.join(CALIBRATION_FILE);
         let calibration = if calibration_path.is_file() {
             let text = crate::fsutil::read_to_string(&calibration_path)?;
-            Some(Calibration::parse(&calibration_path, &text)?)
+            Calibrations::parse(&calibration_path, &text)?
         } else {
-            None
+            Calibrations::default()
         };
         Ok(Self::over(
             dir.to_path_buf(),
@@ -251,7 +251,7 @@ impl ModelSet {
     }
 
     /// A set whose models are read, each on first use, from `reader`.
-    fn over(dir: PathBuf, reader: Reader, calibration: Option<Calibration>) -> ModelSet {
+    fn over(dir: PathBuf, reader: Reader, calibrations: Calibrations) -> ModelSet {
         let slots = reader
             .index
             .models
@@ -261,7 +261,7 @@ impl ModelSet {
             .collect();
         ModelSet {
             dir,
-            calibration,
+            calibrations,
             reader,
             slots,
         }
@@ -274,8 +274,8 @@ impl ModelSet {
         let dir = PathBuf::from(format!("<built-in models/{name}>"));
         let reader = Reader::from_static(&dir.join(BUNDLE_FILE), bytes)?;
         let calibration = match crate::assets::calibration(name) {
-            Some(text) => Some(Calibration::parse(&dir.join(CALIBRATION_FILE), text)?),
-            None => None,
+            Some(text) => Calibrations::parse(&dir.join(CALIBRATION_FILE), text)?,
+            None => Calibrations::default(),
         };
         Ok(Self::over(dir, reader, calibration))
     }
