@@ -6,7 +6,8 @@ sets the shipped calibration is fitted on (grouped cross-validation: each model 
 predicted by a runtime fitted without it; the other sets on the cluster are held out whole) and
 reports per set: rows, expressible, predicted, raw (the cluster's default runtime) and
 calibrated mean |error|, max and signed bias, and the highest predicted MFU. DGX Cloud is also
-split into BF16 and FP8.
+split into BF16 and FP8, and DGX Cloud, NeMo and torchtitan into dense runs and
+context-parallel ones (cp > 1).
 
 With --check THRESHOLDS.json it fails when a set's calibrated mean |error| is more than one
 point above its threshold (the file commits today's figures), or when a prediction's MFU
@@ -14,6 +15,7 @@ exceeds its GPU's achievable fraction.
 
 Usage: eval-real-runs.py STEPCAST REFERENCE_DATA [--json OUT] [--check THRESHOLDS]"""
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -73,6 +75,16 @@ def main():
             for prec in ("BF16", "FP8"):
                 sub = [x for x in rows if f" {prec} " in x["label"]]
                 groups[f"dgxc {prec}"] = ({"fitted": s["fitted"], "rows": len(sub), "expressible": None}, sub)
+        # dense runs and context-parallel ones (cp > 1) apart, where a set has both
+        for name in ("dgxc", "nemo", "torchtitan"):
+            if name not in groups:
+                continue
+            s, rows = groups[name]
+            cp = [x for x in rows if int((re.search(r" cp(\d+)", x["label"]) or [0, "1"])[1]) > 1]
+            if cp:
+                dense = [x for x in rows if x not in cp]
+                groups[f"{name} dense"] = ({"fitted": s["fitted"], "rows": len(dense), "expressible": None}, dense)
+                groups[f"{name} CP"] = ({"fitted": s["fitted"], "rows": len(cp), "expressible": None}, cp)
         for name, (s, rows) in groups.items():
             pred = [x for x in rows if x.get("raw_s")]
             raw = stats([100 * (x["raw_s"] / x["measured_s"] - 1) for x in pred])

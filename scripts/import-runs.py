@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp", "dp", "cp",
-           "micro_batch", "global_batch", "seq_len", "dtype", "recompute", "zero", "schedule",
+           "cp_comm", "micro_batch", "global_batch", "seq_len", "dtype", "recompute", "zero", "schedule",
            "vpp", "sequence_parallel", "tp_comm_overlap", "measured_step_s", "expressible",
            "reason", "source"]
 
@@ -129,8 +129,6 @@ def dgxc(ref, out):
         reason = ""
         if row["framework"].startswith("MaxText"):
             reason = "MaxText (JAX/XLA) with a custom remat policy: not modelled"
-        elif present(cp) and cp > 1:
-            reason = "context parallelism (not modelled)"
         cpv = int(cp) if present(cp) else 1
         swiglu = row["mlp"] == "swiglu"
         name = model.replace(".", "_")
@@ -188,8 +186,6 @@ def nemo(ref, out):
             reason = "mixture of experts (not modelled)"
         elif row["section"] != "pretrain":
             reason = f"{row['section']} {row['task']} (fine-tuning: not modelled)"
-        elif present(cp) and cp > 1:
-            reason = "context parallelism (not modelled)"
         elif model not in NEMO_PRESETS and model not in dims:
             reason = "architecture not described"
         if model in NEMO_PRESETS:
@@ -209,7 +205,7 @@ def nemo(ref, out):
         dp = n // (tp * pp * cpv)
         precision = row["precision"] or "FP8"
         out.add(set="nemo", family=arch if not arch.startswith("archs/") else model.lower(),
-                label=f"{row['container']} {model} {n} GPUs tp{tp} pp{pp}"
+                label=f"{row['container']} {model} {n} GPUs tp{tp} pp{pp} cp{cpv}"
                 f"{' vp' + str(int(vp)) if present(vp) and vp > 1 else ''} dp{dp} mbs{row['mbs']} "
                 f"gbs{row['gbs']} {precision}", cluster="dgx-h100", model=arch, framework="megatron",
                 tp=tp, pp=pp, dp=dp, cp=cpv, micro_batch=row["mbs"], global_batch=row["gbs"],
@@ -234,8 +230,6 @@ def torchtitan(ref, out):
         else:
             cluster, reason = "", f"{gpu}: no cluster file"
         cp = int(row["cp"] or 1)
-        if not reason and cp > 1:
-            reason = "context parallelism (not modelled)"
         if not reason and row["float8"] not in ("no", "yes", "tensorwise", "yes (FSDP float8 all-gather)"):
             reason = f"float8 {row['float8']} (row-wise scaling: not modelled)"
         name = model.replace(" ", "-").replace(".", "_").lower()
@@ -254,6 +248,8 @@ def torchtitan(ref, out):
                 label=f"{model} {gpu[:16]} {row['n_gpus']} GPUs fsdp{fsdp} tp{tp} pp{pp} cp{cp} "
                 f"{row['precision']} compile {row['torch_compile']} asyncTP {row['async_tp']}",
                 cluster=cluster, model=arch, framework="torchtitan", tp=tp, pp=pp, dp=fsdp, cp=cp,
+                # torchtitan's default context_parallel_rotate_method
+                cp_comm="all-gather",
                 micro_batch=mb, global_batch=row["global_batch_size"], seq_len=row["seq_len"],
                 dtype="bf16" if row["precision"] == "BF16" else "fp8", recompute=recompute, zero=3,
                 schedule="interleaved" if "Interleaved" in sched else "1f1b",

@@ -8,7 +8,9 @@ use std::fmt::Write;
 
 use crate::error::{Error, Result};
 use crate::ops::Dtype;
-use crate::workload::{Activation, Arch, Layout, NormKind, Position, Recompute, Rules, Schedule};
+use crate::workload::{
+    Activation, Arch, CpComm, Layout, NormKind, Position, Recompute, Rules, Schedule,
+};
 
 crate::named_enum!(
     /// The training framework a layout is exported to.
@@ -138,6 +140,16 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let mut arg = |s: String| args.push(s);
     arg(format!("--tensor-model-parallel-size {}", l.tp));
     arg(format!("--pipeline-model-parallel-size {}", l.pp));
+    if l.cp > 1 {
+        arg(format!("--context-parallel-size {}", l.cp));
+        arg(format!(
+            "--cp-comm-type {}",
+            match l.cp_comm {
+                CpComm::P2p => "p2p",
+                CpComm::AllGather => "all_gather",
+            }
+        ));
+    }
     if l.vpp > 1 {
         arg(format!(
             "--num-layers-per-virtual-pipeline-stage {}",
@@ -299,6 +311,17 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         "trainer.strategy.pipeline_model_parallel_size",
         l.pp.to_string(),
     );
+    set("trainer.strategy.context_parallel_size", l.cp.to_string());
+    if l.cp > 1 {
+        set(
+            "model.config.cp_comm_type",
+            match l.cp_comm {
+                CpComm::P2p => "\"p2p\"",
+                CpComm::AllGather => "\"all_gather\"",
+            }
+            .to_string(),
+        );
+    }
     set(
         "trainer.strategy.virtual_pipeline_model_parallel_size",
         if l.vpp > 1 {
@@ -519,9 +542,19 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         out,
         "[parallelism]\ndata_parallel_replicate_degree = {replicate}\n\
          data_parallel_shard_degree = {shard}\ntensor_parallel_degree = {}\n\
-         context_parallel_degree = 1\npipeline_parallel_degree = {}",
-        l.tp, l.pp
+         context_parallel_degree = {}\npipeline_parallel_degree = {}",
+        l.tp, l.cp, l.pp
     );
+    if l.cp > 1 {
+        let _ = writeln!(
+            out,
+            "context_parallel_rotate_method = \"{}\"",
+            match l.cp_comm {
+                CpComm::P2p => "alltoall",
+                CpComm::AllGather => "allgather",
+            }
+        );
+    }
     if l.pp > 1 {
         let _ = writeln!(
             out,

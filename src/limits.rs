@@ -4,6 +4,8 @@
 /// Largest tensor-, pipeline- or data-parallel degree: far beyond any cluster, small enough
 /// that products of degrees and batch sizes cannot overflow.
 pub const MAX_DEGREE: u64 = 1 << 20;
+/// Most GPUs a layout may span (tp·cp·pp·dp), far beyond any cluster.
+pub const MAX_WORLD: u64 = 1 << 32;
 /// Largest micro-batch (sequences).
 pub const MAX_MICRO_BATCH: u64 = 1 << 16;
 /// Most micro-batches per step on one pipeline (gradient accumulation).

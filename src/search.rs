@@ -1,9 +1,10 @@
-//! Layout search: every tp × pp × dp × micro-batch × chunks × schedule × recompute × sequence
+//! Layout search: every tp × cp × pp × dp × micro-batch × chunks × schedule × recompute × sequence
 //! parallelism × ZeRO stage of a model on N GPUs at a global batch. A candidate that cannot run
 //! is skipped by the rule `Layout::new` names (heads divisible by tp, layers ≥ pp, the global
 //! batch divisible by micro-batch × dp, …: one rulebook); one that runs but is never worth it by
 //! MoFa's pruning rules (§4.1: tp within a node, at least pp micro-batches, no FSDP with
-//! pipeline stages); then by memory. The survivors are predicted in parallel and ranked by step
+//! pipeline stages; for context parallelism, no context shard under 1,024 tokens); then by
+//! memory. The survivors are predicted in parallel and ranked by step
 //! time or by end-to-end run time.
 
 use std::collections::BTreeMap;
@@ -27,6 +28,9 @@ use crate::workload::{Arch, Layout, ParallelSpec, Recompute, Schedule};
 pub struct SearchSpace {
     pub tp: Option<Vec<u64>>,
     pub pp: Option<Vec<u64>>,
+    /// Context-parallel degrees (`None`: 1, and for sequences of 8,192 tokens or more also
+    /// 2, 4, 8 and 16).
+    pub cp: Option<Vec<u64>>,
     pub micro_batch: Vec<u64>,
     pub schedules: Vec<Schedule>,
     pub recompute: Vec<Recompute>,
@@ -40,7 +44,7 @@ impl SearchSpace {
     /// Checks every value the user listed, for `gpus` GPUs.
     pub fn validate(&self, gpus: u64) -> Result<()> {
         let bad = |m: String| Err(Error::Invalid(m));
-        for (flag, values) in [("--tp", &self.tp), ("--pp", &self.pp)] {
+        for (flag, values) in [("--tp", &self.tp), ("--pp", &self.pp), ("--cp", &self.cp)] {
             for &v in values.iter().flatten() {
                 if v == 0 || !gpus.is_multiple_of(v) {
                     let all: Vec<String> = divisors(gpus).iter().map(u64::to_string).collect();
@@ -91,6 +95,7 @@ impl Default for SearchSpace {
         SearchSpace {
             tp: None,
             pp: None,
+            cp: None,
             micro_batch: vec![1, 2, 4, 8],
             schedules: vec![Schedule::OneFOneB, Schedule::Interleaved, Schedule::ZbH1],
             recompute: vec![Recompute::None, Recompute::Selective, Recompute::Full],
@@ -236,16 +241,29 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
     let all = divisors(req.gpus);
     let tps = s.tp.clone().unwrap_or_else(|| all.clone());
     let pps = s.pp.clone().unwrap_or_else(|| all.clone());
+    let seq_len = req.base.seq_len.unwrap_or(req.arch.seq_len);
+    let cps = s.cp.clone().unwrap_or_else(|| {
+        if seq_len >= 8192 {
+            [1, 2, 4, 8, 16]
+                .into_iter()
+                .filter(|&c| req.gpus.is_multiple_of(c))
+                .collect()
+        } else {
+            vec![1]
+        }
+    });
     let mut out = Vec::new();
-    for &tp in &tps {
-        for &pp in &pps {
-            if tp
-                .checked_mul(pp)
-                .is_none_or(|tp_pp| tp_pp == 0 || !req.gpus.is_multiple_of(tp_pp))
-            {
+    for (&tp, &pp, &cp) in tps
+        .iter()
+        .flat_map(|tp| pps.iter().map(move |pp| (tp, pp)))
+        .flat_map(|(tp, pp)| cps.iter().map(move |cp| (tp, pp, cp)))
+    {
+        {
+            let model_parallel = tp.checked_mul(pp).and_then(|x| x.checked_mul(cp));
+            if model_parallel.is_none_or(|n| n == 0 || !req.gpus.is_multiple_of(n)) {
                 continue;
             }
-            let dp = req.gpus / (tp * pp);
+            let dp = req.gpus / (tp * pp * cp);
             // chunk counts the interleaved schedule can use here
             let vpps: Vec<u64> = if pp > 1 && req.arch.layers.is_multiple_of(pp) {
                 divisors(req.arch.layers / pp)
@@ -272,6 +290,7 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
                                         tp: Some(tp),
                                         pp: Some(pp),
                                         dp: Some(dp),
+                                        cp: Some(cp),
                                         micro_batch: Some(mb),
                                         vpp: Some(vpp),
                                         schedule: Some(schedule),
@@ -302,6 +321,10 @@ fn not_worth_it(layout: &Layout, cluster: &Cluster) -> Option<&'static str> {
     }
     if layout.zero == 3 && layout.pp > 1 {
         return Some("ZeRO-3 (FSDP) with pipeline stages");
+    }
+    if layout.cp > 1 && layout.local_seq_len() < 1024 {
+        // the ring's per-step attention is too small to hide its K/V exchange
+        return Some("context shard under 1,024 tokens");
     }
     None
 }
@@ -479,6 +502,37 @@ mod tests {
             "{:?}",
             r.pruned
         );
+    }
+
+    #[test]
+    fn long_sequences_explore_context_parallelism() {
+        let c = cluster();
+        let arch = Arch::resolve("llama2-7b").unwrap();
+        let cost = CostModel::new(&c, None);
+        let mut req = request(&arch, &c, 16, 16);
+        req.base.seq_len = Some(32768);
+        req.space.micro_batch = vec![1];
+        req.space.zero = vec![1];
+        req.space.schedules = vec![Schedule::OneFOneB];
+        let r = search(&req, &cost).unwrap();
+        // at 32k tokens layouts with cp > 1 are enumerated and predicted
+        let best = r.best().unwrap();
+        assert!(
+            r.rows
+                .iter()
+                .any(|row| row.status == Status::Predicted && row.layout.cp > 1),
+            "no cp > 1 predicted"
+        );
+        assert_eq!(best.layout.world, 16);
+        // short sequences do not try it unless asked, and a shard under 1,024 tokens is pruned
+        let mut req = request(&arch, &c, 16, 16);
+        req.base.seq_len = Some(4096);
+        req.space.cp = Some(vec![1, 8]);
+        let r = search(&req, &cost).unwrap();
+        assert!(r.pruned.contains_key("context shard under 1,024 tokens"));
+        req.space.cp = None;
+        let r = search(&req, &cost).unwrap();
+        assert!(r.rows.iter().all(|row| row.layout.cp == 1));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use serde::Serialize;
 pub enum Class {
     Compute,
     TpComm,
+    /// Context-parallel K/V exchange (ring attention).
+    CpComm,
     PpComm,
     DpComm,
     Optimizer,
@@ -20,6 +22,7 @@ pub enum Class {
 pub struct ClassTimes {
     pub compute: f64,
     pub tp_comm: f64,
+    pub cp_comm: f64,
     pub pp_comm: f64,
     pub dp_comm: f64,
     pub optimizer: f64,
@@ -30,6 +33,7 @@ impl ClassTimes {
         ClassTimes {
             compute: self.compute + o.compute,
             tp_comm: self.tp_comm + o.tp_comm,
+            cp_comm: self.cp_comm + o.cp_comm,
             pp_comm: self.pp_comm + o.pp_comm,
             dp_comm: self.dp_comm + o.dp_comm,
             optimizer: self.optimizer + o.optimizer,
@@ -40,6 +44,7 @@ impl ClassTimes {
         match class {
             Class::Compute => self.compute += t,
             Class::TpComm => self.tp_comm += t,
+            Class::CpComm => self.cp_comm += t,
             Class::PpComm => self.pp_comm += t,
             Class::DpComm => self.dp_comm += t,
             Class::Optimizer => self.optimizer += t,
@@ -47,13 +52,14 @@ impl ClassTimes {
     }
 
     pub fn total(&self) -> f64 {
-        self.compute + self.tp_comm + self.pp_comm + self.dp_comm + self.optimizer
+        self.compute + self.tp_comm + self.cp_comm + self.pp_comm + self.dp_comm + self.optimizer
     }
 
     pub fn scaled(&self, k: f64) -> ClassTimes {
         ClassTimes {
             compute: self.compute * k,
             tp_comm: self.tp_comm * k,
+            cp_comm: self.cp_comm * k,
             pp_comm: self.pp_comm * k,
             dp_comm: self.dp_comm * k,
             optimizer: self.optimizer * k,
@@ -66,6 +72,8 @@ impl ClassTimes {
 pub struct Breakdown {
     pub compute: f64,
     pub tp_comm: f64,
+    /// Context-parallel K/V exchange not hidden behind the attention chunks.
+    pub cp_comm: f64,
     pub pp_comm: f64,
     pub dp_comm: f64,
     pub optimizer: f64,
@@ -78,6 +86,7 @@ impl Breakdown {
     pub fn total(&self) -> f64 {
         self.compute
             + self.tp_comm
+            + self.cp_comm
             + self.pp_comm
             + self.dp_comm
             + self.optimizer
@@ -89,6 +98,7 @@ impl Breakdown {
         Breakdown {
             compute: self.compute * k,
             tp_comm: self.tp_comm * k,
+            cp_comm: self.cp_comm * k,
             pp_comm: self.pp_comm * k,
             dp_comm: self.dp_comm * k,
             optimizer: self.optimizer * k,
@@ -97,10 +107,11 @@ impl Breakdown {
         }
     }
 
-    /// Bubble over the busy pipeline time (compute, TP and PP communication): (pp − 1)/m for
-    /// balanced 1F1B.
+    /// Bubble over the busy pipeline time (compute, TP, CP and PP communication): (pp − 1)/m
+    /// for balanced 1F1B.
     pub fn bubble_ratio(&self) -> f64 {
-        self.bubble / (self.compute + self.tp_comm + self.pp_comm).max(f64::MIN_POSITIVE)
+        self.bubble
+            / (self.compute + self.tp_comm + self.cp_comm + self.pp_comm).max(f64::MIN_POSITIVE)
     }
 }
 

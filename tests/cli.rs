@@ -906,3 +906,79 @@ fn export_writes_each_frameworks_launch_from_flags_or_a_search() {
     );
     assert_user_error(&out, &["GPipe", "--schedule 1f1b"]);
 }
+
+#[test]
+fn context_parallelism_and_node_counts_as_users_give_them() {
+    let job = |extra: &[&str]| -> Vec<String> {
+        [
+            "--cluster",
+            "dgx-h100",
+            "--model",
+            "llama3-8b",
+            "--tp",
+            "2",
+            "--cp",
+            "2",
+            "--dp",
+            "2",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "8",
+            "--seq-len",
+            "32768",
+            "--sequence-parallel",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let args = |cmd: &str, extra: &[&str]| -> Vec<String> {
+        std::iter::once(cmd.to_string()).chain(job(extra)).collect()
+    };
+    let call = |v: Vec<String>| stepcast(&v.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = call(args("predict", &[]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("tp 2 · cp 2 (p2p) · pp 1 · dp 2 = 8 GPUs"),
+        "{text}"
+    );
+    assert!(text.contains("CP comm"), "{text}");
+    // the all-gather variant exposes its exchange
+    let out = call(args("predict", &["--cp-comm", "all-gather"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("cp 2 (all-gather)"));
+    // export carries cp to every framework
+    let m = stdout(&call(args("export", &["--format", "megatron"])));
+    assert!(
+        m.contains("--context-parallel-size 2") && m.contains("--cp-comm-type p2p"),
+        "{m}"
+    );
+    let n = stdout(&call(args("export", &["--format", "nemo"])));
+    assert!(n.contains("context_parallel_size = 2"), "{n}");
+    // a sequence the chunks do not divide, and a cluster too small once --nodes shrinks it
+    let mut odd = args("predict", &[]);
+    let seq = odd.iter().position(|a| a == "--seq-len").unwrap();
+    odd[seq + 1] = "32766".into();
+    assert_user_error(&call(odd), &["2·cp = 4 chunks", "seq-len 32766"]);
+    assert_user_error(
+        &call(args("predict", &["--nodes", "0"])),
+        &["--nodes 0", "between 1 and"],
+    );
+    let out = call(args("predict", &["--nodes", "1"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut bigger = job(&["--nodes", "1"]);
+    let dp = bigger.iter().position(|a| a == "--dp").unwrap();
+    bigger[dp + 1] = "4".into();
+    let out = call(
+        std::iter::once("predict".to_string())
+            .chain(bigger)
+            .collect(),
+    );
+    assert_user_error(
+        &out,
+        &["tp·cp·pp·dp = 2·2·1·4 = 16 GPUs", "1 nodes × 8", "--nodes"],
+    );
+}

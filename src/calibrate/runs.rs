@@ -17,7 +17,8 @@
 //! | `expressible` | `false` for rows stepcast cannot express (kept so counts are honest) |
 //! | `reason` | why not |
 //!
-//! Optional: `framework`, `cp` (rows with cp > 1 are not expressible), `source`.
+//! Optional: `framework`, `cp` (context-parallel degree, default 1), `cp_comm` (p2p or
+//! all-gather, default p2p), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -62,6 +63,8 @@ struct Row {
     dp: u64,
     #[serde(default)]
     cp: Option<u64>,
+    #[serde(default)]
+    cp_comm: String,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -109,16 +112,17 @@ impl Row {
                 self.tp_comm_overlap
             ));
         }
-        let mut not_expressible = (!flag("expressible", &self.expressible)?).then(|| {
+        let not_expressible = (!flag("expressible", &self.expressible)?).then(|| {
             if self.reason.is_empty() {
                 "marked not expressible".into()
             } else {
                 self.reason.clone()
             }
         });
-        if self.cp.is_some_and(|cp| cp > 1) && not_expressible.is_none() {
-            not_expressible = Some("context parallelism (not modelled)".into());
-        }
+        let cp_comm = match self.cp_comm.trim() {
+            "" => None,
+            s => Some(s.parse().map_err(|e| format!("cp_comm: {e}"))?),
+        };
         let model = if self.model.contains('/')
             || self.model.ends_with(".yaml")
             || self.model.ends_with(".json")
@@ -147,6 +151,8 @@ impl Row {
                 tp: Some(self.tp),
                 pp: Some(self.pp),
                 dp: Some(self.dp),
+                cp: self.cp,
+                cp_comm,
                 micro_batch: Some(self.micro_batch),
                 global_batch: Some(self.global_batch),
                 seq_len: Some(self.seq_len),

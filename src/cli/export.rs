@@ -15,7 +15,9 @@ use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, PredictOptions};
-use stepcast::workload::{Arch, Layout, ParallelSpec, Partition, Recompute, Rules, Schedule};
+use stepcast::workload::{
+    Arch, CpComm, Layout, ParallelSpec, Partition, Recompute, Rules, Schedule,
+};
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
@@ -151,6 +153,10 @@ struct RowLayout {
     tp: u64,
     pp: u64,
     dp: u64,
+    #[serde(default = "one")]
+    cp: u64,
+    #[serde(default)]
+    cp_comm: Option<CpComm>,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -164,6 +170,10 @@ struct RowLayout {
     schedule: Schedule,
     vpp: u64,
     overlap: RowOverlap,
+}
+
+fn one() -> u64 {
+    1
 }
 
 #[derive(Deserialize)]
@@ -233,6 +243,8 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         tp: Some(r.tp),
         pp: Some(r.pp),
         dp: Some(r.dp),
+        cp: Some(r.cp),
+        cp_comm: r.cp_comm,
         micro_batch: Some(r.micro_batch),
         global_batch: Some(r.global_batch),
         micro_batches: None,

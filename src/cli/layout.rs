@@ -10,7 +10,9 @@ use serde::Deserialize;
 
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
-use stepcast::workload::{Arch, Layout, ParallelSpec, Partition, Recompute, Rules, Schedule};
+use stepcast::workload::{
+    Arch, CpComm, Layout, ParallelSpec, Partition, Recompute, Rules, Schedule,
+};
 
 #[derive(Debug, Args)]
 pub struct JobArgs {
@@ -25,12 +27,24 @@ pub struct JobArgs {
     /// Job file holding cluster, model and parallel settings; flags override it.
     #[arg(long)]
     pub job: Option<PathBuf>,
+    /// Nodes the job may use, in place of the cluster file's count (e.g. the 8 nodes of a
+    /// 64-GPU run on a larger machine).
+    #[arg(long, allow_negative_numbers = true)]
+    pub nodes: Option<i64>,
     #[arg(long, allow_negative_numbers = true)]
     pub tp: Option<u64>,
     #[arg(long, allow_negative_numbers = true)]
     pub pp: Option<u64>,
     #[arg(long, allow_negative_numbers = true)]
     pub dp: Option<u64>,
+    /// Context parallelism (Megatron-Core ring attention): each sequence split over cp ranks,
+    /// keys and values passed around the ring beside the attention [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub cp: Option<u64>,
+    /// How context-parallel ranks exchange keys and values: p2p (a ring beside the attention,
+    /// Megatron's default) or all-gather (torchtitan's default) [default: p2p].
+    #[arg(long, value_parser = named::<CpComm>())]
+    pub cp_comm: Option<CpComm>,
     /// Sequences per micro-batch.
     #[arg(long, allow_negative_numbers = true)]
     pub micro_batch: Option<u64>,
@@ -91,6 +105,8 @@ pub struct JobArgs {
 #[serde(deny_unknown_fields)]
 struct JobFile {
     cluster: Option<PathBuf>,
+    /// Nodes the job may use (overrides the cluster file's count).
+    nodes: Option<i64>,
     model: Option<String>,
     #[serde(default)]
     parallel: ParallelSpec,
@@ -163,6 +179,8 @@ impl JobArgs {
             tp: self.tp,
             pp: self.pp,
             dp: self.dp,
+            cp: self.cp,
+            cp_comm: self.cp_comm,
             micro_batch: self.micro_batch,
             global_batch: self.global_batch,
             micro_batches: self.micro_batches,
@@ -182,7 +200,10 @@ impl JobArgs {
             tp_comm_overlap: self.tp_comm_overlap,
         };
         let spec = job.parallel.overridden_by(flags);
-        let cluster = Cluster::load(&cluster_path)?;
+        let mut cluster = Cluster::load(&cluster_path)?;
+        if let Some(nodes) = self.nodes.or(job.nodes) {
+            cluster = cluster.with_nodes(nodes)?;
+        }
         let arch = Arch::resolve(&model)?;
         let layout = Layout::new(&spec, &arch, &cluster)?;
         let mut inputs: Vec<_> = self
@@ -277,8 +298,13 @@ pub fn describe(job: &Job) -> String {
     } else {
         String::new()
     };
+    let cp = if l.cp > 1 {
+        format!(" · cp {} ({})", l.cp, l.cp_comm)
+    } else {
+        String::new()
+    };
     format!(
-        "layout   tp {} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
+        "layout   tp {}{cp} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
          \x20        {}, recompute {}, {} partition {:?}, ZeRO {}{}, schedule {}{chunks}",
         l.tp,
         l.pp,

@@ -194,6 +194,12 @@ fn print_prediction(
         part("TP comm", b.tp_comm),
         part("PP comm", b.pp_comm)
     );
+    if b.cp_comm > 0.0 || l.cp > 1 {
+        println!(
+            "              {} (K/V exchange of context parallelism not hidden behind attention)",
+            part("CP comm", b.cp_comm)
+        );
+    }
     println!(
         "              {}, {}, {}",
         part("DP comm", b.dp_comm),

@@ -21,8 +21,9 @@ fn summary_table(p: &Prediction) -> String {
         (
             "layout",
             format!(
-                "tp {} · pp {} · dp {} = {}, micro-batch {} × {}, {} schedule{}",
+                "tp {} · cp {} · pp {} · dp {} = {}, micro-batch {} × {}, {} schedule{}",
                 p.layout.tp,
+                p.layout.cp,
                 p.layout.pp,
                 p.layout.dp,
                 super::output::count(p.layout.world, "GPU", "GPUs"),
@@ -49,8 +50,8 @@ fn summary_table(p: &Prediction) -> String {
         (
             "breakdown",
             format!(
-                "compute {:.3} s, TP {:.3}, PP {:.3}, DP {:.3}, optimizer {:.3}, bubble {:.3} s ({:.1} % of busy time)",
-                b.compute, b.tp_comm, b.pp_comm, b.dp_comm, b.optimizer, b.bubble, 100.0 * p.metrics.bubble_ratio
+                "compute {:.3} s, TP {:.3}, CP {:.3}, PP {:.3}, DP {:.3}, optimizer {:.3}, bubble {:.3} s ({:.1} % of busy time)",
+                b.compute, b.tp_comm, b.cp_comm, b.pp_comm, b.dp_comm, b.optimizer, b.bubble, 100.0 * p.metrics.bubble_ratio
             ),
         ),
         (
@@ -189,6 +190,7 @@ pub fn search_page(
     for h in [
         "#",
         "tp",
+        "cp",
         "pp",
         "dp",
         "mb",
@@ -222,9 +224,10 @@ pub fn search_page(
             .unwrap_or_default();
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{interval}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{interval}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
             i + 1,
             r.layout.tp,
+            r.layout.cp,
             r.layout.pp,
             r.layout.dp,
             r.layout.micro_batch,

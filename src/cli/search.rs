@@ -46,6 +46,10 @@ pub struct SearchArgs {
     /// Pipeline degrees to try [every divisor of --gpus].
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub pp: Option<Vec<u64>>,
+    /// Context-parallel degrees to try [1; and 2, 4, 8, 16 for sequences of 8,192 tokens or
+    /// more].
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    pub cp: Option<Vec<u64>>,
     /// Micro-batch sizes to try.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub micro_batch: Vec<u64>,
@@ -112,6 +116,7 @@ struct CsvRow<'a> {
     rank: usize,
     status: &'static str,
     tp: u64,
+    cp: u64,
     pp: u64,
     dp: u64,
     micro_batch: u64,
@@ -159,6 +164,7 @@ fn write_csv(path: &std::path::Path, report: &SearchReport) -> anyhow::Result<()
                 rank: i + 1,
                 status: status_name(r.status),
                 tp: r.layout.tp,
+                cp: r.layout.cp,
                 pp: r.layout.pp,
                 dp: r.layout.dp,
                 micro_batch: r.layout.micro_batch,
@@ -200,6 +206,9 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
         r.layout.micro_batch,
         args.global_batch
     );
+    if r.layout.cp > 1 {
+        cmd += &format!(" --cp {}", r.layout.cp);
+    }
     if r.layout.vpp > 1 {
         cmd += &format!(" --vpp {}", r.layout.vpp);
     } else {
@@ -266,6 +275,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         space: SearchSpace {
             tp: args.tp.clone(),
             pp: args.pp.clone(),
+            cp: args.cp.clone(),
             micro_batch: args.micro_batch.clone(),
             schedules: args.schedule.clone(),
             recompute: args.recompute.clone(),
@@ -394,6 +404,7 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
     let mut header = vec![
         "#",
         "tp",
+        "cp",
         "pp",
         "dp",
         "mb",
@@ -428,6 +439,7 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
         let mut cells = vec![
             (i + 1).to_string(),
             r.layout.tp.to_string(),
+            r.layout.cp.to_string(),
             r.layout.pp.to_string(),
             r.layout.dp.to_string(),
             r.layout.micro_batch.to_string(),
@@ -469,13 +481,16 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
         t.add_row(cells);
     }
     align_numbers(&mut t, 1);
-    // least needed first: the run columns, free memory, bubble, tokens/s, m, vpp, SP, rank
-    let mut droppable: Vec<usize> = if with_run {
-        vec![18, 17, 16]
-    } else {
-        Vec::new()
-    };
-    droppable.extend([15, 14, 12, 5, 6, 9, 0]);
+    // least needed first: cp when no row uses it, the run columns, free memory, bubble,
+    // tokens/s, m, vpp, SP, rank
+    let mut droppable: Vec<usize> = Vec::new();
+    if report.rows.iter().all(|r| r.layout.cp == 1) {
+        droppable.push(2);
+    }
+    if with_run {
+        droppable.extend([19, 18, 17]);
+    }
+    droppable.extend([16, 15, 13, 6, 7, 10, 0]);
     let hidden = super::output::fit(&mut t, &droppable);
     println!("{t}");
     if let Some(h) = hidden {

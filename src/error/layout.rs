@@ -19,11 +19,13 @@ pub enum LayoutError {
     },
 
     #[error(
-        "tp·pp·dp = {tp}·{pp}·{dp} = {world} GPUs, but {cluster} has {gpus} ({nodes} nodes × \
-         {gpus_per_node}): lower dp (at most {max_dp}) or use a larger cluster"
+        "tp·cp·pp·dp = {tp}·{cp}·{pp}·{dp} = {world} GPUs, but {cluster} has {gpus} ({nodes} \
+         nodes × {gpus_per_node}): lower dp (at most {max_dp}), or give --nodes, or use a larger \
+         cluster"
     )]
     TooManyGpus {
         tp: u64,
+        cp: u64,
         pp: u64,
         dp: u64,
         world: u64,
@@ -148,6 +150,26 @@ pub enum LayoutError {
     TpOverlapNeedsSequenceParallel,
 
     #[error(
+        "context parallelism splits each sequence into 2·cp = {chunks} chunks (causal load \
+         balancing): seq-len {seq_len} is not a multiple; use a seq-len that is, or cp ∈ \
+         {{{divisors}}}"
+    )]
+    SeqNotDivisibleByCp {
+        seq_len: u64,
+        chunks: u64,
+        divisors: String,
+    },
+
+    #[error(
+        "context parallelism needs a fused (flash) attention: {model} uses unfused attention; \
+         give attention: flash in its architecture, or drop --cp"
+    )]
+    CpNeedsFlashAttention { model: String },
+
+    #[error("the paper's rules (GPT-NeoX + DeepSpeed) have no context parallelism: drop --cp or use --rules megatron")]
+    CpUnderPaperRules,
+
+    #[error(
         "dp-bucket-elements = {0}: give between {MIN_BUCKET_ELEMENTS} and {MAX_BUCKET_ELEMENTS} \
          elements per bucket (Megatron's default is 40,000,000)"
     )]
@@ -182,6 +204,10 @@ impl LayoutError {
                 "parameter-gather overlap without a distributed optimizer"
             }
             TpOverlapNeedsSequenceParallel => "TP overlap needs sequence parallelism",
+            SeqNotDivisibleByCp { .. } => "seq-len not divisible by 2·cp",
+            CpNeedsFlashAttention { .. } | CpUnderPaperRules => {
+                "context parallelism without fused attention or under the paper's rules"
+            }
             BucketSize(_) => "bucket size out of range",
         }
     }

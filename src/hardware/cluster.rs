@@ -257,6 +257,19 @@ impl Cluster {
         })
     }
 
+    /// The same cluster with `nodes` nodes for this job (`--nodes`), checked as the file's
+    /// count is.
+    pub fn with_nodes(mut self, nodes: i64) -> Result<Cluster> {
+        if !(1..=1_000_000).contains(&nodes) {
+            return Err(Error::Invalid(format!(
+                "--nodes {nodes}: give between 1 and 1000000 nodes (the job's share of {})",
+                self.spec.name
+            )));
+        }
+        self.spec.nodes = nodes as u32;
+        Ok(self)
+    }
+
     pub fn total_gpus(&self) -> u64 {
         self.spec.gpus_per_node as u64 * self.spec.nodes as u64
     }

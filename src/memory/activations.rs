@@ -38,11 +38,11 @@ impl LayerActivations {
 
 /// Elements of the hidden state of a micro-batch: s·b·h.
 fn sbh(arch: &Arch, layout: &Layout) -> f64 {
-    (layout.seq_len * layout.micro_batch * arch.hidden) as f64
+    (layout.local_seq_len() * layout.micro_batch * arch.hidden) as f64
 }
 
 pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
-    let (s, b) = (layout.seq_len as f64, layout.micro_batch as f64);
+    let (s, b) = (layout.local_seq_len() as f64, layout.micro_batch as f64);
     let t = layout.tp as f64;
     let h = sbh(arch, layout);
     // replicated over the TP ranks unless sequence parallelism splits them
@@ -158,7 +158,7 @@ pub fn embedding_extra(arch: &Arch, layout: &Layout) -> f64 {
     } else {
         1.0
     };
-    let tokens = (layout.seq_len * layout.micro_batch) as f64;
+    let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
     8.0 * tokens
         + if arch.dropout {
             sbh(arch, layout) * rep
@@ -176,13 +176,13 @@ pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
     } else {
         1.0
     };
-    let tokens = (layout.seq_len * layout.micro_batch) as f64;
+    let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
     4.0 * sbh(arch, layout) * rep + 4.0 * tokens * arch.padded_vocab(layout.tp) as f64 / t
 }
 
 /// The 16-bit logits the LM head produces before the loss converts them to fp32: transient.
 pub fn head_transient(arch: &Arch, layout: &Layout) -> f64 {
-    let tokens = (layout.seq_len * layout.micro_batch) as f64;
+    let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
     2.0 * tokens * arch.padded_vocab(layout.tp) as f64 / layout.tp as f64
 }
 
@@ -251,6 +251,44 @@ mod tests {
         let sbh = 2048.0 * 12288.0;
         let ffn_over_h = 49152.0 / 12288.0;
         assert_eq!(layer(&a, &l).total(), sbh * (18.0 + 4.0 * ffn_over_h) / 8.0);
+    }
+
+    #[test]
+    fn context_parallel_ranks_store_their_share_of_the_sequence() {
+        // Megatron's per-layer sbh(18 + 4·ffn/h)/t (selective recompute, sequence parallel,
+        // dropout masks) with each of cp ranks holding s/cp tokens: sbh(18 + 4·ffn/h)/(t·cp);
+        // context parallelism needs fused attention, whose stored tensors under selective
+        // recompute are the same 34 sbh/t
+        let mut a = gpt3_as_in_the_paper();
+        a.attention = AttentionImpl::Flash;
+        let with_cp = |cp: u64| {
+            let s = ParallelSpec {
+                tp: Some(8),
+                pp: Some(8),
+                dp: Some(1),
+                cp: Some(cp),
+                micro_batch: Some(1),
+                micro_batches: Some(8),
+                seq_len: Some(16384),
+                sequence_parallel: Some(true),
+                recompute: Some(Recompute::Selective),
+                ..Default::default()
+            };
+            Layout::new(&s, &a, &cluster()).unwrap()
+        };
+        let sbh = 16384.0 * 12288.0;
+        for cp in [1u64, 2, 4, 8] {
+            let stored = layer(&a, &with_cp(cp)).total();
+            assert_eq!(
+                stored,
+                sbh * (18.0 + 4.0 * 4.0) / (8.0 * cp as f64),
+                "cp {cp}"
+            );
+        }
+        // and every term scales: cp 4 at 16k stores what cp 1 stores at 4k
+        let mut short = with_cp(1);
+        short.seq_len = 4096;
+        assert_eq!(layer(&a, &with_cp(4)).total(), layer(&a, &short).total());
     }
 
     #[test]

@@ -85,8 +85,8 @@ impl MemoryReport {
 /// Bytes per parameter held for weights, gradients and optimizer states.
 fn bytes_per_param(layout: &Layout) -> (f64, f64, f64) {
     let sharded = |stage: u8| {
-        if layout.zero >= stage && layout.dp > 1 {
-            layout.dp as f64
+        if layout.zero >= stage && layout.grad_replicas() > 1 {
+            layout.grad_replicas() as f64
         } else {
             1.0
         }
@@ -169,6 +169,7 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
         layout.tp > 1,
         layout.pp > 1,
         layout.dp > 1,
+        layout.cp > 1,
         layout.tp > 1 && layout.pp > 1,
     ]
     .iter()
@@ -186,7 +187,7 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
             if placement[last] == r {
                 transient = transient.max(activations::head_transient(arch, layout));
             }
-            if layout.zero >= 3 && layout.dp > 1 {
+            if layout.zero >= 3 && layout.grad_replicas() > 1 {
                 // FSDP gathers the next layer's weights while the current one runs
                 transient += 2.0 * 2.0 * plan.layer.params as f64;
             }

@@ -1,14 +1,15 @@
 //! The repeated blocks of a model on one tensor-parallel rank, per micro-batch: a transformer
 //! layer, the embedding and the head.
 //!
-//! Per layer, with b = micro-batch, s = sequence, d = hidden, h / g = query / key-value heads
+//! Per layer, with b = micro-batch, s = the rank's share of the sequence (seq-len / cp), d = hidden, h / g = query / key-value heads
 //! on the rank, hd = head size, f = MLP size on the rank, t = tp: norm, QKV GEMM, RoPE,
 //! attention (flash, or scores GEMM + scale-mask-softmax + context GEMM), output GEMM, TP
 //! all-reduce (or all-gather + reduce-scatter with sequence parallelism), residual add, norm,
 //! MLP up GEMM, GELU or SwiGLU, MLP down GEMM, TP communication, residual add. The backward
 //! mirrors it; full recomputation repeats the forward before it, selective recomputation the
 //! attention core. Under FSDP (ZeRO-3) each layer gathers its weights before its forward and
-//! backward and reduce-scatters its gradients, beside the compute.
+//! backward and reduce-scatters its gradients, beside the compute. With context parallelism
+//! the attention runs as ring attention (see `ring_attention`).
 
 use super::groups::Groups;
 use super::{Block, Builder, Call};
@@ -17,7 +18,7 @@ use crate::ops::{
 };
 use crate::timing::Class;
 use crate::workload::{
-    Activation, Arch, AttentionImpl, Layout, NormKind, Position, Recompute, Rules,
+    Activation, Arch, AttentionImpl, CpComm, Layout, NormKind, Position, Recompute, Rules,
 };
 
 /// The sizes one rank works with.
@@ -26,6 +27,9 @@ pub(super) struct Dims {
     s: u64,
     d: u64,
     t: u64,
+    /// Context-parallel ranks the sequence is split over.
+    cp: u64,
+    cp_comm: CpComm,
     tokens: u64,
     /// Sequence rows of norms and residuals (split over tp with sequence parallelism).
     seq_sp: u64,
@@ -47,6 +51,7 @@ pub(super) struct Dims {
 impl Dims {
     pub(super) fn new(arch: &Arch, layout: &Layout, groups: Groups) -> Dims {
         let t = layout.tp;
+        let s = layout.local_seq_len();
         let act = if layout.dtype == Dtype::Fp8 {
             Dtype::Bf16
         } else {
@@ -54,14 +59,16 @@ impl Dims {
         };
         Dims {
             b: layout.micro_batch,
-            s: layout.seq_len,
+            s,
             d: arch.hidden,
             t,
-            tokens: layout.micro_batch * layout.seq_len,
+            cp: layout.cp,
+            cp_comm: layout.cp_comm,
+            tokens: layout.micro_batch * s,
             seq_sp: if layout.sequence_parallel {
-                layout.seq_len.div_ceil(t)
+                s.div_ceil(t)
             } else {
-                layout.seq_len
+                s
             },
             gemm_dtype: layout.dtype,
             act,
@@ -134,8 +141,113 @@ fn tp_comm(b: &mut Builder, d: &Dims) -> Vec<Call> {
     }
 }
 
+/// Ring attention over cp ranks (Megatron-Core / Transformer Engine context parallelism with
+/// p2p exchange). With causal load balancing each rank holds chunks r and 2·cp − 1 − r of the
+/// sequence (s = 2 chunks here); attention runs in cp steps: the first on the rank's own keys
+/// and values (causal, s × s), each later one on the keys and values received from the ring
+/// neighbour, of which the causal mask leaves half the work (non-causal, s × s/2). While a step
+/// computes, the next step's keys and values travel: cp − 1 exchanges of the rank's K and V,
+/// hidden behind the attention step they run beside (`compose::cost`). The backward sends
+/// the keys and values round again with their gradients: twice the bytes.
+fn ring_attention(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
+    if d.cp_comm == CpComm::AllGather {
+        return gathered_attention(b, d, phase);
+    }
+    let shape = |seq_kv, causal| {
+        Shape::Attention(AttentionShape {
+            batch: d.b,
+            seq_q: d.s,
+            seq_kv,
+            heads: d.heads,
+            kv_heads: d.kv_heads,
+            head_dim: d.hd,
+            causal,
+        })
+    };
+    let steps = (d.cp - 1) as f64;
+    let own = b.call(
+        "attention (own chunks)",
+        OpKind::FlashAttention,
+        phase,
+        d.act,
+        None,
+        shape(d.s, d.causal),
+        Class::Compute,
+    );
+    let mut ring = b.call(
+        "attention (ring step)",
+        OpKind::FlashAttention,
+        phase,
+        d.act,
+        None,
+        shape((d.s / 2).max(1), false),
+        Class::Compute,
+    );
+    ring.count = steps;
+    let kv_bytes = d.b * d.s * 2 * d.kv_heads * d.hd * d.act_bytes();
+    let bytes = if phase == Phase::Bwd {
+        2 * kv_bytes
+    } else {
+        kv_bytes
+    };
+    let mut exchange = b.collective(
+        "cp k/v exchange",
+        OpKind::SendRecv,
+        bytes,
+        d.groups.cp_ring,
+        Class::CpComm,
+    );
+    exchange.count = steps;
+    vec![own, ring, exchange]
+}
+
+/// Context parallelism by all-gather: the rank's queries (s tokens, two balanced chunks)
+/// attend to the whole sequence's keys and values (cp·s), gathered first; under the causal
+/// mask that is half of s × cp·s, one call. The backward gathers them again and
+/// reduce-scatters their gradients. Nothing is hidden: the attention waits for its inputs.
+fn gathered_attention(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
+    let all_kv = d.b * d.s * d.cp * 2 * d.kv_heads * d.hd * d.act_bytes();
+    let mut calls = vec![b.collective(
+        "cp k/v all-gather",
+        OpKind::AllGather,
+        all_kv,
+        d.groups.cp,
+        Class::CpComm,
+    )];
+    calls.push(b.call(
+        "attention (gathered k/v)",
+        OpKind::FlashAttention,
+        phase,
+        d.act,
+        None,
+        Shape::Attention(AttentionShape {
+            batch: d.b,
+            seq_q: d.s,
+            seq_kv: d.s * d.cp,
+            heads: d.heads,
+            kv_heads: d.kv_heads,
+            head_dim: d.hd,
+            causal: d.causal,
+        }),
+        Class::Compute,
+    ));
+    if phase == Phase::Bwd {
+        calls.push(b.collective(
+            "cp k/v gradient reduce-scatter",
+            OpKind::ReduceScatter,
+            all_kv,
+            d.groups.cp,
+            Class::CpComm,
+        ));
+    }
+    calls
+}
+
 /// The attention core; forward and backward share the shapes.
 fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> {
+    if d.cp > 1 {
+        return ring_attention(b, d, phase);
+    }
     let shape = |kv_heads, head_dim, causal| {
         Shape::Attention(AttentionShape {
             batch: d.b,

@@ -155,7 +155,7 @@ impl Plan {
         let groups = Groups::new(layout, cluster.spec.gpus_per_node as u64);
         let dims = layer::Dims::new(arch, layout, groups);
         let mut b = Builder::default();
-        let fsdp = layout.zero >= 3 && layout.dp > 1;
+        let fsdp = layout.zero >= 3 && layout.grad_replicas() > 1;
         let embedding = layer::embedding_block(&mut b, arch, &dims);
         let layer_block = layer::layer_block(&mut b, arch, layout, &dims, fsdp);
         let head = layer::head_block(&mut b, arch, &dims);

@@ -169,7 +169,7 @@ fn bucketed(
 }
 
 fn fsdp(layout: &Layout) -> bool {
-    layout.zero >= 3 && layout.dp > 1
+    layout.zero >= 3 && layout.grad_replicas() > 1
 }
 
 fn grad_sync(
@@ -196,7 +196,7 @@ fn grad_sync(
             Class::DpComm,
         ));
     }
-    if fsdp(layout) || layout.dp == 1 {
+    if fsdp(layout) || layout.grad_replicas() == 1 {
         return out;
     }
     let op = if layout.rules == Rules::Megatron && layout.zero >= 1 {
@@ -266,7 +266,7 @@ fn update(
     tensors: u64,
     groups: Groups,
 ) -> Vec<Call> {
-    let dp = layout.dp;
+    let dp = layout.grad_replicas();
     let sharded = layout.zero >= 1 && dp > 1 && layout.rules == Rules::Megatron;
     let optimizer_params = if sharded { params.div_ceil(dp) } else { params };
     let mut out = vec![b.call(

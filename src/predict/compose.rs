@@ -121,11 +121,17 @@ pub fn cost<'a>(
     tp_overlap: bool,
 ) -> Cost {
     let calls: Vec<(&Call, f64)> = calls.collect();
-    let hidden_of = if tp_overlap {
+    let mut hidden_of = if tp_overlap {
         tp_hidden(&calls, times, share)
     } else {
         vec![0.0; calls.len()]
     };
+    let cp_hidden_of = cp_hidden(&calls, times, share);
+    let mut hidden_cp = 0.0;
+    for (h, c) in hidden_of.iter_mut().zip(&cp_hidden_of) {
+        *h += c;
+        hidden_cp += c;
+    }
     let mut parts = ClassTimes::default();
     let mut beside = 0.0;
     let mut hidden = 0.0;
@@ -161,6 +167,7 @@ pub fn cost<'a>(
     }
     // compute that shares the GPU with a collective beside it runs slower
     let shared = (hidden + beside).min(parts.compute);
+    let hidden = hidden - hidden_cp;
     let slowdown = (times.runtime.contention - 1.0) * shared;
     parts.compute += slowdown;
     if times.attribute {
@@ -211,6 +218,34 @@ fn tp_hidden(calls: &[(&Call, f64)], times: &QueryTimes, share: &dyn Fn(&Call) -
         if let (Some(&g), true) = (partner, ranks > 1.0) {
             let window = t(g) * (ranks - 1.0) / ranks;
             out[i] = t(i).min(window);
+        }
+    }
+    out
+}
+
+/// How much of each context-parallel K/V exchange hides behind the ring-attention step it
+/// runs beside (the flash-attention call just before it in the list: the exchanges and the
+/// ring steps have the same count): hidden = min(exchange, attention step). What the attention
+/// cannot cover is exposed.
+fn cp_hidden(calls: &[(&Call, f64)], times: &QueryTimes, share: &dyn Fn(&Call) -> f64) -> Vec<f64> {
+    let t = |i: usize| {
+        let (c, n) = calls[i];
+        times.of(c.query) * c.count * n * share(c)
+    };
+    let mut out = vec![0.0; calls.len()];
+    for (i, &(call, _)) in calls.iter().enumerate() {
+        if call.class != Class::CpComm
+            || call.overlapped
+            || times.ops[call.query as usize] != OpKind::SendRecv
+        {
+            continue;
+        }
+        let partner = (0..i).rev().find(|&j| {
+            calls[j].0.class == Class::Compute
+                && times.ops[calls[j].0.query as usize] == OpKind::FlashAttention
+        });
+        if let Some(j) = partner {
+            out[i] = t(i).min(t(j));
         }
     }
     out
@@ -326,6 +361,7 @@ fn closed_form(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes)
     let breakdown = Breakdown {
         compute: work.compute + work_b.compute,
         tp_comm: work.tp_comm + work_b.tp_comm,
+        cp_comm: work.cp_comm + work_b.cp_comm,
         pp_comm: work.pp_comm + work_b.pp_comm,
         dp_comm: work.dp_comm + work_b.dp_comm + first_sync + update.param_gather_us,
         optimizer: work.optimizer + work_b.optimizer + update.optimizer_us,

@@ -270,3 +270,131 @@ proptest! {
         prop_assert!(p.metrics.step_time_s.is_finite() && p.metrics.step_time_s > 0.0);
     }
 }
+
+fn cp_spec(cp: u64, dp: u64, seq: u64) -> ParallelSpec {
+    ParallelSpec {
+        tp: Some(1),
+        cp: Some(cp),
+        dp: Some(dp),
+        micro_batch: Some(1),
+        micro_batches: Some(2),
+        seq_len: Some(seq),
+        ..Default::default()
+    }
+}
+
+fn predicted(arch: &Arch, s: &ParallelSpec) -> Prediction {
+    let c = cluster();
+    let layout = Layout::new(s, arch, &c).unwrap();
+    predict(
+        arch,
+        &layout,
+        &c,
+        &CostModel::new(&c, None),
+        PredictOptions::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn context_parallel_layouts_are_checked() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let err = |s: &ParallelSpec| Layout::new(s, &arch, &c).unwrap_err();
+    // 2·cp chunks must divide the sequence
+    assert!(matches!(
+        err(&cp_spec(3, 1, 4096)),
+        LayoutError::SeqNotDivisibleByCp { chunks: 6, .. }
+    ));
+    // cp counts in the world
+    let mut big = cp_spec(8, 2048, 8192);
+    big.dp = Some(c.total_gpus() / 4);
+    assert!(matches!(err(&big), LayoutError::TooManyGpus { cp: 8, .. }));
+    let mut paper = cp_spec(2, 1, 4096);
+    paper.rules = Some(Rules::Paper);
+    assert_eq!(err(&paper), LayoutError::CpUnderPaperRules);
+    let mut unfused = arch.clone();
+    unfused.attention = crate::workload::AttentionImpl::Unfused;
+    assert!(matches!(
+        Layout::new(&cp_spec(2, 1, 4096), &unfused, &c).unwrap_err(),
+        LayoutError::CpNeedsFlashAttention { .. }
+    ));
+    let l = Layout::new(&cp_spec(4, 2, 8192), &arch, &c).unwrap();
+    assert_eq!(
+        (l.world, l.grad_replicas(), l.local_seq_len()),
+        (8, 8, 2048)
+    );
+}
+
+#[test]
+fn the_ring_exchange_hides_behind_long_attention_and_the_all_gather_does_not() {
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let ring = predicted(&arch, &cp_spec(2, 4, 32768));
+    let b = ring.breakdown_s;
+    assert!((b.total() - ring.metrics.step_time_s).abs() < 1e-9 * b.total());
+    // one 4 MiB-per-layer K/V exchange inside a node against a 16k × 8k attention step
+    assert_eq!(b.cp_comm, 0.0, "{b:?}");
+    let mut s = cp_spec(2, 4, 32768);
+    s.cp_comm = Some(crate::workload::CpComm::AllGather);
+    let gathered = predicted(&arch, &s);
+    assert!(gathered.breakdown_s.cp_comm > 0.0);
+    assert!(gathered.metrics.step_time_s > ring.metrics.step_time_s);
+    // the same model FLOPs per step as without context parallelism, over the same 8 GPUs
+    let plain = predicted(
+        &arch,
+        &ParallelSpec {
+            cp: Some(1),
+            dp: Some(8),
+            micro_batches: Some(1),
+            ..cp_spec(1, 8, 32768)
+        },
+    );
+    assert_eq!(plain.layout.global_batch, ring.layout.global_batch);
+    let flops = |p: &Prediction| p.metrics.model_tflops_per_gpu * p.metrics.step_time_s;
+    assert!((flops(&plain) / flops(&ring) - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn context_parallelism_splits_the_work_of_a_sequence() {
+    // the plan of one rank at cp 4 holds a quarter of each sequence: its GEMMs see s/4 tokens,
+    // its attention is one causal step on its own chunks and 3 ring steps of s/4 × s/8
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let layout = Layout::new(&cp_spec(4, 2, 16384), &arch, &c).unwrap();
+    let plan = crate::plan::Plan::new(&arch, &layout, &c);
+    let attention: Vec<(&crate::plan::Call, &OpQuery)> = plan
+        .layer
+        .fwd
+        .iter()
+        .map(|call| (call, plan.query(call)))
+        .filter(|(_, q)| q.op == OpKind::FlashAttention)
+        .collect();
+    assert_eq!(attention.len(), 2);
+    let shape = |q: &OpQuery| match q.shape {
+        Shape::Attention(a) => (a.seq_q, a.seq_kv, a.causal),
+        _ => unreachable!(),
+    };
+    assert_eq!(shape(attention[0].1), (4096, 4096, true));
+    assert_eq!(shape(attention[1].1), (4096, 2048, false));
+    assert_eq!(attention[1].0.count, 3.0);
+    let exchange = plan
+        .layer
+        .bwd
+        .iter()
+        .find(|c| c.class == crate::timing::Class::CpComm)
+        .unwrap();
+    // backward: K, V and their gradients, 2 × (1 · 4096 · 2 · 32 · 128 · 2 bytes)
+    match plan.query(exchange).shape {
+        Shape::Collective(s) => assert_eq!(s.bytes, 2 * 4096 * 2 * 32 * 128 * 2),
+        _ => unreachable!(),
+    }
+    let qkv = plan
+        .layer
+        .fwd
+        .iter()
+        .map(|c| plan.query(c))
+        .find(|q| q.role == Some(Role::Qkv))
+        .unwrap();
+    assert!(matches!(qkv.shape, Shape::Gemm(g) if g.m == 4096));
+}

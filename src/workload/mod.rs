@@ -7,4 +7,4 @@ pub mod presets;
 mod resolve;
 
 pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, NormKind, Position};
-pub use parallel::{Layout, Overlap, ParallelSpec, Partition, Recompute, Rules, Schedule};
+pub use parallel::{CpComm, Layout, Overlap, ParallelSpec, Partition, Recompute, Rules, Schedule};

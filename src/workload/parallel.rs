@@ -1,4 +1,5 @@
-//! The parallel layout of a job — tensor (tp), pipeline (pp) and data (dp) parallel degrees,
+//! The parallel layout of a job — tensor (tp), context (cp), pipeline (pp) and data (dp)
+//! parallel degrees,
 //! micro-batching, recomputation, optimizer sharding — checked in exactly one place,
 //! `Layout::new`, whose messages say what to change.
 
@@ -53,6 +54,20 @@ crate::named_enum!(
     }
 );
 
+crate::named_enum!(
+    /// How context-parallel ranks share keys and values.
+    pub enum CpComm {
+        /// A ring: each of cp − 1 steps passes K and V to the neighbour while the attention of
+        /// the chunk already there runs (Megatron `--cp-comm-type p2p`, its default;
+        /// torchtitan's `alltoall` rotation).
+        P2p => "p2p",
+        /// All-gather the whole sequence's K and V before the attention, reduce-scatter their
+        /// gradients after (Megatron `--cp-comm-type all_gather`; torchtitan's default
+        /// `allgather` rotation): nothing hidden.
+        AllGather => "all-gather",
+    }
+);
+
 impl Schedule {
     /// Whether the backward runs as separate input-gradient and weight-gradient passes.
     pub fn splits_backward(self) -> bool {
@@ -100,6 +115,12 @@ pub struct ParallelSpec {
     pub pp: Option<u64>,
     #[serde(default)]
     pub dp: Option<u64>,
+    /// Context parallelism (Megatron-Core ring attention): each sequence split over cp ranks.
+    #[serde(default)]
+    pub cp: Option<u64>,
+    /// How the context-parallel ranks exchange K and V (default p2p).
+    #[serde(default)]
+    pub cp_comm: Option<CpComm>,
     #[serde(default)]
     pub micro_batch: Option<u64>,
     /// Sequences per optimizer step over all data-parallel replicas.
@@ -152,6 +173,8 @@ impl ParallelSpec {
             tp: over.tp.or(self.tp),
             pp: over.pp.or(self.pp),
             dp: over.dp.or(self.dp),
+            cp: over.cp.or(self.cp),
+            cp_comm: over.cp_comm.or(self.cp_comm),
             micro_batch: over.micro_batch.or(self.micro_batch),
             global_batch: over.global_batch.or(self.global_batch),
             micro_batches: over.micro_batches.or(self.micro_batches),
@@ -179,6 +202,11 @@ pub struct Layout {
     pub tp: u64,
     pub pp: u64,
     pub dp: u64,
+    /// Context-parallel degree: each sequence's tokens split over cp ranks, which exchange
+    /// keys and values around a ring in the attention.
+    pub cp: u64,
+    /// How the context-parallel ranks exchange keys and values.
+    pub cp_comm: CpComm,
     pub world: u64,
     pub micro_batch: u64,
     pub micro_batches: u64,
@@ -214,10 +242,12 @@ impl Layout {
         )?;
         let rules = spec.rules.unwrap_or(Rules::Megatron);
         let paper = rules == Rules::Paper;
-        let world = check_world(tp, pp, dp, cluster)?;
+        let cp = degree("cp", spec.cp)?;
+        let world = check_world([tp, cp, pp, dp], cluster)?;
         check_model_split(arch, tp, pp)?;
         let micro_batches = micro_batches(spec, micro_batch, dp)?;
         let seq_len = bounded("seq-len", spec.seq_len.unwrap_or(arch.seq_len), MAX_SEQ_LEN)?;
+        check_context_parallel(arch, rules, cp, seq_len)?;
         bounded(
             "micro-batch × seq-len (tokens per micro-batch)",
             micro_batch * seq_len,
@@ -241,7 +271,7 @@ impl Layout {
         let overlap = overlap(
             spec,
             rules,
-            [zero as u64, tp, dp],
+            [zero as u64, tp, dp * cp],
             sequence_parallel,
             schedule,
         )?;
@@ -251,7 +281,7 @@ impl Layout {
             }
             Some(b) => b,
             None if paper => 1_260_000_000,
-            None => 40_000_000u64.max(1_000_000 * dp),
+            None => 40_000_000u64.max(1_000_000 * dp * cp),
         };
         // micro-batches ≤ 2^18, micro-batch ≤ 2^16, dp ≤ 2^20: the product fits in a u64
         let global_batch = bounded(
@@ -272,6 +302,8 @@ impl Layout {
             tp,
             pp,
             dp,
+            cp,
+            cp_comm: spec.cp_comm.unwrap_or(CpComm::P2p),
             world,
             micro_batch,
             micro_batches,
@@ -310,6 +342,18 @@ impl Layout {
     pub fn tokens_per_step(&self) -> u64 {
         self.global_batch * self.seq_len
     }
+
+    /// Ranks that hold the same parameters and reduce their gradients together (and over which
+    /// a distributed optimizer shards): the data-parallel replicas times the context-parallel
+    /// ranks, which see different tokens of the same sequences.
+    pub fn grad_replicas(&self) -> u64 {
+        self.dp * self.cp
+    }
+
+    /// Tokens of one sequence a rank holds: seq-len / cp.
+    pub fn local_seq_len(&self) -> u64 {
+        self.seq_len / self.cp
+    }
 }
 
 /// A parallel degree: 1 when unset, at least 1, at most `MAX_DEGREE`.
@@ -330,13 +374,22 @@ fn bounded(what: &'static str, value: u64, max: u64) -> Result<u64, LayoutError>
 }
 
 /// GPUs the layout needs, which the cluster must have.
-fn check_world(tp: u64, pp: u64, dp: u64, cluster: &Cluster) -> Result<u64, LayoutError> {
-    // each degree is at most 2^20, so the product fits in a u64
-    let world = tp * pp * dp;
+fn check_world([tp, cp, pp, dp]: [u64; 4], cluster: &Cluster) -> Result<u64, LayoutError> {
+    // each degree is at most 2^20: checked, a product past the limit is too large
+    let world = [tp, cp, pp, dp]
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .filter(|&w| w <= MAX_WORLD)
+        .ok_or(LayoutError::TooLarge {
+            what: "tp·cp·pp·dp (GPUs)",
+            value: tp.saturating_mul(cp).saturating_mul(pp).saturating_mul(dp),
+            max: MAX_WORLD,
+        })?;
     let gpus = cluster.total_gpus();
     if world > gpus {
         return Err(LayoutError::TooManyGpus {
             tp,
+            cp,
             pp,
             dp,
             world,
@@ -344,10 +397,44 @@ fn check_world(tp: u64, pp: u64, dp: u64, cluster: &Cluster) -> Result<u64, Layo
             gpus,
             nodes: cluster.spec.nodes,
             gpus_per_node: cluster.spec.gpus_per_node,
-            max_dp: (gpus / (tp * pp)).max(1),
+            max_dp: (gpus / (tp * cp * pp)).max(1),
         });
     }
     Ok(world)
+}
+
+/// Context parallelism: Megatron-Core splits each sequence into 2·cp chunks (rank r holds
+/// chunks r and 2·cp − 1 − r, so causal attention work is balanced), with fused attention.
+fn check_context_parallel(
+    arch: &Arch,
+    rules: Rules,
+    cp: u64,
+    seq_len: u64,
+) -> Result<(), LayoutError> {
+    if cp == 1 {
+        return Ok(());
+    }
+    if rules == Rules::Paper {
+        return Err(LayoutError::CpUnderPaperRules);
+    }
+    if arch.attention != super::arch::AttentionImpl::Flash {
+        return Err(LayoutError::CpNeedsFlashAttention {
+            model: arch.name.clone(),
+        });
+    }
+    if !seq_len.is_multiple_of(2 * cp) {
+        return Err(LayoutError::SeqNotDivisibleByCp {
+            seq_len,
+            chunks: 2 * cp,
+            divisors: divisors(seq_len / 2)
+                .into_iter()
+                .filter(|&d| d > 1 && d <= 64)
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    Ok(())
 }
 
 /// Heads, key/value heads and the MLP must split over tp; the layers must fill pp stages.
