@@ -184,8 +184,26 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             a.kv_heads
         ));
     }
-    if a.activation == Activation::Swiglu {
-        arg("--swiglu".into());
+    match a.activation {
+        Activation::Swiglu => arg("--swiglu".into()),
+        Activation::SquaredRelu => arg("--squared-relu".into()),
+        Activation::Gelu => {}
+        Activation::Geglu => {
+            return Err(Error::Invalid(
+                "megatron: Megatron-LM's arguments have no GeGLU MLP (only --swiglu); set \
+                 gated_linear_unit and a GELU activation in a Megatron-Core TransformerConfig"
+                    .into(),
+            ))
+        }
+    }
+    if a.head_dim * a.heads != a.hidden {
+        arg(format!("--kv-channels {}", a.head_dim));
+    }
+    if a.qkv_bias && !a.linear_bias {
+        arg("--add-qkv-bias".into());
+    }
+    if a.qk_norm {
+        arg("--qk-layernorm".into());
     }
     if a.norm == NormKind::Rmsnorm {
         arg("--normalization RMSNorm".into());

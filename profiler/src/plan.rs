@@ -290,6 +290,7 @@ impl PlanSpec {
                     hidden,
                     heads: h,
                     kv_heads: Some(if rng.below(2) == 0 { h } else { (h / 8).max(1) }),
+                    head_dim: None,
                     ffn_hidden: Some(ffn),
                     vocab: 50257,
                     norm: if rng.below(2) == 0 {
@@ -310,8 +311,11 @@ impl PlanSpec {
                     },
                     position: Position::Rope,
                     linear_bias: false,
+                    qkv_bias: false,
+                    qk_norm: false,
                     norm_bias: None,
                     seq_len: Some(pick(&mut rng, &seqs)),
+                    sliding_window: None,
                     dropout: false,
                 }
                 .validate("plan grid")?;

@@ -284,5 +284,6 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         arch,
         layout,
         inputs,
+        notes: Vec::new(),
     })
 }

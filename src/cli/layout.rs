@@ -119,6 +119,8 @@ pub struct Job {
     pub layout: Layout,
     /// The job file, cluster and architecture it was read from (for JSON provenance).
     pub inputs: Vec<stepcast::provenance::Input>,
+    /// What the user should know about how the job was read.
+    pub notes: Vec<String>,
 }
 
 impl JobArgs {
@@ -206,6 +208,14 @@ impl JobArgs {
         }
         let arch = Arch::resolve(&model)?;
         let layout = Layout::new(&spec, &arch, &cluster)?;
+        let mut notes = Vec::new();
+        if model.ends_with(".json") && spec.seq_len.is_none() {
+            notes.push(format!(
+                "seq-len {} is a training length, not the config's context window: give \
+                 --seq-len for the length you train at",
+                layout.seq_len
+            ));
+        }
         let mut inputs: Vec<_> = self
             .job
             .iter()
@@ -218,6 +228,7 @@ impl JobArgs {
             arch,
             layout,
             inputs,
+            notes,
         })
     }
 }
@@ -303,9 +314,14 @@ pub fn describe(job: &Job) -> String {
     } else {
         String::new()
     };
+    let notes: String = job
+        .notes
+        .iter()
+        .map(|n| format!("\nnote     {n}"))
+        .collect();
     format!(
         "layout   tp {}{cp} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
-         \x20        {}, recompute {}, {} partition {:?}, ZeRO {}{}, schedule {}{chunks}",
+         \x20        {}, recompute {}, {} partition {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
         l.tp,
         l.pp,
         l.dp,

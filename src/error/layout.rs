@@ -170,6 +170,17 @@ pub enum LayoutError {
     CpUnderPaperRules,
 
     #[error(
+        "{model} attends over a sliding window of {window} tokens, shorter than seq-len \
+         {seq_len}: sliding-window attention is not costed; use --seq-len {window} or less \
+         (where the window changes nothing)"
+    )]
+    SlidingWindowShorter {
+        model: String,
+        window: u64,
+        seq_len: u64,
+    },
+
+    #[error(
         "dp-bucket-elements = {0}: give between {MIN_BUCKET_ELEMENTS} and {MAX_BUCKET_ELEMENTS} \
          elements per bucket (Megatron's default is 40,000,000)"
     )]
@@ -205,6 +216,7 @@ impl LayoutError {
             }
             TpOverlapNeedsSequenceParallel => "TP overlap needs sequence parallelism",
             SeqNotDivisibleByCp { .. } => "seq-len not divisible by 2·cp",
+            SlidingWindowShorter { .. } => "sequence longer than the sliding window",
             CpNeedsFlashAttention { .. } | CpUnderPaperRules => {
                 "context parallelism without fused attention or under the paper's rules"
             }

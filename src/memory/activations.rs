@@ -98,7 +98,9 @@ pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
     add("MLP input (norm output)", 2.0 * h * rep, true);
     match arch.activation {
         Activation::Gelu => add("GELU input", 2.0 * s * b * ffn, false),
+        Activation::SquaredRelu => add("squared-ReLU input", 2.0 * s * b * ffn, false),
         Activation::Swiglu => add("SwiGLU input (gate and up)", 4.0 * s * b * ffn, false),
+        Activation::Geglu => add("GeGLU input (gate and up)", 4.0 * s * b * ffn, false),
     }
     add(
         "MLP down input (activation output)",
@@ -110,9 +112,10 @@ pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
     }
     let recompute_working: f64 = v.iter().map(|s| s.bytes).sum();
     // output gradients the weight-gradient GEMMs read: of QKV, out-projection, MLP up, down
-    let up_width = match arch.activation {
-        Activation::Gelu => ffn,
-        Activation::Swiglu => 2.0 * ffn,
+    let up_width = if arch.activation.is_gated() {
+        2.0 * ffn
+    } else {
+        ffn
     };
     let out_grads = 2.0 * s * b * (heads * hd + 2.0 * kv_heads * hd)
         + 2.0 * h * rep

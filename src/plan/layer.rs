@@ -17,9 +17,7 @@ use crate::ops::{
     AttentionShape, Dtype, GemmShape, LookupShape, OpKind, Phase, Role, Shape, TokenShape,
 };
 use crate::timing::Class;
-use crate::workload::{
-    Activation, Arch, AttentionImpl, CpComm, Layout, NormKind, Position, Recompute, Rules,
-};
+use crate::workload::{Arch, AttentionImpl, CpComm, Layout, NormKind, Position, Recompute, Rules};
 
 /// The sizes one rank works with.
 pub(super) struct Dims {
@@ -346,9 +344,12 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call>
         NormKind::Layernorm => OpKind::LayerNorm,
         NormKind::Rmsnorm => OpKind::RmsNorm,
     };
-    let (up_width, act_op) = match arch.activation {
-        Activation::Gelu => (d.ffn, OpKind::Gelu),
-        Activation::Swiglu => (2 * d.ffn, OpKind::Swiglu),
+    let up_width = arch.activation.up_width(d.ffn);
+    // squared ReLU and GeGLU are costed as the memory-bound kernels of the same traffic
+    let act_op = if arch.activation.is_gated() {
+        OpKind::Swiglu
+    } else {
+        OpKind::Gelu
     };
     let comm = tp_comm(b, d);
     let mut p = PassCalls {
@@ -359,6 +360,22 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call>
     p.compute("input norm", norm_op, d.act, None, d.tok_sp(d.d));
     let qkv = gemm(d.tokens, (d.heads + 2 * d.kv_heads) * d.hd, d.d, 1);
     p.compute("qkv", OpKind::Gemm, d.gemm_dtype, Some(Role::Qkv), qkv);
+    if arch.qk_norm {
+        p.compute(
+            "q norm",
+            OpKind::RmsNorm,
+            d.act,
+            None,
+            d.tok(d.heads * d.hd),
+        );
+        p.compute(
+            "k norm",
+            OpKind::RmsNorm,
+            d.act,
+            None,
+            d.tok(d.kv_heads * d.hd),
+        );
+    }
     if arch.position == Position::Rope {
         p.compute("rope q", OpKind::Rope, d.act, None, d.tok(d.heads * d.hd));
         if d.rules == Rules::Megatron {
@@ -421,8 +438,17 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call>
 /// the small parameters' gradients into the fp32 main gradients (Megatron accumulates the
 /// weight matrices inside the weight-gradient GEMM, the norms and biases with a kernel each).
 fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64) {
+    let qkv_width = (d.heads + 2 * d.kv_heads) * d.hd;
+    if arch.qkv_bias && !arch.linear_bias {
+        p.compute(
+            "bias gradient",
+            OpKind::Elementwise,
+            d.act,
+            None,
+            d.tok(qkv_width),
+        );
+    }
     if arch.linear_bias {
-        let qkv_width = (d.heads + 2 * d.kv_heads) * d.hd;
         for width in [qkv_width, d.d, up_width, d.d] {
             p.compute(
                 "bias gradient",
@@ -536,8 +562,8 @@ pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
         fwd,
         bwd,
         recompute: Vec::new(),
-        params: arch.vocab_params(d.t),
-        tensors: 1,
+        params: arch.vocab_params(d.t) + arch.position_params(),
+        tensors: 1 + (arch.position_params() > 0) as u64,
     }
 }
 

@@ -30,7 +30,7 @@ pub use stage::StageRole;
 use crate::hardware::Cluster;
 use crate::ops::{CollectiveShape, Dtype, OpKind, OpQuery, Phase, Role, Shape};
 use crate::timing::Class;
-use crate::workload::{Activation, Arch, Layout, Rules};
+use crate::workload::{Arch, Layout, Rules};
 
 /// Index of a query in `Plan::queries`.
 pub type QueryId = u32;
@@ -296,10 +296,7 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
     let (s, d) = (layout.seq_len as f64, arch.hidden as f64);
     let hd = (arch.heads * arch.head_dim) as f64;
     let kv = (arch.kv_heads * arch.head_dim) as f64;
-    let up = match arch.activation {
-        Activation::Gelu => arch.ffn_hidden as f64,
-        Activation::Swiglu => 2.0 * arch.ffn_hidden as f64,
-    };
+    let up = arch.activation.up_width(arch.ffn_hidden) as f64;
     let per_layer = 2.0 * s * d * (hd + 2.0 * kv) // QKV
         + 4.0 * s * s * hd * attention_share          // scores and context
         + 2.0 * s * hd * d                            // output projection

@@ -20,6 +20,26 @@ pub enum Activation {
     Gelu,
     /// Gated SiLU MLP: gate and up (d → 2·ffn, fused), SwiGLU, down.
     Swiglu,
+    /// Gated GELU MLP (Gemma): as SwiGLU with GELU on the gate.
+    Geglu,
+    /// Squared-ReLU MLP (Nemotron-4, Primer): up, relu(x)², down; not gated.
+    SquaredRelu,
+}
+
+impl Activation {
+    /// A gated MLP projects up to 2·ffn (gate and up, fused) before the activation.
+    pub fn is_gated(self) -> bool {
+        matches!(self, Activation::Swiglu | Activation::Geglu)
+    }
+
+    /// Width of the MLP's up projection for an MLP of `ffn`.
+    pub fn up_width(self, ffn: u64) -> u64 {
+        if self.is_gated() {
+            2 * ffn
+        } else {
+            ffn
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +70,10 @@ pub struct ArchSpec {
     /// Key/value heads (GQA); default = heads.
     #[serde(default)]
     pub kv_heads: Option<u64>,
+    /// Size of each attention head; default hidden / heads. Given explicitly by models whose
+    /// heads do not tile the hidden size (Mistral-NeMo: 32 × 128 over 5,120; Gemma 2).
+    #[serde(default)]
+    pub head_dim: Option<u64>,
     /// MLP inner size; default 4·hidden.
     #[serde(default)]
     pub ffn_hidden: Option<u64>,
@@ -65,12 +89,23 @@ pub struct ArchSpec {
     /// Biases on the linear layers (GPT-2, GPT-NeoX); LLaMA has none.
     #[serde(default)]
     pub linear_bias: bool,
+    /// A bias on the QKV projection only (Qwen2).
+    #[serde(default)]
+    pub qkv_bias: bool,
+    /// An RMSNorm on each head's queries and keys (Qwen3, OLMo 2).
+    #[serde(default)]
+    pub qk_norm: bool,
     /// A bias (shift) on each norm; default: LayerNorm has one, RMSNorm none.
     #[serde(default)]
     pub norm_bias: Option<bool>,
     /// Sequence length it is usually trained at.
     #[serde(default)]
     pub seq_len: Option<u64>,
+    /// Sliding-window attention (Mistral 7B v0.1, Gemma 2's local layers): each query sees the
+    /// last `sliding_window` tokens. Only sequences no longer than the window are costed (where
+    /// it changes nothing).
+    #[serde(default)]
+    pub sliding_window: Option<u64>,
     /// Dropout in training (GPT-3: 0.1 on attention and hidden states): its masks are stored
     /// activations (one byte per element).
     #[serde(default)]
@@ -96,6 +131,8 @@ pub struct Arch {
     pub head_dim: u64,
     pub ffn_hidden: u64,
     pub vocab: u64,
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
     pub norm: NormKind,
     pub activation: Activation,
     pub tied_embeddings: bool,
@@ -104,6 +141,7 @@ pub struct Arch {
     pub linear_bias: bool,
     pub norm_bias: bool,
     pub seq_len: u64,
+    pub sliding_window: Option<u64>,
     pub dropout: bool,
 }
 
@@ -119,6 +157,7 @@ impl ArchSpec {
             ("ffn_hidden", self.ffn_hidden.unwrap_or(1), MAX_WIDTH * 4),
             ("kv_heads", self.kv_heads.unwrap_or(1), MAX_HEADS),
             ("seq_len", self.seq_len.unwrap_or(1), MAX_SEQ_LEN),
+            ("head_dim", self.head_dim.unwrap_or(1), MAX_WIDTH),
         ] {
             if v == 0 {
                 return Err(bad(format!("{field} must be at least 1")));
@@ -129,9 +168,9 @@ impl ArchSpec {
                 )));
             }
         }
-        if !self.hidden.is_multiple_of(self.heads) {
+        if self.head_dim.is_none() && !self.hidden.is_multiple_of(self.heads) {
             return Err(bad(format!(
-                "hidden ({}) must be a multiple of heads ({})",
+                "hidden ({}) must be a multiple of heads ({}), or give head_dim",
                 self.hidden, self.heads
             )));
         }
@@ -144,10 +183,13 @@ impl ArchSpec {
         }
         let ffn_hidden = self.ffn_hidden.unwrap_or(4 * self.hidden);
         Ok(Arch {
-            head_dim: self.hidden / self.heads,
+            head_dim: self.head_dim.unwrap_or(self.hidden / self.heads),
+            qkv_bias: self.qkv_bias,
+            qk_norm: self.qk_norm,
             kv_heads,
             ffn_hidden,
             seq_len: self.seq_len.unwrap_or(2048),
+            sliding_window: self.sliding_window,
             name: self.name,
             layers: self.layers,
             hidden: self.hidden,
@@ -176,24 +218,35 @@ impl Arch {
     pub fn layer_params(&self, tp: u64) -> (u64, u64) {
         let (d, f) = (self.hidden, self.ffn_hidden);
         let qkv_out = (self.heads + 2 * self.kv_heads) * self.head_dim;
-        let up_out = match self.activation {
-            Activation::Gelu => f,
-            Activation::Swiglu => 2 * f,
-        };
+        let up_out = self.activation.up_width(f);
         let bias = self.linear_bias as u64;
+        let qkv_bias = (self.linear_bias || self.qkv_bias) as u64;
         let norm_tensors = 1 + self.norm_bias as u64;
         let norm = norm_tensors * d;
-        let sharded = d * qkv_out + bias * qkv_out // QKV, column-parallel
+        let sharded = d * qkv_out + qkv_bias * qkv_out // QKV, column-parallel
             + self.heads * self.head_dim * d       // output, row-parallel (bias replicated)
             + d * up_out + bias * up_out           // MLP up (and gate)
             + f * d; // MLP down
-        let replicated = 2 * norm + bias * 2 * d;
-        (sharded / tp + replicated, 2 * norm_tensors + 4 + 4 * bias)
+                     // per-head query and key norms: one head_dim vector each, replicated
+        let qk_norm = 2 * self.head_dim * self.qk_norm as u64;
+        let replicated = 2 * norm + bias * 2 * d + qk_norm;
+        let tensors = 2 * norm_tensors + 4 + 3 * bias + qkv_bias + 2 * self.qk_norm as u64;
+        (sharded / tp + replicated, tensors)
     }
 
     /// Embedding table (or LM head) parameters on one rank: padded vocabulary over tp × hidden.
     pub fn vocab_params(&self, tp: u64) -> u64 {
         self.padded_vocab(tp) / tp * self.hidden
+    }
+
+    /// A learned position table (GPT-2, GPT-3): one vector per position trained at, held
+    /// whole by every tensor-parallel rank of the first stage.
+    pub fn position_params(&self) -> u64 {
+        if self.position == Position::Learned {
+            self.seq_len * self.hidden
+        } else {
+            0
+        }
     }
 
     /// Parameters of the final norm.
@@ -206,7 +259,7 @@ impl Arch {
         let (layer, _) = self.layer_params(1);
         let final_norm = self.final_norm_params();
         let heads = if self.tied_embeddings { 1 } else { 2 };
-        layer * self.layers + final_norm + heads * self.vocab * self.hidden
+        layer * self.layers + final_norm + heads * self.vocab * self.hidden + self.position_params()
     }
 }
 

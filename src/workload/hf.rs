@@ -1,5 +1,7 @@
-//! Reading a Hugging Face `config.json` of the LLaMA (llama, mistral), GPT-NeoX and GPT-2
-//! families into an `ArchSpec`.
+//! Reading a Hugging Face `config.json` into an `ArchSpec`: the LLaMA family and its
+//! descendants (llama, mistral, qwen2, qwen3, phi3), Gemma (gemma, gemma2), Nemotron, GPT-NeoX
+//! and GPT-2. `head_dim` is read when given, never re-derived; the sequence length is a training
+//! length (4,096), not the context window; mixtures of experts and latent attention are refused.
 
 use std::path::Path;
 
@@ -7,6 +9,19 @@ use serde_json::Value;
 
 use super::arch::{Activation, ArchSpec, AttentionImpl, NormKind, Position};
 use crate::error::{Error, Result};
+
+/// The sequence length a config.json model is costed at unless `--seq-len` says otherwise: a
+/// training length, never the context window (`max_position_embeddings` is 131,072 for Llama
+/// 3.1, which no pre-training step runs at).
+pub const DEFAULT_SEQ_LEN: u64 = 4096;
+
+/// Keys whose presence means the model is a mixture of experts.
+const EXPERT_KEYS: [&str; 4] = [
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "moe_intermediate_size",
+];
 
 pub fn from_config_json(path: &Path) -> Result<ArchSpec> {
     let text = crate::fsutil::read_to_string(path)?;
@@ -21,128 +36,252 @@ pub fn from_config_str(path: &Path, text: &str) -> Result<ArchSpec> {
             format!("not valid JSON ({e}): give the model's config.json as published"),
         )
     })?;
-    let bad = |msg: String| Error::bad_file(path, msg);
-    let model_type = v.get("model_type").and_then(Value::as_str).ok_or_else(|| {
-        bad(
-            "no \"model_type\": give a Hugging Face config.json (it names its model_type) \
-                 or describe the architecture in a YAML file"
-                .into(),
-        )
-    })?;
-    let int = |key: &str| -> Result<u64> {
-        match v.get(key) {
-            Some(Value::Number(n)) if n.as_u64().is_some_and(|x| x > 0) => Ok(n.as_u64().unwrap()),
-            Some(other) => Err(bad(format!(
-                "\"{key}\" = {other} must be a positive integer"
-            ))),
-            None => Err(bad(format!(
-                "missing \"{key}\" (needed for model_type {model_type}): add it from the \
-                 model's published config"
+    Config { v: &v, path }.spec()
+}
+
+/// A parsed config.json and where it came from, for messages.
+struct Config<'a> {
+    v: &'a Value,
+    path: &'a Path,
+}
+
+impl Config<'_> {
+    fn bad(&self, msg: String) -> Error {
+        Error::bad_file(self.path, msg)
+    }
+
+    fn model_type(&self) -> Result<&str> {
+        self.v
+            .get("model_type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                self.bad(
+                    "no \"model_type\": give a Hugging Face config.json (it names its \
+                     model_type) or describe the architecture in a YAML file"
+                        .into(),
+                )
+            })
+    }
+
+    fn int(&self, key: &str) -> Result<u64> {
+        match self.v.get(key) {
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|x| x > 0) => {
+                Ok(n.as_u64().unwrap_or(1))
+            }
+            Some(other) => Err(self.bad(format!("\"{key}\" = {other} must be a positive integer"))),
+            None => Err(self.bad(format!(
+                "missing \"{key}\" (needed for model_type {}): add it from the model's \
+                 published config",
+                self.model_type().unwrap_or("?")
             ))),
         }
-    };
-    let opt_int = |key: &str| -> Result<Option<u64>> {
-        match v.get(key) {
+    }
+
+    fn opt_int(&self, key: &str) -> Result<Option<u64>> {
+        match self.v.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(_) => int(key).map(Some),
+            Some(_) => self.int(key).map(Some),
         }
-    };
-    let flag = |key: &str, default: bool| v.get(key).and_then(Value::as_bool).unwrap_or(default);
-    // dropout probabilities (any non-zero one means masks are stored for the backward)
-    let dropout = |keys: &[&str], default: f64| {
+    }
+
+    fn flag(&self, key: &str, default: bool) -> bool {
+        self.v.get(key).and_then(Value::as_bool).unwrap_or(default)
+    }
+
+    fn str(&self, keys: &[&str], default: &'static str) -> String {
         keys.iter()
-            .map(|k| v.get(*k).and_then(Value::as_f64).unwrap_or(default))
+            .find_map(|k| self.v.get(*k).and_then(Value::as_str))
+            .unwrap_or(default)
+            .to_string()
+    }
+
+    /// Any non-zero dropout probability means masks are stored for the backward.
+    fn dropout(&self, keys: &[&str], default: f64) -> bool {
+        keys.iter()
+            .map(|k| self.v.get(*k).and_then(Value::as_f64).unwrap_or(default))
             .any(|p| p > 0.0)
-    };
-    let name = v
-        .get("_name_or_path")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .unwrap_or_else(|| {
-            path.parent()
-                .and_then(|p| p.file_name())
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| model_type.to_string())
-        });
-    let spec = match model_type {
-        "llama" | "mistral" | "qwen2" => {
-            let act = v
-                .get("hidden_act")
-                .and_then(Value::as_str)
-                .unwrap_or("silu");
-            if act != "silu" && act != "swish" {
-                return Err(bad(format!(
-                    "hidden_act \"{act}\": LLaMA-family configs are read as SwiGLU (silu) MLPs; \
-                     describe this model in a YAML architecture file instead"
-                )));
-            }
-            ArchSpec {
-                name,
-                layers: int("num_hidden_layers")?,
-                hidden: int("hidden_size")?,
-                heads: int("num_attention_heads")?,
-                kv_heads: opt_int("num_key_value_heads")?,
-                ffn_hidden: Some(int("intermediate_size")?),
-                vocab: int("vocab_size")?,
-                norm: NormKind::Rmsnorm,
-                activation: Activation::Swiglu,
-                tied_embeddings: flag("tie_word_embeddings", false),
-                attention: AttentionImpl::Flash,
-                position: Position::Rope,
-                linear_bias: flag("attention_bias", false),
-                norm_bias: None,
-                seq_len: opt_int("max_position_embeddings")?,
-                dropout: dropout(&["attention_dropout"], 0.0),
-            }
+    }
+
+    /// The model's name as the config gives it (`_name_or_path`), else its model_type — never
+    /// the directory it happens to sit in.
+    fn name(&self, model_type: &str) -> String {
+        self.v
+            .get("_name_or_path")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| model_type.to_string())
+    }
+
+    /// The training length: 4,096 tokens, or the context window when shorter.
+    fn seq_len(&self, window_key: &str) -> Result<u64> {
+        Ok(self
+            .opt_int(window_key)?
+            .map_or(DEFAULT_SEQ_LEN, |w| w.min(DEFAULT_SEQ_LEN)))
+    }
+
+    /// A sliding window the config turns on.
+    fn sliding_window(&self) -> Result<Option<u64>> {
+        if !self.flag("use_sliding_window", true) {
+            return Ok(None);
         }
-        "gpt_neox" => ArchSpec {
-            name,
-            layers: int("num_hidden_layers")?,
-            hidden: int("hidden_size")?,
-            heads: int("num_attention_heads")?,
-            kv_heads: None,
-            ffn_hidden: Some(int("intermediate_size")?),
-            vocab: int("vocab_size")?,
-            norm: NormKind::Layernorm,
-            activation: Activation::Gelu,
-            tied_embeddings: flag("tie_word_embeddings", false),
-            attention: AttentionImpl::Flash,
-            position: Position::Rope,
-            linear_bias: true,
-            norm_bias: None,
-            seq_len: opt_int("max_position_embeddings")?,
-            dropout: dropout(&["attention_dropout", "hidden_dropout"], 0.0),
-        },
-        "gpt2" => {
-            let hidden = int("n_embd")?;
-            ArchSpec {
+        self.opt_int("sliding_window")
+    }
+
+    fn refuse_unmodelled(&self, model_type: &str) -> Result<()> {
+        if let Some(key) = EXPERT_KEYS.iter().find(|k| {
+            self.v
+                .get(**k)
+                .is_some_and(|x| !x.is_null() && x != 0 && x != 1)
+        }) {
+            return Err(self.bad(format!(
+                "\"{key}\" = {}: {model_type} is a mixture of experts, which stepcast does not \
+                 cost yet (dense models only); predict a dense model of the same active size",
+                self.v[*key]
+            )));
+        }
+        if self.v.get("kv_lora_rank").is_some_and(|x| !x.is_null()) {
+            return Err(self.bad(
+                "\"kv_lora_rank\": multi-head latent attention (DeepSeek) is not modelled; \
+                 describe an equivalent dense attention in a YAML architecture file"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn spec(&self) -> Result<ArchSpec> {
+        let model_type = self.model_type()?;
+        self.refuse_unmodelled(model_type)?;
+        let name = self.name(model_type);
+        let spec = match model_type {
+            "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
+                self.llama_like(model_type, name)?
+            }
+            "gemma" | "gemma2" => {
+                let act = self.str(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh");
+                if !act.starts_with("gelu") {
+                    return Err(self.bad(format!(
+                        "hidden_activation \"{act}\": Gemma configs are read as GeGLU MLPs; \
+                         describe this model in a YAML architecture file instead"
+                    )));
+                }
+                ArchSpec {
+                    activation: Activation::Geglu,
+                    tied_embeddings: self.flag("tie_word_embeddings", true),
+                    ..self.llama_like(model_type, name)?
+                }
+            }
+            "nemotron" => {
+                let act = self.str(&["hidden_act"], "relu2");
+                if act != "relu2" {
+                    return Err(self.bad(format!(
+                        "hidden_act \"{act}\": Nemotron configs are read as squared-ReLU MLPs \
+                         (relu2); describe this model in a YAML architecture file instead"
+                    )));
+                }
+                ArchSpec {
+                    activation: Activation::SquaredRelu,
+                    norm: NormKind::Layernorm,
+                    // LayerNorm1P keeps a bias
+                    norm_bias: Some(true),
+                    ..self.llama_like(model_type, name)?
+                }
+            }
+            "gpt_neox" => ArchSpec {
                 name,
-                layers: int("n_layer")?,
-                hidden,
-                heads: int("n_head")?,
+                layers: self.int("num_hidden_layers")?,
+                hidden: self.int("hidden_size")?,
+                heads: self.int("num_attention_heads")?,
                 kv_heads: None,
-                ffn_hidden: Some(opt_int("n_inner")?.unwrap_or(4 * hidden)),
-                vocab: int("vocab_size")?,
+                head_dim: None,
+                ffn_hidden: Some(self.int("intermediate_size")?),
+                vocab: self.int("vocab_size")?,
                 norm: NormKind::Layernorm,
                 activation: Activation::Gelu,
-                tied_embeddings: flag("tie_word_embeddings", true),
+                tied_embeddings: self.flag("tie_word_embeddings", false),
                 attention: AttentionImpl::Flash,
-                position: Position::Learned,
+                position: Position::Rope,
                 linear_bias: true,
+                qkv_bias: false,
+                qk_norm: false,
                 norm_bias: None,
-                seq_len: opt_int("n_positions")?,
-                dropout: dropout(&["attn_pdrop", "resid_pdrop", "embd_pdrop"], 0.1),
+                seq_len: Some(self.seq_len("max_position_embeddings")?),
+                sliding_window: None,
+                dropout: self.dropout(&["attention_dropout", "hidden_dropout"], 0.0),
+            },
+            "gpt2" => {
+                let hidden = self.int("n_embd")?;
+                ArchSpec {
+                    name,
+                    layers: self.int("n_layer")?,
+                    hidden,
+                    heads: self.int("n_head")?,
+                    kv_heads: None,
+                    head_dim: None,
+                    ffn_hidden: Some(self.opt_int("n_inner")?.unwrap_or(4 * hidden)),
+                    vocab: self.int("vocab_size")?,
+                    norm: NormKind::Layernorm,
+                    activation: Activation::Gelu,
+                    tied_embeddings: self.flag("tie_word_embeddings", true),
+                    attention: AttentionImpl::Flash,
+                    position: Position::Learned,
+                    linear_bias: true,
+                    qkv_bias: false,
+                    qk_norm: false,
+                    norm_bias: None,
+                    seq_len: Some(self.seq_len("n_positions")?),
+                    sliding_window: None,
+                    dropout: self.dropout(&["attn_pdrop", "resid_pdrop", "embd_pdrop"], 0.1),
+                }
             }
+            other => {
+                return Err(self.bad(format!(
+                    "model_type \"{other}\" is not supported (llama, mistral, qwen2, qwen3, \
+                     phi3, gemma, gemma2, nemotron, gpt_neox, gpt2); describe the architecture \
+                     in a YAML file instead"
+                )))
+            }
+        };
+        Ok(spec)
+    }
+
+    /// The LLaMA family and its descendants: gated SiLU MLP, RMSNorm, RoPE, grouped key/value
+    /// heads, an explicit head_dim where the config gives one.
+    fn llama_like(&self, model_type: &str, name: String) -> Result<ArchSpec> {
+        let act = self.str(&["hidden_act"], "silu");
+        let llama = matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3" | "phi3");
+        if llama && act != "silu" && act != "swish" {
+            return Err(self.bad(format!(
+                "hidden_act \"{act}\": LLaMA-family configs are read as SwiGLU (silu) MLPs; \
+                 describe this model in a YAML architecture file instead"
+            )));
         }
-        other => {
-            return Err(bad(format!(
-                "model_type \"{other}\" is not supported (llama, mistral, qwen2, gpt_neox, gpt2); \
-                 describe the architecture in a YAML file instead"
-            )))
-        }
-    };
-    Ok(spec)
+        let attention_bias = self.flag("attention_bias", false);
+        Ok(ArchSpec {
+            name,
+            layers: self.int("num_hidden_layers")?,
+            hidden: self.int("hidden_size")?,
+            heads: self.int("num_attention_heads")?,
+            kv_heads: self.opt_int("num_key_value_heads")?,
+            head_dim: self.opt_int("head_dim")?,
+            ffn_hidden: Some(self.int("intermediate_size")?),
+            vocab: self.int("vocab_size")?,
+            norm: NormKind::Rmsnorm,
+            activation: Activation::Swiglu,
+            tied_embeddings: self.flag("tie_word_embeddings", false),
+            attention: AttentionImpl::Flash,
+            position: Position::Rope,
+            linear_bias: attention_bias && self.flag("mlp_bias", false),
+            // Qwen2 always biases its query, key and value projections
+            qkv_bias: model_type == "qwen2" || attention_bias,
+            qk_norm: model_type == "qwen3",
+            norm_bias: None,
+            seq_len: Some(self.seq_len("max_position_embeddings")?),
+            sliding_window: self.sliding_window()?,
+            dropout: self.dropout(&["attention_dropout"], 0.0),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +325,175 @@ mod tests {
         );
         let a = from_config_json(&p).unwrap().validate("x").unwrap();
         assert_eq!((a.norm, a.linear_bias), (NormKind::Layernorm, true));
+    }
+
+    /// Parses a published config.json (its cost-relevant fields as the model's Hugging Face
+    /// repository publishes them) and checks the parameter count against the published one.
+    fn published(text: &str, billions: f64) -> crate::workload::Arch {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), text);
+        let a = from_config_json(&p).unwrap().validate("x").unwrap();
+        let p = a.total_params() as f64 / 1e9;
+        assert!(
+            (p / billions - 1.0).abs() < 0.005,
+            "{}: {p:.4} B, published {billions} B",
+            a.name
+        );
+        a
+    }
+
+    #[test]
+    fn llama_3_1_8b() {
+        let a = published(
+            r#"{"_name_or_path":"meta-llama/Llama-3.1-8B","model_type":"llama",
+                "hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,
+                "num_key_value_heads":8,"num_hidden_layers":32,"vocab_size":128256,
+                "max_position_embeddings":131072,"hidden_act":"silu","head_dim":128,
+                "attention_bias":false,"mlp_bias":false,"tie_word_embeddings":false,
+                "rope_theta":500000.0}"#,
+            8.03,
+        );
+        // a training length, never the 131,072-token context window
+        assert_eq!(a.seq_len, DEFAULT_SEQ_LEN);
+        assert_eq!(a.name, "meta-llama/Llama-3.1-8B");
+    }
+
+    #[test]
+    fn mistral_nemo_reads_head_dim_instead_of_deriving_it() {
+        let a = published(
+            r#"{"model_type":"mistral","hidden_size":5120,"intermediate_size":14336,
+                "num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,
+                "num_hidden_layers":40,"vocab_size":131072,"max_position_embeddings":1024000,
+                "sliding_window":null,"hidden_act":"silu","tie_word_embeddings":false}"#,
+            12.2,
+        );
+        // 32 heads of 128 over a 5,120 hidden size, not 160
+        assert_eq!((a.head_dim, a.heads * a.head_dim), (128, 4096));
+        // no _name_or_path: named by its model_type, not by the directory
+        assert_eq!(a.name, "mistral");
+    }
+
+    #[test]
+    fn mistral_7b_keeps_its_sliding_window() {
+        let a = published(
+            r#"{"model_type":"mistral","hidden_size":4096,"intermediate_size":14336,
+                "num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,
+                "vocab_size":32000,"max_position_embeddings":32768,"sliding_window":4096,
+                "hidden_act":"silu","tie_word_embeddings":false}"#,
+            7.24,
+        );
+        assert_eq!(a.sliding_window, Some(4096));
+    }
+
+    #[test]
+    fn qwen2_5_7b_biases_its_qkv() {
+        let a = published(
+            r#"{"model_type":"qwen2","hidden_size":3584,"intermediate_size":18944,
+                "num_attention_heads":28,"num_key_value_heads":4,"num_hidden_layers":28,
+                "vocab_size":152064,"max_position_embeddings":131072,"sliding_window":131072,
+                "use_sliding_window":false,"hidden_act":"silu","tie_word_embeddings":false}"#,
+            7.61,
+        );
+        assert!(a.qkv_bias && !a.linear_bias && a.sliding_window.is_none());
+    }
+
+    #[test]
+    fn qwen3_8b_norms_queries_and_keys() {
+        let a = published(
+            r#"{"model_type":"qwen3","hidden_size":4096,"intermediate_size":12288,
+                "num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,
+                "num_hidden_layers":36,"vocab_size":151936,"max_position_embeddings":40960,
+                "attention_bias":false,"use_sliding_window":false,"sliding_window":null,
+                "hidden_act":"silu","tie_word_embeddings":false}"#,
+            8.2,
+        );
+        assert!(a.qk_norm && !a.qkv_bias);
+    }
+
+    #[test]
+    fn gemma_2_9b_is_geglu_with_tied_embeddings() {
+        let a = published(
+            r#"{"model_type":"gemma2","hidden_size":3584,"intermediate_size":14336,
+                "num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,
+                "num_hidden_layers":42,"vocab_size":256000,"max_position_embeddings":8192,
+                "hidden_activation":"gelu_pytorch_tanh","sliding_window":4096,
+                "attn_logit_softcapping":50.0,"final_logit_softcapping":30.0}"#,
+            9.24,
+        );
+        assert_eq!(a.activation, Activation::Geglu);
+        assert!(a.tied_embeddings);
+    }
+
+    #[test]
+    fn phi_3_mini() {
+        published(
+            r#"{"model_type":"phi3","hidden_size":3072,"intermediate_size":8192,
+                "num_attention_heads":32,"num_key_value_heads":32,"num_hidden_layers":32,
+                "vocab_size":32064,"max_position_embeddings":4096,"sliding_window":2047,
+                "hidden_act":"silu","tie_word_embeddings":false}"#,
+            3.82,
+        );
+    }
+
+    #[test]
+    fn gpt_neox_20b_and_gpt2() {
+        published(
+            r#"{"model_type":"gpt_neox","hidden_size":6144,"intermediate_size":24576,
+                "num_attention_heads":64,"num_hidden_layers":44,"vocab_size":50432,
+                "max_position_embeddings":2048,"tie_word_embeddings":false}"#,
+            20.55,
+        );
+        // GPT-2 small: 124 M with its learned 1,024 positions
+        let a = published(
+            r#"{"model_type":"gpt2","n_embd":768,"n_head":12,"n_layer":12,"n_positions":1024,
+                "vocab_size":50257,"n_inner":null,"activation_function":"gelu_new"}"#,
+            0.12444,
+        );
+        assert_eq!(a.seq_len, 1024);
+    }
+
+    #[test]
+    fn nemotron_is_squared_relu_with_layernorm() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            r#"{"model_type":"nemotron","hidden_size":4096,"intermediate_size":16384,
+                "num_attention_heads":48,"num_key_value_heads":8,"head_dim":128,
+                "num_hidden_layers":32,"vocab_size":256000,"max_position_embeddings":4096,
+                "hidden_act":"relu2","tie_word_embeddings":false}"#,
+        );
+        let a = from_config_json(&p).unwrap().validate("x").unwrap();
+        assert_eq!(
+            (a.activation, a.norm, a.ffn_hidden, a.head_dim),
+            (Activation::SquaredRelu, NormKind::Layernorm, 16384, 128)
+        );
+    }
+
+    #[test]
+    fn experts_and_latent_attention_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, needle) in [
+            (
+                r#"{"model_type":"mixtral","hidden_size":4096,"num_local_experts":8}"#,
+                "\"num_local_experts\" = 8",
+            ),
+            (
+                r#"{"model_type":"qwen3_moe","hidden_size":2048,"num_experts":128}"#,
+                "mixture of experts",
+            ),
+            (
+                r#"{"model_type":"deepseek_v3","n_routed_experts":256,"kv_lora_rank":512}"#,
+                "\"n_routed_experts\" = 256",
+            ),
+            (
+                r#"{"model_type":"deepseek_v2","kv_lora_rank":512,"n_routed_experts":null}"#,
+                "multi-head latent attention",
+            ),
+        ] {
+            let p = write(dir.path(), text);
+            let e = from_config_json(&p).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("config.json"), "{e}");
+        }
     }
 
     #[test]

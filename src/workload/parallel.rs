@@ -248,6 +248,13 @@ impl Layout {
         let micro_batches = micro_batches(spec, micro_batch, dp)?;
         let seq_len = bounded("seq-len", spec.seq_len.unwrap_or(arch.seq_len), MAX_SEQ_LEN)?;
         check_context_parallel(arch, rules, cp, seq_len)?;
+        if let Some(window) = arch.sliding_window.filter(|&w| w < seq_len) {
+            return Err(LayoutError::SlidingWindowShorter {
+                model: arch.name.clone(),
+                window,
+                seq_len,
+            });
+        }
         bounded(
             "micro-batch × seq-len (tokens per micro-batch)",
             micro_batch * seq_len,

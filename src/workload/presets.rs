@@ -62,6 +62,7 @@ fn spec(
         hidden,
         heads,
         kv_heads: Some(kv_heads),
+        head_dim: None,
         ffn_hidden: Some(ffn),
         vocab,
         norm,
@@ -70,6 +71,9 @@ fn spec(
         attention,
         position,
         linear_bias: bias,
+        qkv_bias: false,
+        qk_norm: false,
+        sliding_window: None,
         // the paper's tool counts two parameter vectors per norm ("2 norms of 2·dim")
         norm_bias: Some(matches!(
             family,
