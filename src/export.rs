@@ -140,6 +140,20 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let mut arg = |s: String| args.push(s);
     arg(format!("--tensor-model-parallel-size {}", l.tp));
     arg(format!("--pipeline-model-parallel-size {}", l.pp));
+    if let Some(m) = &a.moe {
+        arg(format!(
+            "--num-experts {} --moe-router-topk {} --moe-ffn-hidden-size {} \
+             --expert-model-parallel-size {} --moe-token-dispatcher-type alltoall \
+             --moe-grouped-gemm",
+            m.experts, m.top_k, m.expert_ffn, l.ep
+        ));
+        if m.shared_ffn() > 0 {
+            arg(format!(
+                "--moe-shared-expert-intermediate-size {}",
+                m.shared_ffn()
+            ));
+        }
+    }
     if l.cp > 1 {
         arg(format!("--context-parallel-size {}", l.cp));
         arg(format!(
@@ -330,6 +344,12 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         l.pp.to_string(),
     );
     set("trainer.strategy.context_parallel_size", l.cp.to_string());
+    if a.moe.is_some() {
+        set(
+            "trainer.strategy.expert_model_parallel_size",
+            l.ep.to_string(),
+        );
+    }
     if l.cp > 1 {
         set(
             "model.config.cp_comm_type",
@@ -348,7 +368,6 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             "None".into()
         },
     );
-    set("trainer.strategy.context_parallel_size", "1".into());
     set(
         "trainer.strategy.sequence_parallel",
         py_bool(l.sequence_parallel),
@@ -485,6 +504,12 @@ fn torchtitan_flavor(arch: &Arch) -> Option<(&'static str, &'static str)> {
 fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let (a, l) = (t.arch, t.layout);
     let refuse = |why: &str| Err(Error::Invalid(format!("torchtitan: {why}")));
+    if t.arch.moe.is_some() {
+        return refuse(
+            "torchtitan's mixture-of-experts models are its own (DeepSeek-V3, Llama 4) flavors: \
+             export this layout for megatron or nemo",
+        );
+    }
     let schedule =
         match (l.schedule, l.vpp) {
             (Schedule::OneFOneB | Schedule::ClosedForm, _) => "1F1B",

@@ -31,6 +31,9 @@ pub struct SearchSpace {
     /// Context-parallel degrees (`None`: 1, and for sequences of 8,192 tokens or more also
     /// 2, 4, 8 and 16).
     pub cp: Option<Vec<u64>>,
+    /// Expert-parallel degrees (`None`: 1 for a dense model; for a mixture of experts every
+    /// power of two dividing the experts).
+    pub ep: Option<Vec<u64>>,
     pub micro_batch: Vec<u64>,
     pub schedules: Vec<Schedule>,
     pub recompute: Vec<Recompute>,
@@ -44,7 +47,12 @@ impl SearchSpace {
     /// Checks every value the user listed, for `gpus` GPUs.
     pub fn validate(&self, gpus: u64) -> Result<()> {
         let bad = |m: String| Err(Error::Invalid(m));
-        for (flag, values) in [("--tp", &self.tp), ("--pp", &self.pp), ("--cp", &self.cp)] {
+        for (flag, values) in [
+            ("--tp", &self.tp),
+            ("--pp", &self.pp),
+            ("--cp", &self.cp),
+            ("--ep", &self.ep),
+        ] {
             for &v in values.iter().flatten() {
                 if v == 0 || !gpus.is_multiple_of(v) {
                     let all: Vec<String> = divisors(gpus).iter().map(u64::to_string).collect();
@@ -96,6 +104,7 @@ impl Default for SearchSpace {
             tp: None,
             pp: None,
             cp: None,
+            ep: None,
             micro_batch: vec![1, 2, 4, 8],
             schedules: vec![Schedule::OneFOneB, Schedule::Interleaved, Schedule::ZbH1],
             recompute: vec![Recompute::None, Recompute::Selective, Recompute::Full],
@@ -252,6 +261,14 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
             vec![1]
         }
     });
+    let eps = s.ep.clone().unwrap_or_else(|| match &req.arch.moe {
+        None => vec![1],
+        Some(m) => (0..16)
+            .map(|i| 1u64 << i)
+            .take_while(|&e| e <= m.experts)
+            .filter(|&e| m.experts.is_multiple_of(e))
+            .collect(),
+    });
     let mut out = Vec::new();
     for (&tp, &pp, &cp) in tps
         .iter()
@@ -285,8 +302,11 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
                                 if sp && tp == 1 {
                                     continue;
                                 }
-                                for &zero in &s.zero {
+                                for (&zero, &ep) in
+                                    s.zero.iter().flat_map(|z| eps.iter().map(move |e| (z, e)))
+                                {
                                     out.push(ParallelSpec {
+                                        ep: (ep > 1).then_some(ep),
                                         tp: Some(tp),
                                         pp: Some(pp),
                                         dp: Some(dp),

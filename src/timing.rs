@@ -12,6 +12,8 @@ pub enum Class {
     TpComm,
     /// Context-parallel K/V exchange (ring attention).
     CpComm,
+    /// Expert-parallel token all-to-all (mixture of experts).
+    EpComm,
     PpComm,
     DpComm,
     Optimizer,
@@ -23,6 +25,7 @@ pub struct ClassTimes {
     pub compute: f64,
     pub tp_comm: f64,
     pub cp_comm: f64,
+    pub ep_comm: f64,
     pub pp_comm: f64,
     pub dp_comm: f64,
     pub optimizer: f64,
@@ -34,6 +37,7 @@ impl ClassTimes {
             compute: self.compute + o.compute,
             tp_comm: self.tp_comm + o.tp_comm,
             cp_comm: self.cp_comm + o.cp_comm,
+            ep_comm: self.ep_comm + o.ep_comm,
             pp_comm: self.pp_comm + o.pp_comm,
             dp_comm: self.dp_comm + o.dp_comm,
             optimizer: self.optimizer + o.optimizer,
@@ -45,6 +49,7 @@ impl ClassTimes {
             Class::Compute => self.compute += t,
             Class::TpComm => self.tp_comm += t,
             Class::CpComm => self.cp_comm += t,
+            Class::EpComm => self.ep_comm += t,
             Class::PpComm => self.pp_comm += t,
             Class::DpComm => self.dp_comm += t,
             Class::Optimizer => self.optimizer += t,
@@ -52,7 +57,13 @@ impl ClassTimes {
     }
 
     pub fn total(&self) -> f64 {
-        self.compute + self.tp_comm + self.cp_comm + self.pp_comm + self.dp_comm + self.optimizer
+        self.compute
+            + self.tp_comm
+            + self.cp_comm
+            + self.ep_comm
+            + self.pp_comm
+            + self.dp_comm
+            + self.optimizer
     }
 
     pub fn scaled(&self, k: f64) -> ClassTimes {
@@ -60,6 +71,7 @@ impl ClassTimes {
             compute: self.compute * k,
             tp_comm: self.tp_comm * k,
             cp_comm: self.cp_comm * k,
+            ep_comm: self.ep_comm * k,
             pp_comm: self.pp_comm * k,
             dp_comm: self.dp_comm * k,
             optimizer: self.optimizer * k,
@@ -74,6 +86,8 @@ pub struct Breakdown {
     pub tp_comm: f64,
     /// Context-parallel K/V exchange not hidden behind the attention chunks.
     pub cp_comm: f64,
+    /// Expert-parallel token all-to-all.
+    pub ep_comm: f64,
     pub pp_comm: f64,
     pub dp_comm: f64,
     pub optimizer: f64,
@@ -87,6 +101,7 @@ impl Breakdown {
         self.compute
             + self.tp_comm
             + self.cp_comm
+            + self.ep_comm
             + self.pp_comm
             + self.dp_comm
             + self.optimizer
@@ -99,6 +114,7 @@ impl Breakdown {
             compute: self.compute * k,
             tp_comm: self.tp_comm * k,
             cp_comm: self.cp_comm * k,
+            ep_comm: self.ep_comm * k,
             pp_comm: self.pp_comm * k,
             dp_comm: self.dp_comm * k,
             optimizer: self.optimizer * k,
@@ -111,7 +127,8 @@ impl Breakdown {
     /// for balanced 1F1B.
     pub fn bubble_ratio(&self) -> f64 {
         self.bubble
-            / (self.compute + self.tp_comm + self.cp_comm + self.pp_comm).max(f64::MIN_POSITIVE)
+            / (self.compute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm)
+                .max(f64::MIN_POSITIVE)
     }
 }
 

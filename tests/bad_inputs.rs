@@ -189,6 +189,8 @@ fn cases() -> Vec<Case> {
         predict!("--dp 8 --global-batch 64 --nodes -1", "--nodes -1", "between 1 and 1000000"),
         predict!("--dp 8 --global-batch 64 --nodes 99999999999", "--nodes 99999999999", "between 1 and 1000000"),
         predict!("--cp 1048576 --dp 8 --global-batch 64", "tp·cp·pp·dp", "GPUs"),
+        predict!("--ep 2 --dp 8 --global-batch 64", "llama2-7b has no experts", "drop --ep"),
+        predict!("--moe-imbalance 1.5 --dp 8 --global-batch 64", "has no experts", "--moe-imbalance"),
         predict!("--tp 8 --dp 4096 --global-batch 4096", "32768 GPUs", "lower dp (at most 2048)"),
         predict!("--global-batch 8 --trace {tmp}/t.json --schedule closed-form", "--trace needs a simulated schedule", "--schedule 1f1b"),
         predict!("--global-batch 8 --models {tmp}/nowhere", "nowhere", "stepcast train"),

@@ -982,3 +982,72 @@ fn context_parallelism_and_node_counts_as_users_give_them() {
         &["tp·cp·pp·dp = 2·2·1·4 = 16 GPUs", "1 nodes × 8", "--nodes"],
     );
 }
+
+#[test]
+fn a_mixture_of_experts_from_its_config_with_expert_parallelism_and_imbalance() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config.json");
+    fs::write(
+        &config,
+        r#"{"_name_or_path":"mistralai/Mixtral-8x7B-v0.1","model_type":"mixtral",
+            "hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,
+            "num_key_value_heads":8,"num_hidden_layers":32,"vocab_size":32000,
+            "max_position_embeddings":32768,"num_local_experts":8,"num_experts_per_tok":2,
+            "hidden_act":"silu","tie_word_embeddings":false}"#,
+    )
+    .unwrap();
+    let layout = [
+        "--cluster",
+        "dgx-h100",
+        "--nodes",
+        "8",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--dp",
+        "8",
+        "--ep",
+        "8",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "256",
+        "--sequence-parallel",
+    ];
+    let command = |cmd: &[&str], extra: &[&str]| {
+        let args: Vec<&str> = cmd
+            .iter()
+            .chain(&["--model", s(&config)])
+            .chain(&layout)
+            .chain(extra)
+            .copied()
+            .collect();
+        stepcast(&args)
+    };
+    let run = |extra: &[&str]| command(&["predict"], extra);
+    let step = |extra: &[&str]| -> f64 {
+        let out = run(&[extra, &["--json"]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        v["step_time_s"].as_f64().unwrap()
+    };
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("ep 8 (imbalance 1)") && text.contains("EP comm"),
+        "{text}"
+    );
+    assert!(step(&["--moe-imbalance", "1.5"]) > step(&[]));
+    let m = stdout(&command(&["export", "--format", "megatron"], &[]));
+    assert!(
+        m.contains("--num-experts 8 --moe-router-topk 2")
+            && m.contains("--expert-model-parallel-size 8"),
+        "{m}"
+    );
+    assert_user_error(
+        &run(&["--moe-imbalance", "9"]),
+        &["--moe-imbalance 9", "between 1"],
+    );
+}

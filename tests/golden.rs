@@ -157,6 +157,16 @@ const CASES: &[Case] = &[
         "bucket-and-seq-len",
         "--cluster dgx-h100 --model llama2-7b --tp 2 --pp 1 --dp 8 --micro-batch 1 --micro-batches 4 --seq-len 8192 --dp-bucket-elements 10000000",
     ),
+    // context parallelism (ring attention beside its K/V exchange) and a mixture of experts
+    // with expert parallelism and a skewed router
+    predict(
+        "llama3-8b-cp4-32k",
+        "--cluster dgx-h100 --model llama3-8b --tp 2 --cp 4 --dp 1 --micro-batch 1 --micro-batches 4 --seq-len 32768 --sequence-parallel",
+    ),
+    predict(
+        "mixtral-ep8-imbalance",
+        "--cluster dgx-h100 --nodes 8 --model tests/data/mixtral-8x7b.yaml --tp 2 --pp 4 --dp 8 --ep 8 --micro-batch 1 --global-batch 256 --sequence-parallel --moe-imbalance 1.3",
+    ),
     predict(
         "oom-layout",
         "--cluster dgx-h100 --model llama3-70b --tp 1 --pp 1 --dp 8 --micro-batch 1 --micro-batches 4",

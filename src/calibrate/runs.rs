@@ -18,7 +18,7 @@
 //! | `reason` | why not |
 //!
 //! Optional: `framework`, `cp` (context-parallel degree, default 1), `cp_comm` (p2p or
-//! all-gather, default p2p), `source`.
+//! all-gather, default p2p), `ep` (expert-parallel degree, default 1), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -65,6 +65,8 @@ struct Row {
     cp: Option<u64>,
     #[serde(default)]
     cp_comm: String,
+    #[serde(default)]
+    ep: Option<u64>,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -153,6 +155,7 @@ impl Row {
                 dp: Some(self.dp),
                 cp: self.cp,
                 cp_comm,
+                ep: self.ep.filter(|&e| e > 1),
                 micro_batch: Some(self.micro_batch),
                 global_batch: Some(self.global_batch),
                 seq_len: Some(self.seq_len),

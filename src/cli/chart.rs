@@ -13,10 +13,11 @@ use stepcast::schedule::{simulate_with, Pass, PipelineWork, Timeline};
 use stepcast::timing::Breakdown;
 
 /// What a step spends time on, in stacking order, with the colour every chart uses.
-pub const TIME_CLASSES: [(&str, &str); 7] = [
+pub const TIME_CLASSES: [(&str, &str); 8] = [
     ("compute", "#4f81bd"),
     ("TP comm", "#2e9e8f"),
     ("CP comm", "#9bbb59"),
+    ("EP comm", "#4bacc6"),
     ("PP comm", "#8064a2"),
     ("DP comm", "#f79646"),
     ("optimizer", "#c0504d"),
@@ -189,6 +190,7 @@ fn classes(b: &Breakdown) -> Vec<f64> {
         b.compute,
         b.tp_comm,
         b.cp_comm,
+        b.ep_comm,
         b.pp_comm,
         b.dp_comm,
         b.optimizer,
@@ -371,24 +373,24 @@ pub fn timeline(work: &PipelineWork, t: &Timeline) -> String {
                 "<rect x=\"{:.2}\" y=\"{y}\" width=\"{:.2}\" height=\"{row}\" fill=\"{}\"><title>optimizer step</title></rect>",
                 x(start),
                 (x(end) - x(start)).max(0.5),
-                TIME_CLASSES[5].1
+                TIME_CLASSES[6].1
             );
         }
         strip(
             &mut s,
             y + row + 2.0,
             &rank.data_parallel,
-            TIME_CLASSES[4].1,
+            TIME_CLASSES[5].1,
         );
-        strip(&mut s, y + row + 7.0, &rank.sends, TIME_CLASSES[3].1);
+        strip(&mut s, y + row + 7.0, &rank.sends, TIME_CLASSES[4].1);
     }
     let legend = [
         ("forward", FORWARD),
         ("backward", BACKWARD),
         ("weight gradient", WEIGHT_GRAD),
-        ("optimizer", TIME_CLASSES[5].1),
-        ("data-parallel buckets", TIME_CLASSES[4].1),
-        ("pipeline sends", TIME_CLASSES[3].1),
+        ("optimizer", TIME_CLASSES[6].1),
+        ("data-parallel buckets", TIME_CLASSES[5].1),
+        ("pipeline sends", TIME_CLASSES[4].1),
     ];
     for (k, (name, colour)) in legend.iter().enumerate() {
         let lx = left + k as f64 * 170.0;

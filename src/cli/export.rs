@@ -157,6 +157,10 @@ struct RowLayout {
     cp: u64,
     #[serde(default)]
     cp_comm: Option<CpComm>,
+    #[serde(default = "one")]
+    ep: u64,
+    #[serde(default)]
+    moe_imbalance: Option<f64>,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -245,6 +249,8 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         dp: Some(r.dp),
         cp: Some(r.cp),
         cp_comm: r.cp_comm,
+        ep: Some(r.ep),
+        moe_imbalance: r.moe_imbalance,
         micro_batch: Some(r.micro_batch),
         global_batch: Some(r.global_batch),
         micro_batches: None,

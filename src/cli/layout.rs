@@ -45,6 +45,12 @@ pub struct JobArgs {
     /// Megatron's default) or all-gather (torchtitan's default) [default: p2p].
     #[arg(long, value_parser = named::<CpComm>())]
     pub cp_comm: Option<CpComm>,
+    /// Expert parallelism for a mixture of experts: experts split over ep ranks of dp·cp.
+    #[arg(long, allow_negative_numbers = true)]
+    pub ep: Option<u64>,
+    /// Router imbalance: the busiest expert's tokens over the mean (1 = balanced) [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub moe_imbalance: Option<f64>,
     /// Sequences per micro-batch.
     #[arg(long, allow_negative_numbers = true)]
     pub micro_batch: Option<u64>,
@@ -183,6 +189,8 @@ impl JobArgs {
             dp: self.dp,
             cp: self.cp,
             cp_comm: self.cp_comm,
+            ep: self.ep,
+            moe_imbalance: self.moe_imbalance,
             micro_batch: self.micro_batch,
             global_batch: self.global_batch,
             micro_batches: self.micro_batches,
@@ -309,11 +317,14 @@ pub fn describe(job: &Job) -> String {
     } else {
         String::new()
     };
-    let cp = if l.cp > 1 {
+    let mut cp = if l.cp > 1 {
         format!(" · cp {} ({})", l.cp, l.cp_comm)
     } else {
         String::new()
     };
+    if job.arch.moe.is_some() {
+        cp += &format!(" · ep {} (imbalance {})", l.ep, l.moe_imbalance);
+    }
     let notes: String = job
         .notes
         .iter()

@@ -194,6 +194,12 @@ fn print_prediction(
         part("TP comm", b.tp_comm),
         part("PP comm", b.pp_comm)
     );
+    if b.ep_comm > 0.0 || l.ep > 1 {
+        println!(
+            "              {} (expert-parallel token all-to-all)",
+            part("EP comm", b.ep_comm)
+        );
+    }
     if b.cp_comm > 0.0 || l.cp > 1 {
         println!(
             "              {} (K/V exchange of context parallelism not hidden behind attention)",

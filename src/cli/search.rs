@@ -50,6 +50,13 @@ pub struct SearchArgs {
     /// more].
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub cp: Option<Vec<u64>>,
+    /// Expert-parallel degrees to try for a mixture of experts [every power of two dividing
+    /// the experts].
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    pub ep: Option<Vec<u64>>,
+    /// Router imbalance every layout is costed at (busiest expert's tokens over the mean).
+    #[arg(long, allow_negative_numbers = true)]
+    pub moe_imbalance: Option<f64>,
     /// Micro-batch sizes to try.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub micro_batch: Vec<u64>,
@@ -117,6 +124,7 @@ struct CsvRow<'a> {
     status: &'static str,
     tp: u64,
     cp: u64,
+    ep: u64,
     pp: u64,
     dp: u64,
     micro_batch: u64,
@@ -165,6 +173,7 @@ fn write_csv(path: &std::path::Path, report: &SearchReport) -> anyhow::Result<()
                 status: status_name(r.status),
                 tp: r.layout.tp,
                 cp: r.layout.cp,
+                ep: r.layout.ep,
                 pp: r.layout.pp,
                 dp: r.layout.dp,
                 micro_batch: r.layout.micro_batch,
@@ -208,6 +217,12 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     );
     if r.layout.cp > 1 {
         cmd += &format!(" --cp {}", r.layout.cp);
+    }
+    if r.layout.ep > 1 {
+        cmd += &format!(" --ep {}", r.layout.ep);
+    }
+    if let Some(f) = args.moe_imbalance {
+        cmd += &format!(" --moe-imbalance {f}");
     }
     if r.layout.vpp > 1 {
         cmd += &format!(" --vpp {}", r.layout.vpp);
@@ -270,12 +285,14 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
             dtype: args.dtype,
             rules: Some(args.rules),
             tp_comm_overlap: args.tp_comm_overlap,
+            moe_imbalance: args.moe_imbalance,
             ..Default::default()
         },
         space: SearchSpace {
             tp: args.tp.clone(),
             pp: args.pp.clone(),
             cp: args.cp.clone(),
+            ep: args.ep.clone(),
             micro_batch: args.micro_batch.clone(),
             schedules: args.schedule.clone(),
             recompute: args.recompute.clone(),
@@ -405,6 +422,7 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
         "#",
         "tp",
         "cp",
+        "ep",
         "pp",
         "dp",
         "mb",
@@ -440,6 +458,7 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
             (i + 1).to_string(),
             r.layout.tp.to_string(),
             r.layout.cp.to_string(),
+            r.layout.ep.to_string(),
             r.layout.pp.to_string(),
             r.layout.dp.to_string(),
             r.layout.micro_batch.to_string(),
@@ -484,13 +503,18 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
     // least needed first: cp when no row uses it, the run columns, free memory, bubble,
     // tokens/s, m, vpp, SP, rank
     let mut droppable: Vec<usize> = Vec::new();
-    if report.rows.iter().all(|r| r.layout.cp == 1) {
-        droppable.push(2);
+    for (col, unused) in [
+        (2, report.rows.iter().all(|r| r.layout.cp == 1)),
+        (3, report.rows.iter().all(|r| r.layout.ep == 1)),
+    ] {
+        if unused {
+            droppable.push(col);
+        }
     }
     if with_run {
-        droppable.extend([19, 18, 17]);
+        droppable.extend([20, 19, 18]);
     }
-    droppable.extend([16, 15, 13, 6, 7, 10, 0]);
+    droppable.extend([17, 16, 14, 7, 8, 11, 0]);
     let hidden = super::output::fit(&mut t, &droppable);
     println!("{t}");
     if let Some(h) = hidden {

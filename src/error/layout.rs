@@ -170,6 +170,33 @@ pub enum LayoutError {
     CpUnderPaperRules,
 
     #[error(
+        "{model} has no experts: drop --ep and --moe-imbalance, or give a mixture-of-experts model"
+    )]
+    ExpertsOnDenseModel { model: String },
+
+    #[error("the paper's rules have no mixture of experts: use --rules megatron")]
+    ExpertsUnderPaperRules,
+
+    #[error("FSDP (ZeRO-3) of routed experts is not modelled: use --zero 1 (Megatron's distributed optimizer)")]
+    ExpertsWithFsdp,
+
+    #[error(
+        "ep = {ep} must divide the experts ({experts}) and the data-parallel × context-parallel \
+         ranks ({replicas}) it is carved from: use an ep dividing both"
+    )]
+    EpNotDivisible {
+        ep: u64,
+        experts: u64,
+        replicas: u64,
+    },
+
+    #[error(
+        "--moe-imbalance {value}: give the busiest expert's tokens over the mean, between 1 \
+         (balanced) and {max} (experts / top-k: every token to the same experts)"
+    )]
+    Imbalance { value: f64, max: f64 },
+
+    #[error(
         "{model} attends over a sliding window of {window} tokens, shorter than seq-len \
          {seq_len}: sliding-window attention is not costed; use --seq-len {window} or less \
          (where the window changes nothing)"
@@ -217,6 +244,11 @@ impl LayoutError {
             TpOverlapNeedsSequenceParallel => "TP overlap needs sequence parallelism",
             SeqNotDivisibleByCp { .. } => "seq-len not divisible by 2·cp",
             SlidingWindowShorter { .. } => "sequence longer than the sliding window",
+            ExpertsOnDenseModel { .. }
+            | ExpertsUnderPaperRules
+            | ExpertsWithFsdp
+            | Imbalance { .. } => "expert settings the model or rules cannot take",
+            EpNotDivisible { .. } => "ep not dividing the experts or dp·cp",
             CpNeedsFlashAttention { .. } | CpUnderPaperRules => {
                 "context parallelism without fused attention or under the paper's rules"
             }

@@ -96,27 +96,53 @@ pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
     }
     add("post-attention norm input", 2.0 * h * rep, false);
     add("MLP input (norm output)", 2.0 * h * rep, true);
-    match arch.activation {
-        Activation::Gelu => add("GELU input", 2.0 * s * b * ffn, false),
-        Activation::SquaredRelu => add("squared-ReLU input", 2.0 * s * b * ffn, false),
-        Activation::Swiglu => add("SwiGLU input (gate and up)", 4.0 * s * b * ffn, false),
-        Activation::Geglu => add("GeGLU input (gate and up)", 4.0 * s * b * ffn, false),
+    // the MLP every token runs: the dense one, or the shared experts
+    let ffn = match &arch.moe {
+        None => ffn,
+        Some(m) => m.shared_ffn() as f64 / t,
+    };
+    let gate = if arch.activation.is_gated() { 2.0 } else { 1.0 };
+    if ffn > 0.0 {
+        match arch.activation {
+            Activation::Gelu => add("GELU input", 2.0 * s * b * ffn, false),
+            Activation::SquaredRelu => add("squared-ReLU input", 2.0 * s * b * ffn, false),
+            Activation::Swiglu => add("SwiGLU input (gate and up)", 4.0 * s * b * ffn, false),
+            Activation::Geglu => add("GeGLU input (gate and up)", 4.0 * s * b * ffn, false),
+        }
+        add(
+            "MLP down input (activation output)",
+            2.0 * s * b * ffn,
+            true,
+        );
     }
-    add(
-        "MLP down input (activation output)",
-        2.0 * s * b * ffn,
-        true,
-    );
+    if let Some(m) = &arch.moe {
+        // the busiest expert's share of the k routed copies of every token, after the
+        // dispatcher gathered the tensor-parallel group's tokens
+        let routed = s * b * m.top_k as f64 * layout.moe_imbalance;
+        let fe = m.expert_ffn as f64 / t;
+        add(
+            "router probabilities (fp32)",
+            4.0 * s * b * m.experts as f64 * rep,
+            false,
+        );
+        add(
+            "expert input (permuted tokens)",
+            2.0 * routed * arch.hidden as f64,
+            true,
+        );
+        add("expert activation input", 2.0 * gate * routed * fe, false);
+        add(
+            "expert down input (activation output)",
+            2.0 * routed * fe,
+            true,
+        );
+    }
     if dropout {
         add("MLP dropout mask", h * rep, false);
     }
     let recompute_working: f64 = v.iter().map(|s| s.bytes).sum();
     // output gradients the weight-gradient GEMMs read: of QKV, out-projection, MLP up, down
-    let up_width = if arch.activation.is_gated() {
-        2.0 * ffn
-    } else {
-        ffn
-    };
+    let up_width = gate * ffn;
     let out_grads = 2.0 * s * b * (heads * hd + 2.0 * kv_heads * hd)
         + 2.0 * h * rep
         + 2.0 * s * b * up_width

@@ -82,11 +82,12 @@ impl MemoryReport {
     }
 }
 
-/// Bytes per parameter held for weights, gradients and optimizer states.
-fn bytes_per_param(layout: &Layout) -> (f64, f64, f64) {
+/// Bytes per parameter held for weights, gradients and optimizer states, for parameters
+/// replicated over `replicas` ranks (dp·cp, or dp·cp / ep for routed experts).
+fn bytes_per_param(layout: &Layout, replicas: u64) -> (f64, f64, f64) {
     let sharded = |stage: u8| {
-        if layout.zero >= stage && layout.grad_replicas() > 1 {
-            layout.grad_replicas() as f64
+        if layout.zero >= stage && replicas > 1 {
+            replicas as f64
         } else {
             1.0
         }
@@ -163,7 +164,8 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
         });
     }
     let peaks = peak_activations(layout, &chunk_bytes, &chunk_w);
-    let (w, g, o) = bytes_per_param(layout);
+    let (w, g, o) = bytes_per_param(layout, layout.grad_replicas());
+    let (we, ge, oe) = bytes_per_param(layout, layout.expert_grad_replicas());
     let capacity = cluster.spec.gpu.memory_gib;
     let groups = [
         layout.tp > 1,
@@ -197,14 +199,15 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
                 .filter(|(_, &x)| x == r)
                 .map(|(vs, _)| chunk_bytes[vs])
                 .sum();
-            let weights = params * w / GIB;
-            let gradients = params * g / GIB;
-            let optimizer = params * o / GIB;
+            let experts = s.expert_params as f64;
+            let weights = (params * w + experts * we) / GIB;
+            let gradients = (params * g + experts * ge) / GIB;
+            let optimizer = (params * o + experts * oe) / GIB;
             let acts = peaks[r] / GIB;
             let total = weights + gradients + optimizer + acts + transient / GIB + overhead;
             RankMemory {
                 rank: r,
-                params: s.params,
+                params: s.params + s.expert_params,
                 weights_gib: weights,
                 gradients_gib: gradients,
                 optimizer_gib: optimizer,
@@ -267,6 +270,44 @@ mod tests {
             micro_batches: Some(m),
             sequence_parallel: Some(tp > 1),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn expert_weights_and_optimizer_follow_megatrons_formula() {
+        // Megatron's theoretical memory with the distributed optimizer in bf16: dense
+        // parameters at 6 + 12/(dp·cp) bytes, routed experts at 6 + 12/(dp·cp/ep) bytes, the
+        // experts a rank holds being experts/ep of each layer, split over tp
+        let c = cluster();
+        let arch = crate::workload::presets::mixtral_8x7b();
+        for (tp, ep, dp) in [(1u64, 8u64, 8u64), (2, 4, 4), (1, 2, 8), (1, 1, 8)] {
+            let s = ParallelSpec {
+                tp: Some(tp),
+                pp: Some(1),
+                dp: Some(dp),
+                ep: Some(ep),
+                micro_batch: Some(1),
+                micro_batches: Some(1),
+                sequence_parallel: Some(tp > 1),
+                zero: Some(1),
+                ..Default::default()
+            };
+            let layout = Layout::new(&s, &arch, &c).unwrap();
+            let plan = Plan::new(&arch, &layout, &c);
+            let r = project(&arch, &layout, &c, &plan).ranks[0].clone();
+            let layers = arch.layers;
+            let dense = arch.layer_params(tp).0 * layers
+                + arch.vocab_params(tp) * 2
+                + arch.final_norm_params();
+            let experts = arch.expert_params(tp, ep).0 * layers;
+            assert_eq!(experts, 32 * (8 / ep) * 3 * 4096 * 14336 / tp);
+            let expected = dense as f64 * (6.0 + 12.0 / dp as f64)
+                + experts as f64 * (6.0 + 12.0 / (dp / ep) as f64);
+            let got = (r.weights_gib + r.gradients_gib + r.optimizer_gib) * GIB;
+            assert!(
+                (got / expected - 1.0).abs() < 1e-9,
+                "tp {tp} ep {ep} dp {dp}: {got} vs {expected}"
+            );
         }
     }
 

@@ -16,6 +16,10 @@ pub struct Groups {
     pub cp_ring: (u64, u64),
     /// The context-parallel group (for the all-gather variant).
     pub cp: (u64, u64),
+    /// The expert-parallel group (the token all-to-all).
+    pub ep: (u64, u64),
+    /// The ranks holding the same experts, which reduce their gradients together.
+    pub expert_dp: (u64, u64),
     /// Neighbouring pipeline stages: on one node or two.
     pub pp: (u64, u64),
     /// The model-parallel ranks of one replica (tp · pp), over which the gradient norm is
@@ -54,6 +58,9 @@ impl Groups {
             dp: spread(layout.grad_replicas(), layout.tp),
             cp_ring,
             cp,
+            // Megatron-Core's order tp, cp, ep, dp: expert ranks tp·cp apart
+            ep: spread(layout.ep, layout.tp * layout.cp),
+            expert_dp: spread(layout.expert_grad_replicas(), layout.tp * layout.ep),
             pp,
             mp,
         }

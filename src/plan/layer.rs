@@ -17,7 +17,9 @@ use crate::ops::{
     AttentionShape, Dtype, GemmShape, LookupShape, OpKind, Phase, Role, Shape, TokenShape,
 };
 use crate::timing::Class;
-use crate::workload::{Arch, AttentionImpl, CpComm, Layout, NormKind, Position, Recompute, Rules};
+use crate::workload::{
+    Arch, AttentionImpl, CpComm, Layout, MoeSpec, NormKind, Position, Recompute, Rules,
+};
 
 /// The sizes one rank works with.
 pub(super) struct Dims {
@@ -27,6 +29,9 @@ pub(super) struct Dims {
     t: u64,
     /// Context-parallel ranks the sequence is split over.
     cp: u64,
+    /// Expert-parallel ranks and the router imbalance (max over mean tokens per expert).
+    ep: u64,
+    imbalance: f64,
     cp_comm: CpComm,
     tokens: u64,
     /// Sequence rows of norms and residuals (split over tp with sequence parallelism).
@@ -62,6 +67,8 @@ impl Dims {
             t,
             cp: layout.cp,
             cp_comm: layout.cp_comm,
+            ep: layout.ep,
+            imbalance: layout.moe_imbalance,
             tokens: layout.micro_batch * s,
             seq_sp: if layout.sequence_parallel {
                 s.div_ceil(t)
@@ -407,17 +414,10 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call>
         d.tok_sp(d.d),
     );
     p.compute("post-attention norm", norm_op, d.act, None, d.tok_sp(d.d));
-    let up = gemm(d.tokens, up_width, d.d, 1);
-    p.compute("mlp up", OpKind::Gemm, d.gemm_dtype, Some(Role::MlpUp), up);
-    p.compute("activation", act_op, d.act, None, d.tok(d.ffn));
-    let down = gemm(d.tokens, d.d, d.ffn, 1);
-    p.compute(
-        "mlp down",
-        OpKind::Gemm,
-        d.gemm_dtype,
-        Some(Role::MlpDown),
-        down,
-    );
+    match &arch.moe {
+        None => mlp(&mut p, d, d.ffn, up_width, act_op),
+        Some(moe) => experts(&mut p, arch, moe, d, act_op),
+    }
     p.calls.extend(comm);
     p.compute(
         "residual add",
@@ -431,6 +431,116 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call>
         backward_extras(&mut p, arch, d, up_width);
     }
     p.calls
+}
+
+/// A dense MLP of `ffn` (on this rank) over every token: up (and gate), activation, down.
+fn mlp(p: &mut PassCalls, d: &Dims, ffn: u64, up_width: u64, act_op: OpKind) {
+    p.compute(
+        "mlp up",
+        OpKind::Gemm,
+        d.gemm_dtype,
+        Some(Role::MlpUp),
+        gemm(d.tokens, up_width, d.d, 1),
+    );
+    p.compute("activation", act_op, d.act, None, d.tok(ffn));
+    p.compute(
+        "mlp down",
+        OpKind::Gemm,
+        d.gemm_dtype,
+        Some(Role::MlpDown),
+        gemm(d.tokens, d.d, ffn, 1),
+    );
+}
+
+/// A mixture-of-experts MLP as Megatron-Core's all-to-all token dispatcher runs it (dropless):
+/// the router GEMM and its top-k, the tokens permuted by expert and sent over the
+/// expert-parallel group, each of the rank's experts / ep experts as one GEMM pair on its
+/// tokens (a grouped GEMM is costed as that many GEMMs), the tokens sent back, unpermuted and
+/// weighted, and the shared experts as a dense MLP on every token. Of the T·k routed tokens a
+/// rank computes, the busiest expert's share sets the pace: every local expert is costed at
+/// the busiest expert's tokens (imbalance × mean) — exact with one expert per rank, an upper
+/// bound with several — and the all-to-all carries the same factor more.
+fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKind) {
+    let k = moe.top_k;
+    // the router and the dispatcher see the rank's sequence-parallel shard
+    let routed_tokens = d.b * d.seq_sp;
+    p.compute(
+        "router",
+        OpKind::Gemm,
+        d.act,
+        None,
+        gemm(routed_tokens, moe.experts, d.d, 1),
+    );
+    p.compute(
+        "router top-k",
+        OpKind::Softmax,
+        d.act,
+        None,
+        d.tok_sp(moe.experts),
+    );
+    let permuted = Shape::Tokens(TokenShape {
+        batch: d.b,
+        seq: d.seq_sp * k,
+        width: d.d,
+    });
+    p.compute("permute", OpKind::Elementwise, d.act, None, permuted);
+    let a2a_bytes =
+        (routed_tokens as f64 * k as f64 * d.imbalance).ceil() as u64 * d.d * d.act_bytes();
+    let all_to_all = |p: &mut PassCalls, label| {
+        if d.ep > 1 {
+            let c = p.b.collective(
+                label,
+                OpKind::AllToAll,
+                a2a_bytes,
+                d.groups.ep,
+                Class::EpComm,
+            );
+            p.calls.push(c);
+        }
+    };
+    all_to_all(p, "moe all-to-all (dispatch)");
+    // tokens of the busiest local expert: imbalance × (T·k·ep / experts), T over the tp group
+    let local = moe.experts / d.ep;
+    let per_expert =
+        ((d.tokens * k * d.ep) as f64 / moe.experts as f64 * d.imbalance).ceil() as u64;
+    let per_expert = per_expert.max(1);
+    let ffn = (moe.expert_ffn / d.t).max(1);
+    let up_width = arch.activation.up_width(ffn);
+    let before = p.calls.len();
+    p.compute(
+        "expert up",
+        OpKind::Gemm,
+        d.gemm_dtype,
+        Some(Role::MlpUp),
+        gemm(per_expert, up_width, d.d, 1),
+    );
+    p.compute(
+        "expert activation",
+        act_op,
+        d.act,
+        None,
+        Shape::Tokens(TokenShape {
+            batch: 1,
+            seq: per_expert,
+            width: ffn,
+        }),
+    );
+    p.compute(
+        "expert down",
+        OpKind::Gemm,
+        d.gemm_dtype,
+        Some(Role::MlpDown),
+        gemm(per_expert, d.d, ffn, 1),
+    );
+    for c in &mut p.calls[before..] {
+        c.count = local as f64;
+    }
+    all_to_all(p, "moe all-to-all (combine)");
+    p.compute("unpermute", OpKind::Elementwise, d.act, None, permuted);
+    let shared = moe.shared_ffn() / d.t;
+    if shared > 0 {
+        mlp(p, d, shared, arch.activation.up_width(shared), act_op);
+    }
 }
 
 /// What a layer's backward runs besides the mirror of its forward: the bias gradients (a
@@ -495,6 +605,7 @@ pub(super) fn layer_block(
         Recompute::Selective => attention(b, arch, d, Phase::Fwd),
     };
     let (params, tensors) = arch.layer_params(d.t);
+    let (expert_params, expert_tensors) = arch.expert_params(d.t, d.ep);
     if fsdp {
         // gather the layer's weights before its forward and its backward, reduce-scatter its
         // gradients after; prefetched beside the compute
@@ -520,6 +631,8 @@ pub(super) fn layer_block(
         recompute,
         params,
         tensors,
+        expert_params,
+        expert_tensors,
     }
 }
 
@@ -564,6 +677,8 @@ pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
         recompute: Vec::new(),
         params: arch.vocab_params(d.t) + arch.position_params(),
         tensors: 1 + (arch.position_params() > 0) as u64,
+        expert_params: 0,
+        expert_tensors: 0,
     }
 }
 
@@ -613,5 +728,7 @@ pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
         recompute: Vec::new(),
         params: arch.final_norm_params() + arch.vocab_params(d.t),
         tensors: 2 + arch.norm_bias as u64,
+        expert_params: 0,
+        expert_tensors: 0,
     }
 }

@@ -61,10 +61,14 @@ pub struct Block {
     pub bwd: Vec<Call>,
     /// What the backward recomputes first (empty without recomputation).
     pub recompute: Vec<Call>,
-    /// Parameters on one rank.
+    /// Parameters on one rank that every data-parallel replica holds.
     pub params: u64,
     /// Parameter tensors (the optimizer's multi-tensor kernels launch per tensor).
     pub tensors: u64,
+    /// Routed-expert parameters on one rank (reduced over the expert data-parallel group).
+    pub expert_params: u64,
+    /// Their tensors.
+    pub expert_tensors: u64,
 }
 
 /// A model chunk (virtual stage): where it runs and what it holds.
@@ -95,10 +99,12 @@ pub struct Stage {
     pub role: StageRole,
     /// Transformer layers on the rank (all its chunks).
     pub layers: u64,
-    /// Parameters held by one GPU of the rank.
+    /// Parameters held by one GPU of the rank, routed experts not included.
     pub params: u64,
     /// Parameter tensors held.
     pub tensors: u64,
+    /// Routed-expert parameters held by one GPU of the rank.
+    pub expert_params: u64,
     /// Holds the embedding.
     pub embedding: bool,
     /// Holds the head.
@@ -296,12 +302,26 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
     let (s, d) = (layout.seq_len as f64, arch.hidden as f64);
     let hd = (arch.heads * arch.head_dim) as f64;
     let kv = (arch.kv_heads * arch.head_dim) as f64;
-    let up = arch.activation.up_width(arch.ffn_hidden) as f64;
+    // the MLP work a token does: the dense MLP, or its top-k experts, the shared experts and
+    // the router
+    let (ffn, router) = match &arch.moe {
+        None => (arch.ffn_hidden as f64, 0.0),
+        Some(m) => (
+            (m.top_k * m.expert_ffn + m.shared_ffn()) as f64,
+            2.0 * s * d * m.experts as f64,
+        ),
+    };
+    let up = if arch.activation.is_gated() {
+        2.0 * ffn
+    } else {
+        ffn
+    };
     let per_layer = 2.0 * s * d * (hd + 2.0 * kv) // QKV
         + 4.0 * s * s * hd * attention_share          // scores and context
         + 2.0 * s * hd * d                            // output projection
         + 2.0 * s * d * up                            // MLP up (and gate)
-        + 2.0 * s * arch.ffn_hidden as f64 * d; // MLP down
+        + 2.0 * s * ffn * d // MLP down
+        + router;
     let head = 2.0 * s * d * arch.padded_vocab(1) as f64;
     3.0 * (per_layer * arch.layers as f64 + head) * layout.global_batch as f64
 }

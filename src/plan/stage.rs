@@ -96,6 +96,10 @@ pub(super) fn stages(
             let layers = layout.stage_layers[i];
             let mut params = blocks.layer.params * layers;
             let mut tensors = blocks.layer.tensors * layers;
+            let experts = Experts {
+                params: blocks.layer.expert_params * layers,
+                tensors: blocks.layer.expert_tensors * layers,
+            };
             if embedding {
                 params += blocks.embedding.params;
                 tensors += blocks.embedding.tensors;
@@ -105,7 +109,7 @@ pub(super) fn stages(
                 let shares_table = arch.tied_embeddings && embedding;
                 params += blocks.head.params
                     - if shares_table {
-                        blocks.embedding.params
+                        arch.vocab_params(layout.tp)
                     } else {
                         0
                     };
@@ -123,12 +127,13 @@ pub(super) fn stages(
                 layers,
                 params,
                 tensors,
+                expert_params: experts.params,
                 embedding,
                 head,
                 sends_fwd: mine().filter(|c| c.sends_fwd).count() as u64,
                 sends_bwd: mine().filter(|c| c.sends_bwd).count() as u64,
-                grad_sync: grad_sync(b, arch, layout, role, params, groups),
-                update: update(b, layout, role, params, tensors, groups),
+                grad_sync: grad_sync(b, arch, layout, role, (params, experts), groups),
+                update: update(b, layout, role, (params, tensors), experts, groups),
             }
         })
         .collect()
@@ -143,15 +148,26 @@ fn comm_bytes(layout: &Layout) -> u64 {
     }
 }
 
-/// Calls over the data-parallel group, bucket by bucket.
+/// The routed experts a pipeline rank holds: reduced and sharded over the expert
+/// data-parallel group (dp·cp / ep ranks) instead of the whole data-parallel group.
+#[derive(Clone, Copy)]
+struct Experts {
+    params: u64,
+    tensors: u64,
+}
+
+/// Calls over a data-parallel group, bucket by bucket.
 fn bucketed(
     b: &mut Builder,
     label: &'static str,
     op: OpKind,
     layout: &Layout,
     params: u64,
-    groups: Groups,
+    group: (u64, u64),
 ) -> Vec<Call> {
+    if params == 0 {
+        return Vec::new();
+    }
     Buckets::new(params, layout.dp_bucket_elements)
         .sizes_with_counts()
         .map(|(elements, n)| {
@@ -159,7 +175,7 @@ fn bucketed(
                 label,
                 op,
                 elements * comm_bytes(layout),
-                groups.dp,
+                group,
                 Class::DpComm,
             );
             c.count = n as f64;
@@ -177,7 +193,7 @@ fn grad_sync(
     arch: &Arch,
     layout: &Layout,
     role: StageRole,
-    params: u64,
+    (params, experts): (u64, Experts),
     groups: Groups,
 ) -> Vec<Call> {
     let mut out = Vec::new();
@@ -204,7 +220,24 @@ fn grad_sync(
     } else {
         OpKind::AllReduce
     };
-    out.extend(bucketed(b, "dp gradient sync", op, layout, params, groups));
+    out.extend(bucketed(
+        b,
+        "dp gradient sync",
+        op,
+        layout,
+        params,
+        groups.dp,
+    ));
+    if layout.expert_grad_replicas() > 1 {
+        out.extend(bucketed(
+            b,
+            "expert gradient sync",
+            op,
+            layout,
+            experts.params,
+            groups.expert_dp,
+        ));
+    }
     out
 }
 
@@ -262,13 +295,16 @@ fn update(
     b: &mut Builder,
     layout: &Layout,
     role: StageRole,
-    params: u64,
-    tensors: u64,
+    (params, tensors): (u64, u64),
+    experts: Experts,
     groups: Groups,
 ) -> Vec<Call> {
     let dp = layout.grad_replicas();
+    let edp = layout.expert_grad_replicas();
     let sharded = layout.zero >= 1 && dp > 1 && layout.rules == Rules::Megatron;
-    let optimizer_params = if sharded { params.div_ceil(dp) } else { params };
+    let share = |p: u64, over: u64| if sharded { p.div_ceil(over) } else { p };
+    let optimizer_params = share(params, dp) + share(experts.params, edp);
+    let tensors = tensors + experts.tensors;
     let mut out = vec![b.call(
         "optimizer step",
         OpKind::OptimizerStep,
@@ -282,7 +318,7 @@ fn update(
         Class::Optimizer,
     )];
     if layout.rules == Rules::Megatron {
-        out.extend(gradient_upkeep(b, layout, params, groups));
+        out.extend(gradient_upkeep(b, layout, params + experts.params, groups));
     }
     if layout.zero >= 1 && !fsdp(layout) && dp > 1 {
         out.extend(bucketed(
@@ -291,8 +327,18 @@ fn update(
             OpKind::AllGather,
             layout,
             params,
-            groups,
+            groups.dp,
         ));
+        if edp > 1 {
+            out.extend(bucketed(
+                b,
+                "expert parameter all-gather",
+                OpKind::AllGather,
+                layout,
+                experts.params,
+                groups.expert_dp,
+            ));
+        }
     }
     out
 }

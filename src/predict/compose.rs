@@ -362,6 +362,7 @@ fn closed_form(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes)
         compute: work.compute + work_b.compute,
         tp_comm: work.tp_comm + work_b.tp_comm,
         cp_comm: work.cp_comm + work_b.cp_comm,
+        ep_comm: work.ep_comm + work_b.ep_comm,
         pp_comm: work.pp_comm + work_b.pp_comm,
         dp_comm: work.dp_comm + work_b.dp_comm + first_sync + update.param_gather_us,
         optimizer: work.optimizer + work_b.optimizer + update.optimizer_us,

@@ -398,3 +398,83 @@ fn context_parallelism_splits_the_work_of_a_sequence() {
         .unwrap();
     assert!(matches!(qkv.shape, Shape::Gemm(g) if g.m == 4096));
 }
+
+fn moe_spec(ep: u64, imbalance: Option<f64>) -> ParallelSpec {
+    ParallelSpec {
+        tp: Some(1),
+        dp: Some(8),
+        ep: Some(ep),
+        moe_imbalance: imbalance,
+        micro_batch: Some(1),
+        micro_batches: Some(4),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn expert_layouts_are_checked() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let moe = crate::workload::presets::mixtral_8x7b();
+    let err = |a: &Arch, s: &ParallelSpec| Layout::new(s, a, &c).unwrap_err();
+    assert!(matches!(
+        err(&moe, &moe_spec(3, None)),
+        LayoutError::EpNotDivisible { ep: 3, .. }
+    ));
+    assert!(matches!(
+        err(&moe, &moe_spec(8, Some(0.5))),
+        LayoutError::Imbalance { .. }
+    ));
+    // at most experts / top-k: every token to the same two experts
+    assert!(Layout::new(&moe_spec(8, Some(4.0)), &moe, &c).is_ok());
+    assert!(matches!(
+        err(&moe, &moe_spec(8, Some(4.5))),
+        LayoutError::Imbalance { .. }
+    ));
+    assert!(matches!(
+        err(&moe, &moe_spec(8, Some(f64::NAN))),
+        LayoutError::Imbalance { .. }
+    ));
+    let dense = Arch::resolve("llama2-7b").unwrap();
+    assert!(matches!(
+        err(&dense, &moe_spec(2, None)),
+        LayoutError::ExpertsOnDenseModel { .. }
+    ));
+}
+
+#[test]
+fn experts_are_planned_per_rank_and_imbalance_slows_the_step() {
+    let c = cluster();
+    let arch = crate::workload::presets::mixtral_8x7b();
+    let layout = Layout::new(&moe_spec(4, None), &arch, &c).unwrap();
+    let plan = crate::plan::Plan::new(&arch, &layout, &c);
+    let find = |label: &str| plan.layer.fwd.iter().find(|c| c.label == label);
+    // 2 local experts, each on T·k·ep/E = 4096·2·4/8 tokens
+    let up = find("expert up").unwrap();
+    assert_eq!(up.count, 2.0);
+    assert!(matches!(plan.query(up).shape, Shape::Gemm(g) if g.m == 4096 && g.n == 2 * 14336));
+    assert!(find("moe all-to-all (dispatch)").is_some() && find("mlp up").is_none());
+    assert_eq!(
+        plan.layer.expert_params,
+        2 * 3 * 4096 * 14336,
+        "two experts of three 4096 × 14336 matrices"
+    );
+    // no all-to-all without expert parallelism
+    let solo = Layout::new(&moe_spec(1, None), &arch, &c).unwrap();
+    let plan = crate::plan::Plan::new(&arch, &solo, &c);
+    assert!(plan
+        .layer
+        .fwd
+        .iter()
+        .all(|c| c.class != crate::timing::Class::EpComm));
+    // the step grows with the router's imbalance, the model FLOPs do not
+    let steps: Vec<Prediction> = [1.0, 1.5, 2.0, 4.0]
+        .iter()
+        .map(|&f| predicted(&arch, &moe_spec(8, Some(f))))
+        .collect();
+    for w in steps.windows(2) {
+        assert!(w[1].metrics.step_time_s > w[0].metrics.step_time_s);
+        assert!(w[1].metrics.mfu_percent < w[0].metrics.mfu_percent);
+        assert!(w[1].breakdown_s.ep_comm > w[0].breakdown_s.ep_comm);
+    }
+}

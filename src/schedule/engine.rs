@@ -510,6 +510,7 @@ fn account(
     spent.compute += parts.compute;
     spent.tp_comm += parts.tp_comm;
     spent.cp_comm += parts.cp_comm;
+    spent.ep_comm += parts.ep_comm;
     spent.pp_comm += parts.pp_comm + send;
     spent.dp_comm += parts.dp_comm + waits.iter().map(|w| w.1).sum::<f64>();
     spent.optimizer += parts.optimizer;

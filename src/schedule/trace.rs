@@ -107,7 +107,7 @@ pub fn write_trace(
         "critical_rank": timeline.critical_rank,
         "bubble_ratio": timeline.bubble_ratio(),
         "breakdown_ms": {
-            "compute": b.compute / 1e3, "tp_comm": b.tp_comm / 1e3, "cp_comm": b.cp_comm / 1e3, "pp_comm": b.pp_comm / 1e3,
+            "compute": b.compute / 1e3, "tp_comm": b.tp_comm / 1e3, "cp_comm": b.cp_comm / 1e3, "ep_comm": b.ep_comm / 1e3, "pp_comm": b.pp_comm / 1e3,
             "dp_comm": b.dp_comm / 1e3, "optimizer": b.optimizer / 1e3, "bubble": b.bubble / 1e3,
         },
         "layers_drawn_individually": w.per_layer,
@@ -226,6 +226,7 @@ impl TraceWriter<'_> {
                 "compute_us": pass.parts.compute,
                 "tp_comm_us": pass.parts.tp_comm,
                 "cp_comm_us": pass.parts.cp_comm,
+                "ep_comm_us": pass.parts.ep_comm,
                 "dp_comm_us": pass.parts.dp_comm,
                 "waited_for_parameters_us": waits.iter().map(|w| w.1).sum::<f64>(),
             }),

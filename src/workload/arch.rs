@@ -59,6 +59,30 @@ pub enum Position {
     Alibi,
 }
 
+/// A mixture-of-experts MLP (every layer): a router picks `top_k` of `experts` per token, each
+/// expert an MLP of `expert_ffn` (gated as the model's activation); `shared_experts` MLPs of
+/// `expert_ffn` see every token (Qwen2-MoE: one of `shared_ffn`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoeSpec {
+    pub experts: u64,
+    pub top_k: u64,
+    pub expert_ffn: u64,
+    #[serde(default)]
+    pub shared_experts: u64,
+    /// Inner size of the shared experts together (default shared_experts · expert_ffn).
+    #[serde(default)]
+    pub shared_ffn: Option<u64>,
+}
+
+impl MoeSpec {
+    /// Inner size of all shared experts together.
+    pub fn shared_ffn(&self) -> u64 {
+        self.shared_ffn
+            .unwrap_or(self.shared_experts * self.expert_ffn)
+    }
+}
+
 /// An architecture as written by a user; `validate` turns it into an `Arch`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,6 +134,9 @@ pub struct ArchSpec {
     /// activations (one byte per element).
     #[serde(default)]
     pub dropout: bool,
+    /// A mixture of experts in place of every layer's MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeSpec>,
 }
 
 fn default_attention() -> AttentionImpl {
@@ -143,6 +170,7 @@ pub struct Arch {
     pub seq_len: u64,
     pub sliding_window: Option<u64>,
     pub dropout: bool,
+    pub moe: Option<MoeSpec>,
 }
 
 impl ArchSpec {
@@ -182,7 +210,28 @@ impl ArchSpec {
             )));
         }
         let ffn_hidden = self.ffn_hidden.unwrap_or(4 * self.hidden);
+        if let Some(m) = &self.moe {
+            for (field, v, max) in [
+                ("moe.experts", m.experts, 1 << 14),
+                ("moe.top_k", m.top_k, m.experts),
+                ("moe.expert_ffn", m.expert_ffn, MAX_WIDTH * 4),
+            ] {
+                if v == 0 || v > max {
+                    return Err(bad(format!("{field} = {v}: give between 1 and {max}")));
+                }
+            }
+            if m.shared_experts > 64 || m.shared_ffn.is_some_and(|f| f > MAX_WIDTH * 4) {
+                return Err(bad(format!(
+                    "moe.shared_experts = {} / shared_ffn = {:?}: give at most 64 shared \
+                     experts of at most {} together",
+                    m.shared_experts,
+                    m.shared_ffn,
+                    MAX_WIDTH * 4
+                )));
+            }
+        }
         Ok(Arch {
+            moe: self.moe,
             head_dim: self.head_dim.unwrap_or(self.hidden / self.heads),
             qkv_bias: self.qkv_bias,
             qk_norm: self.qk_norm,
@@ -213,10 +262,21 @@ impl Arch {
         self.vocab.div_ceil(128 * tp) * 128 * tp
     }
 
-    /// Parameters of one transformer layer on one tensor-parallel rank, and its tensor count.
-    /// Column- and row-parallel weights are split over tp; norms are replicated.
+    /// Parameters of one transformer layer on one tensor-parallel rank that every
+    /// data-parallel replica holds, and their tensor count. Column- and row-parallel weights
+    /// are split over tp; norms are replicated. With experts: the attention, the router
+    /// (replicated) and the shared experts; the routed experts are `expert_params`.
     pub fn layer_params(&self, tp: u64) -> (u64, u64) {
-        let (d, f) = (self.hidden, self.ffn_hidden);
+        let d = self.hidden;
+        // the MLP every token runs: the dense one, or the shared experts
+        let (f, router, mlp_tensors) = match &self.moe {
+            None => (self.ffn_hidden, 0, 2),
+            Some(m) => (
+                m.shared_ffn(),
+                d * m.experts,
+                2 * (m.shared_ffn() > 0) as u64 + 1,
+            ),
+        };
         let qkv_out = (self.heads + 2 * self.kv_heads) * self.head_dim;
         let up_out = self.activation.up_width(f);
         let bias = self.linear_bias as u64;
@@ -229,9 +289,34 @@ impl Arch {
             + f * d; // MLP down
                      // per-head query and key norms: one head_dim vector each, replicated
         let qk_norm = 2 * self.head_dim * self.qk_norm as u64;
-        let replicated = 2 * norm + bias * 2 * d + qk_norm;
-        let tensors = 2 * norm_tensors + 4 + 3 * bias + qkv_bias + 2 * self.qk_norm as u64;
+        let replicated = 2 * norm + bias * 2 * d + qk_norm + router;
+        let tensors =
+            2 * norm_tensors + 2 + mlp_tensors + 3 * bias + qkv_bias + 2 * self.qk_norm as u64;
         (sharded / tp + replicated, tensors)
+    }
+
+    /// The routed experts of one layer on one rank — experts / ep of them, each split over tp
+    /// — and their tensor count (0 for a dense model).
+    pub fn expert_params(&self, tp: u64, ep: u64) -> (u64, u64) {
+        match &self.moe {
+            None => (0, 0),
+            Some(m) => {
+                let (d, f) = (self.hidden, m.expert_ffn);
+                let one = d * self.activation.up_width(f) + f * d;
+                let local = m.experts / ep;
+                (local * one / tp, 2 * local)
+            }
+        }
+    }
+
+    /// Parameters a token passes through in one layer (attention, router, shared and top-k
+    /// experts): what "active parameters" counts.
+    pub fn active_layer_params(&self) -> u64 {
+        let (dense, _) = self.layer_params(1);
+        match &self.moe {
+            None => dense,
+            Some(m) => dense + self.expert_params(1, m.experts).0 * m.top_k,
+        }
     }
 
     /// Embedding table (or LM head) parameters on one rank: padded vocabulary over tp × hidden.
@@ -256,7 +341,7 @@ impl Arch {
 
     /// All parameters of the model (tp = 1), for reports.
     pub fn total_params(&self) -> u64 {
-        let (layer, _) = self.layer_params(1);
+        let layer = self.layer_params(1).0 + self.expert_params(1, 1).0;
         let final_norm = self.final_norm_params();
         let heads = if self.tied_embeddings { 1 } else { 2 };
         layer * self.layers + final_norm + heads * self.vocab * self.hidden + self.position_params()

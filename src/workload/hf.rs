@@ -7,13 +7,16 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::arch::{Activation, ArchSpec, AttentionImpl, NormKind, Position};
+use super::arch::{Activation, ArchSpec, AttentionImpl, MoeSpec, NormKind, Position};
 use crate::error::{Error, Result};
 
 /// The sequence length a config.json model is costed at unless `--seq-len` says otherwise: a
 /// training length, never the context window (`max_position_embeddings` is 131,072 for Llama
 /// 3.1, which no pre-training step runs at).
 pub const DEFAULT_SEQ_LEN: u64 = 4096;
+
+/// Mixture-of-experts families read with their experts.
+const MOE_TYPES: [&str; 3] = ["mixtral", "qwen2_moe", "qwen3_moe"];
 
 /// Keys whose presence means the model is a mixture of experts.
 const EXPERT_KEYS: [&str; 4] = [
@@ -129,6 +132,9 @@ impl Config<'_> {
     }
 
     fn refuse_unmodelled(&self, model_type: &str) -> Result<()> {
+        if MOE_TYPES.contains(&model_type) {
+            return Ok(());
+        }
         if let Some(key) = EXPERT_KEYS.iter().find(|k| {
             self.v
                 .get(**k)
@@ -155,6 +161,7 @@ impl Config<'_> {
         self.refuse_unmodelled(model_type)?;
         let name = self.name(model_type);
         let spec = match model_type {
+            "mixtral" | "qwen2_moe" | "qwen3_moe" => self.experts(model_type, name)?,
             "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
                 self.llama_like(model_type, name)?
             }
@@ -209,6 +216,7 @@ impl Config<'_> {
                 seq_len: Some(self.seq_len("max_position_embeddings")?),
                 sliding_window: None,
                 dropout: self.dropout(&["attention_dropout", "hidden_dropout"], 0.0),
+                moe: None,
             },
             "gpt2" => {
                 let hidden = self.int("n_embd")?;
@@ -233,6 +241,7 @@ impl Config<'_> {
                     seq_len: Some(self.seq_len("n_positions")?),
                     sliding_window: None,
                     dropout: self.dropout(&["attn_pdrop", "resid_pdrop", "embd_pdrop"], 0.1),
+                    moe: None,
                 }
             }
             other => {
@@ -243,6 +252,46 @@ impl Config<'_> {
                 )))
             }
         };
+        Ok(spec)
+    }
+
+    /// Mixtral and Qwen's MoE models: a LLaMA-like model whose every MLP is a mixture of
+    /// experts (layers listed in `mlp_only_layers`, or a `decoder_sparse_step` above 1, are
+    /// refused: dense layers between sparse ones are not modelled).
+    fn experts(&self, model_type: &str, name: String) -> Result<ArchSpec> {
+        let base = if model_type == "mixtral" {
+            "mistral"
+        } else {
+            "qwen2"
+        };
+        let mut spec = self.llama_like(base, name)?;
+        spec.qk_norm = model_type == "qwen3_moe";
+        spec.qkv_bias = model_type == "qwen2_moe";
+        let sparse_step = self.opt_int("decoder_sparse_step")?.unwrap_or(1);
+        let dense_layers = self
+            .v
+            .get("mlp_only_layers")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        if sparse_step != 1 || dense_layers > 0 {
+            return Err(self.bad(format!(
+                "decoder_sparse_step = {sparse_step}, mlp_only_layers has {dense_layers}: dense \
+                 layers between expert layers are not modelled; every layer must be sparse"
+            )));
+        }
+        let (experts_key, ffn_key) = if model_type == "mixtral" {
+            ("num_local_experts", "intermediate_size")
+        } else {
+            ("num_experts", "moe_intermediate_size")
+        };
+        let shared = self.opt_int("shared_expert_intermediate_size")?;
+        spec.moe = Some(MoeSpec {
+            experts: self.int(experts_key)?,
+            top_k: self.int("num_experts_per_tok")?,
+            expert_ffn: self.int(ffn_key)?,
+            shared_experts: shared.is_some() as u64,
+            shared_ffn: shared,
+        });
         Ok(spec)
     }
 
@@ -280,6 +329,7 @@ impl Config<'_> {
             seq_len: Some(self.seq_len("max_position_embeddings")?),
             sliding_window: self.sliding_window()?,
             dropout: self.dropout(&["attention_dropout"], 0.0),
+            moe: None,
         })
     }
 }
@@ -470,16 +520,57 @@ mod tests {
     }
 
     #[test]
+    fn mixtral_8x7b() {
+        let a = published(
+            r#"{"model_type":"mixtral","hidden_size":4096,"intermediate_size":14336,
+                "num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,
+                "vocab_size":32000,"max_position_embeddings":32768,"sliding_window":null,
+                "num_local_experts":8,"num_experts_per_tok":2,"hidden_act":"silu",
+                "tie_word_embeddings":false,"router_aux_loss_coef":0.02}"#,
+            46.7,
+        );
+        // 12.9 B active per token (Mistral AI's figure)
+        let active = a.active_layer_params() * a.layers + 2 * a.vocab * a.hidden;
+        assert!((active as f64 / 12.9e9 - 1.0).abs() < 0.005, "{active}");
+    }
+
+    #[test]
+    fn qwen3_30b_a3b() {
+        let a = published(
+            r#"{"model_type":"qwen3_moe","hidden_size":2048,"intermediate_size":6144,
+                "moe_intermediate_size":768,"num_attention_heads":32,"num_key_value_heads":4,
+                "head_dim":128,"num_hidden_layers":48,"vocab_size":151936,
+                "max_position_embeddings":40960,"num_experts":128,"num_experts_per_tok":8,
+                "decoder_sparse_step":1,"mlp_only_layers":[],"norm_topk_prob":true,
+                "use_sliding_window":false,"sliding_window":null,"hidden_act":"silu",
+                "tie_word_embeddings":false}"#,
+            30.5,
+        );
+        let active = a.active_layer_params() * a.layers + 2 * a.vocab * a.hidden;
+        assert!((active as f64 / 3.3e9 - 1.0).abs() < 0.02, "{active}");
+    }
+
+    #[test]
+    fn qwen1_5_moe_with_a_shared_expert() {
+        let a = published(
+            r#"{"model_type":"qwen2_moe","hidden_size":2048,"intermediate_size":5632,
+                "moe_intermediate_size":1408,"shared_expert_intermediate_size":5632,
+                "num_attention_heads":16,"num_key_value_heads":16,"num_hidden_layers":24,
+                "vocab_size":151936,"max_position_embeddings":8192,"num_experts":60,
+                "num_experts_per_tok":4,"decoder_sparse_step":1,"mlp_only_layers":[],
+                "use_sliding_window":false,"hidden_act":"silu","tie_word_embeddings":false}"#,
+            14.3,
+        );
+        assert_eq!(a.moe.unwrap().shared_ffn(), 5632);
+    }
+
+    #[test]
     fn experts_and_latent_attention_are_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         for (text, needle) in [
             (
-                r#"{"model_type":"mixtral","hidden_size":4096,"num_local_experts":8}"#,
-                "\"num_local_experts\" = 8",
-            ),
-            (
-                r#"{"model_type":"qwen3_moe","hidden_size":2048,"num_experts":128}"#,
-                "mixture of experts",
+                r#"{"model_type":"gpt_oss","hidden_size":2880,"num_local_experts":32}"#,
+                "\"num_local_experts\" = 32",
             ),
             (
                 r#"{"model_type":"deepseek_v3","n_routed_experts":256,"kv_lora_rank":512}"#,

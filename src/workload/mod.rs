@@ -6,5 +6,5 @@ pub mod parallel;
 pub mod presets;
 mod resolve;
 
-pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, NormKind, Position};
+pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, MoeSpec, NormKind, Position};
 pub use parallel::{CpComm, Layout, Overlap, ParallelSpec, Partition, Recompute, Rules, Schedule};

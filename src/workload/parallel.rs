@@ -121,6 +121,12 @@ pub struct ParallelSpec {
     /// How the context-parallel ranks exchange K and V (default p2p).
     #[serde(default)]
     pub cp_comm: Option<CpComm>,
+    /// Expert parallelism: the routed experts split over ep ranks of the data-parallel group.
+    #[serde(default)]
+    pub ep: Option<u64>,
+    /// Router imbalance: tokens of the busiest expert over the mean (1 = perfectly balanced).
+    #[serde(default)]
+    pub moe_imbalance: Option<f64>,
     #[serde(default)]
     pub micro_batch: Option<u64>,
     /// Sequences per optimizer step over all data-parallel replicas.
@@ -175,6 +181,8 @@ impl ParallelSpec {
             dp: over.dp.or(self.dp),
             cp: over.cp.or(self.cp),
             cp_comm: over.cp_comm.or(self.cp_comm),
+            ep: over.ep.or(self.ep),
+            moe_imbalance: over.moe_imbalance.or(self.moe_imbalance),
             micro_batch: over.micro_batch.or(self.micro_batch),
             global_batch: over.global_batch.or(self.global_batch),
             micro_batches: over.micro_batches.or(self.micro_batches),
@@ -207,6 +215,11 @@ pub struct Layout {
     pub cp: u64,
     /// How the context-parallel ranks exchange keys and values.
     pub cp_comm: CpComm,
+    /// Expert-parallel degree (1 for a dense model): each rank holds experts / ep experts.
+    pub ep: u64,
+    /// Tokens of the busiest expert over the mean; the slowest rank's expert work and
+    /// all-to-all traffic scale with it.
+    pub moe_imbalance: f64,
     pub world: u64,
     pub micro_batch: u64,
     pub micro_batches: u64,
@@ -248,6 +261,7 @@ impl Layout {
         let micro_batches = micro_batches(spec, micro_batch, dp)?;
         let seq_len = bounded("seq-len", spec.seq_len.unwrap_or(arch.seq_len), MAX_SEQ_LEN)?;
         check_context_parallel(arch, rules, cp, seq_len)?;
+        let (ep, moe_imbalance) = check_experts(spec, arch, rules, dp * cp)?;
         if let Some(window) = arch.sliding_window.filter(|&w| w < seq_len) {
             return Err(LayoutError::SlidingWindowShorter {
                 model: arch.name.clone(),
@@ -311,6 +325,8 @@ impl Layout {
             dp,
             cp,
             cp_comm: spec.cp_comm.unwrap_or(CpComm::P2p),
+            ep,
+            moe_imbalance,
             world,
             micro_batch,
             micro_batches,
@@ -355,6 +371,12 @@ impl Layout {
     /// ranks, which see different tokens of the same sequences.
     pub fn grad_replicas(&self) -> u64 {
         self.dp * self.cp
+    }
+
+    /// Ranks that hold the same experts and reduce their gradients together (expert data
+    /// parallelism): the gradient replicas over ep.
+    pub fn expert_grad_replicas(&self) -> u64 {
+        self.grad_replicas() / self.ep
     }
 
     /// Tokens of one sequence a rank holds: seq-len / cp.
@@ -442,6 +464,46 @@ fn check_context_parallel(
         });
     }
     Ok(())
+}
+
+/// Expert parallelism and the router imbalance: ep divides the experts and the data-parallel
+/// (× context-parallel) ranks it is carved from; the imbalance lies between 1 (balanced) and
+/// experts / top-k (every token to the same k experts).
+fn check_experts(
+    spec: &ParallelSpec,
+    arch: &Arch,
+    rules: Rules,
+    replicas: u64,
+) -> Result<(u64, f64), LayoutError> {
+    let ep = degree("ep", spec.ep)?;
+    let Some(moe) = arch.moe else {
+        // a balanced router (1, as a search's rows record it) is no setting at all
+        if ep > 1 || spec.moe_imbalance.is_some_and(|f| f != 1.0) {
+            return Err(LayoutError::ExpertsOnDenseModel {
+                model: arch.name.clone(),
+            });
+        }
+        return Ok((1, 1.0));
+    };
+    if rules == Rules::Paper {
+        return Err(LayoutError::ExpertsUnderPaperRules);
+    }
+    if spec.zero == Some(3) {
+        return Err(LayoutError::ExpertsWithFsdp);
+    }
+    if !moe.experts.is_multiple_of(ep) || !replicas.is_multiple_of(ep) {
+        return Err(LayoutError::EpNotDivisible {
+            ep,
+            experts: moe.experts,
+            replicas,
+        });
+    }
+    let max = moe.experts as f64 / moe.top_k as f64;
+    let f = spec.moe_imbalance.unwrap_or(1.0);
+    if !(f.is_finite() && (1.0..=max).contains(&f)) {
+        return Err(LayoutError::Imbalance { value: f, max });
+    }
+    Ok((ep, f))
 }
 
 /// Heads, key/value heads and the MLP must split over tp; the layers must fill pp stages.

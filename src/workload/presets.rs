@@ -74,6 +74,7 @@ fn spec(
         qkv_bias: false,
         qk_norm: false,
         sliding_window: None,
+        moe: None,
         // the paper's tool counts two parameter vectors per norm ("2 norms of 2·dim")
         norm_bias: Some(matches!(
             family,
@@ -183,6 +184,24 @@ pub fn preset(name: &str) -> Option<ArchSpec> {
 
 pub fn names() -> Vec<String> {
     all().into_iter().map(|s| s.name).collect()
+}
+
+/// Mixtral 8×7B as mistralai/Mixtral-8x7B-v0.1's config.json gives it: for the tests of the
+/// expert code.
+#[cfg(test)]
+pub(crate) fn mixtral_8x7b() -> crate::workload::Arch {
+    let mut spec = preset("llama2-7b").expect("a preset");
+    spec.name = "mixtral-8x7b".into();
+    spec.kv_heads = Some(8);
+    spec.ffn_hidden = Some(14336);
+    spec.moe = Some(crate::workload::MoeSpec {
+        experts: 8,
+        top_k: 2,
+        expert_ffn: 14336,
+        shared_experts: 0,
+        shared_ffn: None,
+    });
+    spec.validate("mixtral").expect("a valid architecture")
 }
 
 #[cfg(test)]
