@@ -121,17 +121,11 @@ pub fn cost<'a>(
     tp_overlap: bool,
 ) -> Cost {
     let calls: Vec<(&Call, f64)> = calls.collect();
-    let mut hidden_of = if tp_overlap {
-        tp_hidden(&calls, times, share)
-    } else {
-        vec![0.0; calls.len()]
-    };
-    let cp_hidden_of = cp_hidden(&calls, times, share);
+    // the hot path (no TP overlap) allocates nothing more
+    let tp_hidden_of = tp_overlap.then(|| tp_hidden(&calls, times, share));
     let mut hidden_cp = 0.0;
-    for (h, c) in hidden_of.iter_mut().zip(&cp_hidden_of) {
-        *h += c;
-        hidden_cp += c;
-    }
+    // the latest flash-attention call's time: what a context-parallel exchange runs beside
+    let mut last_attention = 0.0;
     let mut parts = ClassTimes::default();
     let mut beside = 0.0;
     let mut hidden = 0.0;
@@ -141,8 +135,18 @@ pub fn cost<'a>(
         Attribution::default(),
     );
     let (mut kernels, mut collectives) = (0.0, 0.0);
-    for (&(call, n), hid) in calls.iter().zip(hidden_of) {
+    for (i, &(call, n)) in calls.iter().enumerate() {
         let t = times.of(call.query) * call.count * n * share(call);
+        let op = times.ops[call.query as usize];
+        let mut hid = tp_hidden_of.as_ref().map_or(0.0, |h| h[i]);
+        if call.class == Class::Compute && op == OpKind::FlashAttention {
+            last_attention = t;
+        } else if call.class == Class::CpComm && !call.overlapped && op == OpKind::SendRecv {
+            // the ring exchange hides behind the attention step it runs beside (the ring
+            // steps and the exchanges have the same count)
+            hid = t.min(last_attention);
+            hidden_cp += hid;
+        }
         let calls_made = times.kernels[call.query as usize] * call.count * n * share(call);
         if times.ops[call.query as usize].is_collective() {
             collectives += calls_made;
@@ -218,34 +222,6 @@ fn tp_hidden(calls: &[(&Call, f64)], times: &QueryTimes, share: &dyn Fn(&Call) -
         if let (Some(&g), true) = (partner, ranks > 1.0) {
             let window = t(g) * (ranks - 1.0) / ranks;
             out[i] = t(i).min(window);
-        }
-    }
-    out
-}
-
-/// How much of each context-parallel K/V exchange hides behind the ring-attention step it
-/// runs beside (the flash-attention call just before it in the list: the exchanges and the
-/// ring steps have the same count): hidden = min(exchange, attention step). What the attention
-/// cannot cover is exposed.
-fn cp_hidden(calls: &[(&Call, f64)], times: &QueryTimes, share: &dyn Fn(&Call) -> f64) -> Vec<f64> {
-    let t = |i: usize| {
-        let (c, n) = calls[i];
-        times.of(c.query) * c.count * n * share(c)
-    };
-    let mut out = vec![0.0; calls.len()];
-    for (i, &(call, _)) in calls.iter().enumerate() {
-        if call.class != Class::CpComm
-            || call.overlapped
-            || times.ops[call.query as usize] != OpKind::SendRecv
-        {
-            continue;
-        }
-        let partner = (0..i).rev().find(|&j| {
-            calls[j].0.class == Class::Compute
-                && times.ops[calls[j].0.query as usize] == OpKind::FlashAttention
-        });
-        if let Some(j) = partner {
-            out[i] = t(i).min(t(j));
         }
     }
     out
