@@ -270,64 +270,57 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
             .collect(),
     });
     let mut out = Vec::new();
-    for (&tp, &pp, &cp) in tps
-        .iter()
-        .flat_map(|tp| pps.iter().map(move |pp| (tp, pp)))
-        .flat_map(|(tp, pp)| cps.iter().map(move |cp| (tp, pp, cp)))
+    for (&tp, &pp, &cp) in
+        product(&tps, &pps).flat_map(|(tp, pp)| cps.iter().map(move |cp| (tp, pp, cp)))
     {
-        {
-            let model_parallel = tp.checked_mul(pp).and_then(|x| x.checked_mul(cp));
-            if model_parallel.is_none_or(|n| n == 0 || !req.gpus.is_multiple_of(n)) {
-                continue;
-            }
-            let dp = req.gpus / (tp * pp * cp);
-            // chunk counts the interleaved schedule can use here
-            let vpps: Vec<u64> = if pp > 1 && req.arch.layers.is_multiple_of(pp) {
-                divisors(req.arch.layers / pp)
-                    .into_iter()
-                    .filter(|&v| v >= 2 && v <= s.max_vpp)
-                    .collect()
-            } else {
-                Vec::new()
+        let model_parallel = tp.checked_mul(pp).and_then(|x| x.checked_mul(cp));
+        if model_parallel.is_none_or(|n| n == 0 || !req.gpus.is_multiple_of(n)) {
+            continue;
+        }
+        let dp = req.gpus / (tp * pp * cp);
+        // chunk counts the interleaved schedule can use here
+        let vpps: Vec<u64> = if pp > 1 && req.arch.layers.is_multiple_of(pp) {
+            divisors(req.arch.layers / pp)
+                .into_iter()
+                .filter(|&v| v >= 2 && v <= s.max_vpp)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let sps = s.sequence_parallel.iter().filter(|&&sp| !sp || tp > 1);
+        for (&mb, &schedule) in product(&s.micro_batch, &s.schedules) {
+            let chunks: &[u64] = match schedule {
+                Schedule::Interleaved => &vpps,
+                _ => &[1],
             };
-            for &mb in &s.micro_batch {
-                for &schedule in &s.schedules {
-                    let chunks = match schedule {
-                        Schedule::Interleaved => vpps.clone(),
-                        _ => vec![1],
-                    };
-                    for &vpp in &chunks {
-                        for &recompute in &s.recompute {
-                            for &sp in &s.sequence_parallel {
-                                if sp && tp == 1 {
-                                    continue;
-                                }
-                                for (&zero, &ep) in
-                                    s.zero.iter().flat_map(|z| eps.iter().map(move |e| (z, e)))
-                                {
-                                    out.push(ParallelSpec {
-                                        ep: (ep > 1).then_some(ep),
-                                        tp: Some(tp),
-                                        pp: Some(pp),
-                                        dp: Some(dp),
-                                        cp: Some(cp),
-                                        micro_batch: Some(mb),
-                                        vpp: Some(vpp),
-                                        schedule: Some(schedule),
-                                        recompute: Some(recompute),
-                                        sequence_parallel: Some(sp),
-                                        zero: Some(zero),
-                                        ..req.base.clone()
-                                    });
-                                }
-                            }
-                        }
-                    }
+            for ((&vpp, &recompute), &sp) in
+                product(chunks, &s.recompute).flat_map(|vr| sps.clone().map(move |sp| (vr, sp)))
+            {
+                for (&zero, &ep) in product(&s.zero, &eps) {
+                    out.push(ParallelSpec {
+                        ep: (ep > 1).then_some(ep),
+                        tp: Some(tp),
+                        pp: Some(pp),
+                        dp: Some(dp),
+                        cp: Some(cp),
+                        micro_batch: Some(mb),
+                        vpp: Some(vpp),
+                        schedule: Some(schedule),
+                        recompute: Some(recompute),
+                        sequence_parallel: Some(sp),
+                        zero: Some(zero),
+                        ..req.base.clone()
+                    });
                 }
             }
         }
     }
     out
+}
+
+/// Every pair of an element of `a` with one of `b`, `a` slowest.
+fn product<'a, A, B>(a: &'a [A], b: &'a [B]) -> impl Iterator<Item = (&'a A, &'a B)> + Clone {
+    a.iter().flat_map(move |x| b.iter().map(move |y| (x, y)))
 }
 
 /// MoFa's pruning rules (§4.1) beyond what a layout needs to run: layouts that run but are

@@ -317,13 +317,13 @@ pub fn describe(job: &Job) -> String {
     } else {
         String::new()
     };
-    let mut cp = if l.cp > 1 {
-        format!(" · cp {} ({})", l.cp, l.cp_comm)
-    } else {
-        String::new()
-    };
+    // the degrees only some jobs have
+    let mut extra = String::new();
+    if l.cp > 1 {
+        extra += &format!(" · cp {} ({})", l.cp, l.cp_comm);
+    }
     if job.arch.moe.is_some() {
-        cp += &format!(" · ep {} (imbalance {})", l.ep, l.moe_imbalance);
+        extra += &format!(" · ep {} (imbalance {})", l.ep, l.moe_imbalance);
     }
     let notes: String = job
         .notes
@@ -331,7 +331,7 @@ pub fn describe(job: &Job) -> String {
         .map(|n| format!("\nnote     {n}"))
         .collect();
     format!(
-        "layout   tp {}{cp} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
+        "layout   tp {}{extra} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
          \x20        {}, recompute {}, {} partition {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
         l.tp,
         l.pp,

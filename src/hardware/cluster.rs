@@ -36,11 +36,17 @@ impl ModelsRef {
     /// Whether a kernel of this kind and phase may come from a transfer.
     pub fn transfers(&self, q: &crate::ops::OpQuery) -> bool {
         self.transfer_kinds.is_empty()
-            || self.transfer_kinds.iter().any(|k| match k.split_once('.') {
-                Some((op, phase)) => op == q.op.name() && phase == q.phase.name(),
-                None => k == q.op.name(),
+            || self.transfer_kinds.iter().any(|k| match transfer_kind(k) {
+                (op, Some(phase)) => op == q.op.name() && phase == q.phase.name(),
+                (op, None) => op == q.op.name(),
             })
     }
+}
+
+/// A `transfer_kinds` entry split into its operator and, when given, its phase
+/// (`layernorm.fwd`).
+fn transfer_kind(k: &str) -> (&str, Option<&str>) {
+    k.split_once('.').map_or((k, None), |(o, p)| (o, Some(p)))
 }
 
 /// What fraction of peak the analytic fallbacks assume a real kernel or transfer reaches.
@@ -353,9 +359,7 @@ impl ClusterSpec {
         }
         if let Some(m) = &self.models {
             for k in &m.transfer_kinds {
-                let (op, phase) = k
-                    .split_once('.')
-                    .map_or((k.as_str(), None), |(o, p)| (o, Some(p)));
+                let (op, phase) = transfer_kind(k);
                 let known_op = op.parse::<crate::ops::OpKind>().is_ok();
                 let known_phase = phase.is_none_or(|p| p.parse::<crate::ops::Phase>().is_ok());
                 if !known_op || !known_phase {

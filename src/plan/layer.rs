@@ -502,8 +502,7 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
     // tokens of the busiest local expert: imbalance × (T·k·ep / experts), T over the tp group
     let local = moe.experts / d.ep;
     let per_expert =
-        ((d.tokens * k * d.ep) as f64 / moe.experts as f64 * d.imbalance).ceil() as u64;
-    let per_expert = per_expert.max(1);
+        (((d.tokens * k * d.ep) as f64 / moe.experts as f64 * d.imbalance).ceil() as u64).max(1);
     let ffn = (moe.expert_ffn / d.t).max(1);
     let up_width = arch.activation.up_width(ffn);
     let before = p.calls.len();

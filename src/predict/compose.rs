@@ -112,7 +112,9 @@ pub struct Cost {
 /// The cost of `share(call)` (0–1) of each call, each run as many times as its count and
 /// multiplicity say. Calls marked `overlapped` run beside the compute and only their excess over
 /// it counts (as data-parallel time). With `tp_overlap`, each sequence-parallel collective is
-/// pipelined with its GEMM (see `tp_hidden`). Compute that shares the GPU with a collective
+/// pipelined with its GEMM (see `tp_hidden`). A context-parallel ring exchange hides behind
+/// the attention step it runs beside (the flash-attention call before it in the list: the ring
+/// steps and the exchanges have the same count). Compute that shares the GPU with a collective
 /// runs `runtime.contention` times slower for as long as they overlap.
 pub fn cost<'a>(
     calls: impl Iterator<Item = (&'a Call, f64)>,
@@ -123,12 +125,12 @@ pub fn cost<'a>(
     let calls: Vec<(&Call, f64)> = calls.collect();
     // the hot path (no TP overlap) allocates nothing more
     let tp_hidden_of = tp_overlap.then(|| tp_hidden(&calls, times, share));
-    let mut hidden_cp = 0.0;
     // the latest flash-attention call's time: what a context-parallel exchange runs beside
     let mut last_attention = 0.0;
     let mut parts = ClassTimes::default();
     let mut beside = 0.0;
-    let mut hidden = 0.0;
+    // communication hidden behind compute: all of it, and the tensor-parallel part
+    let (mut hidden, mut hidden_tp) = (0.0, 0.0);
     let (mut a_compute, mut a_beside, mut a_other) = (
         Attribution::default(),
         Attribution::default(),
@@ -136,19 +138,18 @@ pub fn cost<'a>(
     );
     let (mut kernels, mut collectives) = (0.0, 0.0);
     for (i, &(call, n)) in calls.iter().enumerate() {
-        let t = times.of(call.query) * call.count * n * share(call);
+        let runs = call.count * n * share(call);
+        let t = times.of(call.query) * runs;
         let op = times.ops[call.query as usize];
         let mut hid = tp_hidden_of.as_ref().map_or(0.0, |h| h[i]);
+        hidden_tp += hid;
         if call.class == Class::Compute && op == OpKind::FlashAttention {
             last_attention = t;
         } else if call.class == Class::CpComm && !call.overlapped && op == OpKind::SendRecv {
-            // the ring exchange hides behind the attention step it runs beside (the ring
-            // steps and the exchanges have the same count)
             hid = t.min(last_attention);
-            hidden_cp += hid;
         }
-        let calls_made = times.kernels[call.query as usize] * call.count * n * share(call);
-        if times.ops[call.query as usize].is_collective() {
+        let calls_made = times.kernels[call.query as usize] * runs;
+        if op.is_collective() {
             collectives += calls_made;
         } else {
             kernels += calls_made;
@@ -171,7 +172,6 @@ pub fn cost<'a>(
     }
     // compute that shares the GPU with a collective beside it runs slower
     let shared = (hidden + beside).min(parts.compute);
-    let hidden = hidden - hidden_cp;
     let slowdown = (times.runtime.contention - 1.0) * shared;
     parts.compute += slowdown;
     if times.attribute {
@@ -184,7 +184,7 @@ pub fn cost<'a>(
     }
     Cost {
         parts,
-        hidden_tp_us: hidden,
+        hidden_tp_us: hidden_tp,
         issue_us: kernels * times.runtime.launch_us
             + collectives * times.runtime.collective_launch_us,
         attribution: a_other,
