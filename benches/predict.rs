@@ -1,7 +1,10 @@
 //! How long one operator query takes on the CPU: `cargo bench --bench predict [models-dir]`.
 //! Loads a models directory (default: the shipped models/perlmutter), times model lookup +
 //! feature computation + flat-forest prediction for representative queries of each kind, and
-//! prints the median over repeated batches.
+//! prints the median over repeated batches. Repeating one query lets the CPU's branch
+//! predictor learn its path through every tree, which a prediction's single cold query never
+//! has: the tree walk is branchless for that case, so these figures are a warm best case, and
+//! whole-process timings (`scripts/bench-speed.sh`) are the ones that judge a change.
 
 use std::hint::black_box;
 use std::path::PathBuf;

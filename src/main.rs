@@ -12,9 +12,12 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let matches = cli::Cli::command()
-        .long_version(cli::long_version())
-        .get_matches();
+    let mut command = cli::Cli::command();
+    // the long version digests every built-in models set: worth it only when it is asked for
+    if std::env::args_os().skip(1).any(|a| a == "--version") {
+        command = command.long_version(cli::long_version());
+    }
+    let matches = command.get_matches();
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(err) = cli::run(cli) {
         // a closed pipe (`stepcast … | head`) is not an error

@@ -10,6 +10,16 @@ fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// A small synthetic dataset in `tmp/ds` and the models `train` fits to it in `tmp/models`.
+fn trained(tmp: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let ds = tmp.join("ds");
+    let models = tmp.join("models");
+    write_dataset(&ds);
+    let out = stepcast(&["train", s(&ds), "--out", s(&models), "--quiet"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    (ds, models)
+}
+
 #[test]
 fn train_eval_and_show_work_end_to_end() {
     let tmp = tempfile::tempdir().unwrap();
@@ -90,6 +100,42 @@ fn train_eval_and_show_work_end_to_end() {
     let manifest: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(models.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["seed"], 3);
+}
+
+/// `train` stores each collective model's probe table (what calibrating the analytic network
+/// model on it reads, so a prediction need not walk its trees 8 × layouts times), equal to what
+/// its trees give; a file without the table is evaluated on demand to the same values; and
+/// `models repack` rewrites a directory to the same bytes when nothing is missing.
+#[test]
+fn collective_probe_tables_are_stored_and_repack_keeps_the_models() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, models) = trained(tmp.path());
+    let set = stepcast::regress::ModelSet::load(&models).unwrap();
+    let mut collectives = 0;
+    for m in set.models() {
+        let shapes = m.probe_shapes();
+        if shapes.is_empty() {
+            assert!(m.probes_us.is_empty(), "{}", m.key);
+            continue;
+        }
+        collectives += 1;
+        assert_eq!(shapes.len(), m.layouts.len() * 8, "{}", m.key);
+        assert_eq!(m.probes_us, m.evaluate_probes(&shapes), "{}", m.key);
+        let mut without = m.clone();
+        without.probes_us.clear();
+        assert_eq!(*without.probe_times_us(), m.probes_us[..], "{}", m.key);
+    }
+    assert!(collectives > 0);
+    drop(set);
+
+    let before = fs::read(models.join("models.bin")).unwrap();
+    let out = stepcast(&["models", "repack", s(&models)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("repacked"), "{}", stdout(&out));
+    assert_eq!(fs::read(models.join("models.bin")).unwrap(), before);
+
+    let out = stepcast(&["models", "repack", s(&tmp.path().join("nowhere"))]);
+    assert_user_error(&out, &["nowhere", "models directory not found"]);
 }
 
 /// `train --out DIR` removes only model files an earlier stepcast wrote in DIR: a manifest

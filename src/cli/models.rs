@@ -1,4 +1,4 @@
-//! `stepcast models show <dir>`.
+//! `stepcast models show <dir>`, `stepcast models repack <dir>`.
 
 use std::path::PathBuf;
 
@@ -17,6 +17,13 @@ pub enum ModelsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Rewrite a models directory in this version's layout: the same trees, with the tables
+    /// this version stores beside them so predictions start faster (models trained by an earlier
+    /// version predict the same either way).
+    Repack {
+        /// Models directory, e.g. models/perlmutter.
+        dir: PathBuf,
+    },
     /// On a GPU node: compare its software and timings with a cluster's models (runs
     /// `stepcast-bench check --cluster <file>`; exit code 3 when something drifted).
     #[command(disable_help_flag = true)]
@@ -29,6 +36,17 @@ pub enum ModelsCommand {
 pub fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
     match cmd {
         ModelsCommand::Check { .. } => unreachable!("dispatched to stepcast-bench by cli::run"),
+        ModelsCommand::Repack { dir } => {
+            let before = ModelSet::open(&dir)?.fingerprint().to_string();
+            let m = ModelSet::repack(&dir)?;
+            let after = ModelSet::open(&dir)?.fingerprint().to_string();
+            println!(
+                "repacked {} models of {} (fingerprint {before} → {after})",
+                m.models.len(),
+                dir.display()
+            );
+            Ok(())
+        }
         ModelsCommand::Show { dir, json } => {
             let m = ModelSet::checked_manifest(&dir)?;
             let set = ModelSet::open(&dir)?;

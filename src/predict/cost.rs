@@ -439,10 +439,10 @@ impl<'a> CostModel<'a> {
         let mut found = None;
         for op in order {
             let probe = OpQuery { op, ..*q };
-            let Some((m, how)) = set.lookup(&probe)? else {
+            let Some((m, _)) = set.lookup(&probe)? else {
                 continue;
             };
-            if let Some(c) = fit(self.cluster, m, how, &probe, multi_node) {
+            if let Some(c) = fit(self.cluster, m, &probe, multi_node) {
                 found = Some(c);
                 break;
             }
@@ -476,32 +476,24 @@ fn covers(m: &TrainedModel, c: &CollectiveShape) -> bool {
 fn fit(
     cluster: &Cluster,
     m: &TrainedModel,
-    how: Match,
     probe: &OpQuery,
     multi_node: bool,
 ) -> Option<Calibration> {
-    let [lo, hi] = m.feature_ranges[COLLECTIVE_LOG2_BYTES];
     let spec = &cluster.spec;
     let mut logs = Vec::new();
     let mut used = Vec::new();
-    for &[nodes, gpn] in m.layouts.iter().filter(|l| (l[0] > 1) == multi_node) {
-        used.push(format!("{nodes}×{gpn}"));
-        for k in 0..8 {
-            let bytes = (lo + (hi - lo) * k as f64 / 7.0).exp2() as u64;
-            let c = CollectiveShape {
-                bytes: bytes.max(1),
-                nodes,
-                gpus_per_node: gpn,
-            };
-            let q = OpQuery {
-                shape: Shape::Collective(c),
-                ..*probe
-            };
-            let learned = from_model(m, how, &q).time_us;
-            let (analytic, _) =
-                network::collective_time_us(probe.op, &c, &spec.network, spec.efficiency.network);
-            logs.push((learned / analytic).ln());
+    let times = m.probe_times_us();
+    for (c, learned) in m.probe_shapes().iter().zip(times.iter()) {
+        if (c.nodes > 1) != multi_node {
+            continue;
         }
+        let layout = format!("{}×{}", c.nodes, c.gpus_per_node);
+        if used.last() != Some(&layout) {
+            used.push(layout);
+        }
+        let (analytic, _) =
+            network::collective_time_us(probe.op, c, &spec.network, spec.efficiency.network);
+        logs.push((learned / analytic).ln());
     }
     if logs.is_empty() {
         return None;

@@ -50,6 +50,9 @@ pub struct IndexEntry {
     pub layouts: Vec<[u64; 2]>,
     /// Its validation error.
     pub validation: Validation,
+    /// Collectives: its time at each of its probe shapes, µs (`TrainedModel::probe_shapes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes_us: Vec<f64>,
     /// Its forest's shape.
     pub forest: ForestHeader,
     /// Where its area lies in the file, and its checksum.
@@ -105,12 +108,17 @@ pub fn encode(models: &[TrainedModel]) -> Result<(Vec<u8>, Index)> {
         })?;
     }
     let areas: Vec<Vec<u8>> = models.iter().map(|m| m.forest.area()).collect();
+    let probes: Vec<Vec<f64>> = models
+        .iter()
+        .map(|m| m.probe_times_us().into_owned())
+        .collect();
     let entries = |base: u64| {
         let mut offset = base;
         models
             .iter()
             .zip(&areas)
-            .map(|(m, area)| {
+            .zip(&probes)
+            .map(|((m, area), probes_us)| {
                 let e = IndexEntry {
                     key: m.key,
                     recipe: m.recipe,
@@ -119,6 +127,7 @@ pub fn encode(models: &[TrainedModel]) -> Result<(Vec<u8>, Index)> {
                     training_rows: m.training_rows,
                     layouts: m.layouts.clone(),
                     validation: m.validation,
+                    probes_us: probes_us.clone(),
                     forest: m.forest.header(),
                     offset,
                     bytes: area.len() as u64,
@@ -304,7 +313,7 @@ impl Reader {
                 "training ranges or validation errors are not finite".into()
             ));
         }
-        Ok(TrainedModel {
+        let model = TrainedModel {
             key: e.key,
             recipe: e.recipe,
             serves_roles: e.serves_roles.clone(),
@@ -319,7 +328,18 @@ impl Reader {
             gpu: self.index.gpu.clone(),
             dataset: self.index.dataset.clone(),
             forest,
-        })
+            probes_us: e.probes_us.clone(),
+        };
+        let probes_ok = e.probes_us.is_empty()
+            || (e.probes_us.len() == model.probe_shapes().len()
+                && e.probes_us.iter().all(|t| t.is_finite() && *t > 0.0));
+        if !probes_ok {
+            return Err(bad(
+                "its stored collective probe times do not match its layouts or are not times"
+                    .into(),
+            ));
+        }
+        Ok(model)
     }
 }
 

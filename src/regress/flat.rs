@@ -115,7 +115,9 @@ impl Nodes<'_> {
         u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]]) as usize
     }
 
-    /// The leaf `x` reaches from node `i`; NaN if the bytes lead nowhere (a corrupt forest).
+    /// The leaf `x` reaches from node `i`; NaN if the bytes lead out of the forest (a corrupt
+    /// one). The step to the next node is chosen without a branch (the comparison is a coin
+    /// flip the CPU cannot predict); every step moves forward, so a walk always ends.
     #[inline]
     fn walk(&self, mut i: usize, x: &[f32; 32]) -> f32 {
         while i < self.n {
@@ -124,15 +126,11 @@ impl Nodes<'_> {
             if f == LEAF {
                 return v;
             }
-            let step = match x.get(f as usize) {
-                Some(&xf) if xf < v => 1,
-                Some(_) => self.right(i),
-                None => 0,
-            };
-            if step == 0 {
-                break;
-            }
-            i += step;
+            // a validated forest splits only on features < 32; the mask keeps a corrupt one
+            // inside the row
+            let go_left = x[usize::from(f & 31)] < v;
+            let right = self.right(i).max(1);
+            i += if go_left { 1 } else { right };
         }
         f32::NAN
     }

@@ -3,6 +3,7 @@
 //! fingerprint and software stamp, validation error, the training range of every feature, the
 //! data's source.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::Path;
 
@@ -16,8 +17,8 @@ use crate::analytic::roofline::work_scale_us;
 use crate::dataset::{Provenance, SoftwareStamp};
 use crate::error::{Error, Result};
 use crate::hardware::GpuSpec;
-use crate::ops::features::{features, FEATURE_SCHEMA_VERSION};
-use crate::ops::{Dtype, OpKind, OpQuery, Phase, Role};
+use crate::ops::features::{features, COLLECTIVE_LOG2_BYTES, FEATURE_SCHEMA_VERSION};
+use crate::ops::{CollectiveShape, Dtype, OpKind, OpQuery, Phase, Role, Shape, ShapeFamily};
 
 /// Version of the models directory layout (`manifest.json` + `models.bin`).
 pub const MODEL_FORMAT_VERSION: u32 = 3;
@@ -206,7 +207,14 @@ pub struct TrainedModel {
     pub dataset: DatasetRef,
     /// The trees.
     pub forest: FlatForest,
+    /// Collectives: the model's time at each of `probe_shapes`, µs, stored with the model when
+    /// it was written (empty: evaluated when needed; see `probe_times_us`).
+    pub probes_us: Vec<f64>,
 }
+
+/// Message sizes per measured layout at which a collective model is sampled to calibrate the
+/// analytic network model on it (`predict::cost`).
+pub const PROBES_PER_LAYOUT: usize = 8;
 
 /// A predicted time with its 80 % interval and whether the query lies inside the training data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -253,6 +261,58 @@ pub fn check_versions(path: &Path, text: &str) -> Result<()> {
 }
 
 impl TrainedModel {
+    /// The calls a collective model is sampled at: for each layout it measured,
+    /// `PROBES_PER_LAYOUT` message sizes spread evenly in log₂ over the sizes it measured
+    /// (empty for other kinds).
+    pub fn probe_shapes(&self) -> Vec<CollectiveShape> {
+        if self.key.op.family() != ShapeFamily::Collective {
+            return Vec::new();
+        }
+        let Some(&[lo, hi]) = self.feature_ranges.get(COLLECTIVE_LOG2_BYTES) else {
+            return Vec::new();
+        };
+        let last = (PROBES_PER_LAYOUT - 1) as f64;
+        self.layouts
+            .iter()
+            .flat_map(|&[nodes, gpus_per_node]| {
+                (0..PROBES_PER_LAYOUT).map(move |k| CollectiveShape {
+                    bytes: ((lo + (hi - lo) * k as f64 / last).exp2() as u64).max(1),
+                    nodes,
+                    gpus_per_node,
+                })
+            })
+            .collect()
+    }
+
+    /// The model's time at each of `probe_shapes`, µs: the table stored with the model (so a
+    /// prediction does not walk a thousand-tree forest 8 × layouts times to calibrate one
+    /// collective), or evaluated now for a file written without it.
+    pub fn probe_times_us(&self) -> Cow<'_, [f64]> {
+        let shapes = self.probe_shapes();
+        if self.probes_us.len() == shapes.len() {
+            return Cow::Borrowed(&self.probes_us);
+        }
+        Cow::Owned(self.evaluate_probes(&shapes))
+    }
+
+    /// The model's time at each shape, evaluated from its trees (collective features and the
+    /// bus-bytes scale depend on the kind and the shape only, not on the data type or role).
+    pub fn evaluate_probes(&self, shapes: &[CollectiveShape]) -> Vec<f64> {
+        shapes
+            .iter()
+            .map(|&c| {
+                self.predict(&OpQuery {
+                    op: self.key.op,
+                    phase: self.key.phase,
+                    dtype: self.key.dtype,
+                    role: None,
+                    shape: Shape::Collective(c),
+                })
+                .time_us
+            })
+            .collect()
+    }
+
     /// The feature row of a query, for this model's GPU.
     pub fn features(&self, q: &OpQuery) -> Vec<f64> {
         features(q.op, &q.shape, q.dtype, self.gpu.sm_count)

@@ -157,9 +157,31 @@ impl ModelSet {
     /// Writes `models.bin` and then `manifest.json`, each atomically, and returns the manifest
     /// as written. Files of the earlier per-model format that the old manifest names are
     /// removed; nothing else in the directory is touched.
-    pub fn save(dir: &Path, mut manifest: Manifest, models: Vec<TrainedModel>) -> Result<Manifest> {
+    pub fn save(dir: &Path, manifest: Manifest, models: Vec<TrainedModel>) -> Result<Manifest> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let _lock = crate::fsutil::DirLock::exclusive(dir)?;
+        Self::save_locked(dir, manifest, models)
+    }
+
+    /// Rewrites a models directory in this version's `models.bin` layout: the same trees,
+    /// validation and provenance, with what this version stores beside them (the collective
+    /// probe table, so predictions need not evaluate it). Returns the manifest as written.
+    pub fn repack(dir: &Path) -> Result<Manifest> {
+        let _lock = crate::fsutil::DirLock::exclusive(dir)?;
+        let manifest = Self::checked_manifest(dir)?;
+        let set = Self::open(dir)?;
+        let models = (0..set.reader.index.models.len())
+            .map(|i| set.reader.model(i))
+            .collect::<Result<Vec<_>>>()?;
+        Self::save_locked(dir, manifest, models)
+    }
+
+    /// `save` with the directory already locked by the caller.
+    fn save_locked(
+        dir: &Path,
+        mut manifest: Manifest,
+        models: Vec<TrainedModel>,
+    ) -> Result<Manifest> {
         // temporary files an earlier, killed training of ours left (nobody else writes here
         // while we hold the lock)
         for entry in std::fs::read_dir(dir)

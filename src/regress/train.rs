@@ -427,7 +427,7 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
                 })
                 .collect();
             tick();
-            TrainedModel {
+            let mut model = TrainedModel {
                 key: g.key,
                 recipe: chosen.recipe,
                 serves_roles: serves[gi].clone(),
@@ -439,7 +439,10 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
                 gpu: gpu.clone(),
                 dataset: dataset_ref.clone(),
                 forest,
-            }
+                probes_us: Vec::new(),
+            };
+            model.probes_us = model.evaluate_probes(&model.probe_shapes());
+            model
         })
         .collect();
     let grid = candidates
