@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp", "dp", "cp",
-           "cp_comm", "ep", "micro_batch", "global_batch", "seq_len", "dtype", "recompute", "zero", "schedule",
+           "cp_comm", "ep", "pipeline_split", "micro_batch", "global_batch", "seq_len", "dtype", "recompute", "zero", "schedule",
            "vpp", "sequence_parallel", "tp_comm_overlap", "measured_step_s", "expressible",
            "reason", "source"]
 
@@ -220,6 +220,9 @@ def nemo(ref, out):
         epv = int(ep) if present(ep) else 1
         dp = n // (tp * pp * cpv)
         precision = row["precision"] or "FP8"
+        # Megatron-Bridge's Llama 3.1 405B recipe counts the embedding and the loss as layers
+        # (account_for_{embedding,loss}_in_pipeline_split): 126 + 2 layers over pp·vp chunks
+        split = "embedding+loss" if model == "LLAMA3.1_405B" else ""
         # the experts are held out of the calibration (a family it never saw): their own set
         out.add(set="nemo-moe" if model in MOE_ARCHS else "nemo",
                 family=arch if not arch.startswith("archs/") else model.lower(),
@@ -230,7 +233,8 @@ def nemo(ref, out):
                 seq_len=row["seq_len"], dtype="fp8" if precision.startswith("FP8") else "bf16",
                 recompute="none", zero=3 if present(fsdp) and fsdp > 0 else 1,
                 schedule="interleaved" if present(vp) and vp > 1 else "1f1b",
-                vpp=int(vp) if present(vp) and vp > 1 else 1, sequence_parallel=tp > 1,
+                vpp=int(vp) if present(vp) and vp > 1 else 1, pipeline_split=split,
+                sequence_parallel=tp > 1,
                 tp_comm_overlap=1 if tp > 1 else 0, measured_step_s=num(row["derived_step_time_s"]),
                 reason=reason, source=f"perf_summary_rows.csv row {i}")
 
@@ -262,6 +266,11 @@ def torchtitan(ref, out):
         # with a pipeline the local batch is split into micro-batches of 1 (torchtitan's default
         # pipeline_parallel_microbatch_size)
         mb = 1 if pp > 1 else local
+        vpp = 2 if "Interleaved" in sched else 1
+        # torchtitan weighs the embedding and the output as one layer each when it splits the
+        # layers over stages (generate_llm_fqn_per_model_part, input/output weight 1); where the
+        # layers alone split evenly, or over pp stages only, stepcast's uniform split is the same
+        split = "embedding+loss" if pp > 1 and int(row["num_layers"]) % (pp * vpp) else ""
         out.add(set="torchtitan", family=name.replace("llama-3_1-", "llama3-").replace("llama-3-", "llama3-"),
                 label=f"{model} {gpu[:16]} {row['n_gpus']} GPUs fsdp{fsdp} tp{tp} pp{pp} cp{cp} "
                 f"{row['precision']} compile {row['torch_compile']} asyncTP {row['async_tp']}",
@@ -271,7 +280,7 @@ def torchtitan(ref, out):
                 micro_batch=mb, global_batch=row["global_batch_size"], seq_len=row["seq_len"],
                 dtype="bf16" if row["precision"] == "BF16" else "fp8", recompute=recompute, zero=3,
                 schedule="interleaved" if "Interleaved" in sched else "1f1b",
-                vpp=2 if "Interleaved" in sched else 1, sequence_parallel=tp > 1,
+                vpp=vpp, pipeline_split=split, sequence_parallel=tp > 1,
                 tp_comm_overlap=1 if row["async_tp"] == "yes" else 0,
                 measured_step_s=float(row["derived_step_time_s"]), reason=reason,
                 source=f"torchtitan_runs.csv row {i}")

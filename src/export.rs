@@ -164,19 +164,32 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             }
         ));
     }
-    if l.vpp > 1 {
+    let split = l.pipeline_split;
+    if l.vpp > 1 && split.places() > 0 {
+        // the chunks are not all of one size: name their number, not their size
+        arg(format!("--num-virtual-stages-per-pipeline-rank {}", l.vpp));
+    } else if l.vpp > 1 {
         arg(format!(
             "--num-layers-per-virtual-pipeline-stage {}",
             a.layers / (l.pp * l.vpp)
         ));
     }
-    if let Some((first, last)) = uneven_ends(&l.stage_layers) {
-        if let Some(f) = first {
-            arg(format!("--decoder-first-pipeline-num-layers {f}"));
+    if split.embedding {
+        arg("--account-for-embedding-in-pipeline-split".into());
+    }
+    if split.loss {
+        arg("--account-for-loss-in-pipeline-split".into());
+    }
+    match uneven_ends(&l.stage_layers) {
+        Some((first, last)) if split.places() == 0 => {
+            if let Some(f) = first {
+                arg(format!("--decoder-first-pipeline-num-layers {f}"));
+            }
+            if let Some(n) = last {
+                arg(format!("--decoder-last-pipeline-num-layers {n}"));
+            }
         }
-        if let Some(n) = last {
-            arg(format!("--decoder-last-pipeline-num-layers {n}"));
-        }
+        _ => {}
     }
     if l.sequence_parallel {
         arg("--sequence-parallel".into());
@@ -407,7 +420,20 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     set("model.config.ffn_hidden_size", a.ffn_hidden.to_string());
     set("model.config.num_attention_heads", a.heads.to_string());
     set("model.config.num_query_groups", a.kv_heads.to_string());
-    if let Some((first, last)) = uneven_ends(&l.stage_layers) {
+    for (on, key) in [
+        (
+            l.pipeline_split.embedding,
+            "account_for_embedding_in_pipeline_split",
+        ),
+        (l.pipeline_split.loss, "account_for_loss_in_pipeline_split"),
+    ] {
+        if on {
+            set(&format!("model.config.{key}"), "True".into());
+        }
+    }
+    if let Some((first, last)) =
+        uneven_ends(&l.stage_layers).filter(|_| l.pipeline_split.places() == 0)
+    {
         if let Some(f) = first {
             set(
                 "model.config.num_layers_in_first_pipeline_stage",

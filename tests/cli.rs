@@ -1097,3 +1097,77 @@ fn a_mixture_of_experts_from_its_config_with_expert_parallelism_and_imbalance() 
         &["--moe-imbalance 9", "between 1"],
     );
 }
+
+/// Llama 3.1 405B split as NVIDIA's recipe does (the embedding and the loss each take a layer's
+/// place) from flags or a job file, and exported with Megatron's and NeMo's own switches.
+#[test]
+fn the_embedding_and_loss_can_count_as_layers_in_the_pipeline_split() {
+    let layout = [
+        "--cluster",
+        "dgx-h100",
+        "--model",
+        "llama3-405b",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--vpp",
+        "8",
+        "--dp",
+        "2",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "64",
+        "--sequence-parallel",
+    ];
+    let flags = [
+        "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split",
+    ];
+    let out = stepcast(&[&["predict"][..], &layout].concat());
+    assert_user_error(
+        &out,
+        &[
+            "126 layers do not split",
+            "--account-for-loss-in-pipeline-split",
+        ],
+    );
+    let out = stepcast(&[&["predict"][..], &layout, &flags].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let split = "(embedding and loss counted as layers) [15, 16, 16, 16, 16, 16, 16, 15]";
+    assert!(stdout(&out).contains(split), "{}", stdout(&out));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let job = tmp.path().join("job.yaml");
+    fs::write(
+        &job,
+        "cluster: dgx-h100\nmodel: llama3-405b\nparallel: {tp: 8, pp: 8, vpp: 8, dp: 2, \
+         micro_batch: 1, global_batch: 64, sequence_parallel: true, \
+         account_for_embedding_in_pipeline_split: true, account_for_loss_in_pipeline_split: true}\n",
+    )
+    .unwrap();
+    let from_job = stepcast(&["predict", "--job", s(&job)]);
+    assert!(from_job.status.success(), "{}", stderr(&from_job));
+    assert!(stdout(&from_job).contains(split));
+
+    let out = stepcast(&[&["export", "--format", "megatron"][..], &layout, &flags].concat());
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for arg in flags
+        .iter()
+        .chain(&["--num-virtual-stages-per-pipeline-rank 8"])
+    {
+        assert!(text.contains(arg), "{arg}: {text}");
+    }
+    assert!(
+        !text.contains("--num-layers-per-virtual-pipeline-stage"),
+        "{text}"
+    );
+    let out = stepcast(&[&["export", "--format", "nemo"][..], &layout, &flags].concat());
+    assert!(
+        stdout(&out).contains("model.config.account_for_loss_in_pipeline_split = True"),
+        "{}",
+        stdout(&out)
+    );
+}

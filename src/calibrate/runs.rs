@@ -18,7 +18,10 @@
 //! | `reason` | why not |
 //!
 //! Optional: `framework`, `cp` (context-parallel degree, default 1), `cp_comm` (p2p or
-//! all-gather, default p2p), `ep` (expert-parallel degree, default 1), `source`.
+//! all-gather, default p2p), `ep` (expert-parallel degree, default 1), `pipeline_split`
+//! (`embedding`, `loss` or `embedding+loss`: what counts as a layer when the layers are split
+//! over pipeline chunks, as Megatron's `--account-for-…-in-pipeline-split`; default neither),
+//! `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -67,6 +70,8 @@ struct Row {
     cp_comm: String,
     #[serde(default)]
     ep: Option<u64>,
+    #[serde(default)]
+    pipeline_split: String,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -121,6 +126,18 @@ impl Row {
                 self.reason.clone()
             }
         });
+        let (split_embedding, split_loss) = match self.pipeline_split.trim() {
+            "" => (false, false),
+            "embedding" => (true, false),
+            "loss" => (false, true),
+            "embedding+loss" => (true, true),
+            other => {
+                return Err(format!(
+                    "pipeline_split = {other:?}: give embedding, loss or embedding+loss (or \
+                     leave it empty)"
+                ))
+            }
+        };
         let cp_comm = match self.cp_comm.trim() {
             "" => None,
             s => Some(s.parse().map_err(|e| format!("cp_comm: {e}"))?),
@@ -166,6 +183,8 @@ impl Row {
                 schedule: Some(schedule),
                 vpp: (self.vpp > 1).then_some(self.vpp),
                 tp_comm_overlap: Some(on),
+                account_for_embedding_in_pipeline_split: Some(split_embedding),
+                account_for_loss_in_pipeline_split: Some(split_loss),
                 ..Default::default()
             },
             measured_s: self.measured_step_s,

@@ -16,7 +16,7 @@ use stepcast::ops::Dtype;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, PredictOptions};
 use stepcast::workload::{
-    Arch, CpComm, Layout, ParallelSpec, Partition, Recompute, Rules, Schedule,
+    Arch, CpComm, Layout, ParallelSpec, Partition, PipelineSplit, Recompute, Rules, Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -174,6 +174,8 @@ struct RowLayout {
     schedule: Schedule,
     vpp: u64,
     overlap: RowOverlap,
+    #[serde(default)]
+    pipeline_split: PipelineSplit,
 }
 
 fn one() -> u64 {
@@ -268,6 +270,8 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         overlap_param_gather: Some(r.overlap.param_gather),
         overlap_p2p: Some(r.overlap.p2p),
         tp_comm_overlap: Some(r.overlap.tp),
+        account_for_embedding_in_pipeline_split: Some(r.pipeline_split.embedding),
+        account_for_loss_in_pipeline_split: Some(r.pipeline_split.loss),
     };
     let cluster = Cluster::load(&cluster_name)?;
     let arch = Arch::resolve(&model)?;

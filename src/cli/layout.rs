@@ -104,6 +104,14 @@ pub struct JobArgs {
     /// --sequence-parallel): how much hides is simulated [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub tp_comm_overlap: Option<bool>,
+    /// Count the embedding as a layer when splitting the layers over pipeline chunks: the
+    /// first chunk holds one layer fewer (Megatron's flag of the same name).
+    #[arg(long)]
+    pub account_for_embedding_in_pipeline_split: bool,
+    /// Count the loss as a layer when splitting the layers over pipeline chunks: the last
+    /// chunk holds one layer fewer (Megatron's flag of the same name).
+    #[arg(long)]
+    pub account_for_loss_in_pipeline_split: bool,
 }
 
 /// A job file: paths in it are relative to the file.
@@ -208,6 +216,12 @@ impl JobArgs {
             overlap_param_gather: self.overlap_param_gather,
             overlap_p2p: self.overlap_p2p,
             tp_comm_overlap: self.tp_comm_overlap,
+            account_for_embedding_in_pipeline_split: self
+                .account_for_embedding_in_pipeline_split
+                .then_some(true),
+            account_for_loss_in_pipeline_split: self
+                .account_for_loss_in_pipeline_split
+                .then_some(true),
         };
         let spec = job.parallel.overridden_by(flags);
         let mut cluster = Cluster::load(&cluster_path)?;
@@ -330,9 +344,15 @@ pub fn describe(job: &Job) -> String {
         .iter()
         .map(|n| format!("\nnote     {n}"))
         .collect();
+    let split = match (l.pipeline_split.embedding, l.pipeline_split.loss) {
+        (true, true) => " (embedding and loss counted as layers)",
+        (true, false) => " (embedding counted as a layer)",
+        (false, true) => " (loss counted as a layer)",
+        (false, false) => "",
+    };
     format!(
         "layout   tp {}{extra} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
-         \x20        {}, recompute {}, {} partition {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
+         \x20        {}, recompute {}, {} partition{split} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
         l.tp,
         l.pp,
         l.dp,

@@ -124,17 +124,30 @@ pub enum LayoutError {
     )]
     NeoxWithChunks { schedule: &'static str },
 
-    #[error(
-        "{model}: {layers} layers do not split into pp·vpp = {pp}·{vpp} equal chunks: use a vpp \
-         that divides {per_rank}"
-    )]
+    #[error("{model}: {layers} layers do not split into pp·vpp = {pp}·{vpp} equal chunks: {hint}")]
     UnevenChunks {
         model: String,
         layers: u64,
         pp: u64,
         vpp: u64,
-        per_rank: u64,
+        hint: String,
     },
+
+    #[error(
+        "{model}: with the embedding and the loss counted as layers, {layers} layers over \
+         {chunks} chunks leave a chunk without a transformer layer: use fewer chunks (pp·vpp)"
+    )]
+    EmptyChunk {
+        model: String,
+        layers: u64,
+        chunks: u64,
+    },
+
+    #[error(
+        "counting the embedding or loss as a layer is Megatron's uniform split: drop \
+         --partition neox (or --rules paper)"
+    )]
+    PipelineSplitWithNeox,
 
     #[error(
         "--overlap-param-gather needs the distributed optimizer (zero 1 or 2, dp > 1, Megatron \
@@ -235,7 +248,9 @@ impl LayoutError {
             | MicroBatchesNotGroupsOfPp { .. }
             | ChunksNeedInterleaving { .. }
             | NeoxWithChunks { .. }
-            | UnevenChunks { .. } => {
+            | PipelineSplitWithNeox
+            | UnevenChunks { .. }
+            | EmptyChunk { .. } => {
                 "interleaving needs layers divisible by pp·vpp and micro-batches by pp"
             }
             ParamGatherNeedsDistributedOptimizer => {

@@ -153,8 +153,8 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
     let split = layout.schedule.splits_backward();
     let mut chunk_bytes = Vec::with_capacity(placement.len());
     let mut chunk_w = Vec::with_capacity(placement.len());
-    for (vs, &r) in placement.iter().enumerate() {
-        let n = layout.chunk_layers(r) as f64;
+    for (vs, &layers) in layout.chunk_layers.iter().enumerate() {
+        let n = layers as f64;
         let extra = if vs == 0 { emb } else { 0.0 } + if vs == last { head } else { 0.0 };
         chunk_bytes.push(n * per_layer + extra);
         chunk_w.push(if split {

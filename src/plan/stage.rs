@@ -55,7 +55,7 @@ pub(super) fn chunks(layout: &Layout) -> Vec<Chunk> {
         .iter()
         .enumerate()
         .map(|(vs, &rank)| {
-            let layers = layout.chunk_layers(rank);
+            let layers = layout.chunk_layers[vs];
             let other_rank = |k: usize| placement.get(k).is_some_and(|&r| r != rank);
             let chunk = Chunk {
                 rank,

@@ -478,3 +478,107 @@ fn experts_are_planned_per_rank_and_imbalance_slows_the_step() {
         assert!(w[1].breakdown_s.ep_comm > w[0].breakdown_s.ep_comm);
     }
 }
+
+/// Llama 3.1 405B as NVIDIA's recipe splits it: the embedding and the loss each take a layer's
+/// place, so 126 layers fill pp·vpp = 64 chunks of 2, with one layer in the first chunk and one
+/// in the last; without the flags the layout is refused with them as the fix.
+#[test]
+fn embedding_and_loss_can_take_a_layers_place_in_the_pipeline_split() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let arch = Arch::resolve("llama3-405b").unwrap();
+    assert_eq!(arch.layers, 126);
+    let mut s = ParallelSpec {
+        tp: Some(8),
+        pp: Some(8),
+        dp: Some(1),
+        vpp: Some(8),
+        micro_batch: Some(1),
+        micro_batches: Some(16),
+        sequence_parallel: Some(true),
+        ..Default::default()
+    };
+    let e = Layout::new(&s, &arch, &c).unwrap_err().to_string();
+    assert!(
+        e.contains("--account-for-embedding-in-pipeline-split") && e.contains("(126 + 2) / 64 = 2"),
+        "{e}"
+    );
+    s.account_for_embedding_in_pipeline_split = Some(true);
+    s.account_for_loss_in_pipeline_split = Some(true);
+    let l = Layout::new(&s, &arch, &c).unwrap();
+    assert_eq!(l.chunk_layers.len(), 64);
+    assert_eq!(
+        (
+            l.chunk_layers[0],
+            l.chunk_layers[1],
+            l.chunk_layers[62],
+            l.chunk_layers[63]
+        ),
+        (1, 2, 2, 1)
+    );
+    assert_eq!(l.stage_layers, [15, 16, 16, 16, 16, 16, 16, 15]);
+    let p = predict(
+        &arch,
+        &l,
+        &c,
+        &CostModel::new(&c, None),
+        PredictOptions::default(),
+    )
+    .unwrap();
+    assert!(p.metrics.step_time_s.is_finite() && p.metrics.step_time_s > 0.0);
+    let placed: u64 = p.stages.iter().map(|st| st.layers).sum();
+    assert_eq!(placed, 126);
+
+    // over pp stages alone the split equals the uniform one, and so does the prediction
+    let one_chunk = |split: bool| ParallelSpec {
+        vpp: None,
+        account_for_embedding_in_pipeline_split: Some(split),
+        account_for_loss_in_pipeline_split: Some(split),
+        ..s.clone()
+    };
+    let (with, without) = (
+        Layout::new(&one_chunk(true), &arch, &c).unwrap(),
+        Layout::new(&one_chunk(false), &arch, &c).unwrap(),
+    );
+    assert_eq!(with.stage_layers, without.stage_layers);
+    assert_eq!(
+        step(&arch, &one_chunk(true), &c).unwrap(),
+        step(&arch, &one_chunk(false), &c).unwrap()
+    );
+
+    // the embedding alone: 127 places do not fill 64 chunks
+    s.account_for_loss_in_pipeline_split = Some(false);
+    assert!(matches!(
+        Layout::new(&s, &arch, &c),
+        Err(LayoutError::UnevenChunks { .. })
+    ));
+    // 30 layers + 2 over 32 chunks leave the first and the last chunk without a layer
+    let small = Arch {
+        layers: 30,
+        ..Arch::resolve("llama2-7b").unwrap()
+    };
+    let s32 = ParallelSpec {
+        tp: Some(1),
+        sequence_parallel: None,
+        pp: Some(8),
+        vpp: Some(4),
+        account_for_loss_in_pipeline_split: Some(true),
+        ..s.clone()
+    };
+    let s32 = ParallelSpec {
+        account_for_embedding_in_pipeline_split: Some(true),
+        ..s32
+    };
+    let e = Layout::new(&s32, &small, &c);
+    assert!(matches!(e, Err(LayoutError::EmptyChunk { .. })), "{e:?}");
+    // GPT-NeoX's partition has its own rule for the ends
+    let neox = ParallelSpec {
+        vpp: None,
+        partition: Some(crate::workload::Partition::Neox),
+        ..s.clone()
+    };
+    assert!(matches!(
+        Layout::new(&neox, &arch, &c),
+        Err(LayoutError::PipelineSplitWithNeox)
+    ));
+}

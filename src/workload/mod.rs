@@ -7,4 +7,6 @@ pub mod presets;
 mod resolve;
 
 pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, MoeSpec, NormKind, Position};
-pub use parallel::{CpComm, Layout, Overlap, ParallelSpec, Partition, Recompute, Rules, Schedule};
+pub use parallel::{
+    CpComm, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute, Rules, Schedule,
+};

@@ -170,6 +170,33 @@ pub struct ParallelSpec {
     /// Pipeline the tensor-parallel collectives with their GEMMs (needs sequence parallelism).
     #[serde(default)]
     pub tp_comm_overlap: Option<bool>,
+    /// Count the embedding as a layer when splitting layers over pipeline chunks (Megatron's
+    /// `--account-for-embedding-in-pipeline-split`).
+    #[serde(default)]
+    pub account_for_embedding_in_pipeline_split: Option<bool>,
+    /// Count the loss as a layer when splitting layers over pipeline chunks (Megatron's
+    /// `--account-for-loss-in-pipeline-split`).
+    #[serde(default)]
+    pub account_for_loss_in_pipeline_split: Option<bool>,
+}
+
+/// Which of the embedding and the loss count as a transformer layer when Megatron splits the
+/// layers over the pipeline's model chunks: each takes one layer's place, so the first chunk
+/// holds one layer fewer and the last one fewer, and layers + 2 split evenly (how Llama 3.1
+/// 405B's 126 layers fill 8 × 8 chunks in NVIDIA's recipe).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipelineSplit {
+    /// The embedding counts as a layer of the first chunk.
+    pub embedding: bool,
+    /// The loss (LM head and cross-entropy) counts as a layer of the last chunk.
+    pub loss: bool,
+}
+
+impl PipelineSplit {
+    /// Layer places the embedding and loss take.
+    pub fn places(self) -> u64 {
+        u64::from(self.embedding) + u64::from(self.loss)
+    }
 }
 
 impl ParallelSpec {
@@ -200,6 +227,12 @@ impl ParallelSpec {
             overlap_param_gather: over.overlap_param_gather.or(self.overlap_param_gather),
             overlap_p2p: over.overlap_p2p.or(self.overlap_p2p),
             tp_comm_overlap: over.tp_comm_overlap.or(self.tp_comm_overlap),
+            account_for_embedding_in_pipeline_split: over
+                .account_for_embedding_in_pipeline_split
+                .or(self.account_for_embedding_in_pipeline_split),
+            account_for_loss_in_pipeline_split: over
+                .account_for_loss_in_pipeline_split
+                .or(self.account_for_loss_in_pipeline_split),
         }
     }
 }
@@ -238,6 +271,10 @@ pub struct Layout {
     pub overlap: Overlap,
     /// Transformer layers on each pipeline stage (all of a rank's chunks together).
     pub stage_layers: Vec<u64>,
+    /// Transformer layers in each model chunk (virtual stage), in model order.
+    pub chunk_layers: Vec<u64>,
+    /// Whether the embedding and the loss took a layer's place in the split.
+    pub pipeline_split: PipelineSplit,
 }
 
 impl Layout {
@@ -288,7 +325,17 @@ impl Layout {
             Partition::Uniform
         });
         let (schedule, vpp) = schedule_and_chunks(spec, rules, pp, micro_batches)?;
-        let stage_layers = stage_layers(spec, arch, pp, vpp, schedule, partition)?;
+        let pipeline_split = PipelineSplit {
+            embedding: spec.account_for_embedding_in_pipeline_split == Some(true) && pp > 1,
+            loss: spec.account_for_loss_in_pipeline_split == Some(true) && pp > 1,
+        };
+        let chunk_layers =
+            chunk_layers(spec, arch, [pp, vpp], schedule, partition, pipeline_split)?;
+        let placement = virtual_stage_ranks(pp, vpp);
+        let mut stage_layers = vec![0; pp as usize];
+        for (&rank, &n) in placement.iter().zip(&chunk_layers) {
+            stage_layers[rank] += n;
+        }
         let overlap = overlap(
             spec,
             rules,
@@ -347,19 +394,15 @@ impl Layout {
             vpp,
             overlap,
             stage_layers,
+            chunk_layers,
+            pipeline_split,
         })
     }
 
     /// The pipeline rank of each virtual stage (model chunk), in the order data flows through
     /// the model: round-robin, so rank r holds chunks r, r + pp, r + 2·pp, …
     pub fn virtual_stage_ranks(&self) -> Vec<usize> {
-        let (pp, n) = (self.pp as usize, (self.pp * self.vpp) as usize);
-        (0..n).map(|k| k % pp).collect()
-    }
-
-    /// Transformer layers in each model chunk (virtual stage).
-    pub fn chunk_layers(&self, rank: usize) -> u64 {
-        self.stage_layers[rank] / self.vpp
+        virtual_stage_ranks(self.pp, self.vpp)
     }
 
     pub fn tokens_per_step(&self) -> u64 {
@@ -570,16 +613,25 @@ fn micro_batches(spec: &ParallelSpec, micro_batch: u64, dp: u64) -> Result<u64, 
     bounded("micro-batches per step", m, MAX_MICRO_BATCHES)
 }
 
-/// Transformer layers on each pipeline stage.
-fn stage_layers(
+/// Round-robin placement of pp·vpp model chunks: chunk k on rank k mod pp.
+fn virtual_stage_ranks(pp: u64, vpp: u64) -> Vec<usize> {
+    let (pp, n) = (pp as usize, (pp * vpp) as usize);
+    (0..n).map(|k| k % pp).collect()
+}
+
+/// Transformer layers in each model chunk, in model order.
+fn chunk_layers(
     spec: &ParallelSpec,
     arch: &Arch,
-    pp: u64,
-    vpp: u64,
+    [pp, vpp]: [u64; 2],
     schedule: Schedule,
     partition: Partition,
+    split: PipelineSplit,
 ) -> Result<Vec<u64>, LayoutError> {
-    if vpp == 1 {
+    if split.places() > 0 && partition == Partition::Neox {
+        return Err(LayoutError::PipelineSplitWithNeox);
+    }
+    if vpp == 1 && split.places() == 0 {
         return partition_layers(arch.layers, pp, partition);
     }
     if spec.partition == Some(Partition::Neox) {
@@ -587,16 +639,45 @@ fn stage_layers(
             schedule: schedule.name(),
         });
     }
-    if !arch.layers.is_multiple_of(pp * vpp) {
+    let chunks = pp * vpp;
+    let places = arch.layers + split.places();
+    if !places.is_multiple_of(chunks) {
+        let accounted = arch.layers + 2;
         return Err(LayoutError::UnevenChunks {
             model: arch.name.clone(),
             layers: arch.layers,
             pp,
             vpp,
-            per_rank: arch.layers / pp,
+            hint: if split.places() == 0
+                && accounted.is_multiple_of(chunks)
+                && accounted / chunks >= 2
+            {
+                format!(
+                    "count the embedding and the loss as layers as Megatron can \
+                     (--account-for-embedding-in-pipeline-split \
+                     --account-for-loss-in-pipeline-split: ({} + 2) / {chunks} = {} per chunk), \
+                     or use a vpp that divides {}",
+                    arch.layers,
+                    accounted / chunks,
+                    arch.layers / pp
+                )
+            } else {
+                format!("use a vpp that divides {}", places / pp)
+            },
         });
     }
-    Ok(vec![arch.layers / pp; pp as usize])
+    let per_chunk = places / chunks;
+    let mut out = vec![per_chunk; chunks as usize];
+    out[0] -= u64::from(split.embedding);
+    out[chunks as usize - 1] -= u64::from(split.loss);
+    if out.contains(&0) {
+        return Err(LayoutError::EmptyChunk {
+            model: arch.name.clone(),
+            layers: arch.layers,
+            chunks,
+        });
+    }
+    Ok(out)
 }
 
 /// Which communication runs beside the compute: the flags, else the rules' defaults.
