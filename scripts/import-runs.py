@@ -191,6 +191,11 @@ def nemo(ref, out):
             reason = "mixture of experts with token dropping (capacity factor: not modelled)"
         elif model in MOE_ARCHS:
             pass
+        elif "Qwen3_235B" in model:
+            # Megatron-Bridge's H100 preset: expert_tensor_parallel_size 1 under tp 2, the expert
+            # all-to-all overlapped (moe_a2a_overlap), DeepEP dispatch
+            reason = "expert tensor parallelism 1 under tp 2 and an overlapped all-to-all (DeepEP): " \
+                     "not modelled"
         elif any(m in model for m in MOE) or (present(ep) and ep > 1):
             reason = "mixture of experts of an architecture not modelled (latent attention, " \
                      "hybrid Mamba, attention sinks) or not described"
