@@ -121,6 +121,7 @@ impl DeviceArgs {
                 .unwrap_or(0),
             attention_backend: self.attention_backend.clone(),
             gemms,
+            temp_root: None,
         };
         Ok(match self.device {
             DeviceKind::Cuda => {

@@ -29,6 +29,9 @@ pub struct TorchBackend {
     pub attention_backend: String,
     /// Also time GEMMs (torch.bmm) — when the CUDA build is not available.
     pub gemms: bool,
+    /// Where the script's private directory is created (none: the system's temporary
+    /// directory).
+    pub temp_root: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -103,9 +106,12 @@ impl TorchBackend {
         // the script goes into a private directory (created exclusively, 0700, unpredictable
         // name) and Python runs isolated (-I: neither the script's directory nor the user's
         // environment on sys.path), so nothing planted beside it can be imported
-        let dir = tempfile::Builder::new()
-            .prefix("stepcast-bench-torch-")
-            .tempdir()?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("stepcast-bench-torch-");
+        let dir = match &self.temp_root {
+            Some(root) => builder.tempdir_in(root)?,
+            None => builder.tempdir()?,
+        };
         let script = dir.path().join("bench_torch.py");
         std::fs::write(&script, SCRIPT)?;
         let spawned = Command::new(&self.python)
@@ -212,12 +218,22 @@ mod tests {
         }
     }
 
-    fn backend(python: &str) -> TorchBackend {
+    /// A backend whose private directory goes under `tmp` (tests never change TMPDIR, which
+    /// other tests running beside them read).
+    fn backend_in(python: &str, tmp: &std::path::Path) -> TorchBackend {
         TorchBackend {
             python: python.into(),
             device: 0,
             attention_backend: "auto".into(),
             gemms: false,
+            temp_root: Some(tmp.to_path_buf()),
+        }
+    }
+
+    fn backend(python: &str) -> TorchBackend {
+        TorchBackend {
+            temp_root: None,
+            ..backend_in(python, std::path::Path::new("."))
         }
     }
 
@@ -238,14 +254,12 @@ mod tests {
         let p = point();
         let mut seen = Vec::new();
         let tmp = tempfile::tempdir().unwrap();
-        temp_env(tmp.path(), || {
-            backend("/no/such/python")
-                .run(&[&p, &p], &Protocol::default(), 0, &mut |i, o| {
-                    seen.push((i, o));
-                    Ok(())
-                })
-                .unwrap()
-        });
+        backend_in("/no/such/python", tmp.path())
+            .run(&[&p, &p], &Protocol::default(), 0, &mut |i, o| {
+                seen.push((i, o));
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(seen.len(), 2);
         assert!(matches!(&seen[0].1, Outcome::Skipped(r) if r.contains("cannot run")));
     }
@@ -268,11 +282,9 @@ mod tests {
         }
         let p = point();
         let run = |python: &str| {
-            temp_env(shared.path(), || {
-                backend(python)
-                    .run(&[&p], &Protocol::default(), 0, &mut |_, _| Ok(()))
-                    .unwrap()
-            })
+            backend_in(python, shared.path())
+                .run(&[&p], &Protocol::default(), 0, &mut |_, _| Ok(()))
+                .unwrap()
         };
         run("python3");
         assert!(
@@ -286,20 +298,6 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().starts_with("stepcast"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
-    }
-
-    /// Runs `f` with TMPDIR pointing at `dir` (tests in this module run one at a time here).
-    fn temp_env<T>(dir: &std::path::Path, f: impl FnOnce() -> T) -> T {
-        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let before = std::env::var_os("TMPDIR");
-        std::env::set_var("TMPDIR", dir);
-        let out = f();
-        match before {
-            Some(v) => std::env::set_var("TMPDIR", v),
-            None => std::env::remove_var("TMPDIR"),
-        }
-        out
     }
 
     #[test]
@@ -316,16 +314,14 @@ mod tests {
         let p = point();
         let mut reasons = Vec::new();
         let tmp = tempfile::tempdir().unwrap();
-        temp_env(tmp.path(), || {
-            backend("python3")
-                .run(&[&p], &Protocol::default(), 0, &mut |_, o| {
-                    if let Outcome::Skipped(r) = o {
-                        reasons.push(r);
-                    }
-                    Ok(())
-                })
-                .unwrap()
-        });
+        backend_in("python3", tmp.path())
+            .run(&[&p], &Protocol::default(), 0, &mut |_, o| {
+                if let Outcome::Skipped(r) = o {
+                    reasons.push(r);
+                }
+                Ok(())
+            })
+            .unwrap();
         assert!(
             reasons[0].contains("PyTorch is not importable") || reasons[0].contains("no CUDA"),
             "{reasons:?}"
