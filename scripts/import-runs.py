@@ -191,6 +191,13 @@ def nemo(ref, out):
             reason = "mixture of experts with token dropping (capacity factor: not modelled)"
         elif model in MOE_ARCHS:
             pass
+        elif "DeepSeek" in model:
+            # stepcast reads DeepSeek-V3 (latent attention, dense first layers), but Megatron-Bridge's
+            # H100 preset runs a custom pipeline layout ending in a multi-token-prediction layer
+            # (pp_layout "Et|(tt|)*30mL"), recomputes the MLA up-projections and MLPs, and
+            # dispatches with HybridEP
+            reason = "pipeline layout with a multi-token-prediction layer, module recompute and " \
+                     "HybridEP dispatch of NeMo's DeepSeek-V3 preset: not modelled"
         elif "Qwen3_235B" in model:
             # Megatron-Bridge's H100 preset: expert_tensor_parallel_size 1 under tp 2, the expert
             # all-to-all overlapped (moe_a2a_overlap), DeepEP dispatch

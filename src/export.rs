@@ -223,8 +223,24 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             ))
         }
     }
-    if a.head_dim * a.heads != a.hidden {
+    if let Some(m) = &a.mla {
+        arg("--multi-latent-attention".into());
+        if let Some(r) = m.q_lora_rank {
+            arg(format!("--q-lora-rank {r}"));
+        }
+        arg(format!(
+            "--kv-lora-rank {} --qk-head-dim {} --qk-pos-emb-head-dim {} --v-head-dim {}",
+            m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+        ));
+    } else if a.head_dim * a.heads != a.hidden {
         arg(format!("--kv-channels {}", a.head_dim));
+    }
+    if let Some(m) = a.moe.filter(|m| m.dense_layers > 0) {
+        arg(format!(
+            "--moe-layer-freq \"([0]*{}+[1]*{})\"",
+            m.dense_layers,
+            a.layers - m.dense_layers
+        ));
     }
     if a.qkv_bias && !a.linear_bias {
         arg("--add-qkv-bias".into());
@@ -341,6 +357,13 @@ fn nemo_recipe(arch: &Arch) -> (&'static str, bool) {
 fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let (a, l) = (t.arch, t.layout);
     megatron_core_refusals(Framework::Nemo, l)?;
+    if a.mla.is_some() {
+        return Err(Error::Invalid(
+            "nemo: latent-attention models come from NeMo's own DeepSeek recipes (their \
+             configs are not set field by field here): export for megatron"
+                .into(),
+        ));
+    }
     let (recipe, same) = nemo_recipe(a);
     let mut text = String::new();
     let mut set = |key: &str, value: String| {

@@ -1171,3 +1171,67 @@ fn the_embedding_and_loss_can_count_as_layers_in_the_pipeline_split() {
         stdout(&out)
     );
 }
+
+/// DeepSeek-V3 from its published config.json: predicted with expert parallelism and exported
+/// for Megatron-LM with its latent attention and dense first layers.
+#[test]
+fn deepseek_v3_from_its_config_predicts_and_exports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config.json");
+    fs::write(
+        &config,
+        r#"{"model_type":"deepseek_v3","_name_or_path":"deepseek-ai/DeepSeek-V3",
+        "vocab_size":129280,"hidden_size":7168,"intermediate_size":18432,"moe_intermediate_size":2048,
+        "num_hidden_layers":61,"num_attention_heads":128,"num_key_value_heads":128,
+        "n_shared_experts":1,"n_routed_experts":256,"kv_lora_rank":512,"q_lora_rank":1536,
+        "qk_rope_head_dim":64,"v_head_dim":128,"qk_nope_head_dim":128,"num_experts_per_tok":8,
+        "moe_layer_freq":1,"first_k_dense_replace":3,"hidden_act":"silu",
+        "max_position_embeddings":163840,"tie_word_embeddings":false,"num_nextn_predict_layers":1}"#,
+    )
+    .unwrap();
+    let layout = [
+        "--cluster",
+        "dgx-h100",
+        "--model",
+        s(&config),
+        "--tp",
+        "8",
+        "--dp",
+        "64",
+        "--ep",
+        "64",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "512",
+        "--sequence-parallel",
+        "--json",
+    ];
+    let out = stepcast(&[&["predict"][..], &layout].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let step = p["step_time_s"].as_f64().unwrap();
+    let mfu = p["mfu_percent"].as_f64().unwrap();
+    assert!(
+        step > 0.0 && step.is_finite() && mfu > 0.0 && mfu < 87.0,
+        "{step} {mfu}"
+    );
+    let out = stepcast(
+        &[
+            &["export", "--format", "megatron"][..],
+            &layout[..layout.len() - 1],
+        ]
+        .concat(),
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for arg in [
+        "--multi-latent-attention",
+        "--q-lora-rank 1536",
+        "--kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128",
+        "--moe-layer-freq \"([0]*3+[1]*58)\"",
+        "--num-experts 256",
+    ] {
+        assert!(text.contains(arg), "{arg}: {text}");
+    }
+}

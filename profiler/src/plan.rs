@@ -317,6 +317,7 @@ impl PlanSpec {
                     seq_len: Some(pick(&mut rng, &seqs)),
                     sliding_window: None,
                     moe: None,
+                    mla: None,
                     dropout: false,
                 }
                 .validate("plan grid")?;

@@ -85,9 +85,23 @@ pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
         }
         AttentionImpl::Flash => {
             // FlashAttention keeps Q, K, V, its output and the fp32 log-sum-exp; dropout masks
-            // are regenerated from the RNG state, not stored
-            add("Q, K and V", q + 2.0 * kv, false);
-            add("attention output (out-projection input)", q, true);
+            // are regenerated from the RNG state, not stored. Latent attention's values are
+            // v_head_dim wide, and its latents are kept for the up-projections' backward
+            let (qkv, out) = match &arch.mla {
+                Some(m) => {
+                    let v = 2.0 * s * b * heads * m.v_head_dim as f64;
+                    let latents = m.q_lora_rank.unwrap_or(0) + m.kv_lora_rank;
+                    add(
+                        "query and key-value latents (norm and up-projection inputs)",
+                        2.0 * 2.0 * s * b * latents as f64,
+                        true,
+                    );
+                    (2.0 * q + v, v)
+                }
+                None => (q + 2.0 * kv, q),
+            };
+            add("Q, K and V", qkv, false);
+            add("attention output (out-projection input)", out, true);
             add("softmax log-sum-exp (fp32)", 4.0 * s * b * heads, false);
         }
     }

@@ -144,6 +144,12 @@ fn peak_activations(layout: &Layout, chunk_bytes: &[f64], chunk_w_bytes: &[f64])
 pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> MemoryReport {
     let layer = activations::layer(arch, layout);
     let per_layer = layer.total();
+    // a mixture's dense layers keep the dense MLP's activations
+    let dense_arch = Arch {
+        moe: None,
+        ..arch.clone()
+    };
+    let dense_layer = activations::layer(&dense_arch, layout);
     let placement = layout.virtual_stage_ranks();
     let last = placement.len() - 1;
     let (emb, head) = (
@@ -153,12 +159,13 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
     let split = layout.schedule.splits_backward();
     let mut chunk_bytes = Vec::with_capacity(placement.len());
     let mut chunk_w = Vec::with_capacity(placement.len());
-    for (vs, &layers) in layout.chunk_layers.iter().enumerate() {
-        let n = layers as f64;
+    for (vs, chunk) in plan.chunks.iter().enumerate() {
+        let dense = chunk.dense_layers as f64;
+        let n = (chunk.layers - chunk.dense_layers) as f64;
         let extra = if vs == 0 { emb } else { 0.0 } + if vs == last { head } else { 0.0 };
-        chunk_bytes.push(n * per_layer + extra);
+        chunk_bytes.push(n * per_layer + dense * dense_layer.total() + extra);
         chunk_w.push(if split {
-            n * layer.for_weight_grad
+            n * layer.for_weight_grad + dense * dense_layer.for_weight_grad
         } else {
             0.0
         });

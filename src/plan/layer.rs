@@ -18,7 +18,7 @@ use crate::ops::{
 };
 use crate::timing::Class;
 use crate::workload::{
-    Arch, AttentionImpl, CpComm, Layout, MoeSpec, NormKind, Position, Recompute, Rules,
+    Arch, AttentionImpl, CpComm, Layout, MlaSpec, MoeSpec, NormKind, Position, Recompute, Rules,
 };
 
 /// The sizes one rank works with.
@@ -79,7 +79,11 @@ impl Dims {
             act,
             heads: arch.heads / t,
             kv_heads: (arch.kv_heads / t).max(1),
-            hd: arch.head_dim,
+            // latent attention's core: queries and keys of qk_head_dim, values of v_head_dim,
+            // costed as heads of their mean (the same FLOPs and about the same traffic)
+            hd: arch.mla.map_or(arch.head_dim, |m| {
+                (m.qk_head_dim() + m.v_head_dim).div_ceil(2)
+            }),
             ffn: arch.ffn_hidden / t,
             vocab_rank: arch.padded_vocab(t) / t,
             causal: layout.rules != Rules::Paper,
@@ -345,8 +349,9 @@ impl PassCalls<'_> {
     }
 }
 
-/// One layer's calls in one direction.
-fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> {
+/// One layer's calls in one direction; `dense`: the layer's MLP is the dense one even in a
+/// mixture of experts (its first layers).
+fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool) -> Vec<Call> {
     let norm_op = match arch.norm {
         NormKind::Layernorm => OpKind::LayerNorm,
         NormKind::Rmsnorm => OpKind::RmsNorm,
@@ -365,6 +370,55 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call>
         calls: Vec::new(),
     };
     p.compute("input norm", norm_op, d.act, None, d.tok_sp(d.d));
+    let out_k = match &arch.mla {
+        Some(m) => {
+            latent_projections(&mut p, m, d);
+            d.heads * m.v_head_dim
+        }
+        None => {
+            projections(&mut p, arch, d);
+            d.heads * d.hd
+        }
+    };
+    let core = attention(p.b, arch, d, phase);
+    p.calls.extend(core);
+    p.compute(
+        "attention out",
+        OpKind::Gemm,
+        d.gemm_dtype,
+        Some(Role::AttnOut),
+        gemm(d.tokens, d.d, out_k, 1),
+    );
+    p.calls.extend(comm.iter().cloned());
+    p.compute(
+        "residual add",
+        OpKind::ResidualAdd,
+        d.act,
+        None,
+        d.tok_sp(d.d),
+    );
+    p.compute("post-attention norm", norm_op, d.act, None, d.tok_sp(d.d));
+    match &arch.moe {
+        Some(moe) if !dense => experts(&mut p, arch, moe, d, act_op),
+        _ => mlp(&mut p, d, d.ffn, up_width, act_op),
+    }
+    p.calls.extend(comm);
+    p.compute(
+        "residual add",
+        OpKind::ResidualAdd,
+        d.act,
+        None,
+        d.tok_sp(d.d),
+    );
+    // the paper's rules cost its tool's operator list exactly
+    if phase == Phase::Bwd && d.rules == Rules::Megatron {
+        backward_extras(&mut p, arch, d, up_width, dense);
+    }
+    p.calls
+}
+
+/// The fused QKV projection, the query and key norms, RoPE.
+fn projections(p: &mut PassCalls, arch: &Arch, d: &Dims) {
     let qkv = gemm(d.tokens, (d.heads + 2 * d.kv_heads) * d.hd, d.d, 1);
     p.compute("qkv", OpKind::Gemm, d.gemm_dtype, Some(Role::Qkv), qkv);
     if arch.qk_norm {
@@ -395,42 +449,72 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call>
             );
         }
     }
-    let core = attention(p.b, arch, d, phase);
-    p.calls.extend(core);
-    let out = gemm(d.tokens, d.d, d.heads * d.hd, 1);
+}
+
+/// Multi-head latent attention's projections as Megatron-Core runs them: the query through
+/// its low-rank down-projection and norm (or directly), keys and values from one latent
+/// (down-projection, norm, up-projection) and a RoPE key every head shares. The
+/// down-projections are replicated on every tensor-parallel rank, the up-projections split
+/// over tp.
+fn latent_projections(p: &mut PassCalls, m: &MlaSpec, d: &Dims) {
+    let q_width = d.heads * m.qk_head_dim();
+    let role = Some(Role::Qkv);
+    match m.q_lora_rank {
+        Some(r) => {
+            p.compute(
+                "q down",
+                OpKind::Gemm,
+                d.gemm_dtype,
+                role,
+                gemm(d.tokens, r, d.d, 1),
+            );
+            p.compute("q latent norm", OpKind::RmsNorm, d.act, None, d.tok(r));
+            p.compute(
+                "q up",
+                OpKind::Gemm,
+                d.gemm_dtype,
+                role,
+                gemm(d.tokens, q_width, r, 1),
+            );
+        }
+        None => p.compute(
+            "q",
+            OpKind::Gemm,
+            d.gemm_dtype,
+            role,
+            gemm(d.tokens, q_width, d.d, 1),
+        ),
+    }
+    let kv_down = gemm(d.tokens, m.kv_lora_rank + m.qk_rope_head_dim, d.d, 1);
+    p.compute("kv down", OpKind::Gemm, d.gemm_dtype, role, kv_down);
     p.compute(
-        "attention out",
-        OpKind::Gemm,
-        d.gemm_dtype,
-        Some(Role::AttnOut),
-        out,
-    );
-    p.calls.extend(comm.iter().cloned());
-    p.compute(
-        "residual add",
-        OpKind::ResidualAdd,
+        "kv latent norm",
+        OpKind::RmsNorm,
         d.act,
         None,
-        d.tok_sp(d.d),
+        d.tok(m.kv_lora_rank),
     );
-    p.compute("post-attention norm", norm_op, d.act, None, d.tok_sp(d.d));
-    match &arch.moe {
-        None => mlp(&mut p, d, d.ffn, up_width, act_op),
-        Some(moe) => experts(&mut p, arch, moe, d, act_op),
-    }
-    p.calls.extend(comm);
+    let kv_up = gemm(
+        d.tokens,
+        d.heads * (m.qk_nope_head_dim + m.v_head_dim),
+        m.kv_lora_rank,
+        1,
+    );
+    p.compute("kv up", OpKind::Gemm, d.gemm_dtype, role, kv_up);
     p.compute(
-        "residual add",
-        OpKind::ResidualAdd,
+        "rope q",
+        OpKind::Rope,
         d.act,
         None,
-        d.tok_sp(d.d),
+        d.tok(d.heads * m.qk_rope_head_dim),
     );
-    // the paper's rules cost its tool's operator list exactly
-    if phase == Phase::Bwd && d.rules == Rules::Megatron {
-        backward_extras(&mut p, arch, d, up_width);
-    }
-    p.calls
+    p.compute(
+        "rope k",
+        OpKind::Rope,
+        d.act,
+        None,
+        d.tok(m.qk_rope_head_dim),
+    );
 }
 
 /// A dense MLP of `ffn` (on this rank) over every token: up (and gate), activation, down.
@@ -546,7 +630,7 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
 /// reduction of each biased GEMM's output gradient over the tokens) and the accumulation of
 /// the small parameters' gradients into the fp32 main gradients (Megatron accumulates the
 /// weight matrices inside the weight-gradient GEMM, the norms and biases with a kernel each).
-fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64) {
+fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64, dense: bool) {
     let qkv_width = (d.heads + 2 * d.kv_heads) * d.hd;
     if arch.qkv_bias && !arch.linear_bias {
         p.compute(
@@ -568,7 +652,11 @@ fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64) {
             );
         }
     }
-    let (_, tensors) = arch.layer_params(d.t);
+    let (_, tensors) = if dense {
+        arch.dense_layer_params(d.t)
+    } else {
+        arch.layer_params(d.t)
+    };
     let small = tensors.saturating_sub(4);
     if small > 0 {
         p.compute(
@@ -588,23 +676,28 @@ fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64) {
     }
 }
 
-/// One transformer layer: forward, backward, what its backward recomputes, its parameters.
+/// One transformer layer: forward, backward, what its backward recomputes, its parameters;
+/// `dense`: a mixture's dense layer (its MLP of `ffn_hidden`, no experts).
 pub(super) fn layer_block(
     b: &mut Builder,
     arch: &Arch,
     layout: &Layout,
     d: &Dims,
     fsdp: bool,
+    dense: bool,
 ) -> Block {
-    let mut fwd = layer_pass(b, arch, d, Phase::Fwd);
-    let mut bwd = layer_pass(b, arch, d, Phase::Bwd);
+    let mut fwd = layer_pass(b, arch, d, Phase::Fwd, dense);
+    let mut bwd = layer_pass(b, arch, d, Phase::Bwd, dense);
     let recompute = match layout.recompute {
         Recompute::None => Vec::new(),
         Recompute::Full => fwd.clone(),
         Recompute::Selective => attention(b, arch, d, Phase::Fwd),
     };
-    let (params, tensors) = arch.layer_params(d.t);
-    let (expert_params, expert_tensors) = arch.expert_params(d.t, d.ep);
+    let ((params, tensors), (expert_params, expert_tensors)) = if dense {
+        (arch.dense_layer_params(d.t), (0, 0))
+    } else {
+        (arch.layer_params(d.t), arch.expert_params(d.t, d.ep))
+    };
     if fsdp {
         // gather the layer's weights before its forward and its backward, reduce-scatter its
         // gradients after; prefetched beside the compute

@@ -80,6 +80,8 @@ pub struct Chunk {
     pub first_layer: u64,
     /// Transformer layers in the chunk.
     pub layers: u64,
+    /// Of those, a mixture's dense layers (its first `dense_layers`; 0 for a dense model).
+    pub dense_layers: u64,
     /// Holds the embedding (the model's first chunk) / the head (its last).
     pub embedding: bool,
     /// Holds the head (the model's last chunk).
@@ -99,6 +101,8 @@ pub struct Stage {
     pub role: StageRole,
     /// Transformer layers on the rank (all its chunks).
     pub layers: u64,
+    /// Of those, a mixture's dense layers.
+    pub dense_layers: u64,
     /// Parameters held by one GPU of the rank, routed experts not included.
     pub params: u64,
     /// Parameter tensors held.
@@ -126,8 +130,10 @@ pub struct Plan {
     pub queries: Vec<OpQuery>,
     /// The embedding lookup.
     pub embedding: Block,
-    /// One transformer layer.
+    /// One transformer layer (with experts, in a mixture of experts).
     pub layer: Block,
+    /// A mixture's dense layer (DeepSeek's first layers), when it has any.
+    pub dense_layer: Option<Block>,
     /// Final norm, LM head and loss.
     pub head: Block,
     /// One activation (or gradient) transfer between neighbouring pipeline ranks.
@@ -163,7 +169,9 @@ impl Plan {
         let mut b = Builder::default();
         let fsdp = layout.zero >= 3 && layout.grad_replicas() > 1;
         let embedding = layer::embedding_block(&mut b, arch, &dims);
-        let layer_block = layer::layer_block(&mut b, arch, layout, &dims, fsdp);
+        let layer_block = layer::layer_block(&mut b, arch, layout, &dims, fsdp, false);
+        let dense_layer = (arch.moe.is_some_and(|m| m.dense_layers > 0))
+            .then(|| layer::layer_block(&mut b, arch, layout, &dims, fsdp, true));
         let head = layer::head_block(&mut b, arch, &dims);
         let send = (layout.pp > 1).then(|| {
             b.collective(
@@ -174,10 +182,11 @@ impl Plan {
                 Class::PpComm,
             )
         });
-        let chunks = stage::chunks(layout);
+        let chunks = stage::chunks(arch, layout);
         let blocks = stage::Blocks {
             embedding: &embedding,
             layer: &layer_block,
+            dense_layer: dense_layer.as_ref(),
             head: &head,
         };
         let stages = stage::stages(&mut b, arch, layout, &chunks, &blocks, groups);
@@ -185,6 +194,7 @@ impl Plan {
             queries: b.queries,
             embedding,
             layer: layer_block,
+            dense_layer,
             head,
             send,
             chunks,
@@ -203,18 +213,38 @@ impl Plan {
     /// it runs (its own count not included).
     pub fn stage_fwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
         when(s.embedding, &self.embedding.fwd)
-            .chain(repeated(&self.layer.fwd, s.layers as f64))
+            .chain(self.dense_calls(s, |b| &b.fwd))
+            .chain(repeated(
+                &self.layer.fwd,
+                (s.layers - s.dense_layers) as f64,
+            ))
             .chain(when(s.head, &self.head.fwd))
             .chain(self.sends(s.sends_fwd))
     }
 
     /// One micro-batch's backward on a stage, recomputation included.
     pub fn stage_bwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
+        let experts = (s.layers - s.dense_layers) as f64;
         when(s.head, &self.head.bwd)
-            .chain(repeated(&self.layer.bwd, s.layers as f64))
-            .chain(repeated(&self.layer.recompute, s.layers as f64))
+            .chain(repeated(&self.layer.bwd, experts))
+            .chain(repeated(&self.layer.recompute, experts))
+            .chain(self.dense_calls(s, |b| &b.bwd))
+            .chain(self.dense_calls(s, |b| &b.recompute))
             .chain(when(s.embedding, &self.embedding.bwd))
             .chain(self.sends(s.sends_bwd))
+    }
+
+    /// Calls of the stage's dense layers (none without them).
+    fn dense_calls<'a>(
+        &'a self,
+        s: &Stage,
+        part: impl Fn(&'a Block) -> &'a Vec<Call>,
+    ) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
+        let calls: &[Call] = self
+            .dense_layer
+            .as_ref()
+            .map_or(&[], |b| part(b).as_slice());
+        repeated(calls, s.dense_layers as f64)
     }
 
     fn sends(&self, n: u64) -> impl Iterator<Item = (&Call, f64)> {
@@ -300,28 +330,54 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
         0.5
     };
     let (s, d) = (layout.seq_len as f64, arch.hidden as f64);
-    let hd = (arch.heads * arch.head_dim) as f64;
-    let kv = (arch.kv_heads * arch.head_dim) as f64;
-    // the MLP work a token does: the dense MLP, or its top-k experts, the shared experts and
-    // the router
-    let (ffn, router) = match &arch.moe {
-        None => (arch.ffn_hidden as f64, 0.0),
-        Some(m) => (
+    let h = arch.heads as f64;
+    // projections in, the score and context width of the core, the output projection's input
+    let (projections, core, out) = match &arch.mla {
+        Some(m) => {
+            let q = h * m.qk_head_dim() as f64;
+            let q_flops = match m.q_lora_rank {
+                Some(r) => r as f64 * (d + q),
+                None => d * q,
+            };
+            let kv = m.kv_lora_rank as f64;
+            let kv_flops = d * (kv + m.qk_rope_head_dim as f64)
+                + kv * h * (m.qk_nope_head_dim + m.v_head_dim) as f64;
+            let core = h * (m.qk_head_dim() + m.v_head_dim) as f64 / 2.0;
+            (
+                2.0 * s * (q_flops + kv_flops),
+                core,
+                h * m.v_head_dim as f64,
+            )
+        }
+        None => {
+            let hd = (arch.heads * arch.head_dim) as f64;
+            let kv = (arch.kv_heads * arch.head_dim) as f64;
+            (2.0 * s * d * (hd + 2.0 * kv), hd, hd)
+        }
+    };
+    let attention = projections
+        + 4.0 * s * s * core * attention_share // scores and context
+        + 2.0 * s * out * d; // output projection
+                             // the MLP work a token does: up (and gate) and down of `ffn`, and a router
+    let mlp = |ffn: f64, router: f64| {
+        let up = if arch.activation.is_gated() {
+            2.0 * ffn
+        } else {
+            ffn
+        };
+        2.0 * s * d * up + 2.0 * s * ffn * d + router
+    };
+    let dense = mlp(arch.ffn_hidden as f64, 0.0);
+    // a mixture's layers: its top-k experts, the shared experts and the router
+    let sparse = arch.moe.map_or(dense, |m| {
+        mlp(
             (m.top_k * m.expert_ffn + m.shared_ffn()) as f64,
             2.0 * s * d * m.experts as f64,
-        ),
-    };
-    let up = if arch.activation.is_gated() {
-        2.0 * ffn
-    } else {
-        ffn
-    };
-    let per_layer = 2.0 * s * d * (hd + 2.0 * kv) // QKV
-        + 4.0 * s * s * hd * attention_share          // scores and context
-        + 2.0 * s * hd * d                            // output projection
-        + 2.0 * s * d * up                            // MLP up (and gate)
-        + 2.0 * s * ffn * d // MLP down
-        + router;
+        )
+    });
+    let dense_layers = arch.dense_layers() as f64;
+    let layers = arch.layers as f64;
+    let per_model = attention * layers + dense * dense_layers + sparse * (layers - dense_layers);
     let head = 2.0 * s * d * arch.padded_vocab(1) as f64;
-    3.0 * (per_layer * arch.layers as f64 + head) * layout.global_batch as f64
+    3.0 * (per_model + head) * layout.global_batch as f64
 }

@@ -47,7 +47,8 @@ impl StageRole {
 }
 
 /// The model chunks in model order, placed round-robin: rank r holds chunks r, r + pp, …
-pub(super) fn chunks(layout: &Layout) -> Vec<Chunk> {
+pub(super) fn chunks(arch: &Arch, layout: &Layout) -> Vec<Chunk> {
+    let dense = arch.moe.map_or(0, |m| m.dense_layers);
     let placement = layout.virtual_stage_ranks();
     let n = placement.len();
     let mut first_layer = 0;
@@ -61,6 +62,8 @@ pub(super) fn chunks(layout: &Layout) -> Vec<Chunk> {
                 rank,
                 first_layer,
                 layers,
+                // the model's first `dense` layers, wherever they fall
+                dense_layers: dense.saturating_sub(first_layer).min(layers),
                 embedding: vs == 0,
                 head: vs + 1 == n,
                 sends_fwd: other_rank(vs + 1),
@@ -76,6 +79,7 @@ pub(super) fn chunks(layout: &Layout) -> Vec<Chunk> {
 pub(super) struct Blocks<'a> {
     pub embedding: &'a Block,
     pub layer: &'a Block,
+    pub dense_layer: Option<&'a Block>,
     pub head: &'a Block,
 }
 
@@ -94,11 +98,16 @@ pub(super) fn stages(
             let embedding = mine().any(|c| c.embedding);
             let head = mine().any(|c| c.head);
             let layers = layout.stage_layers[i];
-            let mut params = blocks.layer.params * layers;
-            let mut tensors = blocks.layer.tensors * layers;
+            let dense_layers: u64 = mine().map(|c| c.dense_layers).sum();
+            let sparse = layers - dense_layers;
+            let (dense_params, dense_tensors) = blocks.dense_layer.map_or((0, 0), |d| {
+                (d.params * dense_layers, d.tensors * dense_layers)
+            });
+            let mut params = blocks.layer.params * sparse + dense_params;
+            let mut tensors = blocks.layer.tensors * sparse + dense_tensors;
             let experts = Experts {
-                params: blocks.layer.expert_params * layers,
-                tensors: blocks.layer.expert_tensors * layers,
+                params: blocks.layer.expert_params * sparse,
+                tensors: blocks.layer.expert_tensors * sparse,
             };
             if embedding {
                 params += blocks.embedding.params;
@@ -125,6 +134,7 @@ pub(super) fn stages(
                 index: i,
                 role,
                 layers,
+                dense_layers,
                 params,
                 tensors,
                 expert_params: experts.params,

@@ -79,15 +79,24 @@ impl Passes<'_> {
     }
 }
 
-/// Which blocks a chunk runs.
-fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 3] {
+/// Which blocks a chunk runs, in model order (a mixture's dense layers come first).
+fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 4] {
     [
         (
             SegmentKind::Embedding,
             chunk.embedding as u64,
             &plan.embedding,
         ),
-        (SegmentKind::Layer, chunk.layers, &plan.layer),
+        (
+            SegmentKind::Layer,
+            chunk.dense_layers,
+            plan.dense_layer.as_ref().unwrap_or(&plan.layer),
+        ),
+        (
+            SegmentKind::Layer,
+            chunk.layers - chunk.dense_layers,
+            &plan.layer,
+        ),
         (SegmentKind::Head, chunk.head as u64, &plan.head),
     ]
 }
@@ -124,16 +133,11 @@ fn backward(b: &Passes, plan: &Plan, chunk: &Chunk, split: bool) -> (PassWork, P
     for (pass, share, completes_gradients) in passes {
         let params = |p: u64| if completes_gradients { p } else { 0 };
         // the recomputed forward runs first in each layer, on the input-gradient path
-        let recompute: &[Call] = if split && completes_gradients {
-            &[]
-        } else {
-            &plan.layer.recompute
-        };
         for (kind, repeat, block) in blocks(plan, chunk).into_iter().rev() {
-            let rc = if kind == SegmentKind::Layer {
-                recompute
-            } else {
-                &[]
+            let rc = match kind {
+                SegmentKind::Layer if split && completes_gradients => &[],
+                SegmentKind::Layer => block.recompute.as_slice(),
+                _ => &[],
             };
             b.segment(
                 pass,

@@ -582,3 +582,116 @@ fn embedding_and_loss_can_take_a_layers_place_in_the_pipeline_split() {
         Err(LayoutError::PipelineSplitWithNeox)
     ));
 }
+
+/// DeepSeek-V3's shape (its published config), scaled to 8 layers so a test runs it fast:
+/// latent attention, 3 dense layers first, 256 experts of which 8 and one shared per token.
+fn deepseek_like(layers: u64) -> Arch {
+    let mut spec = crate::workload::presets::preset("llama2-7b").expect("a preset");
+    spec.name = "deepseek-like".into();
+    spec.layers = layers;
+    spec.hidden = 7168;
+    spec.heads = 128;
+    spec.kv_heads = Some(128);
+    spec.ffn_hidden = Some(18432);
+    spec.vocab = 129280;
+    spec.moe = Some(crate::workload::MoeSpec {
+        experts: 256,
+        top_k: 8,
+        expert_ffn: 2048,
+        shared_experts: 1,
+        shared_ffn: None,
+        dense_layers: 3,
+    });
+    spec.mla = Some(crate::workload::MlaSpec {
+        q_lora_rank: Some(1536),
+        kv_lora_rank: 512,
+        qk_nope_head_dim: 128,
+        qk_rope_head_dim: 64,
+        v_head_dim: 128,
+    });
+    spec.validate("deepseek-like")
+        .expect("a valid architecture")
+}
+
+#[test]
+fn latent_attention_and_dense_first_layers_are_planned_where_they_are() {
+    let c = cluster();
+    let arch = deepseek_like(8);
+    let spec = ParallelSpec {
+        tp: Some(2),
+        pp: Some(2),
+        dp: Some(8),
+        ep: Some(8),
+        micro_batch: Some(1),
+        micro_batches: Some(4),
+        seq_len: Some(4096),
+        sequence_parallel: Some(true),
+        ..Default::default()
+    };
+    let layout = Layout::new(&spec, &arch, &c).unwrap();
+    let plan = crate::plan::Plan::new(&arch, &layout, &c);
+    // the three dense layers all sit on the first of two 4-layer stages
+    assert_eq!(
+        plan.stages
+            .iter()
+            .map(|s| s.dense_layers)
+            .collect::<Vec<_>>(),
+        [3, 0]
+    );
+    let dense = plan.dense_layer.as_ref().unwrap();
+    let labels = |b: &crate::plan::Block| b.fwd.iter().map(|c| c.label).collect::<Vec<_>>();
+    for block in [dense, &plan.layer] {
+        let l = labels(block);
+        for want in [
+            "q down",
+            "q latent norm",
+            "q up",
+            "kv down",
+            "kv latent norm",
+            "kv up",
+        ] {
+            assert!(l.contains(&want), "{want}: {l:?}");
+        }
+        assert!(!l.contains(&"qkv"), "{l:?}");
+    }
+    assert!(labels(dense).contains(&"mlp up") && !labels(dense).contains(&"expert up"));
+    assert!(labels(&plan.layer).contains(&"expert up"));
+    // the up-projections split over tp, the down-projections whole on every rank
+    let gemm_n = |label: &str| {
+        let call = plan.layer.fwd.iter().find(|c| c.label == label).unwrap();
+        match plan.query(call).shape {
+            Shape::Gemm(g) => g.n,
+            _ => unreachable!(),
+        }
+    };
+    assert_eq!(gemm_n("q up"), 64 * 192);
+    assert_eq!(gemm_n("kv up"), 64 * (128 + 128));
+    assert_eq!(gemm_n("kv down"), 512 + 64);
+    // the first stage holds three dense layers and one with experts, plus the embedding
+    let first = &plan.stages[0];
+    let embedding = arch.vocab_params(2);
+    assert_eq!(
+        first.params,
+        3 * dense.params + plan.layer.params + embedding,
+        "{first:?}"
+    );
+    assert_eq!(first.expert_params, plan.layer.expert_params);
+    assert_eq!(plan.stages[1].expert_params, 4 * plan.layer.expert_params);
+    // model FLOPs ≈ 6 × active parameters × tokens, plus the causal attention
+    let active = 3 * arch.dense_layer_params(1).0
+        + 5 * arch.active_layer_params()
+        + arch.vocab * arch.hidden;
+    let six_n_d = 6.0 * active as f64 * layout.tokens_per_step() as f64;
+    let ratio = plan.model_flops_per_step / six_n_d;
+    assert!((1.0..1.3).contains(&ratio), "{ratio}");
+    let p = predict(
+        &arch,
+        &layout,
+        &c,
+        &CostModel::new(&c, None),
+        PredictOptions::default(),
+    )
+    .unwrap();
+    assert!(p.metrics.step_time_s.is_finite() && p.metrics.step_time_s > 0.0);
+    assert!(p.metrics.mfu_percent < 87.0, "{}", p.metrics.mfu_percent);
+}

@@ -73,6 +73,32 @@ pub struct MoeSpec {
     /// Inner size of the shared experts together (default shared_experts · expert_ffn).
     #[serde(default)]
     pub shared_ffn: Option<u64>,
+    /// The first layers keep a dense MLP of `ffn_hidden` (DeepSeek's `first_k_dense_replace`).
+    #[serde(default)]
+    pub dense_layers: u64,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank
+/// projection (`q_lora_rank`), keys and values from one shared latent of `kv_lora_rank` plus a
+/// decoupled RoPE key of `qk_rope_head_dim` every head shares; each head's query and key have
+/// `qk_nope_head_dim + qk_rope_head_dim` dimensions, its value `v_head_dim`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MlaSpec {
+    /// Rank of the query projection (none: queries projected directly from the hidden state).
+    #[serde(default)]
+    pub q_lora_rank: Option<u64>,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+impl MlaSpec {
+    /// Dimensions of each head's query and key.
+    pub fn qk_head_dim(&self) -> u64 {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
 }
 
 impl MoeSpec {
@@ -137,6 +163,9 @@ pub struct ArchSpec {
     /// A mixture of experts in place of every layer's MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<MoeSpec>,
+    /// Multi-head latent attention in place of the QKV projection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<MlaSpec>,
 }
 
 fn default_attention() -> AttentionImpl {
@@ -171,6 +200,7 @@ pub struct Arch {
     pub sliding_window: Option<u64>,
     pub dropout: bool,
     pub moe: Option<MoeSpec>,
+    pub mla: Option<MlaSpec>,
 }
 
 impl ArchSpec {
@@ -220,6 +250,13 @@ impl ArchSpec {
                     return Err(bad(format!("{field} = {v}: give between 1 and {max}")));
                 }
             }
+            if m.dense_layers >= self.layers {
+                return Err(bad(format!(
+                    "moe.dense_layers = {} leaves no layer with experts of {}: give fewer dense \
+                     layers, or drop moe:",
+                    m.dense_layers, self.layers
+                )));
+            }
             if m.shared_experts > 64 || m.shared_ffn.is_some_and(|f| f > MAX_WIDTH * 4) {
                 return Err(bad(format!(
                     "moe.shared_experts = {} / shared_ffn = {:?}: give at most 64 shared \
@@ -230,9 +267,36 @@ impl ArchSpec {
                 )));
             }
         }
+        if let Some(m) = &self.mla {
+            for (field, v) in [
+                ("mla.q_lora_rank", m.q_lora_rank.unwrap_or(1)),
+                ("mla.kv_lora_rank", m.kv_lora_rank),
+                ("mla.qk_nope_head_dim", m.qk_nope_head_dim),
+                ("mla.qk_rope_head_dim", m.qk_rope_head_dim),
+                ("mla.v_head_dim", m.v_head_dim),
+            ] {
+                if v == 0 || v > MAX_WIDTH {
+                    return Err(bad(format!(
+                        "{field} = {v}: give between 1 and {MAX_WIDTH}"
+                    )));
+                }
+            }
+            if kv_heads != self.heads {
+                return Err(bad(format!(
+                    "latent attention gives every query head its own key and value: kv_heads \
+                     ({kv_heads}) must equal heads ({})",
+                    self.heads
+                )));
+            }
+        }
         Ok(Arch {
             moe: self.moe,
-            head_dim: self.head_dim.unwrap_or(self.hidden / self.heads),
+            mla: self.mla,
+            // with latent attention a head's query and key width (its value width is the MLA's)
+            head_dim: match &self.mla {
+                Some(m) => m.qk_head_dim(),
+                None => self.head_dim.unwrap_or(self.hidden / self.heads),
+            },
             qkv_bias: self.qkv_bias,
             qk_norm: self.qk_norm,
             kv_heads,
@@ -262,37 +326,83 @@ impl Arch {
         self.vocab.div_ceil(128 * tp) * 128 * tp
     }
 
-    /// Parameters of one transformer layer on one tensor-parallel rank that every
-    /// data-parallel replica holds, and their tensor count. Column- and row-parallel weights
-    /// are split over tp; norms are replicated. With experts: the attention, the router
-    /// (replicated) and the shared experts; the routed experts are `expert_params`.
+    /// Parameters of one transformer layer with experts (the model's layers after its dense
+    /// ones) on one tensor-parallel rank that every data-parallel replica holds, and their
+    /// tensor count. Column- and row-parallel weights are split over tp; norms are replicated.
+    /// With experts: the attention, the router (replicated) and the shared experts; the routed
+    /// experts are `expert_params`.
     pub fn layer_params(&self, tp: u64) -> (u64, u64) {
-        let d = self.hidden;
-        // the MLP every token runs: the dense one, or the shared experts
         let (f, router, mlp_tensors) = match &self.moe {
             None => (self.ffn_hidden, 0, 2),
             Some(m) => (
                 m.shared_ffn(),
-                d * m.experts,
+                self.hidden * m.experts,
                 2 * (m.shared_ffn() > 0) as u64 + 1,
             ),
         };
-        let qkv_out = (self.heads + 2 * self.kv_heads) * self.head_dim;
+        self.params_with_mlp(tp, f, router, mlp_tensors)
+    }
+
+    /// A dense layer of a mixture of experts (DeepSeek's first layers): attention and an MLP of
+    /// `ffn_hidden`, as `layer_params` counts them.
+    pub fn dense_layer_params(&self, tp: u64) -> (u64, u64) {
+        self.params_with_mlp(tp, self.ffn_hidden, 0, 2)
+    }
+
+    /// Layers with a dense MLP: all of a dense model's, a mixture's first `dense_layers`.
+    pub fn dense_layers(&self) -> u64 {
+        self.moe.map_or(self.layers, |m| m.dense_layers)
+    }
+
+    /// A layer's parameters on one rank with an MLP every token runs of `f` (the dense MLP or
+    /// the shared experts; its `mlp_tensors` include the router's) and a router of `router`.
+    fn params_with_mlp(&self, tp: u64, f: u64, router: u64, mlp_tensors: u64) -> (u64, u64) {
+        let d = self.hidden;
         let up_out = self.activation.up_width(f);
         let bias = self.linear_bias as u64;
-        let qkv_bias = (self.linear_bias || self.qkv_bias) as u64;
         let norm_tensors = 1 + self.norm_bias as u64;
         let norm = norm_tensors * d;
-        let sharded = d * qkv_out + qkv_bias * qkv_out // QKV, column-parallel
-            + self.heads * self.head_dim * d       // output, row-parallel (bias replicated)
+        let (attn_sharded, attn_replicated, attn_tensors) = self.attention_params();
+        let sharded = attn_sharded
             + d * up_out + bias * up_out           // MLP up (and gate)
             + f * d; // MLP down
-                     // per-head query and key norms: one head_dim vector each, replicated
-        let qk_norm = 2 * self.head_dim * self.qk_norm as u64;
-        let replicated = 2 * norm + bias * 2 * d + qk_norm + router;
-        let tensors =
-            2 * norm_tensors + 2 + mlp_tensors + 3 * bias + qkv_bias + 2 * self.qk_norm as u64;
+        let replicated = 2 * norm + bias * 2 * d + attn_replicated + router;
+        let tensors = 2 * norm_tensors + attn_tensors + mlp_tensors + 2 * bias;
         (sharded / tp + replicated, tensors)
+    }
+
+    /// The attention's parameters: split over tp, replicated on every tp rank, and tensors.
+    fn attention_params(&self) -> (u64, u64, u64) {
+        let d = self.hidden;
+        if let Some(m) = &self.mla {
+            let h = self.heads;
+            let q_width = h * m.qk_head_dim();
+            // down-projections and their norms are replicated (Megatron-Core's MLA)
+            let (q_sharded, q_replicated, q_tensors) = match m.q_lora_rank {
+                Some(r) => (r * q_width, d * r + r, 3),
+                None => (d * q_width, 0, 1),
+            };
+            let kv_down = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank;
+            let kv_up = m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim);
+            let out = h * m.v_head_dim * d;
+            return (
+                q_sharded + kv_up + out,
+                q_replicated + kv_down,
+                q_tensors + 4,
+            );
+        }
+        let qkv_out = (self.heads + 2 * self.kv_heads) * self.head_dim;
+        let bias = self.linear_bias as u64;
+        let qkv_bias = (self.linear_bias || self.qkv_bias) as u64;
+        // QKV column-parallel, output row-parallel (its bias replicated); per-head query and
+        // key norms: one head_dim vector each, replicated
+        let sharded = d * qkv_out + qkv_bias * qkv_out + self.heads * self.head_dim * d;
+        let qk_norm = 2 * self.head_dim * self.qk_norm as u64;
+        (
+            sharded,
+            qk_norm,
+            2 + bias + qkv_bias + 2 * self.qk_norm as u64,
+        )
     }
 
     /// The routed experts of one layer on one rank — experts / ep of them, each split over tp
@@ -341,10 +451,16 @@ impl Arch {
 
     /// All parameters of the model (tp = 1), for reports.
     pub fn total_params(&self) -> u64 {
+        let dense = self.dense_layers();
         let layer = self.layer_params(1).0 + self.expert_params(1, 1).0;
+        let dense_layer = self.dense_layer_params(1).0;
         let final_norm = self.final_norm_params();
         let heads = if self.tied_embeddings { 1 } else { 2 };
-        layer * self.layers + final_norm + heads * self.vocab * self.hidden + self.position_params()
+        layer * (self.layers - dense)
+            + dense_layer * dense
+            + final_norm
+            + heads * self.vocab * self.hidden
+            + self.position_params()
     }
 }
 

@@ -1,13 +1,14 @@
 //! Reading a Hugging Face `config.json` into an `ArchSpec`: the LLaMA family and its
 //! descendants (llama, mistral, qwen2, qwen3, phi3), Gemma (gemma, gemma2), Nemotron, GPT-NeoX
 //! and GPT-2. `head_dim` is read when given, never re-derived; the sequence length is a training
-//! length (4,096), not the context window; mixtures of experts and latent attention are refused.
+//! length (4,096), not the context window. Mixtures of experts: Mixtral, Qwen2-MoE, Qwen3-MoE
+//! and DeepSeek-V2/V3 (with multi-head latent attention); others are refused.
 
 use std::path::Path;
 
 use serde_json::Value;
 
-use super::arch::{Activation, ArchSpec, AttentionImpl, MoeSpec, NormKind, Position};
+use super::arch::{Activation, ArchSpec, AttentionImpl, MlaSpec, MoeSpec, NormKind, Position};
 use crate::error::{Error, Result};
 
 /// The sequence length a config.json model is costed at unless `--seq-len` says otherwise: a
@@ -16,7 +17,13 @@ use crate::error::{Error, Result};
 pub const DEFAULT_SEQ_LEN: u64 = 4096;
 
 /// Mixture-of-experts families read with their experts.
-const MOE_TYPES: [&str; 3] = ["mixtral", "qwen2_moe", "qwen3_moe"];
+const MOE_TYPES: [&str; 5] = [
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+];
 
 /// Keys whose presence means the model is a mixture of experts.
 const EXPERT_KEYS: [&str; 4] = [
@@ -146,7 +153,9 @@ impl Config<'_> {
                 self.v[*key]
             )));
         }
-        if self.v.get("kv_lora_rank").is_some_and(|x| !x.is_null()) {
+        if self.v.get("kv_lora_rank").is_some_and(|x| !x.is_null())
+            && !model_type.starts_with("deepseek")
+        {
             return Err(self.bad(
                 "\"kv_lora_rank\": multi-head latent attention (DeepSeek) is not modelled; \
                  describe an equivalent dense attention in a YAML architecture file"
@@ -162,6 +171,7 @@ impl Config<'_> {
         let name = self.name(model_type);
         let spec = match model_type {
             "mixtral" | "qwen2_moe" | "qwen3_moe" => self.experts(model_type, name)?,
+            "deepseek_v2" | "deepseek_v3" => self.deepseek(name)?,
             "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
                 self.llama_like(model_type, name)?
             }
@@ -217,6 +227,7 @@ impl Config<'_> {
                 sliding_window: None,
                 dropout: self.dropout(&["attention_dropout", "hidden_dropout"], 0.0),
                 moe: None,
+                mla: None,
             },
             "gpt2" => {
                 let hidden = self.int("n_embd")?;
@@ -242,6 +253,7 @@ impl Config<'_> {
                     sliding_window: None,
                     dropout: self.dropout(&["attn_pdrop", "resid_pdrop", "embd_pdrop"], 0.1),
                     moe: None,
+                    mla: None,
                 }
             }
             other => {
@@ -291,6 +303,44 @@ impl Config<'_> {
             expert_ffn: self.int(ffn_key)?,
             shared_experts: shared.is_some() as u64,
             shared_ffn: shared,
+            dense_layers: 0,
+        });
+        Ok(spec)
+    }
+
+    /// DeepSeek-V2 and V3: multi-head latent attention, the first `first_k_dense_replace`
+    /// layers dense, the rest mixtures of `n_routed_experts` (top `num_experts_per_tok`) with
+    /// `n_shared_experts` shared ones, every one of `moe_intermediate_size`. Multi-token
+    /// prediction modules (`num_nextn_predict_layers`) are not part of the trained model counted
+    /// here (DeepSeek-V3's 671 B excludes them).
+    fn deepseek(&self, name: String) -> Result<ArchSpec> {
+        let freq = self.opt_int("moe_layer_freq")?.unwrap_or(1);
+        if freq != 1 {
+            return Err(self.bad(format!(
+                "moe_layer_freq = {freq}: dense layers between expert layers are not modelled; \
+                 every layer after the first_k_dense_replace must be sparse"
+            )));
+        }
+        let mut spec = self.llama_like("llama", name)?;
+        let heads = spec.heads;
+        spec.kv_heads = Some(heads);
+        spec.head_dim = None;
+        let shared = self.opt_int("n_shared_experts")?.unwrap_or(0);
+        let expert_ffn = self.int("moe_intermediate_size")?;
+        spec.moe = Some(MoeSpec {
+            experts: self.int("n_routed_experts")?,
+            top_k: self.int("num_experts_per_tok")?,
+            expert_ffn,
+            shared_experts: shared,
+            shared_ffn: None,
+            dense_layers: self.opt_int("first_k_dense_replace")?.unwrap_or(0),
+        });
+        spec.mla = Some(MlaSpec {
+            q_lora_rank: self.opt_int("q_lora_rank")?,
+            kv_lora_rank: self.int("kv_lora_rank")?,
+            qk_nope_head_dim: self.int("qk_nope_head_dim")?,
+            qk_rope_head_dim: self.int("qk_rope_head_dim")?,
+            v_head_dim: self.int("v_head_dim")?,
         });
         Ok(spec)
     }
@@ -330,6 +380,7 @@ impl Config<'_> {
             sliding_window: self.sliding_window()?,
             dropout: self.dropout(&["attention_dropout"], 0.0),
             moe: None,
+            mla: None,
         })
     }
 }
@@ -573,18 +624,72 @@ mod tests {
                 "\"num_local_experts\" = 32",
             ),
             (
-                r#"{"model_type":"deepseek_v3","n_routed_experts":256,"kv_lora_rank":512}"#,
-                "\"n_routed_experts\" = 256",
+                r#"{"model_type":"minicpm3","kv_lora_rank":256}"#,
+                "multi-head latent attention",
             ),
             (
-                r#"{"model_type":"deepseek_v2","kv_lora_rank":512,"n_routed_experts":null}"#,
-                "multi-head latent attention",
+                r#"{"model_type":"deepseek_v2","moe_layer_freq":2}"#,
+                "moe_layer_freq = 2",
             ),
         ] {
             let p = write(dir.path(), text);
             let e = from_config_json(&p).unwrap_err().to_string();
             assert!(e.contains(needle) && e.contains("config.json"), "{e}");
         }
+    }
+
+    /// deepseek-ai/DeepSeek-V3's config.json (the fields that shape the cost): 671 B
+    /// parameters without its multi-token-prediction module, as DeepSeek reports.
+    const DEEPSEEK_V3: &str = r#"{"model_type":"deepseek_v3","_name_or_path":"deepseek-ai/DeepSeek-V3",
+        "vocab_size":129280,"hidden_size":7168,"intermediate_size":18432,"moe_intermediate_size":2048,
+        "num_hidden_layers":61,"num_attention_heads":128,"num_key_value_heads":128,
+        "n_shared_experts":1,"n_routed_experts":256,"routed_scaling_factor":2.5,"kv_lora_rank":512,
+        "q_lora_rank":1536,"qk_rope_head_dim":64,"v_head_dim":128,"qk_nope_head_dim":128,
+        "topk_method":"noaux_tc","n_group":8,"topk_group":4,"num_experts_per_tok":8,
+        "moe_layer_freq":1,"first_k_dense_replace":3,"norm_topk_prob":true,"scoring_func":"sigmoid",
+        "hidden_act":"silu","max_position_embeddings":163840,"tie_word_embeddings":false,
+        "num_nextn_predict_layers":1,"attention_bias":false,"rms_norm_eps":1e-06}"#;
+
+    #[test]
+    fn deepseek_v3_has_671_billion_parameters_with_latent_attention() {
+        let dir = tempfile::tempdir().unwrap();
+        let arch = from_config_json(&write(dir.path(), DEEPSEEK_V3))
+            .unwrap()
+            .validate("DeepSeek-V3")
+            .unwrap();
+        let p = arch.total_params() as f64;
+        assert!((p / 671e9 - 1.0).abs() < 0.005, "{p}");
+        let mla = arch.mla.unwrap();
+        assert_eq!(
+            (mla.q_lora_rank, mla.kv_lora_rank, arch.head_dim),
+            (Some(1536), 512, 192)
+        );
+        let moe = arch.moe.unwrap();
+        assert_eq!((moe.experts, moe.top_k, moe.dense_layers), (256, 8, 3));
+        // 37 B activated per token (DeepSeek's report)
+        let active = arch.dense_layer_params(1).0 * 3
+            + arch.active_layer_params() * 58
+            + 2 * arch.vocab * arch.hidden;
+        assert!((active as f64 / 37e9 - 1.0).abs() < 0.02, "{active}");
+    }
+
+    /// deepseek-ai/DeepSeek-V2-Lite: no query low-rank projection, 15.7 B parameters.
+    #[test]
+    fn deepseek_v2_lite_projects_queries_directly() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = r#"{"model_type":"deepseek_v2","vocab_size":102400,"hidden_size":2048,
+            "intermediate_size":10944,"moe_intermediate_size":1408,"num_hidden_layers":27,
+            "num_attention_heads":16,"num_key_value_heads":16,"n_shared_experts":2,
+            "n_routed_experts":64,"kv_lora_rank":512,"q_lora_rank":null,"qk_rope_head_dim":64,
+            "v_head_dim":128,"qk_nope_head_dim":128,"num_experts_per_tok":6,"moe_layer_freq":1,
+            "first_k_dense_replace":1,"hidden_act":"silu","tie_word_embeddings":false}"#;
+        let arch = from_config_json(&write(dir.path(), text))
+            .unwrap()
+            .validate("DeepSeek-V2-Lite")
+            .unwrap();
+        assert_eq!(arch.mla.unwrap().q_lora_rank, None);
+        let p = arch.total_params() as f64;
+        assert!((p / 15.7e9 - 1.0).abs() < 0.005, "{p}");
     }
 
     #[test]

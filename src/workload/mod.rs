@@ -6,7 +6,7 @@ pub mod parallel;
 pub mod presets;
 mod resolve;
 
-pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, MoeSpec, NormKind, Position};
+pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, MlaSpec, MoeSpec, NormKind, Position};
 pub use parallel::{
     CpComm, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute, Rules, Schedule,
 };

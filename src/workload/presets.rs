@@ -75,6 +75,7 @@ fn spec(
         qk_norm: false,
         sliding_window: None,
         moe: None,
+        mla: None,
         // the paper's tool counts two parameter vectors per norm ("2 norms of 2·dim")
         norm_bias: Some(matches!(
             family,
@@ -200,6 +201,7 @@ pub(crate) fn mixtral_8x7b() -> crate::workload::Arch {
         expert_ffn: 14336,
         shared_experts: 0,
         shared_ffn: None,
+        dense_layers: 0,
     });
     spec.validate("mixtral").expect("a valid architecture")
 }
