@@ -128,15 +128,29 @@ fn gemm(m: u64, n: u64, k: u64, batch: u64) -> Shape {
     Shape::Gemm(GemmShape { m, n, k, batch })
 }
 
-/// The tensor-parallel communication after the attention block and after the MLP.
-fn tp_comm(b: &mut Builder, d: &Dims) -> Vec<Call> {
+/// The tensor-parallel communication after the attention block and after the MLP. Under an
+/// fp8 recipe with sequence parallelism, Transformer Engine casts a column-parallel GEMM's
+/// input to fp8 before gathering it, so the forward all-gather carries one byte per element
+/// (the reduce-scatter of the bf16 GEMM output, and the backward's gradients, stay 16-bit).
+fn tp_comm(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
     let bytes = d.hidden_bytes();
     let g = d.groups.tp;
+    let gathered = if d.gemm_dtype == Dtype::Fp8 && phase == Phase::Fwd {
+        bytes / d.act_bytes()
+    } else {
+        bytes
+    };
     if d.t == 1 {
         Vec::new()
     } else if d.sequence_parallel {
         vec![
-            b.collective("tp all-gather", OpKind::AllGather, bytes, g, Class::TpComm),
+            b.collective(
+                "tp all-gather",
+                OpKind::AllGather,
+                gathered,
+                g,
+                Class::TpComm,
+            ),
             b.collective(
                 "tp reduce-scatter",
                 OpKind::ReduceScatter,
@@ -363,7 +377,7 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool)
     } else {
         OpKind::Gelu
     };
-    let comm = tp_comm(b, d);
+    let comm = tp_comm(b, d, phase);
     let mut p = PassCalls {
         b,
         phase,
