@@ -235,6 +235,9 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     } else if a.head_dim * a.heads != a.hidden {
         arg(format!("--kv-channels {}", a.head_dim));
     }
+    if l.mtp_layers > 0 {
+        arg(format!("--mtp-num-layers {}", l.mtp_layers));
+    }
     if let Some(m) = a.moe.filter(|m| m.dense_layers > 0) {
         arg(format!(
             "--moe-layer-freq \"([0]*{}+[1]*{})\"",
@@ -443,6 +446,9 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     set("model.config.ffn_hidden_size", a.ffn_hidden.to_string());
     set("model.config.num_attention_heads", a.heads.to_string());
     set("model.config.num_query_groups", a.kv_heads.to_string());
+    if l.mtp_layers > 0 {
+        set("model.config.mtp_num_layers", l.mtp_layers.to_string());
+    }
     for (on, key) in [
         (
             l.pipeline_split.embedding,
@@ -553,6 +559,9 @@ fn torchtitan_flavor(arch: &Arch) -> Option<(&'static str, &'static str)> {
 fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let (a, l) = (t.arch, t.layout);
     let refuse = |why: &str| Err(Error::Invalid(format!("torchtitan: {why}")));
+    if l.mtp_layers > 0 {
+        return refuse("multi-token prediction is not a torchtitan option: export for megatron");
+    }
     if t.arch.moe.is_some() {
         return refuse(
             "torchtitan's mixture-of-experts models are its own (DeepSeek-V3, Llama 4) flavors: \

@@ -165,6 +165,8 @@ fn cases() -> Vec<Case> {
         predict!("--pp 2 --global-batch 8 --vpp 2 --schedule 1f1b", "vpp = 2 needs the interleaved schedule"),
         predict!("--pp 4 --global-batch 8 --vpp 3", "32 layers do not split", "vpp that divides 8"),
         predict!("--pp 4 --micro-batches 6 --vpp 2", "groups of pp = 4", "use 8"),
+        predict!("--global-batch 8 --mtp-layers 9", "mtp-layers", "9"),
+        predict!("--global-batch 8 --mtp-layers -1", "--mtp-layers"),
         predict!("--pp 4 --global-batch 8 --vpp 2 --account-for-embedding-in-pipeline-split", "32 layers do not split", "vpp that divides 8"),
         predict!("--pp 2 --global-batch 8 --account-for-loss-in-pipeline-split --partition neox", "counting the embedding or loss as a layer", "drop --partition neox"),
         predict!("--pp 17 --vpp 2 --global-batch 17 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", "leave a chunk without a transformer layer", "fewer chunks"),

@@ -1234,4 +1234,16 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
     ] {
         assert!(text.contains(arg), "{arg}: {text}");
     }
+    assert!(!text.contains("--mtp-num-layers"), "{text}");
+    // with DeepSeek-V3's multi-token prediction module
+    let with_mtp = [&layout[..layout.len() - 1], &["--mtp-layers", "1"]].concat();
+    let out = stepcast(&[&["export", "--format", "megatron"][..], &with_mtp].concat());
+    assert!(
+        stdout(&out).contains("--mtp-num-layers 1"),
+        "{}",
+        stderr(&out)
+    );
+    let out = stepcast(&[&["predict"][..], &with_mtp, &["--json"]].concat());
+    let p_mtp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(p_mtp["step_time_s"].as_f64().unwrap() > step);
 }

@@ -176,6 +176,8 @@ struct RowLayout {
     overlap: RowOverlap,
     #[serde(default)]
     pipeline_split: PipelineSplit,
+    #[serde(default)]
+    mtp_layers: u64,
 }
 
 fn one() -> u64 {
@@ -272,6 +274,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         tp_comm_overlap: Some(r.overlap.tp),
         account_for_embedding_in_pipeline_split: Some(r.pipeline_split.embedding),
         account_for_loss_in_pipeline_split: Some(r.pipeline_split.loss),
+        mtp_layers: Some(r.mtp_layers),
     };
     let cluster = Cluster::load(&cluster_name)?;
     let arch = Arch::resolve(&model)?;

@@ -112,6 +112,10 @@ pub struct JobArgs {
     /// chunk holds one layer fewer (Megatron's flag of the same name).
     #[arg(long)]
     pub account_for_loss_in_pipeline_split: bool,
+    /// Multi-token prediction modules trained beside the model, on the last pipeline stage
+    /// (Megatron's --mtp-num-layers; DeepSeek-V3 trains one) [default: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub mtp_layers: Option<u64>,
 }
 
 /// A job file: paths in it are relative to the file.
@@ -222,6 +226,7 @@ impl JobArgs {
             account_for_loss_in_pipeline_split: self
                 .account_for_loss_in_pipeline_split
                 .then_some(true),
+            mtp_layers: self.mtp_layers,
         };
         let spec = job.parallel.overridden_by(flags);
         let mut cluster = Cluster::load(&cluster_path)?;

@@ -163,7 +163,9 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
         let dense = chunk.dense_layers as f64;
         let n = (chunk.layers - chunk.dense_layers) as f64;
         let extra = if vs == 0 { emb } else { 0.0 } + if vs == last { head } else { 0.0 };
-        chunk_bytes.push(n * per_layer + dense * dense_layer.total() + extra);
+        // a multi-token-prediction module keeps a layer's activations and its own logits
+        let mtp = chunk.mtp_layers as f64 * (per_layer + head);
+        chunk_bytes.push(n * per_layer + dense * dense_layer.total() + extra + mtp);
         chunk_w.push(if split {
             n * layer.for_weight_grad + dense * dense_layer.for_weight_grad
         } else {

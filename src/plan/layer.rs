@@ -838,3 +838,63 @@ pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
         expert_tensors: 0,
     }
 }
+
+/// One multi-token-prediction module as Megatron-Core builds it: the embedding of the tokens one
+/// step further ahead (the shared table), an RMSNorm on it and one on the previous depth's
+/// hidden state, their concatenation projected from 2·hidden back to hidden (column-parallel,
+/// its output gathered over tp), one transformer layer like the model's last, and the shared
+/// head (final norm, LM head, loss). Its own parameters: the layer, the projection, two norms.
+pub(super) fn mtp_block(
+    b: &mut Builder,
+    arch: &Arch,
+    d: &Dims,
+    [embedding, layer, head]: [&Block; 3],
+) -> Block {
+    let bridge = |b: &mut Builder, phase| {
+        let mut p = PassCalls {
+            b,
+            phase,
+            calls: Vec::new(),
+        };
+        p.compute(
+            "mtp embedding norm",
+            OpKind::RmsNorm,
+            d.act,
+            None,
+            d.tok_sp(d.d),
+        );
+        p.compute(
+            "mtp hidden norm",
+            OpKind::RmsNorm,
+            d.act,
+            None,
+            d.tok_sp(d.d),
+        );
+        let proj = gemm(d.tokens, d.d / d.t, 2 * d.d, 1);
+        p.compute("mtp projection", OpKind::Gemm, d.gemm_dtype, None, proj);
+        if d.t > 1 {
+            let c = p.b.collective(
+                "mtp gather",
+                OpKind::AllGather,
+                d.hidden_bytes(),
+                d.groups.tp,
+                Class::TpComm,
+            );
+            p.calls.push(c);
+        }
+        p.calls
+    };
+    let fwd_bridge = bridge(b, Phase::Fwd);
+    let bwd_bridge = bridge(b, Phase::Bwd);
+    let chain = |parts: &[&[Call]]| parts.iter().flat_map(|p| p.iter().cloned()).collect();
+    let norms = 2 * (1 + arch.norm_bias as u64) * d.d;
+    Block {
+        fwd: chain(&[&embedding.fwd, &fwd_bridge, &layer.fwd, &head.fwd]),
+        bwd: chain(&[&head.bwd, &layer.bwd, &bwd_bridge, &embedding.bwd]),
+        recompute: layer.recompute.clone(),
+        params: layer.params + 2 * d.d * d.d / d.t + norms,
+        tensors: layer.tensors + 1 + 2 * (1 + arch.norm_bias as u64),
+        expert_params: layer.expert_params,
+        expert_tensors: layer.expert_tensors,
+    }
+}

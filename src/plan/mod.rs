@@ -82,6 +82,8 @@ pub struct Chunk {
     pub layers: u64,
     /// Of those, a mixture's dense layers (its first `dense_layers`; 0 for a dense model).
     pub dense_layers: u64,
+    /// Multi-token-prediction modules it runs after the head (the last chunk's).
+    pub mtp_layers: u64,
     /// Holds the embedding (the model's first chunk) / the head (its last).
     pub embedding: bool,
     /// Holds the head (the model's last chunk).
@@ -103,6 +105,8 @@ pub struct Stage {
     pub layers: u64,
     /// Of those, a mixture's dense layers.
     pub dense_layers: u64,
+    /// Multi-token-prediction modules on the rank.
+    pub mtp_layers: u64,
     /// Parameters held by one GPU of the rank, routed experts not included.
     pub params: u64,
     /// Parameter tensors held.
@@ -136,6 +140,8 @@ pub struct Plan {
     pub dense_layer: Option<Block>,
     /// Final norm, LM head and loss.
     pub head: Block,
+    /// One multi-token-prediction module, when the layout trains any.
+    pub mtp: Option<Block>,
     /// One activation (or gradient) transfer between neighbouring pipeline ranks.
     pub send: Option<Call>,
     /// Virtual stages in model order; chunk c of rank r is index c·pp + r.
@@ -173,6 +179,8 @@ impl Plan {
         let dense_layer = (arch.moe.is_some_and(|m| m.dense_layers > 0))
             .then(|| layer::layer_block(&mut b, arch, layout, &dims, fsdp, true));
         let head = layer::head_block(&mut b, arch, &dims);
+        let mtp = (layout.mtp_layers > 0)
+            .then(|| layer::mtp_block(&mut b, arch, &dims, [&embedding, &layer_block, &head]));
         let send = (layout.pp > 1).then(|| {
             b.collective(
                 "pp send/recv",
@@ -188,6 +196,7 @@ impl Plan {
             layer: &layer_block,
             dense_layer: dense_layer.as_ref(),
             head: &head,
+            mtp: mtp.as_ref(),
         };
         let stages = stage::stages(&mut b, arch, layout, &chunks, &blocks, groups);
         Plan {
@@ -196,6 +205,7 @@ impl Plan {
             layer: layer_block,
             dense_layer,
             head,
+            mtp,
             send,
             chunks,
             stages,
@@ -219,13 +229,16 @@ impl Plan {
                 (s.layers - s.dense_layers) as f64,
             ))
             .chain(when(s.head, &self.head.fwd))
+            .chain(self.mtp_calls(s, |b| &b.fwd))
             .chain(self.sends(s.sends_fwd))
     }
 
     /// One micro-batch's backward on a stage, recomputation included.
     pub fn stage_bwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
         let experts = (s.layers - s.dense_layers) as f64;
-        when(s.head, &self.head.bwd)
+        self.mtp_calls(s, |b| &b.bwd)
+            .chain(self.mtp_calls(s, |b| &b.recompute))
+            .chain(when(s.head, &self.head.bwd))
             .chain(repeated(&self.layer.bwd, experts))
             .chain(repeated(&self.layer.recompute, experts))
             .chain(self.dense_calls(s, |b| &b.bwd))
@@ -245,6 +258,16 @@ impl Plan {
             .as_ref()
             .map_or(&[], |b| part(b).as_slice());
         repeated(calls, s.dense_layers as f64)
+    }
+
+    /// Calls of the stage's multi-token-prediction modules (none without them).
+    fn mtp_calls<'a>(
+        &'a self,
+        s: &Stage,
+        part: impl Fn(&'a Block) -> &'a Vec<Call>,
+    ) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
+        let calls: &[Call] = self.mtp.as_ref().map_or(&[], |b| part(b).as_slice());
+        repeated(calls, s.mtp_layers as f64)
     }
 
     fn sends(&self, n: u64) -> impl Iterator<Item = (&Call, f64)> {
@@ -379,5 +402,8 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
     let layers = arch.layers as f64;
     let per_model = attention * layers + dense * dense_layers + sparse * (layers - dense_layers);
     let head = 2.0 * s * d * arch.padded_vocab(1) as f64;
-    3.0 * (per_model + head) * layout.global_batch as f64
+    // each multi-token-prediction module: its 2·hidden → hidden projection, one layer like the
+    // model's last, and the head again
+    let mtp = layout.mtp_layers as f64 * (2.0 * s * 2.0 * d * d + attention + sparse + head);
+    3.0 * (per_model + head + mtp) * layout.global_batch as f64
 }

@@ -64,6 +64,7 @@ pub(super) fn chunks(arch: &Arch, layout: &Layout) -> Vec<Chunk> {
                 layers,
                 // the model's first `dense` layers, wherever they fall
                 dense_layers: dense.saturating_sub(first_layer).min(layers),
+                mtp_layers: if vs + 1 == n { layout.mtp_layers } else { 0 },
                 embedding: vs == 0,
                 head: vs + 1 == n,
                 sends_fwd: other_rank(vs + 1),
@@ -80,6 +81,7 @@ pub(super) struct Blocks<'a> {
     pub embedding: &'a Block,
     pub layer: &'a Block,
     pub dense_layer: Option<&'a Block>,
+    pub mtp: Option<&'a Block>,
     pub head: &'a Block,
 }
 
@@ -105,9 +107,16 @@ pub(super) fn stages(
             });
             let mut params = blocks.layer.params * sparse + dense_params;
             let mut tensors = blocks.layer.tensors * sparse + dense_tensors;
+            let mtp_layers: u64 = mine().map(|c| c.mtp_layers).sum();
+            if let Some(m) = blocks.mtp {
+                params += m.params * mtp_layers;
+                tensors += m.tensors * mtp_layers;
+            }
+            let mtp_experts = blocks.mtp.map_or(0, |m| m.expert_params * mtp_layers);
+            let mtp_expert_tensors = blocks.mtp.map_or(0, |m| m.expert_tensors * mtp_layers);
             let experts = Experts {
-                params: blocks.layer.expert_params * sparse,
-                tensors: blocks.layer.expert_tensors * sparse,
+                params: blocks.layer.expert_params * sparse + mtp_experts,
+                tensors: blocks.layer.expert_tensors * sparse + mtp_expert_tensors,
             };
             if embedding {
                 params += blocks.embedding.params;
@@ -135,6 +144,7 @@ pub(super) fn stages(
                 role,
                 layers,
                 dense_layers,
+                mtp_layers,
                 params,
                 tensors,
                 expert_params: experts.params,

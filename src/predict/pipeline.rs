@@ -80,7 +80,7 @@ impl Passes<'_> {
 }
 
 /// Which blocks a chunk runs, in model order (a mixture's dense layers come first).
-fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 4] {
+fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 5] {
     [
         (
             SegmentKind::Embedding,
@@ -98,6 +98,12 @@ fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 
             &plan.layer,
         ),
         (SegmentKind::Head, chunk.head as u64, &plan.head),
+        // multi-token prediction after the head: its own layer, bridge and the shared head
+        (
+            SegmentKind::Head,
+            chunk.mtp_layers,
+            plan.mtp.as_ref().unwrap_or(&plan.head),
+        ),
     ]
 }
 
@@ -134,10 +140,12 @@ fn backward(b: &Passes, plan: &Plan, chunk: &Chunk, split: bool) -> (PassWork, P
         let params = |p: u64| if completes_gradients { p } else { 0 };
         // the recomputed forward runs first in each layer, on the input-gradient path
         for (kind, repeat, block) in blocks(plan, chunk).into_iter().rev() {
-            let rc = match kind {
-                SegmentKind::Layer if split && completes_gradients => &[],
-                SegmentKind::Layer => block.recompute.as_slice(),
-                _ => &[],
+            // (the embedding and the head recompute nothing; a multi-token-prediction module
+            // recomputes its layer)
+            let rc: &[Call] = if split && completes_gradients {
+                &[]
+            } else {
+                &block.recompute
             };
             b.segment(
                 pass,

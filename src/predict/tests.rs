@@ -613,11 +613,9 @@ fn deepseek_like(layers: u64) -> Arch {
         .expect("a valid architecture")
 }
 
-#[test]
-fn latent_attention_and_dense_first_layers_are_planned_where_they_are() {
-    let c = cluster();
-    let arch = deepseek_like(8);
-    let spec = ParallelSpec {
+/// tp 2 · pp 2 · ep 8 of dp 8, 4 micro-batches of one 4k sequence, with `mtp` modules.
+fn deepseek_spec(mtp: Option<u64>) -> ParallelSpec {
+    ParallelSpec {
         tp: Some(2),
         pp: Some(2),
         dp: Some(8),
@@ -626,9 +624,16 @@ fn latent_attention_and_dense_first_layers_are_planned_where_they_are() {
         micro_batches: Some(4),
         seq_len: Some(4096),
         sequence_parallel: Some(true),
+        mtp_layers: mtp,
         ..Default::default()
-    };
-    let layout = Layout::new(&spec, &arch, &c).unwrap();
+    }
+}
+
+#[test]
+fn latent_attention_and_dense_first_layers_are_planned_where_they_are() {
+    let c = cluster();
+    let arch = deepseek_like(8);
+    let layout = Layout::new(&deepseek_spec(None), &arch, &c).unwrap();
     let plan = crate::plan::Plan::new(&arch, &layout, &c);
     // the three dense layers all sit on the first of two 4-layer stages
     assert_eq!(
@@ -694,4 +699,53 @@ fn latent_attention_and_dense_first_layers_are_planned_where_they_are() {
     .unwrap();
     assert!(p.metrics.step_time_s.is_finite() && p.metrics.step_time_s > 0.0);
     assert!(p.metrics.mfu_percent < 87.0, "{}", p.metrics.mfu_percent);
+}
+
+/// Multi-token prediction (`--mtp-layers`): each module sits on the last stage with its own
+/// layer, projection and norms, reruns the embedding and the head, and adds its work to the
+/// model FLOPs; more than 8 modules are refused.
+#[test]
+fn multi_token_prediction_runs_on_the_last_stage() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let arch = deepseek_like(8);
+    let spec = deepseek_spec;
+    let plan_of = |mtp| {
+        let layout = Layout::new(&spec(mtp), &arch, &c).unwrap();
+        crate::plan::Plan::new(&arch, &layout, &c)
+    };
+    let (without, with) = (plan_of(None), plan_of(Some(1)));
+    let mtp = with.mtp.as_ref().unwrap();
+    assert!(without.mtp.is_none());
+    assert_eq!(
+        with.stages.iter().map(|s| s.mtp_layers).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    // the module's own parameters: a layer with experts, the 2h → h projection over tp, two norms
+    assert_eq!(
+        mtp.params,
+        with.layer.params + 2 * 7168 * 7168 / 2 + 2 * 7168
+    );
+    assert_eq!(with.stages[1].params - without.stages[1].params, mtp.params);
+    assert_eq!(with.stages[0].params, without.stages[0].params);
+    let labels: Vec<_> = mtp.fwd.iter().map(|c| c.label).collect();
+    for want in [
+        "embedding",
+        "mtp projection",
+        "expert up",
+        "lm head",
+        "cross-entropy",
+    ] {
+        assert!(
+            labels.iter().any(|l| l.contains(want)),
+            "{want}: {labels:?}"
+        );
+    }
+    assert!(with.model_flops_per_step > without.model_flops_per_step);
+    let step = |mtp| step(&arch, &spec(mtp), &c).unwrap();
+    assert!(step(Some(1)) > step(None));
+    assert!(matches!(
+        Layout::new(&spec(Some(9)), &arch, &c),
+        Err(LayoutError::TooLarge { .. })
+    ));
 }

@@ -178,6 +178,10 @@ pub struct ParallelSpec {
     /// `--account-for-loss-in-pipeline-split`).
     #[serde(default)]
     pub account_for_loss_in_pipeline_split: Option<bool>,
+    /// Multi-token prediction modules trained beside the model (Megatron's
+    /// `--mtp-num-layers`, DeepSeek-V3's one).
+    #[serde(default)]
+    pub mtp_layers: Option<u64>,
 }
 
 /// Which of the embedding and the loss count as a transformer layer when Megatron splits the
@@ -233,6 +237,7 @@ impl ParallelSpec {
             account_for_loss_in_pipeline_split: over
                 .account_for_loss_in_pipeline_split
                 .or(self.account_for_loss_in_pipeline_split),
+            mtp_layers: over.mtp_layers.or(self.mtp_layers),
         }
     }
 }
@@ -275,6 +280,9 @@ pub struct Layout {
     pub chunk_layers: Vec<u64>,
     /// Whether the embedding and the loss took a layer's place in the split.
     pub pipeline_split: PipelineSplit,
+    /// Multi-token prediction modules, on the last pipeline stage: each an embedding of the
+    /// next tokens, two norms and a projection, one transformer layer, and the shared head.
+    pub mtp_layers: u64,
 }
 
 impl Layout {
@@ -360,6 +368,11 @@ impl Layout {
         let dtype = spec
             .dtype
             .unwrap_or(if paper { Dtype::Fp16 } else { Dtype::Bf16 });
+        // DeepSeek-V3 trains one; more than a few predict tokens too far ahead to help
+        let mtp_layers = match spec.mtp_layers {
+            None | Some(0) => 0,
+            Some(n) => bounded("mtp-layers", n, 8)?,
+        };
         if !cluster.spec.gpu.supports(dtype) {
             return Err(LayoutError::DtypeUnsupported {
                 gpu: cluster.spec.gpu.name.clone(),
@@ -396,6 +409,7 @@ impl Layout {
             stage_layers,
             chunk_layers,
             pipeline_split,
+            mtp_layers,
         })
     }
 
