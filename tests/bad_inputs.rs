@@ -257,6 +257,11 @@ fn cases() -> Vec<Case> {
         case("predict --cluster {tmp}/c.yaml --model llama2-7b --global-batch 8", &[("c.yaml", "\u{0}\u{1}binary")], &["c.yaml"]),
         // ---- architecture files ----
         arch!("name: a\nlayers: 0\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\n", "layers must be at least 1"),
+        arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nsliding_window: 0\n", "sliding_window must be at least 1"),
+        arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nsliding_window: 512\nglobal_attention_every: 0\n", "global_attention_every must be at least 1"),
+        arch!("name: a\nlayers: 4\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nmoe: {experts: 8, top_k: 2, expert_ffn: 1024, dense_layers: 4}\n", "moe.dense_layers = 4", "fewer dense"),
+        arch!("name: a\nlayers: 4\nhidden: 4096\nheads: 32\nkv_heads: 8\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nmla: {kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128}\n", "kv_heads (8) must equal heads (32)"),
+        arch!("name: a\nlayers: 4\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nmla: {kv_lora_rank: 0, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128}\n", "mla.kv_lora_rank = 0"),
         arch!("name: a\nlayers: 1000000\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\n", "layers = 1000000", "at most"),
         arch!("name: a\nlayers: 32\nhidden: 0\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\n", "hidden must be at least 1"),
         arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 0\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\n", "heads must be at least 1"),

@@ -316,6 +316,7 @@ impl PlanSpec {
                     norm_bias: None,
                     seq_len: Some(pick(&mut rng, &seqs)),
                     sliding_window: None,
+                    global_attention_every: None,
                     moe: None,
                     mla: None,
                     dropout: false,

@@ -211,13 +211,14 @@ pub enum LayoutError {
 
     #[error(
         "{model} attends over a sliding window of {window} tokens, shorter than seq-len \
-         {seq_len}: sliding-window attention is not costed; use --seq-len {window} or less \
-         (where the window changes nothing)"
+         {seq_len}: sliding windows under context parallelism (cp = {cp}) are not modelled; \
+         use --cp 1, or --seq-len {window} or less"
     )]
-    SlidingWindowShorter {
+    SlidingWindowWithCp {
         model: String,
         window: u64,
         seq_len: u64,
+        cp: u64,
     },
 
     #[error(
@@ -258,7 +259,7 @@ impl LayoutError {
             }
             TpOverlapNeedsSequenceParallel => "TP overlap needs sequence parallelism",
             SeqNotDivisibleByCp { .. } => "seq-len not divisible by 2·cp",
-            SlidingWindowShorter { .. } => "sequence longer than the sliding window",
+            SlidingWindowWithCp { .. } => "sliding window under context parallelism",
             ExpertsOnDenseModel { .. }
             | ExpertsUnderPaperRules
             | ExpertsWithFsdp

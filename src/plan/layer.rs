@@ -164,6 +164,44 @@ fn tp_comm(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
     }
 }
 
+/// A layer's flash attention when `share` of the layers attend over a window of `w` tokens
+/// shorter than the sequence and the others globally. A causal query at position i sees
+/// min(i + 1, w) keys: s·w − w²/2 over the sequence, costed as the same work unmasked over
+/// w − w²/(2s) keys (FlashAttention skips the blocks outside the window). Alternating layers
+/// are costed at their mean: each call counted at its share of the layers (exact over an even
+/// number of Gemma 2 layers per stage).
+fn sliding_attention(
+    global: Call,
+    w: u64,
+    share: f64,
+    d: &Dims,
+    mut k: impl FnMut(&'static str, OpKind, Option<Role>, Shape) -> Call,
+) -> Vec<Call> {
+    let keys = (w as f64 - (w * w) as f64 / (2.0 * d.s as f64)).ceil() as u64;
+    let mut local = k(
+        "sliding-window attention",
+        OpKind::FlashAttention,
+        None,
+        Shape::Attention(AttentionShape {
+            batch: d.b,
+            seq_q: d.s,
+            seq_kv: keys.max(1),
+            heads: d.heads,
+            kv_heads: d.kv_heads,
+            head_dim: d.hd,
+            causal: false,
+        }),
+    );
+    local.count = share;
+    let mut calls = vec![local];
+    if share < 1.0 {
+        let mut global = global;
+        global.count = 1.0 - share;
+        calls.push(global);
+    }
+    calls
+}
+
 /// Ring attention over cp ranks (Megatron-Core / Transformer Engine context parallelism with
 /// p2p exchange). With causal load balancing each rank holds chunks r and 2·cp − 1 − r of the
 /// sequence (s = 2 chunks here); attention runs in cp steps: the first on the rank's own keys
@@ -285,12 +323,18 @@ fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> 
     let mut k =
         |label, op, role, shape| b.call(label, op, phase, d.act, role, shape, Class::Compute);
     match arch.attention {
-        AttentionImpl::Flash => vec![k(
-            "attention",
-            OpKind::FlashAttention,
-            None,
-            shape(d.kv_heads, d.hd, d.causal),
-        )],
+        AttentionImpl::Flash => {
+            let global = k(
+                "attention",
+                OpKind::FlashAttention,
+                None,
+                shape(d.kv_heads, d.hd, d.causal),
+            );
+            match arch.sliding_window.filter(|&w| w < d.s) {
+                None => vec![global],
+                Some(w) => sliding_attention(global, w, arch.local_attention_share(), d, k),
+            }
+        }
         AttentionImpl::Unfused => {
             let mut calls = vec![
                 k(

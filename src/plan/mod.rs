@@ -378,8 +378,18 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
             (2.0 * s * d * (hd + 2.0 * kv), hd, hd)
         }
     };
+    // keys a query sees on average: half the sequence under a causal mask, and in a sliding
+    // window layer s·w − w²/2 over the sequence
+    let global_keys = s * attention_share;
+    let keys = match arch.sliding_window.map(|w| w as f64).filter(|&w| w < s) {
+        Some(w) => {
+            let share = arch.local_attention_share();
+            share * (w - w * w / (2.0 * s)) + (1.0 - share) * global_keys
+        }
+        None => global_keys,
+    };
     let attention = projections
-        + 4.0 * s * s * core * attention_share // scores and context
+        + 4.0 * s * keys * core // scores and context
         + 2.0 * s * out * d; // output projection
                              // the MLP work a token does: up (and gate) and down of `ffn`, and a router
     let mlp = |ffn: f64, router: f64| {

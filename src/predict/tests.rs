@@ -749,3 +749,70 @@ fn multi_token_prediction_runs_on_the_last_stage() {
         Err(LayoutError::TooLarge { .. })
     ));
 }
+
+/// Sliding-window attention: Mistral 7B v0.1's every layer sees the last 4,096 tokens, Gemma
+/// 2's every other layer; beyond the window the attention grows linearly with the sequence.
+#[test]
+fn sliding_windows_are_costed_by_the_keys_each_query_sees() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let mut spec = crate::workload::presets::preset("llama2-7b").expect("a preset");
+    spec.kv_heads = Some(8);
+    spec.sliding_window = Some(4096);
+    let mistral = spec.clone().validate("mistral").unwrap();
+    spec.global_attention_every = Some(2);
+    let alternating = spec.clone().validate("gemma-2-like").unwrap();
+    spec.sliding_window = None;
+    let global = spec.validate("global").unwrap();
+    let at = |seq: u64| ParallelSpec {
+        dp: Some(8),
+        micro_batch: Some(1),
+        micro_batches: Some(2),
+        seq_len: Some(seq),
+        ..Default::default()
+    };
+    let attention = |arch: &Arch, seq| {
+        let layout = Layout::new(&at(seq), arch, &c).unwrap();
+        let plan = crate::plan::Plan::new(arch, &layout, &c);
+        plan.layer
+            .fwd
+            .iter()
+            .filter(|call| plan.query(call).op == OpKind::FlashAttention)
+            .map(|call| match plan.query(call).shape {
+                Shape::Attention(a) => (call.label, a.seq_kv, a.causal, call.count),
+                _ => unreachable!(),
+            })
+            .collect::<Vec<_>>()
+    };
+    // within the window nothing changes
+    assert_eq!(attention(&mistral, 4096), attention(&global, 4096));
+    // 16k tokens: a causal query sees min(i + 1, 4096) keys, 4096 − 4096²/32768 on average
+    assert_eq!(
+        attention(&mistral, 16384),
+        [("sliding-window attention", 3584, false, 1.0)]
+    );
+    assert_eq!(
+        attention(&alternating, 16384),
+        [
+            ("sliding-window attention", 3584, false, 0.5),
+            ("attention", 16384, true, 0.5)
+        ]
+    );
+    let time = |arch: &Arch, seq| step(arch, &at(seq), &c).unwrap();
+    let (w, a, g) = (
+        time(&mistral, 32768),
+        time(&alternating, 32768),
+        time(&global, 32768),
+    );
+    assert!(w < a && a < g, "{w} {a} {g}");
+    // under context parallelism the window is refused with the way out
+    let cp = ParallelSpec {
+        cp: Some(2),
+        dp: Some(4),
+        ..at(16384)
+    };
+    assert!(matches!(
+        Layout::new(&cp, &mistral, &c),
+        Err(LayoutError::SlidingWindowWithCp { .. })
+    ));
+}

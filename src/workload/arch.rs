@@ -151,11 +151,14 @@ pub struct ArchSpec {
     /// Sequence length it is usually trained at.
     #[serde(default)]
     pub seq_len: Option<u64>,
-    /// Sliding-window attention (Mistral 7B v0.1, Gemma 2's local layers): each query sees the
-    /// last `sliding_window` tokens. Only sequences no longer than the window are costed (where
-    /// it changes nothing).
+    /// Sliding-window attention (Mistral 7B v0.1, Phi-3, Gemma 2's local layers): each query
+    /// sees the last `sliding_window` tokens.
     #[serde(default)]
     pub sliding_window: Option<u64>,
+    /// With a sliding window, every this-many-th layer attends to the whole sequence and the
+    /// others to the window (Gemma 2: 2); none: every layer slides.
+    #[serde(default)]
+    pub global_attention_every: Option<u64>,
     /// Dropout in training (GPT-3: 0.1 on attention and hidden states): its masks are stored
     /// activations (one byte per element).
     #[serde(default)]
@@ -198,6 +201,7 @@ pub struct Arch {
     pub norm_bias: bool,
     pub seq_len: u64,
     pub sliding_window: Option<u64>,
+    pub global_attention_every: Option<u64>,
     pub dropout: bool,
     pub moe: Option<MoeSpec>,
     pub mla: Option<MlaSpec>,
@@ -216,6 +220,16 @@ impl ArchSpec {
             ("kv_heads", self.kv_heads.unwrap_or(1), MAX_HEADS),
             ("seq_len", self.seq_len.unwrap_or(1), MAX_SEQ_LEN),
             ("head_dim", self.head_dim.unwrap_or(1), MAX_WIDTH),
+            (
+                "sliding_window",
+                self.sliding_window.unwrap_or(1),
+                MAX_SEQ_LEN,
+            ),
+            (
+                "global_attention_every",
+                self.global_attention_every.unwrap_or(1),
+                MAX_LAYERS,
+            ),
         ] {
             if v == 0 {
                 return Err(bad(format!("{field} must be at least 1")));
@@ -303,6 +317,7 @@ impl ArchSpec {
             ffn_hidden,
             seq_len: self.seq_len.unwrap_or(2048),
             sliding_window: self.sliding_window,
+            global_attention_every: self.global_attention_every,
             name: self.name,
             layers: self.layers,
             hidden: self.hidden,
@@ -321,6 +336,16 @@ impl ArchSpec {
 }
 
 impl Arch {
+    /// The share of layers that attend over the sliding window rather than the whole
+    /// sequence (0 without a window).
+    pub fn local_attention_share(&self) -> f64 {
+        match (self.sliding_window, self.global_attention_every) {
+            (None, _) => 0.0,
+            (Some(_), None) => 1.0,
+            (Some(_), Some(n)) => (n - 1) as f64 / n as f64,
+        }
+    }
+
     /// Vocabulary padded as Megatron and GPT-NeoX pad it: to a multiple of 128·tp.
     pub fn padded_vocab(&self, tp: u64) -> u64 {
         self.vocab.div_ceil(128 * tp) * 128 * tp

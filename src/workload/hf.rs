@@ -186,6 +186,8 @@ impl Config<'_> {
                 ArchSpec {
                     activation: Activation::Geglu,
                     tied_embeddings: self.flag("tie_word_embeddings", true),
+                    // Gemma 2 alternates sliding-window and global layers
+                    global_attention_every: (model_type == "gemma2").then_some(2),
                     ..self.llama_like(model_type, name)?
                 }
             }
@@ -225,6 +227,7 @@ impl Config<'_> {
                 norm_bias: None,
                 seq_len: Some(self.seq_len("max_position_embeddings")?),
                 sliding_window: None,
+                global_attention_every: None,
                 dropout: self.dropout(&["attention_dropout", "hidden_dropout"], 0.0),
                 moe: None,
                 mla: None,
@@ -251,6 +254,7 @@ impl Config<'_> {
                     norm_bias: None,
                     seq_len: Some(self.seq_len("n_positions")?),
                     sliding_window: None,
+                    global_attention_every: None,
                     dropout: self.dropout(&["attn_pdrop", "resid_pdrop", "embd_pdrop"], 0.1),
                     moe: None,
                     mla: None,
@@ -378,6 +382,7 @@ impl Config<'_> {
             norm_bias: None,
             seq_len: Some(self.seq_len("max_position_embeddings")?),
             sliding_window: self.sliding_window()?,
+            global_attention_every: None,
             dropout: self.dropout(&["attention_dropout"], 0.0),
             moe: None,
             mla: None,
@@ -523,6 +528,11 @@ mod tests {
         );
         assert_eq!(a.activation, Activation::Geglu);
         assert!(a.tied_embeddings);
+        // local and global layers alternate
+        assert_eq!(
+            (a.sliding_window, a.local_attention_share()),
+            (Some(4096), 0.5)
+        );
     }
 
     #[test]

@@ -307,11 +307,12 @@ impl Layout {
         let seq_len = bounded("seq-len", spec.seq_len.unwrap_or(arch.seq_len), MAX_SEQ_LEN)?;
         check_context_parallel(arch, rules, cp, seq_len)?;
         let (ep, moe_imbalance) = check_experts(spec, arch, rules, dp * cp)?;
-        if let Some(window) = arch.sliding_window.filter(|&w| w < seq_len) {
-            return Err(LayoutError::SlidingWindowShorter {
+        if let Some(window) = arch.sliding_window.filter(|&w| w < seq_len && cp > 1) {
+            return Err(LayoutError::SlidingWindowWithCp {
                 model: arch.name.clone(),
                 window,
                 seq_len,
+                cp,
             });
         }
         bounded(

@@ -74,6 +74,7 @@ fn spec(
         qkv_bias: false,
         qk_norm: false,
         sliding_window: None,
+        global_attention_every: None,
         moe: None,
         mla: None,
         // the paper's tool counts two parameter vectors per norm ("2 norms of 2·dim")
