@@ -188,7 +188,10 @@ def nemo(ref, out):
         if row["variant"] != "primary":
             reason = "alternative value in parentheses"
         elif "tokendrop" in model:
-            reason = "mixture of experts with token dropping (capacity factor: not modelled)"
+            # stepcast costs a capacity factor (--moe-capacity-factor), but the summary does
+            # not state the one these runs used
+            reason = "mixture of experts with token dropping at a capacity factor the summary " \
+                     "does not state"
         elif model in MOE_ARCHS:
             pass
         elif "DeepSeek" in model:

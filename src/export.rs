@@ -153,6 +153,12 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
                 m.shared_ffn()
             ));
         }
+        if let Some((factor, pad)) = l.moe_capacity {
+            arg(format!("--moe-expert-capacity-factor {factor}"));
+            if pad {
+                arg("--moe-pad-expert-input-to-capacity".into());
+            }
+        }
     }
     if l.cp > 1 {
         arg(format!("--context-parallel-size {}", l.cp));
@@ -448,6 +454,16 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     set("model.config.num_query_groups", a.kv_heads.to_string());
     if l.mtp_layers > 0 {
         set("model.config.mtp_num_layers", l.mtp_layers.to_string());
+    }
+    if let Some((factor, pad)) = l.moe_capacity {
+        set(
+            "model.config.moe_expert_capacity_factor",
+            factor.to_string(),
+        );
+        set(
+            "model.config.moe_pad_expert_input_to_capacity",
+            py_bool(pad),
+        );
     }
     for (on, key) in [
         (

@@ -178,6 +178,8 @@ struct RowLayout {
     pipeline_split: PipelineSplit,
     #[serde(default)]
     mtp_layers: u64,
+    #[serde(default)]
+    moe_capacity: Option<(f64, bool)>,
 }
 
 fn one() -> u64 {
@@ -275,6 +277,8 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         account_for_embedding_in_pipeline_split: Some(r.pipeline_split.embedding),
         account_for_loss_in_pipeline_split: Some(r.pipeline_split.loss),
         mtp_layers: Some(r.mtp_layers),
+        moe_capacity_factor: r.moe_capacity.map(|(f, _)| f),
+        moe_pad_to_capacity: r.moe_capacity.map(|(_, pad)| pad),
     };
     let cluster = Cluster::load(&cluster_name)?;
     let arch = Arch::resolve(&model)?;

@@ -51,6 +51,14 @@ pub struct JobArgs {
     /// Router imbalance: the busiest expert's tokens over the mean (1 = balanced) [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub moe_imbalance: Option<f64>,
+    /// Expert capacity over the mean tokens per expert; tokens beyond it are dropped
+    /// (Megatron's --moe-expert-capacity-factor) [default: dropless].
+    #[arg(long, allow_negative_numbers = true)]
+    pub moe_capacity_factor: Option<f64>,
+    /// Pad every expert's input to its capacity (Megatron's
+    /// --moe-pad-expert-input-to-capacity; needs --moe-capacity-factor).
+    #[arg(long)]
+    pub moe_pad_to_capacity: bool,
     /// Sequences per micro-batch.
     #[arg(long, allow_negative_numbers = true)]
     pub micro_batch: Option<u64>,
@@ -203,6 +211,8 @@ impl JobArgs {
             cp_comm: self.cp_comm,
             ep: self.ep,
             moe_imbalance: self.moe_imbalance,
+            moe_capacity_factor: self.moe_capacity_factor,
+            moe_pad_to_capacity: self.moe_pad_to_capacity.then_some(true),
             micro_batch: self.micro_batch,
             global_batch: self.global_batch,
             micro_batches: self.micro_batches,

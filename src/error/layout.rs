@@ -210,6 +210,18 @@ pub enum LayoutError {
     Imbalance { value: f64, max: f64 },
 
     #[error(
+        "moe-capacity-factor = {value}: give the expert capacity over the mean tokens per \
+         expert, between 0.05 and {max} (experts / top-k; beyond it nothing is dropped)"
+    )]
+    Capacity { value: f64, max: f64 },
+
+    #[error(
+        "--moe-pad-to-capacity pads each expert's input to its capacity: give \
+         --moe-capacity-factor too"
+    )]
+    PadWithoutCapacity,
+
+    #[error(
         "{model} attends over a sliding window of {window} tokens, shorter than seq-len \
          {seq_len}: sliding windows under context parallelism (cp = {cp}) are not modelled; \
          use --cp 1, or --seq-len {window} or less"
@@ -263,7 +275,9 @@ impl LayoutError {
             ExpertsOnDenseModel { .. }
             | ExpertsUnderPaperRules
             | ExpertsWithFsdp
-            | Imbalance { .. } => "expert settings the model or rules cannot take",
+            | Imbalance { .. }
+            | Capacity { .. }
+            | PadWithoutCapacity => "expert settings the model or rules cannot take",
             EpNotDivisible { .. } => "ep not dividing the experts or dp·cp",
             CpNeedsFlashAttention { .. } | CpUnderPaperRules => {
                 "context parallelism without fused attention or under the paper's rules"

@@ -132,7 +132,7 @@ pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
     if let Some(m) = &arch.moe {
         // the busiest expert's share of the k routed copies of every token, after the
         // dispatcher gathered the tensor-parallel group's tokens
-        let routed = s * b * m.top_k as f64 * layout.moe_imbalance;
+        let routed = s * b * m.top_k as f64 * layout.expert_load();
         let fe = m.expert_ffn as f64 / t;
         add(
             "router probabilities (fp32)",

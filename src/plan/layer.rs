@@ -68,7 +68,7 @@ impl Dims {
             cp: layout.cp,
             cp_comm: layout.cp_comm,
             ep: layout.ep,
-            imbalance: layout.moe_imbalance,
+            imbalance: layout.expert_load(),
             tokens: layout.micro_batch * s,
             seq_sp: if layout.sequence_parallel {
                 s.div_ceil(t)
@@ -601,7 +601,9 @@ fn mlp(p: &mut PassCalls, d: &Dims, ffn: u64, up_width: u64, act_op: OpKind) {
 /// weighted, and the shared experts as a dense MLP on every token. Of the T·k routed tokens a
 /// rank computes, the busiest expert's share sets the pace: every local expert is costed at
 /// the busiest expert's tokens (imbalance × mean) — exact with one expert per rank, an upper
-/// bound with several — and the all-to-all carries the same factor more.
+/// bound with several — and the all-to-all carries the same factor more. With a capacity
+/// factor the busiest expert's load is cut at the capacity (dropped tokens are neither sent
+/// nor computed), or set to it when every expert's input is padded to capacity.
 fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKind) {
     let k = moe.top_k;
     // the router and the dispatcher see the rank's sequence-parallel shard

@@ -816,3 +816,49 @@ fn sliding_windows_are_costed_by_the_keys_each_query_sees() {
         Err(LayoutError::SlidingWindowWithCp { .. })
     ));
 }
+
+/// A capacity factor caps the busiest expert's tokens (dropped tokens are neither sent nor
+/// computed); padding to capacity makes every expert compute exactly its capacity.
+#[test]
+fn expert_capacity_cuts_or_pads_the_busiest_experts_load() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let arch = crate::workload::presets::mixtral_8x7b();
+    let with = |imbalance: f64, capacity: Option<f64>, pad: bool| ParallelSpec {
+        moe_capacity_factor: capacity,
+        moe_pad_to_capacity: pad.then_some(true),
+        ..moe_spec(8, Some(imbalance))
+    };
+    let time = |s: &ParallelSpec| step(&arch, s, &c).unwrap();
+    let load = |s: &ParallelSpec| Layout::new(s, &arch, &c).unwrap().expert_load();
+    assert_eq!(load(&with(2.0, Some(1.25), false)), 1.25);
+    assert_eq!(load(&with(1.1, Some(1.25), false)), 1.1);
+    assert_eq!(load(&with(1.0, Some(1.25), true)), 1.25);
+    // dropping at 1.25 costs what an imbalance of 1.25 costs; padding a balanced router too
+    let capped = time(&with(2.0, Some(1.25), false));
+    assert_eq!(capped, time(&with(1.25, None, false)));
+    assert!(capped < time(&with(2.0, None, false)));
+    assert_eq!(time(&with(1.0, Some(1.25), true)), capped);
+    let err = |s: &ParallelSpec| Layout::new(s, &arch, &c).unwrap_err();
+    assert!(matches!(
+        err(&with(1.0, Some(0.0), false)),
+        LayoutError::Capacity { .. }
+    ));
+    assert!(matches!(
+        err(&with(1.0, Some(f64::NAN), false)),
+        LayoutError::Capacity { .. }
+    ));
+    assert!(matches!(
+        err(&with(1.0, None, true)),
+        LayoutError::PadWithoutCapacity
+    ));
+    let dense = Arch::resolve("llama2-7b").unwrap();
+    let on_dense = ParallelSpec {
+        moe_capacity_factor: Some(1.0),
+        ..spec(1, 1, 8, 1, 4)
+    };
+    assert!(matches!(
+        Layout::new(&on_dense, &dense, &c),
+        Err(LayoutError::ExpertsOnDenseModel { .. })
+    ));
+}

@@ -127,6 +127,14 @@ pub struct ParallelSpec {
     /// Router imbalance: tokens of the busiest expert over the mean (1 = perfectly balanced).
     #[serde(default)]
     pub moe_imbalance: Option<f64>,
+    /// Expert capacity over the mean tokens per expert: tokens beyond it are dropped
+    /// (Megatron's `--moe-expert-capacity-factor`; none: dropless).
+    #[serde(default)]
+    pub moe_capacity_factor: Option<f64>,
+    /// Pad every expert's input to its capacity (Megatron's
+    /// `--moe-pad-expert-input-to-capacity`).
+    #[serde(default)]
+    pub moe_pad_to_capacity: Option<bool>,
     #[serde(default)]
     pub micro_batch: Option<u64>,
     /// Sequences per optimizer step over all data-parallel replicas.
@@ -214,6 +222,8 @@ impl ParallelSpec {
             cp_comm: over.cp_comm.or(self.cp_comm),
             ep: over.ep.or(self.ep),
             moe_imbalance: over.moe_imbalance.or(self.moe_imbalance),
+            moe_capacity_factor: over.moe_capacity_factor.or(self.moe_capacity_factor),
+            moe_pad_to_capacity: over.moe_pad_to_capacity.or(self.moe_pad_to_capacity),
             micro_batch: over.micro_batch.or(self.micro_batch),
             global_batch: over.global_batch.or(self.global_batch),
             micro_batches: over.micro_batches.or(self.micro_batches),
@@ -258,6 +268,9 @@ pub struct Layout {
     /// Tokens of the busiest expert over the mean; the slowest rank's expert work and
     /// all-to-all traffic scale with it.
     pub moe_imbalance: f64,
+    /// Expert capacity over the mean tokens per expert (none: dropless), and whether every
+    /// expert's input is padded to it.
+    pub moe_capacity: Option<(f64, bool)>,
     pub world: u64,
     pub micro_batch: u64,
     pub micro_batches: u64,
@@ -307,6 +320,7 @@ impl Layout {
         let seq_len = bounded("seq-len", spec.seq_len.unwrap_or(arch.seq_len), MAX_SEQ_LEN)?;
         check_context_parallel(arch, rules, cp, seq_len)?;
         let (ep, moe_imbalance) = check_experts(spec, arch, rules, dp * cp)?;
+        let moe_capacity = check_capacity(spec, arch)?;
         if let Some(window) = arch.sliding_window.filter(|&w| w < seq_len && cp > 1) {
             return Err(LayoutError::SlidingWindowWithCp {
                 model: arch.name.clone(),
@@ -388,6 +402,7 @@ impl Layout {
             cp_comm: spec.cp_comm.unwrap_or(CpComm::P2p),
             ep,
             moe_imbalance,
+            moe_capacity,
             world,
             micro_batch,
             micro_batches,
@@ -422,6 +437,16 @@ impl Layout {
 
     pub fn tokens_per_step(&self) -> u64 {
         self.global_batch * self.seq_len
+    }
+
+    /// Tokens the busiest expert computes, over the mean per expert: the router's imbalance,
+    /// cut at the capacity when tokens are dropped, the capacity itself when padded to it.
+    pub fn expert_load(&self) -> f64 {
+        match self.moe_capacity {
+            None => self.moe_imbalance,
+            Some((capacity, false)) => self.moe_imbalance.min(capacity),
+            Some((capacity, true)) => capacity,
+        }
     }
 
     /// Ranks that hold the same parameters and reduce their gradients together (and over which
@@ -562,6 +587,29 @@ fn check_experts(
         return Err(LayoutError::Imbalance { value: f, max });
     }
     Ok((ep, f))
+}
+
+/// The expert capacity factor and padding, checked: a mixture of experts only, between 0.05
+/// and experts / top-k (beyond it nothing is ever dropped), padding only with a capacity.
+fn check_capacity(spec: &ParallelSpec, arch: &Arch) -> Result<Option<(f64, bool)>, LayoutError> {
+    let pad = spec.moe_pad_to_capacity == Some(true);
+    let Some(factor) = spec.moe_capacity_factor else {
+        return if pad {
+            Err(LayoutError::PadWithoutCapacity)
+        } else {
+            Ok(None)
+        };
+    };
+    let Some(moe) = arch.moe else {
+        return Err(LayoutError::ExpertsOnDenseModel {
+            model: arch.name.clone(),
+        });
+    };
+    let max = moe.experts as f64 / moe.top_k as f64;
+    if !(factor.is_finite() && (0.05..=max).contains(&factor)) {
+        return Err(LayoutError::Capacity { value: factor, max });
+    }
+    Ok(Some((factor, pad)))
 }
 
 /// Heads, key/value heads and the MLP must split over tp; the layers must fill pp stages.
