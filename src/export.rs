@@ -143,9 +143,9 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if let Some(m) = &a.moe {
         arg(format!(
             "--num-experts {} --moe-router-topk {} --moe-ffn-hidden-size {} \
-             --expert-model-parallel-size {} --moe-token-dispatcher-type alltoall \
-             --moe-grouped-gemm",
-            m.experts, m.top_k, m.expert_ffn, l.ep
+             --expert-model-parallel-size {} --expert-tensor-parallel-size {} \
+             --moe-token-dispatcher-type alltoall --moe-grouped-gemm",
+            m.experts, m.top_k, m.expert_ffn, l.ep, l.etp
         ));
         if m.shared_ffn() > 0 {
             arg(format!(
@@ -393,6 +393,10 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         set(
             "trainer.strategy.expert_model_parallel_size",
             l.ep.to_string(),
+        );
+        set(
+            "trainer.strategy.expert_tensor_parallel_size",
+            l.etp.to_string(),
         );
     }
     if l.cp > 1 {

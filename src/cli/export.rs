@@ -180,6 +180,8 @@ struct RowLayout {
     mtp_layers: u64,
     #[serde(default)]
     moe_capacity: Option<(f64, bool)>,
+    #[serde(default)]
+    etp: Option<u64>,
 }
 
 fn one() -> u64 {
@@ -256,6 +258,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         cp: Some(r.cp),
         cp_comm: r.cp_comm,
         ep: Some(r.ep),
+        etp: r.etp,
         moe_imbalance: r.moe_imbalance,
         micro_batch: Some(r.micro_batch),
         global_batch: Some(r.global_batch),

@@ -48,6 +48,10 @@ pub struct JobArgs {
     /// Expert parallelism for a mixture of experts: experts split over ep ranks of dp·cp.
     #[arg(long, allow_negative_numbers = true)]
     pub ep: Option<u64>,
+    /// Expert tensor parallelism: each expert's MLP split over etp ranks (Megatron's
+    /// --expert-tensor-parallel-size) [default: tp].
+    #[arg(long, allow_negative_numbers = true)]
+    pub etp: Option<u64>,
     /// Router imbalance: the busiest expert's tokens over the mean (1 = balanced) [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub moe_imbalance: Option<f64>,
@@ -210,6 +214,7 @@ impl JobArgs {
             cp: self.cp,
             cp_comm: self.cp_comm,
             ep: self.ep,
+            etp: self.etp,
             moe_imbalance: self.moe_imbalance,
             moe_capacity_factor: self.moe_capacity_factor,
             moe_pad_to_capacity: self.moe_pad_to_capacity.then_some(true),

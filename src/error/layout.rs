@@ -194,8 +194,9 @@ pub enum LayoutError {
     ExpertsWithFsdp,
 
     #[error(
-        "ep = {ep} must divide the experts ({experts}) and the data-parallel × context-parallel \
-         ranks ({replicas}) it is carved from: use an ep dividing both"
+        "ep = {ep} must divide the experts ({experts}) and the ranks it is carved from \
+         (tp · cp · dp / etp = {replicas}; dp · cp with the default etp = tp): use an ep dividing \
+         both"
     )]
     EpNotDivisible {
         ep: u64,
@@ -220,6 +221,16 @@ pub enum LayoutError {
          --moe-capacity-factor too"
     )]
     PadWithoutCapacity,
+
+    #[error(
+        "etp = {etp} must divide the stage's tp · cp · dp ranks ({ranks}) and the expert MLP \
+         size ({expert_ffn}): use an etp dividing both (tp is the default)"
+    )]
+    EtpNotDivisible {
+        etp: u64,
+        ranks: u64,
+        expert_ffn: u64,
+    },
 
     #[error(
         "{model} attends over a sliding window of {window} tokens, shorter than seq-len \
@@ -277,7 +288,8 @@ impl LayoutError {
             | ExpertsWithFsdp
             | Imbalance { .. }
             | Capacity { .. }
-            | PadWithoutCapacity => "expert settings the model or rules cannot take",
+            | PadWithoutCapacity
+            | EtpNotDivisible { .. } => "expert settings the model or rules cannot take",
             EpNotDivisible { .. } => "ep not dividing the experts or dp·cp",
             CpNeedsFlashAttention { .. } | CpUnderPaperRules => {
                 "context parallelism without fused attention or under the paper's rules"

@@ -131,9 +131,15 @@ pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
     }
     if let Some(m) = &arch.moe {
         // the busiest expert's share of the k routed copies of every token, after the
-        // dispatcher gathered the tensor-parallel group's tokens
-        let routed = s * b * m.top_k as f64 * layout.expert_load();
-        let fe = m.expert_ffn as f64 / t;
+        // dispatcher gathered the expert-tensor-parallel group's tokens
+        let etp = layout.etp as f64;
+        let group_tokens = if layout.sequence_parallel {
+            (s * etp / t).min(s)
+        } else {
+            s
+        };
+        let routed = group_tokens * b * m.top_k as f64 * layout.expert_load();
+        let fe = m.expert_ffn as f64 / etp;
         add(
             "router probabilities (fp32)",
             4.0 * s * b * m.experts as f64 * rep,

@@ -18,6 +18,8 @@ pub struct Groups {
     pub cp: (u64, u64),
     /// The expert-parallel group (the token all-to-all).
     pub ep: (u64, u64),
+    /// The expert-tensor-parallel group (gathers the routed tokens for the split experts).
+    pub etp: (u64, u64),
     /// The ranks holding the same experts, which reduce their gradients together.
     pub expert_dp: (u64, u64),
     /// Neighbouring pipeline stages: on one node or two.
@@ -58,9 +60,11 @@ impl Groups {
             dp: spread(layout.grad_replicas(), layout.tp),
             cp_ring,
             cp,
-            // Megatron-Core's order tp, cp, ep, dp: expert ranks tp·cp apart
-            ep: spread(layout.ep, layout.tp * layout.cp),
-            expert_dp: spread(layout.expert_grad_replicas(), layout.tp * layout.ep),
+            // Megatron-Core's order etp, cp, ep, dp: expert ranks etp·cp apart (tp·cp with the
+            // default etp = tp)
+            ep: spread(layout.ep, layout.etp * layout.cp),
+            etp: spread(layout.etp, 1),
+            expert_dp: spread(layout.expert_grad_replicas(), layout.etp * layout.ep),
             pp,
             mp,
         }

@@ -29,8 +29,10 @@ pub(super) struct Dims {
     t: u64,
     /// Context-parallel ranks the sequence is split over.
     cp: u64,
-    /// Expert-parallel ranks and the router imbalance (max over mean tokens per expert).
+    /// Expert-parallel and expert-tensor-parallel ranks and the router imbalance (max over
+    /// mean tokens per expert).
     ep: u64,
+    etp: u64,
     imbalance: f64,
     cp_comm: CpComm,
     tokens: u64,
@@ -68,6 +70,7 @@ impl Dims {
             cp: layout.cp,
             cp_comm: layout.cp_comm,
             ep: layout.ep,
+            etp: layout.etp,
             imbalance: layout.expert_load(),
             tokens: layout.micro_batch * s,
             seq_sp: if layout.sequence_parallel {
@@ -643,11 +646,25 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         }
     };
     all_to_all(p, "moe all-to-all (dispatch)");
-    // tokens of the busiest local expert: imbalance × (T·k·ep / experts), T over the tp group
+    // the expert-tensor-parallel group gathers its members' routed tokens (and
+    // reduce-scatters the experts' output back)
+    let etp_tokens = (routed_tokens * d.etp).min(d.tokens);
+    let etp_bytes =
+        (etp_tokens as f64 * k as f64 * d.imbalance).ceil() as u64 * d.d * d.act_bytes();
+    let etp_collective = |p: &mut PassCalls, label, op| {
+        if d.etp > 1 {
+            let c =
+                p.b.collective(label, op, etp_bytes, d.groups.etp, Class::EpComm);
+            p.calls.push(c);
+        }
+    };
+    etp_collective(p, "moe etp all-gather", OpKind::AllGather);
+    // tokens of the busiest local expert: imbalance × (T·k·ep / experts), T the tokens of the
+    // expert-tensor-parallel group
     let local = moe.experts / d.ep;
     let per_expert =
-        (((d.tokens * k * d.ep) as f64 / moe.experts as f64 * d.imbalance).ceil() as u64).max(1);
-    let ffn = (moe.expert_ffn / d.t).max(1);
+        (((etp_tokens * k * d.ep) as f64 / moe.experts as f64 * d.imbalance).ceil() as u64).max(1);
+    let ffn = (moe.expert_ffn / d.etp).max(1);
     let up_width = arch.activation.up_width(ffn);
     let before = p.calls.len();
     p.compute(
@@ -678,6 +695,7 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
     for c in &mut p.calls[before..] {
         c.count = local as f64;
     }
+    etp_collective(p, "moe etp reduce-scatter", OpKind::ReduceScatter);
     all_to_all(p, "moe all-to-all (combine)");
     p.compute("unpermute", OpKind::Elementwise, d.act, None, permuted);
     let shared = moe.shared_ffn() / d.t;
@@ -756,7 +774,7 @@ pub(super) fn layer_block(
     let ((params, tensors), (expert_params, expert_tensors)) = if dense {
         (arch.dense_layer_params(d.t), (0, 0))
     } else {
-        (arch.layer_params(d.t), arch.expert_params(d.t, d.ep))
+        (arch.layer_params(d.t), arch.expert_params(d.etp, d.ep))
     };
     if fsdp {
         // gather the layer's weights before its forward and its backward, reduce-scatter its

@@ -862,3 +862,70 @@ fn expert_capacity_cuts_or_pads_the_busiest_experts_load() {
         Err(LayoutError::ExpertsOnDenseModel { .. })
     ));
 }
+
+/// Expert tensor parallelism (`--etp`, Megatron-Core's parallel folding): with etp 1 under
+/// tp 2 every rank holds whole experts and routes its own sequence shard, so ep may span the
+/// tensor-parallel ranks too; with etp > 1 the expert group gathers its routed tokens first.
+#[test]
+fn expert_tensor_parallelism_folds_experts_over_the_tensor_parallel_ranks() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let arch = crate::workload::presets::mixtral_8x7b();
+    let layout_of = |etp: Option<u64>| ParallelSpec {
+        tp: Some(2),
+        dp: Some(4),
+        etp,
+        sequence_parallel: Some(true),
+        ..moe_spec(8, None)
+    };
+    // ep 8 cannot be carved from dp 4 with the experts split over tp …
+    assert!(matches!(
+        Layout::new(&layout_of(None), &arch, &c),
+        Err(LayoutError::EpNotDivisible { .. })
+    ));
+    // … but can from tp · dp = 8 ranks holding whole experts
+    let layout = Layout::new(&layout_of(Some(1)), &arch, &c).unwrap();
+    assert_eq!((layout.etp, layout.expert_grad_replicas()), (1, 1));
+    let plan = crate::plan::Plan::new(&arch, &layout, &c);
+    let up = plan
+        .layer
+        .fwd
+        .iter()
+        .find(|c| c.label == "expert up")
+        .unwrap();
+    // one whole expert per rank, on its 4096 / 2 tokens × top-2 × ep 8 / 8 experts
+    assert!(
+        matches!(plan.query(up).shape, Shape::Gemm(g) if g.m == 4096 && g.n == 2 * 14336),
+        "{:?}",
+        plan.query(up)
+    );
+    assert_eq!(plan.layer.expert_params, 3 * 4096 * 14336);
+    assert!(plan.layer.fwd.iter().all(|c| !c.label.contains("etp")));
+    // etp 2 (the default under tp 2, ep 4): the routed tokens are gathered over the pair
+    let split = ParallelSpec {
+        ep: Some(4),
+        etp: Some(2),
+        ..layout_of(None)
+    };
+    let layout = Layout::new(&split, &arch, &c).unwrap();
+    let plan = crate::plan::Plan::new(&arch, &layout, &c);
+    let labels: Vec<_> = plan.layer.fwd.iter().map(|c| c.label).collect();
+    assert!(
+        labels.contains(&"moe etp all-gather") && labels.contains(&"moe etp reduce-scatter"),
+        "{labels:?}"
+    );
+    assert!(matches!(
+        Layout::new(&layout_of(Some(3)), &arch, &c),
+        Err(LayoutError::EtpNotDivisible { .. })
+    ));
+    let dense = Arch::resolve("llama2-7b").unwrap();
+    let with_etp = |etp| ParallelSpec {
+        etp: Some(etp),
+        ..spec(2, 1, 4, 1, 4)
+    };
+    assert!(Layout::new(&with_etp(2), &dense, &c).is_ok());
+    assert!(matches!(
+        Layout::new(&with_etp(1), &dense, &c),
+        Err(LayoutError::ExpertsOnDenseModel { .. })
+    ));
+}

@@ -124,6 +124,10 @@ pub struct ParallelSpec {
     /// Expert parallelism: the routed experts split over ep ranks of the data-parallel group.
     #[serde(default)]
     pub ep: Option<u64>,
+    /// Expert tensor parallelism: each expert's MLP split over etp ranks (Megatron's
+    /// `--expert-tensor-parallel-size`; default tp).
+    #[serde(default)]
+    pub etp: Option<u64>,
     /// Router imbalance: tokens of the busiest expert over the mean (1 = perfectly balanced).
     #[serde(default)]
     pub moe_imbalance: Option<f64>,
@@ -221,6 +225,7 @@ impl ParallelSpec {
             cp: over.cp.or(self.cp),
             cp_comm: over.cp_comm.or(self.cp_comm),
             ep: over.ep.or(self.ep),
+            etp: over.etp.or(self.etp),
             moe_imbalance: over.moe_imbalance.or(self.moe_imbalance),
             moe_capacity_factor: over.moe_capacity_factor.or(self.moe_capacity_factor),
             moe_pad_to_capacity: over.moe_pad_to_capacity.or(self.moe_pad_to_capacity),
@@ -265,6 +270,9 @@ pub struct Layout {
     pub cp_comm: CpComm,
     /// Expert-parallel degree (1 for a dense model): each rank holds experts / ep experts.
     pub ep: u64,
+    /// Expert-tensor-parallel degree: each expert's MLP is split over etp ranks (tp unless
+    /// given; Megatron-Core folds etp · ep · expert-dp over the tp · cp · dp ranks).
+    pub etp: u64,
     /// Tokens of the busiest expert over the mean; the slowest rank's expert work and
     /// all-to-all traffic scale with it.
     pub moe_imbalance: f64,
@@ -319,7 +327,17 @@ impl Layout {
         let micro_batches = micro_batches(spec, micro_batch, dp)?;
         let seq_len = bounded("seq-len", spec.seq_len.unwrap_or(arch.seq_len), MAX_SEQ_LEN)?;
         check_context_parallel(arch, rules, cp, seq_len)?;
-        let (ep, moe_imbalance) = check_experts(spec, arch, rules, dp * cp)?;
+        // (etp = tp on a dense model is no setting at all, as a search's rows record it)
+        let etp = match spec.etp {
+            Some(e) if arch.moe.is_none() && e != tp => {
+                return Err(LayoutError::ExpertsOnDenseModel {
+                    model: arch.name.clone(),
+                })
+            }
+            Some(e) => degree("etp", Some(e))?,
+            None => tp,
+        };
+        let (ep, moe_imbalance) = check_experts(spec, arch, rules, [tp, cp, dp], etp)?;
         let moe_capacity = check_capacity(spec, arch)?;
         if let Some(window) = arch.sliding_window.filter(|&w| w < seq_len && cp > 1) {
             return Err(LayoutError::SlidingWindowWithCp {
@@ -401,6 +419,7 @@ impl Layout {
             cp,
             cp_comm: spec.cp_comm.unwrap_or(CpComm::P2p),
             ep,
+            etp,
             moe_imbalance,
             moe_capacity,
             world,
@@ -457,9 +476,9 @@ impl Layout {
     }
 
     /// Ranks that hold the same experts and reduce their gradients together (expert data
-    /// parallelism): the gradient replicas over ep.
+    /// parallelism): the tp · cp · dp ranks of a stage over etp · ep.
     pub fn expert_grad_replicas(&self) -> u64 {
-        self.grad_replicas() / self.ep
+        (self.tp * self.grad_replicas() / (self.etp * self.ep)).max(1)
     }
 
     /// Tokens of one sequence a rank holds: seq-len / cp.
@@ -556,9 +575,21 @@ fn check_experts(
     spec: &ParallelSpec,
     arch: &Arch,
     rules: Rules,
-    replicas: u64,
+    [tp, cp, dp]: [u64; 3],
+    etp: u64,
 ) -> Result<(u64, f64), LayoutError> {
     let ep = degree("ep", spec.ep)?;
+    // etp · ep · expert-dp fold over the stage's tp · cp · dp ranks
+    let replicas = (tp * cp * dp) / etp;
+    if !(tp * cp * dp).is_multiple_of(etp)
+        || arch.moe.is_some_and(|m| !m.expert_ffn.is_multiple_of(etp))
+    {
+        return Err(LayoutError::EtpNotDivisible {
+            etp,
+            ranks: tp * cp * dp,
+            expert_ffn: arch.moe.map_or(0, |m| m.expert_ffn),
+        });
+    }
     let Some(moe) = arch.moe else {
         // a balanced router (1, as a search's rows record it) is no setting at all
         if ep > 1 || spec.moe_imbalance.is_some_and(|f| f != 1.0) {
