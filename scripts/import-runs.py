@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp", "dp", "cp",
-           "cp_comm", "ep", "pipeline_split", "micro_batch", "global_batch", "seq_len", "dtype", "recompute", "zero", "schedule",
+           "cp_comm", "ep", "etp", "moe_a2a_overlap", "pipeline_split", "micro_batch", "global_batch", "seq_len", "dtype", "recompute", "zero", "schedule",
            "vpp", "sequence_parallel", "tp_comm_overlap", "measured_step_s", "expressible",
            "reason", "source"]
 
@@ -170,7 +170,16 @@ MOE = ("Qwen3", "DeepSeek", "GPT OSS", "Nemotron_3", "Mixtral")
 # (Qwen/Qwen3-30B-A3B: every layer sparse, 128 experts, top-8, no shared expert, QK norm)
 MOE_ARCHS = {"Qwen3_30B_a3B": dict(layers=48, hidden=2048, heads=32, kv=4, ffn=6144, vocab=151936,
                                    extra="head_dim: 128\nqk_norm: true\nmoe: {experts: 128, "
-                                         "top_k: 8, expert_ffn: 768}\n")}
+                                         "top_k: 8, expert_ffn: 768}\n"),
+             # Qwen/Qwen3-235B-A22B: 94 layers, 128 experts of 1,536, top-8, QK norm
+             "Qwen3_235B_a22B": dict(layers=94, hidden=4096, heads=64, kv=4, ffn=12288, vocab=151936,
+                                     extra="head_dim: 128\nqk_norm: true\nmoe: {experts: 128, "
+                                           "top_k: 8, expert_ffn: 1536}\n")}
+# Megatron-Bridge's H100 presets (scripts/performance/configs/qwen): expert tensor parallelism 1,
+# and for the 235B model the expert all-to-all overlapped and the embedding and loss counted as
+# pipeline layers (qwen3_235b_a22b_pretrain_config)
+MOE_RECIPES = {"Qwen3_30B_a3B": dict(etp=1, a2a=False, split=""),
+               "Qwen3_235B_a22B": dict(etp=1, a2a=True, split="embedding+loss")}
 
 
 def nemo(ref, out):
@@ -201,11 +210,6 @@ def nemo(ref, out):
             # dispatches with HybridEP
             reason = "pipeline layout with a multi-token-prediction layer, module recompute and " \
                      "HybridEP dispatch of NeMo's DeepSeek-V3 preset: not modelled"
-        elif "Qwen3_235B" in model:
-            # Megatron-Bridge's H100 preset: expert_tensor_parallel_size 1 under tp 2, the expert
-            # all-to-all overlapped (moe_a2a_overlap), DeepEP dispatch
-            reason = "expert tensor parallelism 1 under tp 2 and an overlapped all-to-all (DeepEP): " \
-                     "not modelled"
         elif any(m in model for m in MOE) or (present(ep) and ep > 1):
             reason = "mixture of experts of an architecture not modelled (latent attention, " \
                      "hybrid Mamba, attention sinks) or not described"
@@ -238,6 +242,8 @@ def nemo(ref, out):
         # Megatron-Bridge's Llama 3.1 405B recipe counts the embedding and the loss as layers
         # (account_for_{embedding,loss}_in_pipeline_split): 126 + 2 layers over pp·vp chunks
         split = "embedding+loss" if model == "LLAMA3.1_405B" else ""
+        recipe = MOE_RECIPES.get(model, {})
+        split = recipe.get("split", split)
         # the experts are held out of the calibration (a family it never saw): their own set
         out.add(set="nemo-moe" if model in MOE_ARCHS else "nemo",
                 family=arch if not arch.startswith("archs/") else model.lower(),
@@ -249,6 +255,7 @@ def nemo(ref, out):
                 recompute="none", zero=3 if present(fsdp) and fsdp > 0 else 1,
                 schedule="interleaved" if present(vp) and vp > 1 else "1f1b",
                 vpp=int(vp) if present(vp) and vp > 1 else 1, pipeline_split=split,
+                etp=recipe.get("etp", ""), moe_a2a_overlap=recipe.get("a2a", False),
                 sequence_parallel=tp > 1,
                 tp_comm_overlap=1 if tp > 1 else 0, measured_step_s=num(row["derived_step_time_s"]),
                 reason=reason, source=f"perf_summary_rows.csv row {i}")

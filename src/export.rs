@@ -308,6 +308,9 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if l.overlap.tp {
         arg("--tp-comm-overlap".into());
     }
+    if l.moe_a2a_overlap {
+        arg("--overlap-moe-expert-parallel-comm".into());
+    }
     arg(format!("--ddp-bucket-size {}", l.dp_bucket_elements));
     let mut text = String::new();
     let _ = writeln!(text, "#!/bin/sh\n# {}", t.headline);
@@ -520,6 +523,13 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             text,
             "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, \
              tp_comm_overlap=True))"
+        );
+    }
+    if l.moe_a2a_overlap {
+        let _ = writeln!(
+            text,
+            "# predicted with the expert all-to-all overlapped: turn on Megatron-Core's \
+             overlap_moe_expert_parallel_comm for this run"
         );
     }
     let mut out = String::new();

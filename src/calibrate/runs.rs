@@ -21,7 +21,8 @@
 //! all-gather, default p2p), `ep` (expert-parallel degree, default 1), `pipeline_split`
 //! (`embedding`, `loss` or `embedding+loss`: what counts as a layer when the layers are split
 //! over pipeline chunks, as Megatron's `--account-for-…-in-pipeline-split`; default neither),
-//! `source`.
+//! `etp` (expert tensor parallelism, default tp), `moe_a2a_overlap` (true/false: expert
+//! all-to-alls beside the compute), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -72,6 +73,10 @@ struct Row {
     ep: Option<u64>,
     #[serde(default)]
     pipeline_split: String,
+    #[serde(default)]
+    etp: Option<u64>,
+    #[serde(default)]
+    moe_a2a_overlap: String,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -183,6 +188,8 @@ impl Row {
                 schedule: Some(schedule),
                 vpp: (self.vpp > 1).then_some(self.vpp),
                 tp_comm_overlap: Some(on),
+                etp: self.etp,
+                moe_a2a_overlap: Some(flag("moe_a2a_overlap", &self.moe_a2a_overlap)?),
                 account_for_embedding_in_pipeline_split: Some(split_embedding),
                 account_for_loss_in_pipeline_split: Some(split_loss),
                 ..Default::default()

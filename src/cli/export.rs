@@ -182,6 +182,8 @@ struct RowLayout {
     moe_capacity: Option<(f64, bool)>,
     #[serde(default)]
     etp: Option<u64>,
+    #[serde(default)]
+    moe_a2a_overlap: bool,
 }
 
 fn one() -> u64 {
@@ -259,6 +261,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         cp_comm: r.cp_comm,
         ep: Some(r.ep),
         etp: r.etp,
+        moe_a2a_overlap: Some(r.moe_a2a_overlap),
         moe_imbalance: r.moe_imbalance,
         micro_batch: Some(r.micro_batch),
         global_batch: Some(r.global_batch),

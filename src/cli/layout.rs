@@ -63,6 +63,10 @@ pub struct JobArgs {
     /// --moe-pad-expert-input-to-capacity; needs --moe-capacity-factor).
     #[arg(long)]
     pub moe_pad_to_capacity: bool,
+    /// Run the expert all-to-alls beside the compute (Megatron-Core's
+    /// --overlap-moe-expert-parallel-comm, NeMo's moe_a2a_overlap) [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub moe_a2a_overlap: Option<bool>,
     /// Sequences per micro-batch.
     #[arg(long, allow_negative_numbers = true)]
     pub micro_batch: Option<u64>,
@@ -218,6 +222,7 @@ impl JobArgs {
             moe_imbalance: self.moe_imbalance,
             moe_capacity_factor: self.moe_capacity_factor,
             moe_pad_to_capacity: self.moe_pad_to_capacity.then_some(true),
+            moe_a2a_overlap: self.moe_a2a_overlap,
             micro_batch: self.micro_batch,
             global_batch: self.global_batch,
             micro_batches: self.micro_batches,

@@ -33,6 +33,8 @@ pub(super) struct Dims {
     /// mean tokens per expert).
     ep: u64,
     etp: u64,
+    /// The expert all-to-alls run beside the compute.
+    a2a_overlap: bool,
     imbalance: f64,
     cp_comm: CpComm,
     tokens: u64,
@@ -71,6 +73,7 @@ impl Dims {
             cp_comm: layout.cp_comm,
             ep: layout.ep,
             etp: layout.etp,
+            a2a_overlap: layout.moe_a2a_overlap,
             imbalance: layout.expert_load(),
             tokens: layout.micro_batch * s,
             seq_sp: if layout.sequence_parallel {
@@ -635,13 +638,14 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         (routed_tokens as f64 * k as f64 * d.imbalance).ceil() as u64 * d.d * d.act_bytes();
     let all_to_all = |p: &mut PassCalls, label| {
         if d.ep > 1 {
-            let c = p.b.collective(
+            let mut c = p.b.collective(
                 label,
                 OpKind::AllToAll,
                 a2a_bytes,
                 d.groups.ep,
                 Class::EpComm,
             );
+            c.overlapped = d.a2a_overlap;
             p.calls.push(c);
         }
     };

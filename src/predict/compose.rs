@@ -111,7 +111,7 @@ pub struct Cost {
 
 /// The cost of `share(call)` (0–1) of each call, each run as many times as its count and
 /// multiplicity say. Calls marked `overlapped` run beside the compute and only their excess over
-/// it counts (as data-parallel time). With `tp_overlap`, each sequence-parallel collective is
+/// it counts (as data-parallel time, or expert-parallel for overlapped all-to-alls). With `tp_overlap`, each sequence-parallel collective is
 /// pipelined with its GEMM (see `tp_hidden`). A context-parallel ring exchange hides behind
 /// the attention step it runs beside (the flash-attention call before it in the list: the ring
 /// steps and the exchanges have the same count). Compute that shares the GPU with a collective
@@ -128,7 +128,8 @@ pub fn cost<'a>(
     // the latest flash-attention call's time: what a context-parallel exchange runs beside
     let mut last_attention = 0.0;
     let mut parts = ClassTimes::default();
-    let mut beside = 0.0;
+    // collectives beside the compute: all of them, and the expert all-to-alls among them
+    let (mut beside, mut beside_ep) = (0.0, 0.0);
     // communication hidden behind compute: all of it, and the tensor-parallel part
     let (mut hidden, mut hidden_tp) = (0.0, 0.0);
     let (mut a_compute, mut a_beside, mut a_other) = (
@@ -157,6 +158,9 @@ pub fn cost<'a>(
         let exposed = if t > 0.0 { 1.0 - hid / t } else { 1.0 };
         if call.overlapped {
             beside += t;
+            if call.class == Class::EpComm {
+                beside_ep += t;
+            }
         } else {
             parts.add(call.class, t - hid);
             hidden += hid;
@@ -177,8 +181,15 @@ pub fn cost<'a>(
     if times.attribute {
         a_compute.scale(parts.compute / (parts.compute - slowdown).max(f64::MIN_POSITIVE));
     }
+    // what the compute cannot cover stays exposed, in proportion to what ran beside it
     let excess = (beside - parts.compute).max(0.0);
-    parts.dp_comm += excess;
+    let ep_share = if beside > 0.0 {
+        beside_ep / beside
+    } else {
+        0.0
+    };
+    parts.ep_comm += excess * ep_share;
+    parts.dp_comm += excess * (1.0 - ep_share);
     if times.attribute {
         a_other.add_scaled(if excess > 0.0 { &a_beside } else { &a_compute }, 1.0);
     }

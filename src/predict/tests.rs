@@ -929,3 +929,46 @@ fn expert_tensor_parallelism_folds_experts_over_the_tensor_parallel_ranks() {
         Err(LayoutError::ExpertsOnDenseModel { .. })
     ));
 }
+
+/// The expert all-to-all beside the compute (`--moe-a2a-overlap`): only what the compute
+/// cannot cover stays exposed, still as expert-parallel time.
+#[test]
+fn overlapped_all_to_alls_expose_only_their_excess() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let arch = crate::workload::presets::mixtral_8x7b();
+    let run = |overlap: bool| {
+        let s = ParallelSpec {
+            moe_a2a_overlap: Some(overlap),
+            ..moe_spec(8, Some(1.5))
+        };
+        let layout = Layout::new(&s, &arch, &c).unwrap();
+        predict(
+            &arch,
+            &layout,
+            &c,
+            &CostModel::new(&c, None),
+            PredictOptions::default(),
+        )
+        .unwrap()
+    };
+    let (exposed, beside) = (run(false), run(true));
+    let ep = |p: &crate::predict::Prediction| p.breakdown_s.ep_comm;
+    assert!(ep(&exposed) > 0.0);
+    assert!(
+        ep(&beside) < ep(&exposed),
+        "{} {}",
+        ep(&beside),
+        ep(&exposed)
+    );
+    assert!(beside.metrics.step_time_s < exposed.metrics.step_time_s);
+    let dense = Arch::resolve("llama2-7b").unwrap();
+    let on_dense = ParallelSpec {
+        moe_a2a_overlap: Some(true),
+        ..spec(1, 1, 8, 1, 4)
+    };
+    assert!(matches!(
+        Layout::new(&on_dense, &dense, &c),
+        Err(LayoutError::ExpertsOnDenseModel { .. })
+    ));
+}

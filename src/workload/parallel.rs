@@ -139,6 +139,10 @@ pub struct ParallelSpec {
     /// `--moe-pad-expert-input-to-capacity`).
     #[serde(default)]
     pub moe_pad_to_capacity: Option<bool>,
+    /// Run the expert all-to-alls beside the compute (Megatron-Core's
+    /// `--overlap-moe-expert-parallel-comm`, NeMo's moe_a2a_overlap).
+    #[serde(default)]
+    pub moe_a2a_overlap: Option<bool>,
     #[serde(default)]
     pub micro_batch: Option<u64>,
     /// Sequences per optimizer step over all data-parallel replicas.
@@ -229,6 +233,7 @@ impl ParallelSpec {
             moe_imbalance: over.moe_imbalance.or(self.moe_imbalance),
             moe_capacity_factor: over.moe_capacity_factor.or(self.moe_capacity_factor),
             moe_pad_to_capacity: over.moe_pad_to_capacity.or(self.moe_pad_to_capacity),
+            moe_a2a_overlap: over.moe_a2a_overlap.or(self.moe_a2a_overlap),
             micro_batch: over.micro_batch.or(self.micro_batch),
             global_batch: over.global_batch.or(self.global_batch),
             micro_batches: over.micro_batches.or(self.micro_batches),
@@ -279,6 +284,8 @@ pub struct Layout {
     /// Expert capacity over the mean tokens per expert (none: dropless), and whether every
     /// expert's input is padded to it.
     pub moe_capacity: Option<(f64, bool)>,
+    /// The expert all-to-alls run beside the compute, only what it cannot cover exposed.
+    pub moe_a2a_overlap: bool,
     pub world: u64,
     pub micro_batch: u64,
     pub micro_batches: u64,
@@ -339,6 +346,12 @@ impl Layout {
         };
         let (ep, moe_imbalance) = check_experts(spec, arch, rules, [tp, cp, dp], etp)?;
         let moe_capacity = check_capacity(spec, arch)?;
+        let moe_a2a_overlap = spec.moe_a2a_overlap == Some(true);
+        if moe_a2a_overlap && arch.moe.is_none() {
+            return Err(LayoutError::ExpertsOnDenseModel {
+                model: arch.name.clone(),
+            });
+        }
         if let Some(window) = arch.sliding_window.filter(|&w| w < seq_len && cp > 1) {
             return Err(LayoutError::SlidingWindowWithCp {
                 model: arch.name.clone(),
@@ -422,6 +435,7 @@ impl Layout {
             etp,
             moe_imbalance,
             moe_capacity,
+            moe_a2a_overlap,
             world,
             micro_batch,
             micro_batches,
