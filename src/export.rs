@@ -308,7 +308,7 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if l.overlap.tp {
         arg("--tp-comm-overlap".into());
     }
-    if l.moe_a2a_overlap {
+    if l.overlap.moe_a2a {
         arg("--overlap-moe-expert-parallel-comm".into());
     }
     arg(format!("--ddp-bucket-size {}", l.dp_bucket_elements));
@@ -525,7 +525,7 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
              tp_comm_overlap=True))"
         );
     }
-    if l.moe_a2a_overlap {
+    if l.overlap.moe_a2a {
         let _ = writeln!(
             text,
             "# predicted with the expert all-to-all overlapped: turn on Megatron-Core's \

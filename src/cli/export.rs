@@ -182,8 +182,6 @@ struct RowLayout {
     moe_capacity: Option<(f64, bool)>,
     #[serde(default)]
     etp: Option<u64>,
-    #[serde(default)]
-    moe_a2a_overlap: bool,
 }
 
 fn one() -> u64 {
@@ -196,6 +194,8 @@ struct RowOverlap {
     param_gather: bool,
     p2p: bool,
     tp: bool,
+    #[serde(default)]
+    moe_a2a: bool,
 }
 
 /// The `rank`-th predicted layout of a search, on its cluster and model (or `--cluster` /
@@ -261,7 +261,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         cp_comm: r.cp_comm,
         ep: Some(r.ep),
         etp: r.etp,
-        moe_a2a_overlap: Some(r.moe_a2a_overlap),
+        moe_a2a_overlap: Some(r.overlap.moe_a2a),
         moe_imbalance: r.moe_imbalance,
         micro_batch: Some(r.micro_batch),
         global_batch: Some(r.global_batch),

@@ -144,12 +144,18 @@ fn peak_activations(layout: &Layout, chunk_bytes: &[f64], chunk_w_bytes: &[f64])
 pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> MemoryReport {
     let layer = activations::layer(arch, layout);
     let per_layer = layer.total();
-    // a mixture's dense layers keep the dense MLP's activations
-    let dense_arch = Arch {
-        moe: None,
-        ..arch.clone()
+    // a mixture's dense layers keep the dense MLP's activations (none elsewhere: reuse)
+    let (dense_bytes, dense_w) = match arch.moe {
+        Some(m) if m.dense_layers > 0 => {
+            let dense_arch = Arch {
+                moe: None,
+                ..arch.clone()
+            };
+            let dense = activations::layer(&dense_arch, layout);
+            (dense.total(), dense.for_weight_grad)
+        }
+        _ => (per_layer, layer.for_weight_grad),
     };
-    let dense_layer = activations::layer(&dense_arch, layout);
     let placement = layout.virtual_stage_ranks();
     let last = placement.len() - 1;
     let (emb, head) = (
@@ -165,9 +171,9 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
         let extra = if vs == 0 { emb } else { 0.0 } + if vs == last { head } else { 0.0 };
         // a multi-token-prediction module keeps a layer's activations and its own logits
         let mtp = chunk.mtp_layers as f64 * (per_layer + head);
-        chunk_bytes.push(n * per_layer + dense * dense_layer.total() + extra + mtp);
+        chunk_bytes.push(n * per_layer + dense * dense_bytes + extra + mtp);
         chunk_w.push(if split {
-            n * layer.for_weight_grad + dense * dense_layer.for_weight_grad
+            n * layer.for_weight_grad + dense * dense_w
         } else {
             0.0
         });

@@ -73,7 +73,7 @@ impl Dims {
             cp_comm: layout.cp_comm,
             ep: layout.ep,
             etp: layout.etp,
-            a2a_overlap: layout.moe_a2a_overlap,
+            a2a_overlap: layout.overlap.moe_a2a,
             imbalance: layout.expert_load(),
             tokens: layout.micro_batch * s,
             seq_sp: if layout.sequence_parallel {

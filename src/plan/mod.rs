@@ -160,6 +160,17 @@ fn repeated(calls: &[Call], times: f64) -> impl Iterator<Item = (&Call, f64)> {
     calls.iter().map(move |c| (c, times))
 }
 
+/// A part of an optional block (a mixture's dense layer, a multi-token-prediction module),
+/// each call `times` times; nothing without the block.
+fn optional<'a>(
+    block: &'a Option<Block>,
+    times: u64,
+    part: impl Fn(&'a Block) -> &'a Vec<Call>,
+) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
+    let calls: &[Call] = block.as_ref().map_or(&[], |b| part(b).as_slice());
+    repeated(calls, times as f64)
+}
+
 /// `calls` once if `on`.
 fn when(on: bool, calls: &[Call]) -> impl Iterator<Item = (&Call, f64)> {
     calls[..if on { calls.len() } else { 0 }]
@@ -223,51 +234,30 @@ impl Plan {
     /// it runs (its own count not included).
     pub fn stage_fwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
         when(s.embedding, &self.embedding.fwd)
-            .chain(self.dense_calls(s, |b| &b.fwd))
+            .chain(optional(&self.dense_layer, s.dense_layers, |b| &b.fwd))
             .chain(repeated(
                 &self.layer.fwd,
                 (s.layers - s.dense_layers) as f64,
             ))
             .chain(when(s.head, &self.head.fwd))
-            .chain(self.mtp_calls(s, |b| &b.fwd))
+            .chain(optional(&self.mtp, s.mtp_layers, |b| &b.fwd))
             .chain(self.sends(s.sends_fwd))
     }
 
     /// One micro-batch's backward on a stage, recomputation included.
     pub fn stage_bwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
         let experts = (s.layers - s.dense_layers) as f64;
-        self.mtp_calls(s, |b| &b.bwd)
-            .chain(self.mtp_calls(s, |b| &b.recompute))
+        optional(&self.mtp, s.mtp_layers, |b| &b.bwd)
+            .chain(optional(&self.mtp, s.mtp_layers, |b| &b.recompute))
             .chain(when(s.head, &self.head.bwd))
             .chain(repeated(&self.layer.bwd, experts))
             .chain(repeated(&self.layer.recompute, experts))
-            .chain(self.dense_calls(s, |b| &b.bwd))
-            .chain(self.dense_calls(s, |b| &b.recompute))
+            .chain(optional(&self.dense_layer, s.dense_layers, |b| &b.bwd))
+            .chain(optional(&self.dense_layer, s.dense_layers, |b| {
+                &b.recompute
+            }))
             .chain(when(s.embedding, &self.embedding.bwd))
             .chain(self.sends(s.sends_bwd))
-    }
-
-    /// Calls of the stage's dense layers (none without them).
-    fn dense_calls<'a>(
-        &'a self,
-        s: &Stage,
-        part: impl Fn(&'a Block) -> &'a Vec<Call>,
-    ) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
-        let calls: &[Call] = self
-            .dense_layer
-            .as_ref()
-            .map_or(&[], |b| part(b).as_slice());
-        repeated(calls, s.dense_layers as f64)
-    }
-
-    /// Calls of the stage's multi-token-prediction modules (none without them).
-    fn mtp_calls<'a>(
-        &'a self,
-        s: &Stage,
-        part: impl Fn(&'a Block) -> &'a Vec<Call>,
-    ) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
-        let calls: &[Call] = self.mtp.as_ref().map_or(&[], |b| part(b).as_slice());
-        repeated(calls, s.mtp_layers as f64)
     }
 
     fn sends(&self, n: u64) -> impl Iterator<Item = (&Call, f64)> {

@@ -852,14 +852,18 @@ fn expert_capacity_cuts_or_pads_the_busiest_experts_load() {
         err(&with(1.0, None, true)),
         LayoutError::PadWithoutCapacity
     ));
-    let dense = Arch::resolve("llama2-7b").unwrap();
-    let on_dense = ParallelSpec {
+    dense_refuses(ParallelSpec {
         moe_capacity_factor: Some(1.0),
         ..spec(1, 1, 8, 1, 4)
-    };
+    });
+}
+
+/// An expert setting on a dense model (llama2-7b) is refused as such.
+fn dense_refuses(s: ParallelSpec) {
+    let dense = Arch::resolve("llama2-7b").unwrap();
     assert!(matches!(
-        Layout::new(&on_dense, &dense, &c),
-        Err(LayoutError::ExpertsOnDenseModel { .. })
+        Layout::new(&s, &dense, &cluster()),
+        Err(crate::error::LayoutError::ExpertsOnDenseModel { .. })
     ));
 }
 
@@ -918,23 +922,19 @@ fn expert_tensor_parallelism_folds_experts_over_the_tensor_parallel_ranks() {
         Layout::new(&layout_of(Some(3)), &arch, &c),
         Err(LayoutError::EtpNotDivisible { .. })
     ));
-    let dense = Arch::resolve("llama2-7b").unwrap();
     let with_etp = |etp| ParallelSpec {
         etp: Some(etp),
         ..spec(2, 1, 4, 1, 4)
     };
+    let dense = Arch::resolve("llama2-7b").unwrap();
     assert!(Layout::new(&with_etp(2), &dense, &c).is_ok());
-    assert!(matches!(
-        Layout::new(&with_etp(1), &dense, &c),
-        Err(LayoutError::ExpertsOnDenseModel { .. })
-    ));
+    dense_refuses(with_etp(1));
 }
 
 /// The expert all-to-all beside the compute (`--moe-a2a-overlap`): only what the compute
 /// cannot cover stays exposed, still as expert-parallel time.
 #[test]
 fn overlapped_all_to_alls_expose_only_their_excess() {
-    use crate::error::LayoutError;
     let c = cluster();
     let arch = crate::workload::presets::mixtral_8x7b();
     let run = |overlap: bool| {
@@ -962,13 +962,8 @@ fn overlapped_all_to_alls_expose_only_their_excess() {
         ep(&exposed)
     );
     assert!(beside.metrics.step_time_s < exposed.metrics.step_time_s);
-    let dense = Arch::resolve("llama2-7b").unwrap();
-    let on_dense = ParallelSpec {
+    dense_refuses(ParallelSpec {
         moe_a2a_overlap: Some(true),
         ..spec(1, 1, 8, 1, 4)
-    };
-    assert!(matches!(
-        Layout::new(&on_dense, &dense, &c),
-        Err(LayoutError::ExpertsOnDenseModel { .. })
-    ));
+    });
 }

@@ -331,7 +331,7 @@ impl Reader {
             probes_us: e.probes_us.clone(),
         };
         let probes_ok = e.probes_us.is_empty()
-            || (e.probes_us.len() == model.probe_shapes().len()
+            || (e.probes_us.len() == model.probe_count()
                 && e.probes_us.iter().all(|t| t.is_finite() && *t > 0.0));
         if !probes_ok {
             return Err(bad(

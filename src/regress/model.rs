@@ -265,7 +265,7 @@ impl TrainedModel {
     /// `PROBES_PER_LAYOUT` message sizes spread evenly in log₂ over the sizes it measured
     /// (empty for other kinds).
     pub fn probe_shapes(&self) -> Vec<CollectiveShape> {
-        if self.key.op.family() != ShapeFamily::Collective {
+        if self.probe_count() == 0 {
             return Vec::new();
         }
         let Some(&[lo, hi]) = self.feature_ranges.get(COLLECTIVE_LOG2_BYTES) else {
@@ -284,15 +284,25 @@ impl TrainedModel {
             .collect()
     }
 
+    /// How many calls `probe_shapes` lists.
+    pub fn probe_count(&self) -> usize {
+        let collective = self.key.op.family() == ShapeFamily::Collective
+            && self.feature_ranges.len() > COLLECTIVE_LOG2_BYTES;
+        if collective {
+            self.layouts.len() * PROBES_PER_LAYOUT
+        } else {
+            0
+        }
+    }
+
     /// The model's time at each of `probe_shapes`, µs: the table stored with the model (so a
     /// prediction does not walk a thousand-tree forest 8 × layouts times to calibrate one
     /// collective), or evaluated now for a file written without it.
     pub fn probe_times_us(&self) -> Cow<'_, [f64]> {
-        let shapes = self.probe_shapes();
-        if self.probes_us.len() == shapes.len() {
+        if self.probes_us.len() == self.probe_count() {
             return Cow::Borrowed(&self.probes_us);
         }
-        Cow::Owned(self.evaluate_probes(&shapes))
+        Cow::Owned(self.evaluate_probes(&self.probe_shapes()))
     }
 
     /// The model's time at each shape, evaluated from its trees (collective features and the

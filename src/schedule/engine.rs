@@ -778,6 +778,7 @@ mod tests {
                 param_gather: false,
                 p2p: false,
                 tp: false,
+                moe_a2a: false,
             },
             host: Default::default(),
             factors: 4,

@@ -519,6 +519,7 @@ mod tests {
                 param_gather: true,
                 p2p: false,
                 tp: false,
+                moe_a2a: false,
             },
             host: Default::default(),
             factors: 0,

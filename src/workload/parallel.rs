@@ -91,6 +91,9 @@ pub struct Overlap {
     /// Engine's userbuffers do (Megatron / NeMo `--tp-comm-overlap`): how much hides is the
     /// composer's result.
     pub tp: bool,
+    /// The expert all-to-alls beside the compute, only what it cannot cover exposed
+    /// (Megatron-Core's `--overlap-moe-expert-parallel-comm`).
+    pub moe_a2a: bool,
 }
 
 crate::named_enum!(
@@ -284,8 +287,6 @@ pub struct Layout {
     /// Expert capacity over the mean tokens per expert (none: dropless), and whether every
     /// expert's input is padded to it.
     pub moe_capacity: Option<(f64, bool)>,
-    /// The expert all-to-alls run beside the compute, only what it cannot cover exposed.
-    pub moe_a2a_overlap: bool,
     pub world: u64,
     pub micro_batch: u64,
     pub micro_batches: u64,
@@ -346,8 +347,7 @@ impl Layout {
         };
         let (ep, moe_imbalance) = check_experts(spec, arch, rules, [tp, cp, dp], etp)?;
         let moe_capacity = check_capacity(spec, arch)?;
-        let moe_a2a_overlap = spec.moe_a2a_overlap == Some(true);
-        if moe_a2a_overlap && arch.moe.is_none() {
+        if spec.moe_a2a_overlap == Some(true) && arch.moe.is_none() {
             return Err(LayoutError::ExpertsOnDenseModel {
                 model: arch.name.clone(),
             });
@@ -435,7 +435,6 @@ impl Layout {
             etp,
             moe_imbalance,
             moe_capacity,
-            moe_a2a_overlap,
             world,
             micro_batch,
             micro_batches,
@@ -817,6 +816,7 @@ fn overlap(
             Some(on) => on && tp > 1,
             None => false,
         },
+        moe_a2a: spec.moe_a2a_overlap == Some(true),
     })
 }
 
