@@ -21,7 +21,7 @@ use crate::plan::Plan;
 use crate::predict::cost::CostModel;
 use crate::predict::{compose_step, estimate, runtime_for, StepMetrics};
 use crate::workload::parallel::divisors;
-use crate::workload::{Arch, Layout, ParallelSpec, Recompute, Schedule};
+use crate::workload::{Arch, ExpertRouting, Layout, ParallelSpec, Recompute, Schedule};
 
 /// The values each dimension may take (`None`: every sensible value).
 #[derive(Debug, Clone)]
@@ -34,6 +34,11 @@ pub struct SearchSpace {
     /// Expert-parallel degrees (`None`: 1 for a dense model; for a mixture of experts every
     /// power of two dividing the experts).
     pub ep: Option<Vec<u64>>,
+    /// Expert-tensor-parallel degrees (`None`: tp, and for a mixture of experts also 1, whole
+    /// experts on every rank, as NVIDIA's MoE recipes run).
+    pub etp: Option<Vec<u64>>,
+    /// Expert all-to-alls beside the compute or not (tried only with ep > 1).
+    pub moe_a2a_overlap: Vec<bool>,
     pub micro_batch: Vec<u64>,
     pub schedules: Vec<Schedule>,
     pub recompute: Vec<Recompute>,
@@ -52,6 +57,7 @@ impl SearchSpace {
             ("--pp", &self.pp),
             ("--cp", &self.cp),
             ("--ep", &self.ep),
+            ("--etp", &self.etp),
         ] {
             for &v in values.iter().flatten() {
                 if v == 0 || !gpus.is_multiple_of(v) {
@@ -89,6 +95,7 @@ impl SearchSpace {
             ("--recompute", self.recompute.is_empty()),
             ("--sequence-parallel", self.sequence_parallel.is_empty()),
             ("--zero", self.zero.is_empty()),
+            ("--moe-a2a-overlap", self.moe_a2a_overlap.is_empty()),
         ] {
             if empty {
                 return bad(format!("{flag} lists nothing: give at least one value"));
@@ -105,6 +112,8 @@ impl Default for SearchSpace {
             pp: None,
             cp: None,
             ep: None,
+            etp: None,
+            moe_a2a_overlap: vec![false],
             micro_batch: vec![1, 2, 4, 8],
             schedules: vec![Schedule::OneFOneB, Schedule::Interleaved, Schedule::ZbH1],
             recompute: vec![Recompute::None, Recompute::Selective, Recompute::Full],
@@ -180,6 +189,8 @@ pub struct SearchRequest<'a> {
     pub allow_at_risk: bool,
     pub objective: Objective,
     pub run: Option<RunSpec>,
+    /// Per-layer expert routing every layout is costed at (its loads follow each ep).
+    pub routing: Option<&'a ExpertRouting>,
 }
 
 crate::named_enum!(
@@ -296,9 +307,25 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
             for ((&vpp, &recompute), &sp) in
                 product(chunks, &s.recompute).flat_map(|vr| sps.clone().map(move |sp| (vr, sp)))
             {
-                for (&zero, &ep) in product(&s.zero, &eps) {
+                let etps: Vec<u64> = match (&req.arch.moe, &s.etp) {
+                    (None, _) => vec![tp],
+                    (Some(_), Some(list)) => list.clone(),
+                    (Some(_), None) if tp > 1 => vec![tp, 1],
+                    (Some(_), None) => vec![1],
+                };
+                let experts = product(&eps, &etps).flat_map(|(&ep, &etp)| {
+                    let overlaps: &[bool] = if ep > 1 { &s.moe_a2a_overlap } else { &[false] };
+                    overlaps.iter().map(move |&o| (ep, etp, o))
+                });
+                for (&zero, (ep, etp, overlap)) in s
+                    .zero
+                    .iter()
+                    .flat_map(|z| experts.clone().map(move |e| (z, e)))
+                {
                     out.push(ParallelSpec {
                         ep: (ep > 1).then_some(ep),
+                        etp: (etp != tp).then_some(etp),
+                        moe_a2a_overlap: overlap.then_some(true),
                         tp: Some(tp),
                         pp: Some(pp),
                         dp: Some(dp),
@@ -328,6 +355,9 @@ fn product<'a, A, B>(a: &'a [A], b: &'a [B]) -> impl Iterator<Item = (&'a A, &'a
 fn not_worth_it(layout: &Layout, cluster: &Cluster) -> Option<&'static str> {
     if layout.tp > cluster.spec.gpus_per_node as u64 {
         return Some("tp > GPUs per node");
+    }
+    if layout.etp > cluster.spec.gpus_per_node as u64 {
+        return Some("etp > GPUs per node");
     }
     if layout.micro_batches < layout.pp {
         return Some("fewer micro-batches than pp");
@@ -420,11 +450,28 @@ pub fn search_watched(
             .into());
         }
     }
+    // a routing file that does not fit the model fails here, not as every layout pruned
+    if let Some(routing) = req.routing {
+        let Some(moe) = &req.arch.moe else {
+            return Err(crate::error::LayoutError::ExpertsOnDenseModel {
+                model: req.arch.name.clone(),
+            }
+            .into());
+        };
+        if let Some(value) = req.base.moe_imbalance.filter(|&f| f != 1.0) {
+            return Err(crate::error::LayoutError::RoutingWithImbalance { value }.into());
+        }
+        routing.loads(moe, req.arch.layers, 1, None)?;
+    }
     let candidates = enumerate(req);
     let mut pruned: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut survivors = Vec::new();
     for spec in &candidates {
-        match Layout::new(spec, req.arch, req.cluster) {
+        let layout = Layout::new(spec, req.arch, req.cluster).and_then(|l| match req.routing {
+            Some(r) => l.with_routing(r, req.arch),
+            None => Ok(l),
+        });
+        match layout {
             Err(e) => *pruned.entry(e.rule()).or_default() += 1,
             Ok(layout) => match not_worth_it(&layout, req.cluster) {
                 Some(rule) => *pruned.entry(rule).or_default() += 1,
@@ -481,6 +528,7 @@ mod tests {
             allow_at_risk: false,
             objective: Objective::Step,
             run: None,
+            routing: None,
         }
     }
 
@@ -546,6 +594,57 @@ mod tests {
         req.space.cp = None;
         let r = search(&req, &cost).unwrap();
         assert!(r.rows.iter().all(|row| row.layout.cp == 1));
+    }
+
+    #[test]
+    fn a_mixture_explores_expert_layouts_at_its_routing() {
+        let c = cluster();
+        let arch = crate::workload::presets::mixtral_8x7b();
+        let cost = CostModel::new(&c, None);
+        let mut req = request(&arch, &c, 32, 64);
+        req.space.micro_batch = vec![1];
+        req.space.zero = vec![1];
+        req.space.schedules = vec![Schedule::OneFOneB];
+        req.space.recompute = vec![Recompute::None];
+        req.space.moe_a2a_overlap = vec![false, true];
+        let layouts = |r: &SearchReport| -> Vec<Layout> {
+            r.rows
+                .iter()
+                .filter(|r| r.status == Status::Predicted)
+                .map(|r| r.layout.clone())
+                .collect()
+        };
+        let plain = layouts(&search(&req, &cost).unwrap());
+        assert!(plain.iter().any(|l| l.ep == 8 && l.overlap.moe_a2a));
+        assert!(plain.iter().any(|l| l.tp > 1 && l.etp == 1));
+        assert!(plain.iter().any(|l| l.tp > 1 && l.etp == l.tp));
+        assert!(plain.iter().all(|l| l.ep > 1 || !l.overlap.moe_a2a));
+        // expert 0 gets 21 tokens in every layer, the others 13: 1.5 × the mean with one
+        // expert per rank, nothing with all on one
+        let mut csv = String::from("layer,expert,tokens\n");
+        for l in 0..32 {
+            for e in 0..8 {
+                csv += &format!("{l},{e},{}\n", if e == 0 { 21 } else { 13 });
+            }
+        }
+        let path = std::path::Path::new("r.csv");
+        let routing = ExpertRouting::parse(path, csv.as_bytes()).unwrap();
+        req.routing = Some(&routing);
+        let routed = layouts(&search(&req, &cost).unwrap());
+        // (more routed activations: some layouts no longer fit)
+        assert!(!routed.is_empty() && routed.len() <= plain.len());
+        for l in &routed {
+            let expected = match l.ep {
+                1 => 1.0,
+                8 => 1.5,
+                _ => continue,
+            };
+            assert!(l.layer_loads.iter().all(|&f| f == expected), "{l:?}");
+        }
+        // a file that does not fit the model fails the search, not every layout
+        let short = ExpertRouting::parse(path, b"layer,imbalance\n0,1.2\n").unwrap();
+        req.routing = Some(&short);
+        assert!(search(&req, &cost).is_err());
     }
 
     #[test]

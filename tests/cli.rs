@@ -1098,6 +1098,56 @@ fn a_mixture_of_experts_from_its_config_with_expert_parallelism_and_imbalance() 
     );
 }
 
+/// A routing file from flags or a job file (relative to it): the header line shows the
+/// per-layer loads it gives for the layout's ep, and a skew of 1.5 in every layer with one
+/// expert per rank predicts what `--moe-imbalance 1.5` does.
+#[test]
+fn a_routing_file_gives_each_layer_its_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut csv = String::from("# tokens per expert from a run\nlayer,expert,tokens\n");
+    for l in 0..32 {
+        for e in 0..8 {
+            csv += &format!("{l},{e},{}\n", if e == 0 { 21 } else { 13 });
+        }
+    }
+    fs::write(tmp.path().join("routing.csv"), csv).unwrap();
+    let model = std::path::PathBuf::from(repo("tests/data/mixtral-8x7b.yaml"));
+    let job = tmp.path().join("job.yaml");
+    fs::write(
+        &job,
+        format!(
+            "cluster: dgx-h100\nmodel: {}\nmoe_routing: routing.csv\nparallel: {{dp: 8, ep: 8, \
+             micro_batch: 1, global_batch: 64}}\n",
+            model.display()
+        ),
+    )
+    .unwrap();
+    let step = |args: &[&str]| -> (f64, String) {
+        let out = stepcast(&[&["predict"], args].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        let out = stepcast(&[&["predict", "--json"], args].concat());
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        (v["step_time_s"].as_f64().unwrap(), text)
+    };
+    let (routed, text) = step(&["--job", s(&job)]);
+    assert!(
+        text.contains("ep 8 (busiest rank's load 1.50–1.50, mean 1.50, from"),
+        "{text}"
+    );
+    let mut flags = vec!["--cluster", "dgx-h100", "--model", s(&model)];
+    flags.extend("--dp 8 --ep 8 --micro-batch 1 --global-batch 64".split(' '));
+    let routing = tmp.path().join("routing.csv");
+    let (flag, _) = step(&[&flags[..], &["--moe-routing", s(&routing)]].concat());
+    let imbalance = step(&[&flags[..], &["--moe-imbalance", "1.5"]].concat()).0;
+    assert_eq!(routed, flag);
+    assert_eq!(routed, imbalance);
+    // ep 4 averages expert 0 with expert 1 on its rank: a lighter load
+    let (ep4, text) = step(&["--job", s(&job), "--ep", "4"]);
+    assert!(text.contains("load 1.21–1.21"), "{text}");
+    assert!(ep4 < routed);
+}
+
 /// Llama 3.1 405B split as NVIDIA's recipe does (the embedding and the loss each take a layer's
 /// place) from flags or a job file, and exported with Megatron's and NeMo's own switches.
 #[test]

@@ -55,6 +55,11 @@ pub struct JobArgs {
     /// Router imbalance: the busiest expert's tokens over the mean (1 = balanced) [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub moe_imbalance: Option<f64>,
+    /// Router load per layer from a run: a CSV of layer,expert,tokens (tokens each expert
+    /// received) or layer,imbalance; the busiest expert-parallel rank's load follows for the
+    /// layout's ep (see the README's "Expert routing file").
+    #[arg(long, value_name = "CSV")]
+    pub moe_routing: Option<PathBuf>,
     /// Expert capacity over the mean tokens per expert; tokens beyond it are dropped
     /// (Megatron's --moe-expert-capacity-factor) [default: dropless].
     #[arg(long, allow_negative_numbers = true)]
@@ -142,6 +147,8 @@ struct JobFile {
     /// Nodes the job may use (overrides the cluster file's count).
     nodes: Option<i64>,
     model: Option<String>,
+    /// A routing CSV (tokens per expert per layer) for a mixture of experts.
+    moe_routing: Option<PathBuf>,
     #[serde(default)]
     parallel: ParallelSpec,
 }
@@ -254,7 +261,15 @@ impl JobArgs {
             cluster = cluster.with_nodes(nodes)?;
         }
         let arch = Arch::resolve(&model)?;
-        let layout = Layout::new(&spec, &arch, &cluster)?;
+        let mut layout = Layout::new(&spec, &arch, &cluster)?;
+        let routing_path = self
+            .moe_routing
+            .clone()
+            .or_else(|| job.moe_routing.as_ref().map(|p| job_dir.join(p)));
+        if let Some(path) = &routing_path {
+            let routing = stepcast::workload::ExpertRouting::load(path)?;
+            layout = layout.with_routing(&routing, &arch)?;
+        }
         let mut notes = Vec::new();
         if model.ends_with(".json") && spec.seq_len.is_none() {
             notes.push(format!(
@@ -270,6 +285,11 @@ impl JobArgs {
             .collect();
         inputs.push(super::stamp::cluster(&cluster));
         inputs.push(super::stamp::architecture(&model));
+        inputs.extend(
+            routing_path
+                .iter()
+                .map(|p| super::stamp::file("moe routing", p)),
+        );
         Ok(Job {
             cluster,
             arch,
@@ -362,7 +382,22 @@ pub fn describe(job: &Job) -> String {
         extra += &format!(" · cp {} ({})", l.cp, l.cp_comm);
     }
     if job.arch.moe.is_some() {
-        extra += &format!(" · ep {} (imbalance {})", l.ep, l.moe_imbalance);
+        extra += &match &l.routing_file {
+            Some(file) => {
+                let dense = job.arch.dense_layers() as usize;
+                let routed = &l.layer_loads[dense.min(l.layer_loads.len())..];
+                let (low, high) = routed
+                    .iter()
+                    .fold((f64::MAX, 0.0f64), |(a, b), &f| (a.min(f), b.max(f)));
+                let mean = routed.iter().sum::<f64>() / routed.len().max(1) as f64;
+                format!(
+                    " · ep {} (busiest rank's load {low:.2}–{high:.2}, mean {mean:.2}, from {})",
+                    l.ep,
+                    file.display()
+                )
+            }
+            None => format!(" · ep {} (imbalance {})", l.ep, l.moe_imbalance),
+        };
     }
     let notes: String = job
         .notes

@@ -54,9 +54,20 @@ pub struct SearchArgs {
     /// the experts].
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub ep: Option<Vec<u64>>,
+    /// Expert-tensor-parallel degrees to try for a mixture of experts [tp, and 1].
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    pub etp: Option<Vec<u64>>,
     /// Router imbalance every layout is costed at (busiest expert's tokens over the mean).
     #[arg(long, allow_negative_numbers = true)]
     pub moe_imbalance: Option<f64>,
+    /// Per-layer expert routing from a run (layer,expert,tokens CSV): each layout's load
+    /// follows its ep.
+    #[arg(long, value_name = "CSV")]
+    pub moe_routing: Option<PathBuf>,
+    /// Expert all-to-alls beside the compute: the values to try (with ep > 1), e.g.
+    /// false,true.
+    #[arg(long, value_delimiter = ',', default_value = "false")]
+    pub moe_a2a_overlap: Vec<bool>,
     /// Micro-batch sizes to try.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub micro_batch: Vec<u64>,
@@ -125,6 +136,8 @@ struct CsvRow<'a> {
     tp: u64,
     cp: u64,
     ep: u64,
+    etp: u64,
+    moe_a2a_overlap: bool,
     pp: u64,
     dp: u64,
     micro_batch: u64,
@@ -146,6 +159,23 @@ struct CsvRow<'a> {
     end_to_end_s: Option<f64>,
     checkpoint_interval: Option<u64>,
     checkpoint_save_s: Option<f64>,
+}
+
+/// The ep cell: the degree, with expert tensor parallelism other than tp and the all-to-all
+/// overlap when set.
+fn expert_cell(l: &stepcast::workload::Layout) -> String {
+    let mut notes = Vec::new();
+    if l.etp != l.tp {
+        notes.push(format!("etp {}", l.etp));
+    }
+    if l.overlap.moe_a2a {
+        notes.push("a2a overlap".to_string());
+    }
+    if notes.is_empty() {
+        l.ep.to_string()
+    } else {
+        format!("{} ({})", l.ep, notes.join(", "))
+    }
 }
 
 fn recompute_name(r: Recompute) -> &'static str {
@@ -174,6 +204,8 @@ fn write_csv(path: &std::path::Path, report: &SearchReport) -> anyhow::Result<()
                 tp: r.layout.tp,
                 cp: r.layout.cp,
                 ep: r.layout.ep,
+                etp: r.layout.etp,
+                moe_a2a_overlap: r.layout.overlap.moe_a2a,
                 pp: r.layout.pp,
                 dp: r.layout.dp,
                 micro_batch: r.layout.micro_batch,
@@ -221,8 +253,17 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if r.layout.ep > 1 {
         cmd += &format!(" --ep {}", r.layout.ep);
     }
+    if r.layout.etp != r.layout.tp {
+        cmd += &format!(" --etp {}", r.layout.etp);
+    }
+    if r.layout.overlap.moe_a2a {
+        cmd += " --moe-a2a-overlap";
+    }
     if let Some(f) = args.moe_imbalance {
         cmd += &format!(" --moe-imbalance {f}");
+    }
+    if let Some(path) = &args.moe_routing {
+        cmd += &format!(" --moe-routing {}", path.display());
     }
     if r.layout.vpp > 1 {
         cmd += &format!(" --vpp {}", r.layout.vpp);
@@ -268,6 +309,13 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         super::stamp::architecture(&args.model),
     ];
     inputs.extend(models.as_ref().map(super::stamp::models));
+    let routing = match &args.moe_routing {
+        Some(path) => {
+            inputs.push(super::stamp::file("moe routing", path));
+            Some(stepcast::workload::ExpertRouting::load(path)?)
+        }
+        None => None,
+    };
     let cost =
         CostModel::new(&cluster, models).with_transfer(super::layout::open_transfer(&cluster)?);
     let cost = if args.no_calibration {
@@ -293,6 +341,8 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
             pp: args.pp.clone(),
             cp: args.cp.clone(),
             ep: args.ep.clone(),
+            etp: args.etp.clone(),
+            moe_a2a_overlap: args.moe_a2a_overlap.clone(),
             micro_batch: args.micro_batch.clone(),
             schedules: args.schedule.clone(),
             recompute: args.recompute.clone(),
@@ -303,6 +353,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         allow_at_risk: args.allow_at_risk,
         objective: args.objective,
         run: run_spec,
+        routing: routing.as_ref(),
     };
     let bar = super::output::Bar::new();
     let report = search_watched(&req, &cost, &bar);
@@ -458,7 +509,7 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
             (i + 1).to_string(),
             r.layout.tp.to_string(),
             r.layout.cp.to_string(),
-            r.layout.ep.to_string(),
+            expert_cell(&r.layout),
             r.layout.pp.to_string(),
             r.layout.dp.to_string(),
             r.layout.micro_batch.to_string(),

@@ -183,7 +183,9 @@ pub enum LayoutError {
     CpUnderPaperRules,
 
     #[error(
-        "{model} has no experts: drop --ep and --moe-imbalance, or give a mixture-of-experts model"
+        "{model} has no experts: drop the expert settings (--ep, --etp, --moe-imbalance, \
+         --moe-routing, --moe-capacity-factor, --moe-a2a-overlap), or give a mixture-of-experts \
+         model"
     )]
     ExpertsOnDenseModel { model: String },
 
@@ -209,6 +211,19 @@ pub enum LayoutError {
          (balanced) and {max} (experts / top-k: every token to the same experts)"
     )]
     Imbalance { value: f64, max: f64 },
+
+    /// A routing file that does not fit the model.
+    #[error("{}: {message}", .path.display())]
+    Routing {
+        path: std::path::PathBuf,
+        message: String,
+    },
+
+    #[error(
+        "--moe-imbalance {value} and a routing file both give the router's skew: keep one \
+         (the file's per-layer counts, or one number for every layer)"
+    )]
+    RoutingWithImbalance { value: f64 },
 
     #[error(
         "moe-capacity-factor = {value}: give the expert capacity over the mean tokens per \
@@ -287,6 +302,8 @@ impl LayoutError {
             | ExpertsUnderPaperRules
             | ExpertsWithFsdp
             | Imbalance { .. }
+            | Routing { .. }
+            | RoutingWithImbalance { .. }
             | Capacity { .. }
             | PadWithoutCapacity
             | EtpNotDivisible { .. } => "expert settings the model or rules cannot take",

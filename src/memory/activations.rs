@@ -42,6 +42,11 @@ fn sbh(arch: &Arch, layout: &Layout) -> f64 {
 }
 
 pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
+    layer_at(arch, layout, layout.expert_load())
+}
+
+/// [`layer`] with the routed experts at router load `load` (a routing file's layer).
+pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     let (s, b) = (layout.local_seq_len() as f64, layout.micro_batch as f64);
     let t = layout.tp as f64;
     let h = sbh(arch, layout);
@@ -138,7 +143,7 @@ pub fn layer(arch: &Arch, layout: &Layout) -> LayerActivations {
         } else {
             s
         };
-        let routed = group_tokens * b * m.top_k as f64 * layout.expert_load();
+        let routed = group_tokens * b * m.top_k as f64 * load;
         let fe = m.expert_ffn as f64 / etp;
         add(
             "router probabilities (fp32)",

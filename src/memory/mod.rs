@@ -165,15 +165,27 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
     let split = layout.schedule.splits_backward();
     let mut chunk_bytes = Vec::with_capacity(placement.len());
     let mut chunk_w = Vec::with_capacity(placement.len());
+    // a routing file's layers keep their own load's routed activations
+    let loaded: Vec<(f64, f64)> = plan
+        .loaded_layers
+        .iter()
+        .map(|l| {
+            let a = activations::layer_at(arch, layout, l.load);
+            (a.total(), a.for_weight_grad)
+        })
+        .collect();
     for (vs, chunk) in plan.chunks.iter().enumerate() {
         let dense = chunk.dense_layers as f64;
-        let n = (chunk.layers - chunk.dense_layers) as f64;
+        let n = chunk.layout_load_layers() as f64;
+        let (loaded_bytes, loaded_w) = chunk.loaded.iter().fold((0.0, 0.0), |(b, w), &(i, k)| {
+            (b + k as f64 * loaded[i].0, w + k as f64 * loaded[i].1)
+        });
         let extra = if vs == 0 { emb } else { 0.0 } + if vs == last { head } else { 0.0 };
         // a multi-token-prediction module keeps a layer's activations and its own logits
         let mtp = chunk.mtp_layers as f64 * (per_layer + head);
-        chunk_bytes.push(n * per_layer + dense * dense_bytes + extra + mtp);
+        chunk_bytes.push(n * per_layer + loaded_bytes + dense * dense_bytes + extra + mtp);
         chunk_w.push(if split {
-            n * layer.for_weight_grad + dense * dense_w
+            n * layer.for_weight_grad + loaded_w + dense * dense_w
         } else {
             0.0
         });

@@ -22,6 +22,7 @@ use crate::workload::{
 };
 
 /// The sizes one rank works with.
+#[derive(Clone)]
 pub(super) struct Dims {
     b: u64,
     s: u64,
@@ -96,6 +97,14 @@ impl Dims {
             sequence_parallel: layout.sequence_parallel,
             rules: layout.rules,
             groups,
+        }
+    }
+
+    /// The same sizes with the routed experts at another router load.
+    pub(super) fn at_load(&self, load: f64) -> Dims {
+        Dims {
+            imbalance: load,
+            ..self.clone()
         }
     }
 

@@ -71,6 +71,19 @@ pub struct Block {
     pub expert_tensors: u64,
 }
 
+/// A mixture's layer whose router load differs from the layout's (a routing file's layers),
+/// built once per distinct load.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadedLayer {
+    /// The busiest expert-parallel rank's routed tokens over the mean, to 1 %.
+    pub load: f64,
+    /// The layer at that load.
+    pub block: Block,
+}
+
+/// Routed layers that run a [`LoadedLayer`]: (its index in `Plan::loaded_layers`, layers).
+pub type LoadedCounts = Vec<(usize, u64)>;
+
 /// A model chunk (virtual stage): where it runs and what it holds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Chunk {
@@ -82,6 +95,9 @@ pub struct Chunk {
     pub layers: u64,
     /// Of those, a mixture's dense layers (its first `dense_layers`; 0 for a dense model).
     pub dense_layers: u64,
+    /// Of those, routed layers at another router load than the layout's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loaded: LoadedCounts,
     /// Multi-token-prediction modules it runs after the head (the last chunk's).
     pub mtp_layers: u64,
     /// Holds the embedding (the model's first chunk) / the head (its last).
@@ -105,6 +121,9 @@ pub struct Stage {
     pub layers: u64,
     /// Of those, a mixture's dense layers.
     pub dense_layers: u64,
+    /// Of those, routed layers at another router load than the layout's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loaded: LoadedCounts,
     /// Multi-token-prediction modules on the rank.
     pub mtp_layers: u64,
     /// Parameters held by one GPU of the rank, routed experts not included.
@@ -138,6 +157,9 @@ pub struct Plan {
     pub layer: Block,
     /// A mixture's dense layer (DeepSeek's first layers), when it has any.
     pub dense_layer: Option<Block>,
+    /// A mixture's layer at each other router load a routing file gives (empty without one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loaded_layers: Vec<LoadedLayer>,
     /// Final norm, LM head and loss.
     pub head: Block,
     /// One multi-token-prediction module, when the layout trains any.
@@ -201,7 +223,11 @@ impl Plan {
                 Class::PpComm,
             )
         });
-        let chunks = stage::chunks(arch, layout);
+        let mut chunks = stage::chunks(arch, layout);
+        let loaded_layers = route_layers(&mut chunks, layout, |load| {
+            let dims = dims.at_load(load);
+            layer::layer_block(&mut b, arch, layout, &dims, fsdp, false)
+        });
         let blocks = stage::Blocks {
             embedding: &embedding,
             layer: &layer_block,
@@ -215,6 +241,7 @@ impl Plan {
             embedding,
             layer: layer_block,
             dense_layer,
+            loaded_layers,
             head,
             mtp,
             send,
@@ -230,15 +257,24 @@ impl Plan {
         &self.queries[call.query as usize]
     }
 
+    /// Layers of `loaded` at their loads, each call of `part` of their block that many times.
+    fn loaded<'a>(
+        &'a self,
+        loaded: &'a LoadedCounts,
+        part: impl Fn(&'a Block) -> &'a Vec<Call> + 'a,
+    ) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
+        loaded
+            .iter()
+            .flat_map(move |&(i, n)| repeated(part(&self.loaded_layers[i].block), n as f64))
+    }
+
     /// One micro-batch's forward on a stage, all its chunks: each call with how many times
     /// it runs (its own count not included).
     pub fn stage_fwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
         when(s.embedding, &self.embedding.fwd)
             .chain(optional(&self.dense_layer, s.dense_layers, |b| &b.fwd))
-            .chain(repeated(
-                &self.layer.fwd,
-                (s.layers - s.dense_layers) as f64,
-            ))
+            .chain(repeated(&self.layer.fwd, s.layout_load_layers() as f64))
+            .chain(self.loaded(&s.loaded, |b| &b.fwd))
             .chain(when(s.head, &self.head.fwd))
             .chain(optional(&self.mtp, s.mtp_layers, |b| &b.fwd))
             .chain(self.sends(s.sends_fwd))
@@ -246,12 +282,14 @@ impl Plan {
 
     /// One micro-batch's backward on a stage, recomputation included.
     pub fn stage_bwd<'a>(&'a self, s: &'a Stage) -> impl Iterator<Item = (&'a Call, f64)> + 'a {
-        let experts = (s.layers - s.dense_layers) as f64;
+        let experts = s.layout_load_layers() as f64;
         optional(&self.mtp, s.mtp_layers, |b| &b.bwd)
             .chain(optional(&self.mtp, s.mtp_layers, |b| &b.recompute))
             .chain(when(s.head, &self.head.bwd))
             .chain(repeated(&self.layer.bwd, experts))
             .chain(repeated(&self.layer.recompute, experts))
+            .chain(self.loaded(&s.loaded, |b| &b.bwd))
+            .chain(self.loaded(&s.loaded, |b| &b.recompute))
             .chain(optional(&self.dense_layer, s.dense_layers, |b| &b.bwd))
             .chain(optional(&self.dense_layer, s.dense_layers, |b| {
                 &b.recompute
@@ -271,6 +309,65 @@ impl Plan {
     pub fn pp(&self) -> usize {
         self.stages.len()
     }
+}
+
+/// Routed layers counted once per layer and load, for the plain layer's count.
+fn loaded_layers(loaded: &LoadedCounts) -> u64 {
+    loaded.iter().map(|&(_, n)| n).sum()
+}
+
+impl Chunk {
+    /// Routed (or dense-model) layers at the layout's load: `Plan::layer`'s.
+    pub fn layout_load_layers(&self) -> u64 {
+        self.layers - self.dense_layers - loaded_layers(&self.loaded)
+    }
+}
+
+impl Stage {
+    /// Routed (or dense-model) layers at the layout's load: `Plan::layer`'s.
+    pub fn layout_load_layers(&self) -> u64 {
+        self.layers - self.dense_layers - loaded_layers(&self.loaded)
+    }
+}
+
+/// With a routing file's per-layer loads, each chunk's routed layers whose load (to 1 %)
+/// differs from the layout's: one block per distinct load, built by `build`, the counts on
+/// the chunks. Nothing without a routing file.
+fn route_layers(
+    chunks: &mut [Chunk],
+    layout: &Layout,
+    mut build: impl FnMut(f64) -> Block,
+) -> Vec<LoadedLayer> {
+    let mut loaded: Vec<LoadedLayer> = Vec::new();
+    if layout.layer_loads.is_empty() {
+        return loaded;
+    }
+    let to_percent = |f: f64| (f * 100.0).round() / 100.0;
+    let plain = to_percent(layout.expert_load());
+    for chunk in chunks {
+        let routed = chunk.first_layer + chunk.dense_layers..chunk.first_layer + chunk.layers;
+        for layer in routed {
+            let load = to_percent(layout.layer_load(layer));
+            if load == plain {
+                continue;
+            }
+            let i = match loaded.iter().position(|l| l.load == load) {
+                Some(i) => i,
+                None => {
+                    loaded.push(LoadedLayer {
+                        load,
+                        block: build(load),
+                    });
+                    loaded.len() - 1
+                }
+            };
+            match chunk.loaded.iter_mut().find(|(j, _)| *j == i) {
+                Some((_, n)) => *n += 1,
+                None => chunk.loaded.push((i, 1)),
+            }
+        }
+    }
+    loaded
 }
 
 /// Interns queries while the blocks are built.

@@ -64,6 +64,7 @@ pub(super) fn chunks(arch: &Arch, layout: &Layout) -> Vec<Chunk> {
                 layers,
                 // the model's first `dense` layers, wherever they fall
                 dense_layers: dense.saturating_sub(first_layer).min(layers),
+                loaded: Vec::new(),
                 mtp_layers: if vs + 1 == n { layout.mtp_layers } else { 0 },
                 embedding: vs == 0,
                 head: vs + 1 == n,
@@ -101,6 +102,13 @@ pub(super) fn stages(
             let head = mine().any(|c| c.head);
             let layers = layout.stage_layers[i];
             let dense_layers: u64 = mine().map(|c| c.dense_layers).sum();
+            let mut loaded: super::LoadedCounts = Vec::new();
+            for &(j, n) in mine().flat_map(|c| &c.loaded) {
+                match loaded.iter_mut().find(|(k, _)| *k == j) {
+                    Some((_, m)) => *m += n,
+                    None => loaded.push((j, n)),
+                }
+            }
             let sparse = layers - dense_layers;
             let (dense_params, dense_tensors) = blocks.dense_layer.map_or((0, 0), |d| {
                 (d.params * dense_layers, d.tensors * dense_layers)
@@ -144,6 +152,7 @@ pub(super) fn stages(
                 role,
                 layers,
                 dense_layers,
+                loaded,
                 mtp_layers,
                 params,
                 tensors,

@@ -79,9 +79,14 @@ impl Passes<'_> {
     }
 }
 
-/// Which blocks a chunk runs, in model order (a mixture's dense layers come first).
-fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 5] {
-    [
+/// Which blocks a chunk runs, in model order (a mixture's dense layers come first; routed
+/// layers at other loads than the layout's after those at it).
+fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> Vec<(SegmentKind, u64, &'p Block)> {
+    let loaded = chunk
+        .loaded
+        .iter()
+        .map(|&(i, n)| (SegmentKind::Layer, n, &plan.loaded_layers[i].block));
+    let mut blocks = vec![
         (
             SegmentKind::Embedding,
             chunk.embedding as u64,
@@ -92,11 +97,10 @@ fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 
             chunk.dense_layers,
             plan.dense_layer.as_ref().unwrap_or(&plan.layer),
         ),
-        (
-            SegmentKind::Layer,
-            chunk.layers - chunk.dense_layers,
-            &plan.layer,
-        ),
+        (SegmentKind::Layer, chunk.layout_load_layers(), &plan.layer),
+    ];
+    blocks.extend(loaded);
+    blocks.extend([
         (SegmentKind::Head, chunk.head as u64, &plan.head),
         // multi-token prediction after the head: its own layer, bridge and the shared head
         (
@@ -104,7 +108,8 @@ fn blocks<'p>(plan: &'p Plan, chunk: &Chunk) -> [(SegmentKind, u64, &'p Block); 
             chunk.mtp_layers,
             plan.mtp.as_ref().unwrap_or(&plan.head),
         ),
-    ]
+    ]);
+    blocks
 }
 
 /// A chunk's forward: embedding, layers, head.

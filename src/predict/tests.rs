@@ -858,6 +858,71 @@ fn expert_capacity_cuts_or_pads_the_busiest_experts_load() {
     });
 }
 
+/// A routing file costs each layer at its own load: balanced counts predict what a balanced
+/// router does; the same skew in every layer with one expert per rank predicts what that
+/// imbalance does; with two experts per rank the rank averages them; skew on one pipeline
+/// stage's layers slows the step more than the same mean spread over every layer.
+#[test]
+fn a_routing_file_costs_each_layer_at_its_own_load() {
+    use crate::workload::ExpertRouting;
+    let c = cluster();
+    let arch = crate::workload::presets::mixtral_8x7b();
+    let tokens = |per_expert: &dyn Fn(u64) -> u64| {
+        let mut csv = String::from("layer,expert,tokens\n");
+        for l in 0..arch.layers {
+            for e in 0..8 {
+                csv += &format!("{l},{e},{}\n", per_expert(e));
+            }
+        }
+        ExpertRouting::parse(std::path::Path::new("r.csv"), csv.as_bytes()).unwrap()
+    };
+    let routed = |s: &ParallelSpec, r: &ExpertRouting| {
+        let layout = Layout::new(s, &arch, &c)
+            .unwrap()
+            .with_routing(r, &arch)
+            .unwrap();
+        let cost = CostModel::new(&c, None);
+        let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).unwrap();
+        (layout, p.metrics.step_time_s)
+    };
+    let balanced = tokens(&|_| 100);
+    assert_eq!(
+        routed(&moe_spec(8, None), &balanced).1,
+        step(&arch, &moe_spec(8, None), &c).unwrap()
+    );
+    // expert 0 gets 21 tokens, the others 13: 21 over a mean of 14 = 1.5
+    let hot = tokens(&|e| if e == 0 { 21 } else { 13 });
+    let (layout, hot_step) = routed(&moe_spec(8, None), &hot);
+    assert_eq!(layout.layer_load(5), 1.5);
+    assert_eq!(hot_step, step(&arch, &moe_spec(8, Some(1.5)), &c).unwrap());
+    // ep 4: rank 0 holds experts 0 and 1, 34 tokens of 28 per rank
+    let (layout, ep4_step) = routed(&moe_spec(4, None), &hot);
+    assert!((layout.layer_load(5) - 34.0 / 28.0).abs() < 1e-12);
+    assert!(ep4_step < step(&arch, &moe_spec(4, Some(1.5)), &c).unwrap());
+    // pp 2: all the skew on the last stage's 16 layers, against its mean on every layer
+    let per_layer = |f: &dyn Fn(u64) -> f64| {
+        let mut csv = String::from("layer,imbalance\n");
+        for l in 0..arch.layers {
+            csv += &format!("{l},{}\n", f(l));
+        }
+        ExpertRouting::parse(std::path::Path::new("r.csv"), csv.as_bytes()).unwrap()
+    };
+    let pp2 = ParallelSpec {
+        pp: Some(2),
+        dp: Some(4),
+        ..moe_spec(4, None)
+    };
+    let late = per_layer(&|l| if l < 16 { 1.0 } else { 2.0 });
+    let even = per_layer(&|_| 1.5);
+    assert!(routed(&pp2, &late).1 > routed(&pp2, &even).1);
+    // a file and one imbalance for every layer are not both taken
+    let both = Layout::new(&moe_spec(8, Some(1.2)), &arch, &c).unwrap();
+    assert!(matches!(
+        both.with_routing(&hot, &arch),
+        Err(crate::error::LayoutError::RoutingWithImbalance { .. })
+    ));
+}
+
 /// An expert setting on a dense model (llama2-7b) is refused as such.
 fn dense_refuses(s: ParallelSpec) {
     let dense = Arch::resolve("llama2-7b").unwrap();

@@ -5,8 +5,10 @@ pub mod hf;
 pub mod parallel;
 pub mod presets;
 mod resolve;
+pub mod routing;
 
 pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, MlaSpec, MoeSpec, NormKind, Position};
 pub use parallel::{
     CpComm, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute, Rules, Schedule,
 };
+pub use routing::ExpertRouting;

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::arch::Arch;
+use super::routing::ExpertRouting;
 use crate::error::LayoutError;
 use crate::hardware::Cluster;
 use crate::limits::*;
@@ -287,6 +288,13 @@ pub struct Layout {
     /// Expert capacity over the mean tokens per expert (none: dropless), and whether every
     /// expert's input is padded to it.
     pub moe_capacity: Option<(f64, bool)>,
+    /// Per transformer layer, the busiest expert-parallel rank's load from a routing file
+    /// (empty: every layer at `expert_load()`); see [`Layout::with_routing`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layer_loads: Vec<f64>,
+    /// The routing file the loads came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing_file: Option<std::path::PathBuf>,
     pub world: u64,
     pub micro_batch: u64,
     pub micro_batches: u64,
@@ -435,6 +443,8 @@ impl Layout {
             etp,
             moe_imbalance,
             moe_capacity,
+            layer_loads: Vec::new(),
+            routing_file: None,
             world,
             micro_batch,
             micro_batches,
@@ -479,6 +489,37 @@ impl Layout {
             Some((capacity, false)) => self.moe_imbalance.min(capacity),
             Some((capacity, true)) => capacity,
         }
+    }
+
+    /// The layout with each layer's router load taken from a measured routing (a per-layer
+    /// histogram of tokens per expert) instead of one imbalance for every layer.
+    pub fn with_routing(
+        mut self,
+        routing: &ExpertRouting,
+        arch: &Arch,
+    ) -> Result<Layout, LayoutError> {
+        let Some(moe) = &arch.moe else {
+            return Err(LayoutError::ExpertsOnDenseModel {
+                model: arch.name.clone(),
+            });
+        };
+        if self.moe_imbalance != 1.0 {
+            return Err(LayoutError::RoutingWithImbalance {
+                value: self.moe_imbalance,
+            });
+        }
+        self.layer_loads = routing.loads(moe, arch.layers, self.ep, self.moe_capacity)?;
+        self.routing_file = Some(routing.path().to_path_buf());
+        Ok(self)
+    }
+
+    /// The busiest expert-parallel rank's routed tokens over the mean in transformer layer
+    /// `layer` (model order): the routing file's, else `expert_load()`.
+    pub fn layer_load(&self, layer: u64) -> f64 {
+        self.layer_loads
+            .get(layer as usize)
+            .copied()
+            .unwrap_or_else(|| self.expert_load())
     }
 
     /// Ranks that hold the same parameters and reduce their gradients together (and over which
