@@ -171,7 +171,10 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         ));
     }
     let split = l.pipeline_split;
-    if l.vpp > 1 && split.places() > 0 {
+    if let Some(layout) = &l.pipeline_layout {
+        // the layout string places every chunk itself (and implies vpp)
+        arg(format!("--pipeline-model-parallel-layout \"{layout}\""));
+    } else if l.vpp > 1 && split.places() > 0 {
         // the chunks are not all of one size: name their number, not their size
         arg(format!("--num-virtual-stages-per-pipeline-rank {}", l.vpp));
     } else if l.vpp > 1 {
@@ -187,7 +190,7 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         arg("--account-for-loss-in-pipeline-split".into());
     }
     match uneven_ends(&l.stage_layers) {
-        Some((first, last)) if split.places() == 0 => {
+        Some((first, last)) if split.places() == 0 && l.pipeline_layout.is_none() => {
             if let Some(f) = first {
                 arg(format!("--decoder-first-pipeline-num-layers {f}"));
             }
@@ -483,8 +486,14 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             set(&format!("model.config.{key}"), "True".into());
         }
     }
-    if let Some((first, last)) =
-        uneven_ends(&l.stage_layers).filter(|_| l.pipeline_split.places() == 0)
+    if let Some(layout) = &l.pipeline_layout {
+        set(
+            "model.config.pipeline_model_parallel_layout",
+            format!("\"{layout}\""),
+        );
+    }
+    if let Some((first, last)) = uneven_ends(&l.stage_layers)
+        .filter(|_| l.pipeline_split.places() == 0 && l.pipeline_layout.is_none())
     {
         if let Some(f) = first {
             set(

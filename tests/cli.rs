@@ -1220,6 +1220,38 @@ fn the_embedding_and_loss_can_count_as_layers_in_the_pipeline_split() {
         "{}",
         stdout(&out)
     );
+
+    // the same chunks as Megatron-Core's layout string, from a job file: the same step
+    let step = |args: &[&str]| -> f64 {
+        let out = stepcast(&[&["predict", "--json"], args].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        v["step_time_s"].as_f64().unwrap()
+    };
+    fs::write(
+        &job,
+        "cluster: dgx-h100\nmodel: llama3-405b\nparallel: {tp: 8, pp: 8, dp: 2, \
+         micro_batch: 1, global_batch: 64, sequence_parallel: true, \
+         pipeline_layout: \"Et|(tt|)*62tL\"}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        step(&["--job", s(&job)]),
+        step(&[&layout[..], &flags].concat())
+    );
+    let out = stepcast(&["predict", "--job", s(&job)]);
+    assert!(
+        stdout(&out).contains("pipeline layout \"Et|(tt|)*62tL\" [15, 16"),
+        "{}",
+        stdout(&out)
+    );
+    let out = stepcast(&["export", "--format", "megatron", "--job", s(&job)]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("--pipeline-model-parallel-layout \"Et|(tt|)*62tL\"")
+            && !text.contains("--num-virtual-stages-per-pipeline-rank"),
+        "{text}"
+    );
 }
 
 /// DeepSeek-V3 from its published config.json: predicted with expert parallelism and exported

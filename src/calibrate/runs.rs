@@ -22,7 +22,8 @@
 //! (`embedding`, `loss` or `embedding+loss`: what counts as a layer when the layers are split
 //! over pipeline chunks, as Megatron's `--account-for-…-in-pipeline-split`; default neither),
 //! `etp` (expert tensor parallelism, default tp), `moe_a2a_overlap` (true/false: expert
-//! all-to-alls beside the compute), `source`.
+//! all-to-alls beside the compute), `pipeline_layout` (Megatron-Core's layout string, e.g.
+//! `Et|(tt|)*30mL`: what each chunk holds), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -77,6 +78,8 @@ struct Row {
     etp: Option<u64>,
     #[serde(default)]
     moe_a2a_overlap: String,
+    #[serde(default)]
+    pipeline_layout: String,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -192,6 +195,8 @@ impl Row {
                 moe_a2a_overlap: Some(flag("moe_a2a_overlap", &self.moe_a2a_overlap)?),
                 account_for_embedding_in_pipeline_split: Some(split_embedding),
                 account_for_loss_in_pipeline_split: Some(split_loss),
+                pipeline_layout: Some(self.pipeline_layout.trim().to_string())
+                    .filter(|l| !l.is_empty()),
                 ..Default::default()
             },
             measured_s: self.measured_step_s,

@@ -182,6 +182,10 @@ struct RowLayout {
     moe_capacity: Option<(f64, bool)>,
     #[serde(default)]
     etp: Option<u64>,
+    #[serde(default)]
+    pipeline_layout: Option<String>,
+    #[serde(default)]
+    routing_file: Option<std::path::PathBuf>,
 }
 
 fn one() -> u64 {
@@ -285,11 +289,16 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         mtp_layers: Some(r.mtp_layers),
         moe_capacity_factor: r.moe_capacity.map(|(f, _)| f),
         moe_pad_to_capacity: r.moe_capacity.map(|(_, pad)| pad),
+        pipeline_layout: r.pipeline_layout,
     };
     let cluster = Cluster::load(&cluster_name)?;
     let arch = Arch::resolve(&model)?;
-    let layout = Layout::new(&spec, &arch, &cluster)
+    let mut layout = Layout::new(&spec, &arch, &cluster)
         .with_context(|| format!("rebuilding row {rank} of {}", path.display()))?;
+    if let Some(file) = &r.routing_file {
+        let routing = stepcast::workload::ExpertRouting::load(file)?;
+        layout = layout.with_routing(&routing, &arch)?;
+    }
     if serde_json::to_value(&layout)? != row.layout {
         anyhow::bail!(bad(format!(
             "row {rank} rebuilds to a different layout on {} with {model}: the search was made \

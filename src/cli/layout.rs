@@ -137,6 +137,15 @@ pub struct JobArgs {
     /// (Megatron's --mtp-num-layers; DeepSeek-V3 trains one) [default: 0].
     #[arg(long, allow_negative_numbers = true)]
     pub mtp_layers: Option<u64>,
+    /// What each pipeline chunk holds, as Megatron-Core's --pipeline-model-parallel-layout:
+    /// E embedding, t layer, m multi-token prediction, L loss, | next chunk, X*N and (…)*N
+    /// repeat (e.g. "Et|(tt|)*30mL"); vpp follows as chunks / pp.
+    #[arg(
+        long,
+        visible_alias = "pipeline-model-parallel-layout",
+        value_name = "LAYOUT"
+    )]
+    pub pipeline_layout: Option<String>,
 }
 
 /// A job file: paths in it are relative to the file.
@@ -254,6 +263,7 @@ impl JobArgs {
                 .account_for_loss_in_pipeline_split
                 .then_some(true),
             mtp_layers: self.mtp_layers,
+            pipeline_layout: self.pipeline_layout.clone(),
         };
         let spec = job.parallel.overridden_by(flags);
         let mut cluster = Cluster::load(&cluster_path)?;
@@ -410,9 +420,13 @@ pub fn describe(job: &Job) -> String {
         (false, true) => " (loss counted as a layer)",
         (false, false) => "",
     };
+    let partition = match &l.pipeline_layout {
+        Some(layout) => format!("pipeline layout \"{layout}\""),
+        None => format!("{} partition{split}", l.partition),
+    };
     format!(
         "layout   tp {}{extra} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
-         \x20        {}, recompute {}, {} partition{split} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
+         \x20        {}, recompute {}, {partition} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
         l.tp,
         l.pp,
         l.dp,
@@ -423,7 +437,6 @@ pub fn describe(job: &Job) -> String {
         l.seq_len,
         l.dtype,
         l.recompute,
-        l.partition,
         l.stage_layers,
         l.zero,
         if l.sequence_parallel {

@@ -149,6 +149,27 @@ pub enum LayoutError {
     )]
     PipelineSplitWithNeox,
 
+    #[error("--pipeline-layout \"{layout}\": {message}")]
+    PipelineLayout { layout: String, message: String },
+
+    #[error(
+        "--pipeline-layout places every layer itself: drop {flag} (the layout string says \
+         where the embedding, the loss and each layer go)"
+    )]
+    PipelineLayoutWith { flag: &'static str },
+
+    #[error(
+        "--pipeline-layout has {chunks} chunks, which pp = {pp} × vpp = {vpp} cannot hold: give \
+         pp · vpp chunks (vpp defaults to chunks / pp)"
+    )]
+    PipelineLayoutChunks { chunks: u64, pp: u64, vpp: u64 },
+
+    #[error(
+        "--pipeline-layout places {layout} multi-token-prediction modules (m), --mtp-layers \
+         says {flag}: give the same number, or leave --mtp-layers out"
+    )]
+    PipelineLayoutMtp { layout: u64, flag: u64 },
+
     #[error(
         "--overlap-param-gather needs the distributed optimizer (zero 1 or 2, dp > 1, Megatron \
          rules): drop --overlap-param-gather, or use --zero 1 with dp > 1"
@@ -288,6 +309,10 @@ impl LayoutError {
             | ChunksNeedInterleaving { .. }
             | NeoxWithChunks { .. }
             | PipelineSplitWithNeox
+            | PipelineLayout { .. }
+            | PipelineLayoutWith { .. }
+            | PipelineLayoutChunks { .. }
+            | PipelineLayoutMtp { .. }
             | UnevenChunks { .. }
             | EmptyChunk { .. } => {
                 "interleaving needs layers divisible by pp·vpp and micro-batches by pp"

@@ -65,7 +65,7 @@ pub(super) fn chunks(arch: &Arch, layout: &Layout) -> Vec<Chunk> {
                 // the model's first `dense` layers, wherever they fall
                 dense_layers: dense.saturating_sub(first_layer).min(layers),
                 loaded: Vec::new(),
-                mtp_layers: if vs + 1 == n { layout.mtp_layers } else { 0 },
+                mtp_layers: layout.chunk_mtp_layers[vs],
                 embedding: vs == 0,
                 head: vs + 1 == n,
                 sends_fwd: other_rank(vs + 1),

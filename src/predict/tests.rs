@@ -479,6 +479,20 @@ fn experts_are_planned_per_rank_and_imbalance_slows_the_step() {
     }
 }
 
+/// Llama 3.1 405B's pipeline as NVIDIA's recipe runs it: tp 8, pp 8 · vpp 8.
+fn llama_405b_on_64_chunks() -> ParallelSpec {
+    ParallelSpec {
+        tp: Some(8),
+        pp: Some(8),
+        dp: Some(1),
+        vpp: Some(8),
+        micro_batch: Some(1),
+        micro_batches: Some(16),
+        sequence_parallel: Some(true),
+        ..Default::default()
+    }
+}
+
 /// Llama 3.1 405B as NVIDIA's recipe splits it: the embedding and the loss each take a layer's
 /// place, so 126 layers fill pp·vpp = 64 chunks of 2, with one layer in the first chunk and one
 /// in the last; without the flags the layout is refused with them as the fix.
@@ -488,16 +502,7 @@ fn embedding_and_loss_can_take_a_layers_place_in_the_pipeline_split() {
     let c = cluster();
     let arch = Arch::resolve("llama3-405b").unwrap();
     assert_eq!(arch.layers, 126);
-    let mut s = ParallelSpec {
-        tp: Some(8),
-        pp: Some(8),
-        dp: Some(1),
-        vpp: Some(8),
-        micro_batch: Some(1),
-        micro_batches: Some(16),
-        sequence_parallel: Some(true),
-        ..Default::default()
-    };
+    let mut s = llama_405b_on_64_chunks();
     let e = Layout::new(&s, &arch, &c).unwrap_err().to_string();
     assert!(
         e.contains("--account-for-embedding-in-pipeline-split") && e.contains("(126 + 2) / 64 = 2"),
@@ -581,6 +586,117 @@ fn embedding_and_loss_can_take_a_layers_place_in_the_pipeline_split() {
         Layout::new(&neox, &arch, &c),
         Err(LayoutError::PipelineSplitWithNeox)
     ));
+}
+
+/// A pipeline layout string places chunks as Megatron-Core's does: Llama 3.1 405B's recipe
+/// split written as "Et|(tt|)*62tL" is the same layout, and predicts the same step and memory,
+/// as the embedding and loss flags; a layout that cannot be is refused with the fix.
+#[test]
+fn a_pipeline_layout_string_places_every_chunk() {
+    use crate::error::LayoutError;
+    let c = cluster();
+    let arch = Arch::resolve("llama3-405b").unwrap();
+    let flags = ParallelSpec {
+        account_for_embedding_in_pipeline_split: Some(true),
+        account_for_loss_in_pipeline_split: Some(true),
+        ..llama_405b_on_64_chunks()
+    };
+    let string = |layout: &str| ParallelSpec {
+        vpp: None,
+        account_for_embedding_in_pipeline_split: None,
+        account_for_loss_in_pipeline_split: None,
+        pipeline_layout: Some(layout.into()),
+        ..flags.clone()
+    };
+    let (a, b) = (
+        Layout::new(&flags, &arch, &c).unwrap(),
+        Layout::new(&string("Et|(tt|)*62tL"), &arch, &c).unwrap(),
+    );
+    assert_eq!(
+        (a.chunk_layers.clone(), a.vpp),
+        (b.chunk_layers.clone(), b.vpp)
+    );
+    let cost = CostModel::new(&c, None);
+    let run = |l: &Layout| predict(&arch, l, &c, &cost, PredictOptions::default()).unwrap();
+    let (pa, pb) = (run(&a), run(&b));
+    assert_eq!(pa.metrics.step_time_s, pb.metrics.step_time_s);
+    assert_eq!(pa.memory.peak().total_gib, pb.memory.peak().total_gib);
+    // a lopsided layout: the last rank holds 16 layers and the loss, and paces the pipeline
+    let heavy = Layout::new(&string("E|(tt|)*62ttL"), &arch, &c).unwrap();
+    assert_eq!(heavy.stage_layers, [14, 16, 16, 16, 16, 16, 16, 16]);
+    assert!(run(&heavy).metrics.step_time_s > pb.metrics.step_time_s);
+    let refused = |s: ParallelSpec| Layout::new(&s, &arch, &c).unwrap_err();
+    assert!(matches!(
+        refused(ParallelSpec {
+            account_for_loss_in_pipeline_split: Some(true),
+            ..string("Et|(tt|)*62tL")
+        }),
+        LayoutError::PipelineLayoutWith { .. }
+    ));
+    // 63 chunks fill no whole number of chunks per rank; vpp 4 holds 32, not 64
+    let e = refused(string("Ettt|(tt|)*61tL"));
+    assert!(
+        matches!(e, LayoutError::PipelineLayoutChunks { chunks: 63, .. }),
+        "{e:?}"
+    );
+    let e = refused(ParallelSpec {
+        vpp: Some(4),
+        ..string("Et|(tt|)*62tL")
+    });
+    assert!(
+        matches!(e, LayoutError::PipelineLayoutChunks { chunks: 64, .. }),
+        "{e:?}"
+    );
+    // the prediction modules the string places are the model's; --mtp-layers must agree
+    let mtp = Layout::new(&string("Et|(tt|)*61tm|ttL"), &arch, &c);
+    assert!(
+        matches!(mtp, Err(LayoutError::PipelineLayout { .. })),
+        "{mtp:?}"
+    );
+    let with_mtp = string("Et|(tt|)*61tt|tmL");
+    let l = Layout::new(&with_mtp, &arch, &c).unwrap();
+    assert_eq!((l.mtp_layers, l.chunk_mtp_layers[63]), (1, 1));
+    let e = refused(ParallelSpec {
+        mtp_layers: Some(2),
+        ..with_mtp
+    });
+    assert!(
+        matches!(e, LayoutError::PipelineLayoutMtp { layout: 1, flag: 2 }),
+        "{e:?}"
+    );
+}
+
+/// A prediction module on its own chunk (Megatron's "…,m|L") is held, costed and kept in
+/// memory by that chunk's rank, not the loss's.
+#[test]
+fn a_prediction_module_can_have_its_own_chunk() {
+    let c = cluster();
+    let arch = deepseek_like(8);
+    let spec = |layout: &str| ParallelSpec {
+        tp: Some(8),
+        pp: Some(2),
+        dp: Some(1),
+        micro_batch: Some(1),
+        micro_batches: Some(4),
+        sequence_parallel: Some(true),
+        pipeline_layout: Some(layout.into()),
+        ..Default::default()
+    };
+    let plan = |layout: &str| {
+        let l = Layout::new(&spec(layout), &arch, &c).unwrap();
+        (Plan::new(&arch, &l, &c), l)
+    };
+    // pp 2 · vpp 2: the module on rank 0's second chunk, the loss on rank 1's
+    let (own, l) = plan("Etttt|tttt|m|L");
+    assert_eq!(l.vpp, 2);
+    assert_eq!(own.chunks[2].mtp_layers, 1);
+    assert_eq!((own.stages[0].mtp_layers, own.stages[1].mtp_layers), (1, 0));
+    let (beside, _) = plan("Etttt|ttt|t|mL");
+    assert_eq!(
+        (beside.stages[0].mtp_layers, beside.stages[1].mtp_layers),
+        (0, 1)
+    );
+    assert!(own.stages[0].params > beside.stages[0].params);
 }
 
 /// DeepSeek-V3's shape (its published config), scaled to 8 layers so a test runs it fast:

@@ -3,6 +3,7 @@
 pub mod arch;
 pub mod hf;
 pub mod parallel;
+pub mod pipeline_layout;
 pub mod presets;
 mod resolve;
 pub mod routing;

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::arch::Arch;
+use super::pipeline_layout::PipelineLayout;
 use super::routing::ExpertRouting;
 use crate::error::LayoutError;
 use crate::hardware::Cluster;
@@ -202,6 +203,10 @@ pub struct ParallelSpec {
     /// `--mtp-num-layers`, DeepSeek-V3's one).
     #[serde(default)]
     pub mtp_layers: Option<u64>,
+    /// What each model chunk holds, as Megatron-Core's `--pipeline-model-parallel-layout`
+    /// string (`Et|(tt|)*30mL`); see [`PipelineLayout`].
+    #[serde(default)]
+    pub pipeline_layout: Option<String>,
 }
 
 /// Which of the embedding and the loss count as a transformer layer when Megatron splits the
@@ -262,6 +267,7 @@ impl ParallelSpec {
                 .account_for_loss_in_pipeline_split
                 .or(self.account_for_loss_in_pipeline_split),
             mtp_layers: over.mtp_layers.or(self.mtp_layers),
+            pipeline_layout: over.pipeline_layout.or(self.pipeline_layout),
         }
     }
 }
@@ -320,6 +326,12 @@ pub struct Layout {
     /// Multi-token prediction modules, on the last pipeline stage: each an embedding of the
     /// next tokens, two norms and a projection, one transformer layer, and the shared head.
     pub mtp_layers: u64,
+    /// Multi-token prediction modules in each model chunk (all in the last one unless a
+    /// pipeline layout places them).
+    pub chunk_mtp_layers: Vec<u64>,
+    /// The pipeline layout string the chunks were read from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_layout: Option<String>,
 }
 
 impl Layout {
@@ -386,13 +398,23 @@ impl Layout {
         } else {
             Partition::Uniform
         });
-        let (schedule, vpp) = schedule_and_chunks(spec, rules, pp, micro_batches)?;
+        let custom = match &spec.pipeline_layout {
+            Some(text) => Some(custom_layout(spec, arch, text, pp)?),
+            None => None,
+        };
+        let vpp_given = match &custom {
+            Some(c) => Some(c.chunks.len() as u64 / pp),
+            None => spec.vpp,
+        };
+        let (schedule, vpp) = schedule_and_chunks(spec, vpp_given, rules, pp, micro_batches)?;
         let pipeline_split = PipelineSplit {
             embedding: spec.account_for_embedding_in_pipeline_split == Some(true) && pp > 1,
             loss: spec.account_for_loss_in_pipeline_split == Some(true) && pp > 1,
         };
-        let chunk_layers =
-            chunk_layers(spec, arch, [pp, vpp], schedule, partition, pipeline_split)?;
+        let chunk_layers = match &custom {
+            Some(c) => c.chunks.iter().map(|c| c.layers).collect(),
+            None => chunk_layers(spec, arch, [pp, vpp], schedule, partition, pipeline_split)?,
+        };
         let placement = virtual_stage_ranks(pp, vpp);
         let mut stage_layers = vec![0; pp as usize];
         for (&rank, &n) in placement.iter().zip(&chunk_layers) {
@@ -424,8 +446,19 @@ impl Layout {
             .unwrap_or(if paper { Dtype::Fp16 } else { Dtype::Bf16 });
         // DeepSeek-V3 trains one; more than a few predict tokens too far ahead to help
         let mtp_layers = match spec.mtp_layers {
-            None | Some(0) => 0,
+            None | Some(0) => custom.as_ref().map_or(0, PipelineLayout::mtp_layers),
             Some(n) => bounded("mtp-layers", n, 8)?,
+        };
+        if mtp_layers > 0 {
+            bounded("multi-token-prediction modules (m)", mtp_layers, 8)?;
+        }
+        let chunk_mtp_layers = match &custom {
+            Some(c) => c.chunks.iter().map(|c| c.mtp).collect(),
+            None => {
+                let mut v = vec![0; chunk_layers.len()];
+                v[chunk_layers.len() - 1] = mtp_layers;
+                v
+            }
         };
         if !cluster.spec.gpu.supports(dtype) {
             return Err(LayoutError::DtypeUnsupported {
@@ -468,6 +501,8 @@ impl Layout {
             chunk_layers,
             pipeline_split,
             mtp_layers,
+            chunk_mtp_layers,
+            pipeline_layout: spec.pipeline_layout.clone(),
         })
     }
 
@@ -828,6 +863,49 @@ fn chunk_layers(
     Ok(out)
 }
 
+/// A pipeline layout string, checked against the model and the other pipeline settings: it
+/// places every layer itself, so the split flags and the NeoX partition are refused beside
+/// it; its chunks must fill pp ranks evenly (vpp = chunks / pp, or as given), and its
+/// prediction modules must be the ones --mtp-layers asks for.
+fn custom_layout(
+    spec: &ParallelSpec,
+    arch: &Arch,
+    text: &str,
+    pp: u64,
+) -> Result<PipelineLayout, LayoutError> {
+    for (set, flag) in [
+        (
+            spec.account_for_embedding_in_pipeline_split == Some(true),
+            "--account-for-embedding-in-pipeline-split",
+        ),
+        (
+            spec.account_for_loss_in_pipeline_split == Some(true),
+            "--account-for-loss-in-pipeline-split",
+        ),
+        (spec.partition == Some(Partition::Neox), "--partition neox"),
+    ] {
+        if set {
+            return Err(LayoutError::PipelineLayoutWith { flag });
+        }
+    }
+    let layout = PipelineLayout::parse(text, arch.layers)?;
+    let chunks = layout.chunks.len() as u64;
+    if !chunks.is_multiple_of(pp) || spec.vpp.is_some_and(|v| v * pp != chunks) {
+        return Err(LayoutError::PipelineLayoutChunks {
+            chunks,
+            pp,
+            vpp: spec.vpp.unwrap_or(chunks / pp),
+        });
+    }
+    if let Some(flag) = spec.mtp_layers.filter(|&n| n != layout.mtp_layers()) {
+        return Err(LayoutError::PipelineLayoutMtp {
+            layout: layout.mtp_layers(),
+            flag,
+        });
+    }
+    Ok(layout)
+}
+
 /// Which communication runs beside the compute: the flags, else the rules' defaults.
 fn overlap(
     spec: &ParallelSpec,
@@ -864,11 +942,12 @@ fn overlap(
 /// The schedule and the chunks per rank, checked against the layout.
 fn schedule_and_chunks(
     spec: &ParallelSpec,
+    vpp: Option<u64>,
     rules: Rules,
     pp: u64,
     micro_batches: u64,
 ) -> Result<(Schedule, u64), LayoutError> {
-    let vpp = bounded("vpp", spec.vpp.unwrap_or(1), MAX_DEGREE)?;
+    let vpp = bounded("vpp", vpp.unwrap_or(1), MAX_DEGREE)?;
     let schedule = spec.schedule.unwrap_or(match (rules, vpp) {
         (_, v) if v > 1 => Schedule::Interleaved,
         (Rules::Paper, _) => Schedule::ClosedForm,
