@@ -293,7 +293,13 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     match l.recompute {
         Recompute::None => {}
-        Recompute::Selective => arg("--recompute-granularity selective".into()),
+        Recompute::Selective => {
+            arg("--recompute-granularity selective".into());
+            if let Some(modules) = &l.recompute_modules {
+                let names: Vec<&str> = modules.iter().map(|m| m.name()).collect();
+                arg(format!("--recompute-modules {}", names.join(" ")));
+            }
+        }
         Recompute::Full => arg(
             "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
                 .into(),
@@ -338,7 +344,7 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
          tokenizer Megatron pads its vocabulary to a multiple of 128 · tp",
         a.vocab
     )];
-    if l.recompute == Recompute::Selective {
+    if l.recompute == Recompute::Selective && l.recompute_modules.is_none() {
         notes.push(
             "selective recompute is costed as the attention core (Korthikanti et al.), which is \
              what Megatron's selective granularity recomputes"
@@ -510,7 +516,16 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     match l.recompute {
         Recompute::None => set("model.config.recompute_granularity", "None".into()),
-        Recompute::Selective => set("model.config.recompute_granularity", "\"selective\"".into()),
+        Recompute::Selective => {
+            set("model.config.recompute_granularity", "\"selective\"".into());
+            if let Some(modules) = &l.recompute_modules {
+                let names: Vec<String> = modules.iter().map(|m| format!("\"{m}\"")).collect();
+                set(
+                    "model.config.recompute_modules",
+                    format!("[{}]", names.join(", ")),
+                );
+            }
+        }
         Recompute::Full => {
             set("model.config.recompute_granularity", "\"full\"".into());
             set("model.config.recompute_method", "\"uniform\"".into());
@@ -600,6 +615,12 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let refuse = |why: &str| Err(Error::Invalid(format!("torchtitan: {why}")));
     if l.mtp_layers > 0 {
         return refuse("multi-token prediction is not a torchtitan option: export for megatron");
+    }
+    if l.recompute_modules.is_some() || l.pipeline_layout.is_some() {
+        return refuse(
+            "recompute modules and pipeline layout strings are Megatron-Core's: export for \
+             megatron or nemo",
+        );
     }
     if t.arch.moe.is_some() {
         return refuse(

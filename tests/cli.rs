@@ -1328,4 +1328,30 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
     let out = stepcast(&[&["predict"][..], &with_mtp, &["--json"]].concat());
     let p_mtp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(p_mtp["step_time_s"].as_f64().unwrap() > step);
+    // NVIDIA's recipe: the module beside the loss in a layout string, MLA up-projections
+    // and dense MLPs recomputed; the header says so and the export carries both
+    let mut recipe = layout[..6].to_vec();
+    recipe.extend(
+        "--pp 2 --dp 32 --ep 32 --micro-batch 1 --global-batch 512 --sequence-parallel \
+         --pipeline-layout Et*31|t*30mL --recompute-modules mla_up_proj,mlp"
+            .split_whitespace(),
+    );
+    let out = stepcast(&[&["predict"][..], &recipe].concat());
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text.contains("recompute selective (mla_up_proj, mlp), pipeline layout \"Et*31|t*30mL\"")
+            && text.contains("ep 32"),
+        "{text}"
+    );
+    let out = stepcast(&[&["export", "--format", "megatron"][..], &recipe].concat());
+    let text = stdout(&out);
+    for arg in [
+        "--recompute-granularity selective",
+        "--recompute-modules mla_up_proj mlp",
+        "--pipeline-model-parallel-layout \"Et*31|t*30mL\"",
+        "--mtp-num-layers 1",
+    ] {
+        assert!(text.contains(arg), "{arg}: {text}");
+    }
 }

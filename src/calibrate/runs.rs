@@ -23,7 +23,8 @@
 //! over pipeline chunks, as Megatron's `--account-for-…-in-pipeline-split`; default neither),
 //! `etp` (expert tensor parallelism, default tp), `moe_a2a_overlap` (true/false: expert
 //! all-to-alls beside the compute), `pipeline_layout` (Megatron-Core's layout string, e.g.
-//! `Et|(tt|)*30mL`: what each chunk holds), `source`.
+//! `Et|(tt|)*30mL`: what each chunk holds), `recompute_modules` (Megatron-Core's selective
+//! recompute modules joined by `+`, e.g. `mla_up_proj+mlp`), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -80,6 +81,8 @@ struct Row {
     moe_a2a_overlap: String,
     #[serde(default)]
     pipeline_layout: String,
+    #[serde(default)]
+    recompute_modules: String,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -146,6 +149,15 @@ impl Row {
                 ))
             }
         };
+        let recompute_modules = match self.recompute_modules.trim() {
+            "" => None,
+            list => Some(
+                list.split([' ', '+'])
+                    .filter(|m| !m.is_empty())
+                    .map(|m| m.parse().map_err(|e| format!("recompute_modules: {e}")))
+                    .collect::<std::result::Result<Vec<_>, String>>()?,
+            ),
+        };
         let cp_comm = match self.cp_comm.trim() {
             "" => None,
             s => Some(s.parse().map_err(|e| format!("cp_comm: {e}"))?),
@@ -197,6 +209,7 @@ impl Row {
                 account_for_loss_in_pipeline_split: Some(split_loss),
                 pipeline_layout: Some(self.pipeline_layout.trim().to_string())
                     .filter(|l| !l.is_empty()),
+                recompute_modules,
                 ..Default::default()
             },
             measured_s: self.measured_step_s,

@@ -185,6 +185,8 @@ struct RowLayout {
     #[serde(default)]
     pipeline_layout: Option<String>,
     #[serde(default)]
+    recompute_modules: Option<Vec<stepcast::workload::RecomputeModule>>,
+    #[serde(default)]
     routing_file: Option<std::path::PathBuf>,
 }
 
@@ -290,6 +292,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         moe_capacity_factor: r.moe_capacity.map(|(f, _)| f),
         moe_pad_to_capacity: r.moe_capacity.map(|(_, pad)| pad),
         pipeline_layout: r.pipeline_layout,
+        recompute_modules: r.recompute_modules,
     };
     let cluster = Cluster::load(&cluster_name)?;
     let arch = Arch::resolve(&model)?;

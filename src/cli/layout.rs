@@ -11,7 +11,7 @@ use serde::Deserialize;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::workload::{
-    Arch, CpComm, Layout, ParallelSpec, Partition, Recompute, Rules, Schedule,
+    Arch, CpComm, Layout, ParallelSpec, Partition, Recompute, RecomputeModule, Rules, Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -89,6 +89,11 @@ pub struct JobArgs {
     pub sequence_parallel: bool,
     #[arg(long, value_parser = named::<Recompute>())]
     pub recompute: Option<Recompute>,
+    /// What selective recomputation rebuilds, Megatron-Core's --recompute-modules:
+    /// core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe (implies
+    /// --recompute selective) [default: core_attn].
+    #[arg(long, value_parser = named::<RecomputeModule>(), value_delimiter = ',')]
+    pub recompute_modules: Option<Vec<RecomputeModule>>,
     #[arg(long, value_parser = named::<Partition>())]
     pub partition: Option<Partition>,
     /// Optimizer sharding over data parallelism: 0, 1 (distributed optimizer), 2, 3 (FSDP).
@@ -264,6 +269,7 @@ impl JobArgs {
                 .then_some(true),
             mtp_layers: self.mtp_layers,
             pipeline_layout: self.pipeline_layout.clone(),
+            recompute_modules: self.recompute_modules.clone(),
         };
         let spec = job.parallel.overridden_by(flags);
         let mut cluster = Cluster::load(&cluster_path)?;
@@ -424,9 +430,16 @@ pub fn describe(job: &Job) -> String {
         Some(layout) => format!("pipeline layout \"{layout}\""),
         None => format!("{} partition{split}", l.partition),
     };
+    let recompute = match &l.recompute_modules {
+        Some(modules) => {
+            let names: Vec<&str> = modules.iter().map(|m| m.name()).collect();
+            format!("selective ({})", names.join(", "))
+        }
+        None => l.recompute.to_string(),
+    };
     format!(
         "layout   tp {}{extra} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
-         \x20        {}, recompute {}, {partition} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
+         \x20        {}, recompute {recompute}, {partition} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
         l.tp,
         l.pp,
         l.dp,
@@ -436,7 +449,6 @@ pub fn describe(job: &Job) -> String {
         l.global_batch,
         l.seq_len,
         l.dtype,
-        l.recompute,
         l.stage_layers,
         l.zero,
         if l.sequence_parallel {

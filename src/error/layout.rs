@@ -149,6 +149,9 @@ pub enum LayoutError {
     )]
     PipelineSplitWithNeox,
 
+    #[error("--recompute-modules: {why}")]
+    RecomputeModules { why: String },
+
     #[error("--pipeline-layout \"{layout}\": {message}")]
     PipelineLayout { layout: String, message: String },
 
@@ -309,14 +312,15 @@ impl LayoutError {
             | ChunksNeedInterleaving { .. }
             | NeoxWithChunks { .. }
             | PipelineSplitWithNeox
-            | PipelineLayout { .. }
-            | PipelineLayoutWith { .. }
-            | PipelineLayoutChunks { .. }
-            | PipelineLayoutMtp { .. }
             | UnevenChunks { .. }
             | EmptyChunk { .. } => {
                 "interleaving needs layers divisible by pp·vpp and micro-batches by pp"
             }
+            PipelineLayout { .. }
+            | PipelineLayoutWith { .. }
+            | PipelineLayoutChunks { .. }
+            | PipelineLayoutMtp { .. } => "pipeline layout that does not fit",
+            RecomputeModules { .. } => "recompute modules the model or rules cannot take",
             ParamGatherNeedsDistributedOptimizer => {
                 "parameter-gather overlap without a distributed optimizer"
             }

@@ -181,15 +181,7 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
         Recompute::None => v,
         Recompute::Selective => v
             .into_iter()
-            .filter(|s| {
-                !matches!(
-                    s.what,
-                    "softmax output"
-                        | "attention dropout mask"
-                        | "attention dropout output"
-                        | "softmax log-sum-exp (fp32)"
-                )
-            })
+            .filter(|s| !rebuilt(arch, layout, s.what))
             .collect(),
         Recompute::Full => vec![Stored {
             what: "layer input (checkpoint)",
@@ -202,6 +194,38 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
         for_weight_grad: if full { 0.0 } else { gemm_inputs + out_grads },
         recompute_working: if full { recompute_working } else { 0.0 },
     }
+}
+
+/// Whether selective recomputation rebuilds the tensor `what` instead of keeping it: each
+/// module keeps its input and drops what it makes (Megatron-Core's `--recompute-modules`; a
+/// dense MLP's tensors are the shared experts' in an expert layer).
+fn rebuilt(arch: &Arch, layout: &Layout, what: &str) -> bool {
+    use crate::workload::RecomputeModule as M;
+    let modules: &[M] = match what {
+        "softmax output"
+        | "attention dropout mask"
+        | "attention dropout output"
+        | "softmax log-sum-exp (fp32)" => &[M::CoreAttn],
+        "QKV input (norm output)" | "MLP input (norm output)" => &[M::Layernorm],
+        "Q, K and V" if arch.mla.is_some() => &[M::MlaUpProj],
+        "GELU input"
+        | "squared-ReLU input"
+        | "SwiGLU input (gate and up)"
+        | "GeGLU input (gate and up)"
+        | "MLP down input (activation output)" => {
+            if arch.moe.is_none() {
+                &[M::Mlp]
+            } else {
+                &[M::SharedExperts, M::Moe]
+            }
+        }
+        "expert down input (activation output)" => &[M::MoeAct, M::Moe],
+        "router probabilities (fp32)"
+        | "expert input (permuted tokens)"
+        | "expert activation input" => &[M::Moe],
+        _ => &[],
+    };
+    modules.iter().any(|&m| layout.recomputes(m))
 }
 
 /// Per micro-batch, what the rank with the embedding stores besides its layers: the token ids
@@ -267,6 +291,25 @@ mod tests {
             ..Default::default()
         };
         Layout::new(&s, arch, &cluster()).unwrap()
+    }
+
+    /// Recomputing the MLP frees its 4·h-wide activation input and output (Korthikanti's
+    /// 8·sbh + 8·sbh of a GELU MLP; its input and dropout mask stay), and the norms their two
+    /// outputs (2·sbh each); core_attn alone is the selective recomputation.
+    #[test]
+    fn recompute_modules_free_what_their_modules_make() {
+        use crate::workload::RecomputeModule as M;
+        let a = gpt3_as_in_the_paper();
+        let sbh = 2048.0 * 12288.0;
+        let with = |modules: Vec<M>| {
+            let mut l = layout(&a, 1, false, Recompute::Selective);
+            l.recompute_modules = Some(modules);
+            layer(&a, &l).total()
+        };
+        let selective = layer(&a, &layout(&a, 1, false, Recompute::Selective)).total();
+        assert_eq!(with(vec![M::CoreAttn]), selective);
+        assert_eq!(with(vec![M::CoreAttn, M::Mlp]), selective - 16.0 * sbh);
+        assert_eq!(with(vec![M::CoreAttn, M::Layernorm]), selective - 4.0 * sbh);
     }
 
     #[test]

@@ -767,6 +767,50 @@ fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64, dens
     }
 }
 
+/// What selective recomputation rebuilds of a layer whose forward is `fwd`: the attention core
+/// (`core_attn`, as Korthikanti et al.) and the forward calls of each other module the layout
+/// names (Megatron-Core's `--recompute-modules`), found by what they are. A dense layer's MLP
+/// is `mlp`; in an expert layer the same calls are the shared experts.
+fn selective_recompute(
+    b: &mut Builder,
+    arch: &Arch,
+    layout: &Layout,
+    d: &Dims,
+    fwd: &[Call],
+    dense: bool,
+) -> Vec<Call> {
+    use crate::workload::RecomputeModule as M;
+    let mut calls = if layout.recomputes(M::CoreAttn) {
+        attention(b, arch, d, Phase::Fwd)
+    } else {
+        Vec::new()
+    };
+    let dense_mlp = dense || arch.moe.is_none();
+    let recomputed = |label: &str| -> bool {
+        let modules: &[M] = match label {
+            "input norm" | "post-attention norm" => &[M::Layernorm],
+            "q up" | "kv up" | "rope q" | "rope k" if arch.mla.is_some() => &[M::MlaUpProj],
+            "mlp up" | "activation" | "mlp down" if dense_mlp => &[M::Mlp],
+            "mlp up" | "activation" | "mlp down" => &[M::SharedExperts, M::Moe],
+            "expert activation" => &[M::MoeAct, M::Moe],
+            "router"
+            | "router top-k"
+            | "permute"
+            | "moe all-to-all (dispatch)"
+            | "moe etp all-gather"
+            | "expert up"
+            | "expert down"
+            | "moe etp reduce-scatter"
+            | "moe all-to-all (combine)"
+            | "unpermute" => &[M::Moe],
+            _ => &[],
+        };
+        modules.iter().any(|&m| layout.recomputes(m))
+    };
+    calls.extend(fwd.iter().filter(|c| recomputed(c.label)).cloned());
+    calls
+}
+
 /// One transformer layer: forward, backward, what its backward recomputes, its parameters;
 /// `dense`: a mixture's dense layer (its MLP of `ffn_hidden`, no experts).
 pub(super) fn layer_block(
@@ -782,7 +826,7 @@ pub(super) fn layer_block(
     let recompute = match layout.recompute {
         Recompute::None => Vec::new(),
         Recompute::Full => fwd.clone(),
-        Recompute::Selective => attention(b, arch, d, Phase::Fwd),
+        Recompute::Selective => selective_recompute(b, arch, layout, d, &fwd, dense),
     };
     let ((params, tensors), (expert_params, expert_tensors)) = if dense {
         (arch.dense_layer_params(d.t), (0, 0))

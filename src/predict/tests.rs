@@ -729,6 +729,67 @@ fn deepseek_like(layers: u64) -> Arch {
         .expect("a valid architecture")
 }
 
+/// Megatron-Core's recompute modules: core_attn alone is the selective recomputation; each
+/// further module rebuilds its forward calls in the backward (a slower step) and frees what it
+/// made (less memory); `moe` recomputes the dispatch and combine all-to-alls too; a module the
+/// model has not, or beside another granularity, is refused.
+#[test]
+fn recompute_modules_trade_memory_for_time() {
+    use crate::error::LayoutError;
+    use crate::workload::RecomputeModule as M;
+    let arch = deepseek_like(8);
+    let with = |recompute: Option<Recompute>, modules: Option<Vec<M>>| ParallelSpec {
+        recompute,
+        recompute_modules: modules,
+        ..deepseek_spec(None)
+    };
+    let p = |s: &ParallelSpec| predicted(&arch, s);
+    let memory = |p: &Prediction| -> f64 { p.memory.ranks.iter().map(|r| r.activations_gib).sum() };
+    let (selective, core) = (
+        p(&with(Some(Recompute::Selective), None)),
+        p(&with(None, Some(vec![M::CoreAttn]))),
+    );
+    assert_eq!(selective.metrics.step_time_s, core.metrics.step_time_s);
+    assert_eq!(memory(&selective), memory(&core));
+    let (mut last, mut modules) = (core, vec![M::CoreAttn]);
+    for module in [
+        M::MlaUpProj,
+        M::Mlp,
+        M::Layernorm,
+        M::MoeAct,
+        M::SharedExperts,
+    ] {
+        modules.push(module);
+        let next = p(&with(None, Some(modules.clone())));
+        assert!(
+            next.metrics.step_time_s > last.metrics.step_time_s && memory(&next) < memory(&last),
+            "{module}: {} s {} GiB after {} s {} GiB",
+            next.metrics.step_time_s,
+            memory(&next),
+            last.metrics.step_time_s,
+            memory(&last)
+        );
+        last = next;
+    }
+    let none = p(&with(None, None));
+    let moe = p(&with(None, Some(vec![M::Moe])));
+    assert!(moe.breakdown_s.ep_comm > none.breakdown_s.ep_comm);
+    assert!(memory(&moe) < memory(&none));
+    let c = cluster();
+    let refused = |s: ParallelSpec, a: &Arch| Layout::new(&s, a, &c).unwrap_err().to_string();
+    let llama = Arch::resolve("llama2-7b").unwrap();
+    let dense = ParallelSpec {
+        recompute_modules: Some(vec![M::MlaUpProj]),
+        ..spec(1, 1, 8, 1, 4)
+    };
+    assert!(refused(dense, &llama).contains("mla_up_proj needs latent attention"));
+    let full = with(Some(Recompute::Full), Some(vec![M::Mlp]));
+    assert!(matches!(
+        Layout::new(&full, &arch, &c),
+        Err(LayoutError::RecomputeModules { .. })
+    ));
+}
+
 /// tp 2 · pp 2 · ep 8 of dp 8, 4 micro-batches of one 4k sequence, with `mtp` modules.
 fn deepseek_spec(mtp: Option<u64>) -> ParallelSpec {
     ParallelSpec {

@@ -10,6 +10,7 @@ pub mod routing;
 
 pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, MlaSpec, MoeSpec, NormKind, Position};
 pub use parallel::{
-    CpComm, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute, Rules, Schedule,
+    CpComm, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute, RecomputeModule,
+    Rules, Schedule,
 };
 pub use routing::ExpertRouting;

@@ -39,6 +39,27 @@ crate::named_enum!(
 );
 
 crate::named_enum!(
+    /// A part of a layer selective recomputation rebuilds in the backward instead of keeping
+    /// its outputs (Megatron-Core's `--recompute-modules`).
+    pub enum RecomputeModule {
+        /// The attention core (scores, softmax, context); the default.
+        CoreAttn => "core_attn",
+        /// The two norms (their outputs, the projections' inputs).
+        Layernorm => "layernorm",
+        /// Latent attention's up-projections and RoPE (their Q, K and V).
+        MlaUpProj => "mla_up_proj",
+        /// A dense layer's MLP (its activation's input and output).
+        Mlp => "mlp",
+        /// The routed experts' activation (its output).
+        MoeAct => "moe_act",
+        /// The shared experts' MLP.
+        SharedExperts => "shared_experts",
+        /// A mixture's whole expert block: router, dispatch, experts, combine, shared experts.
+        Moe => "moe",
+    }
+);
+
+crate::named_enum!(
     /// How the micro-batches of a step flow through the pipeline stages.
     pub enum Schedule {
         /// The paper's closed form, (m − 1 + pp) · (slowest forward + slowest backward), not
@@ -162,6 +183,10 @@ pub struct ParallelSpec {
     pub sequence_parallel: Option<bool>,
     #[serde(default)]
     pub recompute: Option<Recompute>,
+    /// What selective recomputation rebuilds (Megatron-Core's `--recompute-modules`; default
+    /// core_attn).
+    #[serde(default)]
+    pub recompute_modules: Option<Vec<RecomputeModule>>,
     #[serde(default)]
     pub partition: Option<Partition>,
     /// 0: replicated optimizer; 1: optimizer states sharded over dp (distributed optimizer);
@@ -249,6 +274,7 @@ impl ParallelSpec {
             seq_len: over.seq_len.or(self.seq_len),
             sequence_parallel: over.sequence_parallel.or(self.sequence_parallel),
             recompute: over.recompute.or(self.recompute),
+            recompute_modules: over.recompute_modules.or(self.recompute_modules),
             partition: over.partition.or(self.partition),
             zero: over.zero.or(self.zero),
             dtype: over.dtype.or(self.dtype),
@@ -308,6 +334,9 @@ pub struct Layout {
     pub seq_len: u64,
     pub sequence_parallel: bool,
     pub recompute: Recompute,
+    /// What selective recomputation rebuilds when given (none: the attention core).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recompute_modules: Option<Vec<RecomputeModule>>,
     pub partition: Partition,
     pub zero: u8,
     pub dtype: Dtype,
@@ -385,6 +414,7 @@ impl Layout {
             micro_batch * seq_len,
             MAX_MICRO_BATCH_TOKENS,
         )?;
+        let (recompute, recompute_modules) = recompute_modules(spec, arch, rules)?;
         let zero = spec.zero.unwrap_or(1);
         if zero > 3 {
             return Err(LayoutError::ZeroStage { zero });
@@ -484,11 +514,8 @@ impl Layout {
             global_batch,
             seq_len,
             sequence_parallel,
-            recompute: spec.recompute.unwrap_or(if paper {
-                Recompute::Full
-            } else {
-                Recompute::None
-            }),
+            recompute,
+            recompute_modules,
             partition,
             zero,
             dtype,
@@ -555,6 +582,18 @@ impl Layout {
             .get(layer as usize)
             .copied()
             .unwrap_or_else(|| self.expert_load())
+    }
+
+    /// Whether the backward recomputes `module` (every module under full recomputation).
+    pub fn recomputes(&self, module: RecomputeModule) -> bool {
+        match self.recompute {
+            Recompute::None => false,
+            Recompute::Full => true,
+            Recompute::Selective => self
+                .recompute_modules
+                .as_ref()
+                .map_or(module == RecomputeModule::CoreAttn, |m| m.contains(&module)),
+        }
     }
 
     /// Ranks that hold the same parameters and reduce their gradients together (and over which
@@ -904,6 +943,59 @@ fn custom_layout(
         });
     }
     Ok(layout)
+}
+
+/// The recomputation and, for a selective one, its modules: modules imply selective
+/// recomputation (another granularity beside them is refused), each must exist in the model,
+/// and the paper's rules have none.
+fn recompute_modules(
+    spec: &ParallelSpec,
+    arch: &Arch,
+    rules: Rules,
+) -> Result<(Recompute, Option<Vec<RecomputeModule>>), LayoutError> {
+    let Some(given) = &spec.recompute_modules else {
+        let default = if rules == Rules::Paper {
+            Recompute::Full
+        } else {
+            Recompute::None
+        };
+        return Ok((spec.recompute.unwrap_or(default), None));
+    };
+    let refuse = |why: String| Err(LayoutError::RecomputeModules { why });
+    match spec.recompute {
+        Some(r) if r != Recompute::Selective => {
+            return refuse(format!(
+                "modules are what --recompute selective rebuilds, not --recompute {r}: drop one"
+            ))
+        }
+        _ => {}
+    }
+    if rules == Rules::Paper {
+        return refuse("the paper's rules recompute whole layers: use --rules megatron".into());
+    }
+    if given.is_empty() {
+        return refuse("give at least one module, e.g. core_attn".into());
+    }
+    let moe = arch.moe.as_ref();
+    for &m in given {
+        let missing = match m {
+            RecomputeModule::MlaUpProj if arch.mla.is_none() => "latent attention",
+            RecomputeModule::MoeAct | RecomputeModule::Moe if moe.is_none() => "experts",
+            RecomputeModule::SharedExperts if moe.is_none_or(|m| m.shared_ffn() == 0) => {
+                "shared experts"
+            }
+            RecomputeModule::Mlp if moe.is_some_and(|m| m.dense_layers == 0) => "a dense MLP",
+            _ => continue,
+        };
+        return refuse(format!(
+            "{m} needs {missing}, which {} has not: drop it",
+            arch.name
+        ));
+    }
+    let mut modules = given.clone();
+    modules.sort();
+    modules.dedup();
+    Ok((Recompute::Selective, Some(modules)))
 }
 
 /// Which communication runs beside the compute: the flags, else the rules' defaults.
