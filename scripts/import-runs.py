@@ -9,11 +9,14 @@ Every row is written; rows stepcast cannot express say why (`expressible` false,
 Usage: import-runs.py REFERENCE_DATA_DIR OUT_DIR     (OUT_DIR must not exist)"""
 import csv
 import math
+import re
 import sys
 from pathlib import Path
 
 COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp", "dp", "cp",
-           "cp_comm", "ep", "etp", "moe_a2a_overlap", "pipeline_split", "micro_batch", "global_batch", "seq_len", "dtype", "recompute", "zero", "schedule",
+           "cp_comm", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
+           "pipeline_layout", "micro_batch", "global_batch", "seq_len", "dtype", "recompute",
+           "recompute_modules", "zero", "schedule",
            "vpp", "sequence_parallel", "tp_comm_overlap", "measured_step_s", "expressible",
            "reason", "source"]
 
@@ -174,12 +177,27 @@ MOE_ARCHS = {"Qwen3_30B_a3B": dict(layers=48, hidden=2048, heads=32, kv=4, ffn=6
              # Qwen/Qwen3-235B-A22B: 94 layers, 128 experts of 1,536, top-8, QK norm
              "Qwen3_235B_a22B": dict(layers=94, hidden=4096, heads=64, kv=4, ffn=12288, vocab=151936,
                                      extra="head_dim: 128\nqk_norm: true\nmoe: {experts: 128, "
-                                           "top_k: 8, expert_ffn: 1536}\n")}
+                                           "top_k: 8, expert_ffn: 1536}\n"),
+             # deepseek-ai/DeepSeek-V3: latent attention, 3 dense layers, 256 experts of 2,048,
+             # top-8 from 4 of 8 groups, one shared expert
+             "DeepSeekV3 (dropless)": dict(
+                 layers=61, hidden=7168, heads=128, kv=128, ffn=18432, vocab=129280,
+                 extra="mla: {q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128, "
+                       "qk_rope_head_dim: 64, v_head_dim: 128}\nmoe: {experts: 256, top_k: 8, "
+                       "expert_ffn: 2048, shared_experts: 1, dense_layers: 3, groups: 8, "
+                       "topk_groups: 4}\n")}
 # Megatron-Bridge's H100 presets (scripts/performance/configs/qwen): expert tensor parallelism 1,
 # and for the 235B model the expert all-to-all overlapped and the embedding and loss counted as
 # pipeline layers (qwen3_235b_a22b_pretrain_config)
-MOE_RECIPES = {"Qwen3_30B_a3B": dict(etp=1, a2a=False, split=""),
-               "Qwen3_235B_a22B": dict(etp=1, a2a=True, split="embedding+loss")}
+# (the 30B preset dispatches with the flex dispatcher's HybridEP backend; the 235B one sets
+# the NCCL all-to-all)
+MOE_RECIPES = {"Qwen3_30B_a3B": dict(etp=1, a2a=False, split="", dispatcher="hybridep"),
+               "Qwen3_235B_a22B": dict(etp=1, a2a=True, split="embedding+loss"),
+               # (scripts/performance/configs/deepseek): the layer layout with the prediction
+               # module beside the loss, MLA up-projections and dense MLPs recomputed, HybridEP
+               "DeepSeekV3 (dropless)": dict(etp=1, a2a=False, split="",
+                                             layout="Et|(tt|)*30mL", recompute="mla_up_proj+mlp",
+                                             dispatcher="hybridep")}
 
 
 def nemo(ref, out):
@@ -203,13 +221,6 @@ def nemo(ref, out):
                      "does not state"
         elif model in MOE_ARCHS:
             pass
-        elif "DeepSeek" in model:
-            # stepcast reads DeepSeek-V3 (latent attention, dense first layers), but Megatron-Bridge's
-            # H100 preset runs a custom pipeline layout ending in a multi-token-prediction layer
-            # (pp_layout "Et|(tt|)*30mL"), recomputes the MLA up-projections and MLPs, and
-            # dispatches with HybridEP
-            reason = "pipeline layout with a multi-token-prediction layer, module recompute and " \
-                     "HybridEP dispatch of NeMo's DeepSeek-V3 preset: not modelled"
         elif any(m in model for m in MOE) or (present(ep) and ep > 1):
             reason = "mixture of experts of an architecture not modelled (latent attention, " \
                      "hybrid Mamba, attention sinks) or not described"
@@ -221,7 +232,7 @@ def nemo(ref, out):
             arch = NEMO_PRESETS[model]
         elif model in MOE_ARCHS:
             m = MOE_ARCHS[model]
-            arch = out.arch(model.lower(), m["layers"], m["hidden"], m["heads"], m["kv"], m["ffn"],
+            arch = out.arch(re.sub(r"[^a-z0-9_]+", "_", model.lower()).strip("_"), m["layers"], m["hidden"], m["heads"], m["kv"], m["ffn"],
                             m["vocab"], "rmsnorm", "swiglu", "rope", False, False, row["seq_len"],
                             extra=m["extra"])
         elif model in dims:
@@ -252,9 +263,13 @@ def nemo(ref, out):
                 f"gbs{row['gbs']} {precision}", cluster="dgx-h100", model=arch, framework="megatron",
                 tp=tp, pp=pp, dp=dp, cp=cpv, ep=epv, micro_batch=row["mbs"], global_batch=row["gbs"],
                 seq_len=row["seq_len"], dtype="fp8" if precision.startswith("FP8") else "bf16",
-                recompute="none", zero=3 if present(fsdp) and fsdp > 0 else 1,
+                recompute="selective" if recipe.get("recompute") else "none",
+                recompute_modules=recipe.get("recompute", ""),
+                zero=3 if present(fsdp) and fsdp > 0 else 1,
                 schedule="interleaved" if present(vp) and vp > 1 else "1f1b",
                 vpp=int(vp) if present(vp) and vp > 1 else 1, pipeline_split=split,
+                pipeline_layout=recipe.get("layout", ""),
+                moe_dispatcher=recipe.get("dispatcher", ""),
                 etp=recipe.get("etp", ""), moe_a2a_overlap=recipe.get("a2a", False),
                 sequence_parallel=tp > 1,
                 tp_comm_overlap=1 if tp > 1 else 0, measured_step_s=num(row["derived_step_time_s"]),

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
-    Activation, Arch, CpComm, Layout, NormKind, Position, Recompute, Rules, Schedule,
+    Activation, Arch, CpComm, Dispatcher, Layout, NormKind, Position, Recompute, Rules, Schedule,
 };
 
 crate::named_enum!(
@@ -133,6 +133,24 @@ fn megatron_core_refusals(framework: Framework, l: &Layout) -> Result<()> {
     Ok(())
 }
 
+/// Megatron-Core's `--moe-token-dispatcher-type` for a dispatcher.
+fn dispatcher_type(d: Dispatcher) -> &'static str {
+    match d {
+        Dispatcher::Alltoall => "alltoall",
+        Dispatcher::Allgather => "allgather",
+        Dispatcher::Deepep | Dispatcher::Hybridep => "flex",
+    }
+}
+
+/// The flex dispatcher's backend (`--moe-flex-dispatcher-backend`).
+fn flex_backend(d: Dispatcher) -> Option<&'static str> {
+    match d {
+        Dispatcher::Deepep => Some("deepep"),
+        Dispatcher::Hybridep => Some("hybridep"),
+        _ => None,
+    }
+}
+
 fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let (a, l) = (t.arch, t.layout);
     megatron_core_refusals(Framework::Megatron, l)?;
@@ -144,9 +162,23 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         arg(format!(
             "--num-experts {} --moe-router-topk {} --moe-ffn-hidden-size {} \
              --expert-model-parallel-size {} --expert-tensor-parallel-size {} \
-             --moe-token-dispatcher-type alltoall --moe-grouped-gemm",
-            m.experts, m.top_k, m.expert_ffn, l.ep, l.etp
+             --moe-token-dispatcher-type {} --moe-grouped-gemm",
+            m.experts,
+            m.top_k,
+            m.expert_ffn,
+            l.ep,
+            l.etp,
+            dispatcher_type(l.moe_dispatcher)
         ));
+        if let Some(backend) = flex_backend(l.moe_dispatcher) {
+            arg(format!("--moe-flex-dispatcher-backend {backend}"));
+        }
+        if m.topk_groups > 0 {
+            arg(format!(
+                "--moe-router-num-groups {} --moe-router-group-topk {}",
+                m.groups, m.topk_groups
+            ));
+        }
         if m.shared_ffn() > 0 {
             arg(format!(
                 "--moe-shared-expert-intermediate-size {}",
@@ -470,6 +502,18 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     set("model.config.num_query_groups", a.kv_heads.to_string());
     if l.mtp_layers > 0 {
         set("model.config.mtp_num_layers", l.mtp_layers.to_string());
+    }
+    if a.moe.is_some() && !l.moe_dispatcher.is_alltoall() {
+        set(
+            "model.config.moe_token_dispatcher_type",
+            format!("\"{}\"", dispatcher_type(l.moe_dispatcher)),
+        );
+        if let Some(backend) = flex_backend(l.moe_dispatcher) {
+            set(
+                "model.config.moe_flex_dispatcher_backend",
+                format!("\"{backend}\""),
+            );
+        }
     }
     if let Some((factor, pad)) = l.moe_capacity {
         set(

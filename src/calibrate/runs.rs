@@ -24,7 +24,8 @@
 //! `etp` (expert tensor parallelism, default tp), `moe_a2a_overlap` (true/false: expert
 //! all-to-alls beside the compute), `pipeline_layout` (Megatron-Core's layout string, e.g.
 //! `Et|(tt|)*30mL`: what each chunk holds), `recompute_modules` (Megatron-Core's selective
-//! recompute modules joined by `+`, e.g. `mla_up_proj+mlp`), `source`.
+//! recompute modules joined by `+`, e.g. `mla_up_proj+mlp`), `moe_dispatcher` (alltoall,
+//! allgather, deepep, hybridep), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -83,6 +84,8 @@ struct Row {
     pipeline_layout: String,
     #[serde(default)]
     recompute_modules: String,
+    #[serde(default)]
+    moe_dispatcher: String,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -210,6 +213,10 @@ impl Row {
                 pipeline_layout: Some(self.pipeline_layout.trim().to_string())
                     .filter(|l| !l.is_empty()),
                 recompute_modules,
+                moe_dispatcher: match self.moe_dispatcher.trim() {
+                    "" => None,
+                    d => Some(d.parse().map_err(|e| format!("moe_dispatcher: {e}"))?),
+                },
                 ..Default::default()
             },
             measured_s: self.measured_step_s,

@@ -187,6 +187,8 @@ struct RowLayout {
     #[serde(default)]
     recompute_modules: Option<Vec<stepcast::workload::RecomputeModule>>,
     #[serde(default)]
+    moe_dispatcher: Option<stepcast::workload::Dispatcher>,
+    #[serde(default)]
     routing_file: Option<std::path::PathBuf>,
 }
 
@@ -293,6 +295,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         moe_pad_to_capacity: r.moe_capacity.map(|(_, pad)| pad),
         pipeline_layout: r.pipeline_layout,
         recompute_modules: r.recompute_modules,
+        moe_dispatcher: r.moe_dispatcher,
     };
     let cluster = Cluster::load(&cluster_name)?;
     let arch = Arch::resolve(&model)?;

@@ -11,7 +11,8 @@ use serde::Deserialize;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::workload::{
-    Arch, CpComm, Layout, ParallelSpec, Partition, Recompute, RecomputeModule, Rules, Schedule,
+    Arch, CpComm, Dispatcher, Layout, ParallelSpec, Partition, Recompute, RecomputeModule, Rules,
+    Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -72,6 +73,11 @@ pub struct JobArgs {
     /// --overlap-moe-expert-parallel-comm, NeMo's moe_a2a_overlap) [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub moe_a2a_overlap: Option<bool>,
+    /// How routed tokens reach their experts: alltoall (NCCL, Megatron's default), allgather,
+    /// deepep or hybridep (hierarchical: once per node over the network, then NVLink)
+    /// [default: alltoall].
+    #[arg(long, value_parser = named::<Dispatcher>())]
+    pub moe_dispatcher: Option<Dispatcher>,
     /// Sequences per micro-batch.
     #[arg(long, allow_negative_numbers = true)]
     pub micro_batch: Option<u64>,
@@ -270,6 +276,7 @@ impl JobArgs {
             mtp_layers: self.mtp_layers,
             pipeline_layout: self.pipeline_layout.clone(),
             recompute_modules: self.recompute_modules.clone(),
+            moe_dispatcher: self.moe_dispatcher,
         };
         let spec = job.parallel.overridden_by(flags);
         let mut cluster = Cluster::load(&cluster_path)?;

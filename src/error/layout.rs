@@ -207,9 +207,9 @@ pub enum LayoutError {
     CpUnderPaperRules,
 
     #[error(
-        "{model} has no experts: drop the expert settings (--ep, --etp, --moe-imbalance, \
-         --moe-routing, --moe-capacity-factor, --moe-a2a-overlap), or give a mixture-of-experts \
-         model"
+        "{model} has no experts: drop the expert settings (--ep, --etp, --moe-dispatcher, \
+         --moe-imbalance, --moe-routing, --moe-capacity-factor, --moe-a2a-overlap), or give a \
+         mixture-of-experts model"
     )]
     ExpertsOnDenseModel { model: String },
 

@@ -18,7 +18,8 @@ use crate::ops::{
 };
 use crate::timing::Class;
 use crate::workload::{
-    Arch, AttentionImpl, CpComm, Layout, MlaSpec, MoeSpec, NormKind, Position, Recompute, Rules,
+    Arch, AttentionImpl, CpComm, Dispatcher, Layout, MlaSpec, MoeSpec, NormKind, Position,
+    Recompute, Rules,
 };
 
 /// The sizes one rank works with.
@@ -36,6 +37,8 @@ pub(super) struct Dims {
     etp: u64,
     /// The expert all-to-alls run beside the compute.
     a2a_overlap: bool,
+    /// How routed tokens reach their experts.
+    dispatcher: Dispatcher,
     imbalance: f64,
     cp_comm: CpComm,
     tokens: u64,
@@ -75,6 +78,7 @@ impl Dims {
             ep: layout.ep,
             etp: layout.etp,
             a2a_overlap: layout.overlap.moe_a2a,
+            dispatcher: layout.moe_dispatcher,
             imbalance: layout.expert_load(),
             tokens: layout.micro_batch * s,
             seq_sp: if layout.sequence_parallel {
@@ -643,22 +647,7 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         width: d.d,
     });
     p.compute("permute", OpKind::Elementwise, d.act, None, permuted);
-    let a2a_bytes =
-        (routed_tokens as f64 * k as f64 * d.imbalance).ceil() as u64 * d.d * d.act_bytes();
-    let all_to_all = |p: &mut PassCalls, label| {
-        if d.ep > 1 {
-            let mut c = p.b.collective(
-                label,
-                OpKind::AllToAll,
-                a2a_bytes,
-                d.groups.ep,
-                Class::EpComm,
-            );
-            c.overlapped = d.a2a_overlap;
-            p.calls.push(c);
-        }
-    };
-    all_to_all(p, "moe all-to-all (dispatch)");
+    dispatch(p, moe, d, Route::Dispatch);
     // the expert-tensor-parallel group gathers its members' routed tokens (and
     // reduce-scatters the experts' output back)
     let etp_tokens = (routed_tokens * d.etp).min(d.tokens);
@@ -709,12 +698,121 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         c.count = local as f64;
     }
     etp_collective(p, "moe etp reduce-scatter", OpKind::ReduceScatter);
-    all_to_all(p, "moe all-to-all (combine)");
+    dispatch(p, moe, d, Route::Combine);
     p.compute("unpermute", OpKind::Elementwise, d.act, None, permuted);
     let shared = moe.shared_ffn() / d.t;
     if shared > 0 {
         mlp(p, d, shared, arch.activation.up_width(shared), act_op);
     }
+}
+
+/// Which way routed tokens travel.
+#[derive(Clone, Copy, PartialEq)]
+enum Route {
+    /// To their experts.
+    Dispatch,
+    /// Back to their ranks.
+    Combine,
+}
+
+/// The expert-parallel transfer of a rank's routed tokens (its sequence-parallel shard, each
+/// token k times, the busiest rank's `imbalance` more) to or from their experts, as the
+/// layout's dispatcher runs it: one NCCL all-to-all; an all-gather of every rank's tokens
+/// (combined by a reduce-scatter); or hierarchically (DeepEP, HybridEP), each token sent over
+/// the network once per other node its experts are on, to the same GPU index there, and its
+/// copies carried to their GPUs over NVLink.
+fn dispatch(p: &mut PassCalls, moe: &MoeSpec, d: &Dims, route: Route) {
+    if d.ep == 1 {
+        return;
+    }
+    let tokens = d.b * d.seq_sp;
+    let bytes = |copies: f64| (tokens as f64 * copies).ceil() as u64 * d.d * d.act_bytes();
+    let k = moe.top_k as f64;
+    let combine = route == Route::Combine;
+    let (nodes, per_node) = d.groups.ep;
+    let calls: Vec<(&'static str, OpKind, u64, (u64, u64))> = match d.dispatcher {
+        Dispatcher::Alltoall => vec![(
+            if combine {
+                "moe all-to-all (combine)"
+            } else {
+                "moe all-to-all (dispatch)"
+            },
+            OpKind::AllToAll,
+            bytes(k * d.imbalance),
+            d.groups.ep,
+        )],
+        Dispatcher::Allgather => vec![if combine {
+            (
+                "moe reduce-scatter (combine)",
+                OpKind::ReduceScatter,
+                bytes(d.ep as f64),
+                d.groups.ep,
+            )
+        } else {
+            (
+                "moe all-gather (dispatch)",
+                OpKind::AllGather,
+                bytes(d.ep as f64),
+                d.groups.ep,
+            )
+        }],
+        Dispatcher::Deepep | Dispatcher::Hybridep => {
+            let mut v = Vec::new();
+            if nodes > 1 {
+                let remote = remote_nodes(moe, nodes) * d.imbalance;
+                v.push((
+                    if combine {
+                        "moe network all-to-all (combine)"
+                    } else {
+                        "moe network all-to-all (dispatch)"
+                    },
+                    OpKind::AllToAll,
+                    bytes(remote),
+                    (nodes, 1),
+                ));
+            }
+            if per_node > 1 {
+                v.push((
+                    if combine {
+                        "moe nvlink all-to-all (combine)"
+                    } else {
+                        "moe nvlink all-to-all (dispatch)"
+                    },
+                    OpKind::AllToAll,
+                    bytes(k * d.imbalance),
+                    (1, per_node),
+                ));
+            }
+            if combine {
+                v.reverse();
+            }
+            v
+        }
+    };
+    for (label, op, size, group) in calls {
+        let mut c = p.b.collective(label, op, size, group, Class::EpComm);
+        c.overlapped = d.a2a_overlap;
+        p.calls.push(c);
+    }
+}
+
+/// Nodes other than its own that one token's k routed copies reach on average, its experts'
+/// ranks spread evenly over `nodes` nodes: (nodes − 1) × the chance a node is hit. Without a
+/// group limit each copy picks a node at random (a node is missed with (1 − 1/nodes)^k); with
+/// DeepSeek's (the token's experts from `topk_groups` of `groups` groups, groups a whole number
+/// per node) a node is missed when none of its groups is picked.
+fn remote_nodes(moe: &MoeSpec, nodes: u64) -> f64 {
+    let n = nodes as f64;
+    let per_node = moe.groups / nodes.max(1);
+    let missed = if moe.topk_groups > 0 && per_node >= 1 && moe.groups.is_multiple_of(nodes) {
+        // C(groups − per_node, topk) / C(groups, topk), as a product
+        (0..moe.topk_groups)
+            .map(|i| (moe.groups - per_node).saturating_sub(i) as f64 / (moe.groups - i) as f64)
+            .product::<f64>()
+    } else {
+        (1.0 - 1.0 / n).powf(moe.top_k as f64)
+    };
+    (n - 1.0) * (1.0 - missed)
 }
 
 /// What a layer's backward runs besides the mirror of its forward: the bias gradients (a
@@ -793,16 +891,11 @@ fn selective_recompute(
             "mlp up" | "activation" | "mlp down" if dense_mlp => &[M::Mlp],
             "mlp up" | "activation" | "mlp down" => &[M::SharedExperts, M::Moe],
             "expert activation" => &[M::MoeAct, M::Moe],
-            "router"
-            | "router top-k"
-            | "permute"
-            | "moe all-to-all (dispatch)"
-            | "moe etp all-gather"
-            | "expert up"
-            | "expert down"
-            | "moe etp reduce-scatter"
-            | "moe all-to-all (combine)"
-            | "unpermute" => &[M::Moe],
+            // (every expert-parallel collective is labelled "moe …")
+            "router" | "router top-k" | "permute" | "expert up" | "expert down" | "unpermute" => {
+                &[M::Moe]
+            }
+            l if l.starts_with("moe ") => &[M::Moe],
             _ => &[],
         };
         modules.iter().any(|&m| layout.recomputes(m))
@@ -1017,5 +1110,36 @@ pub(super) fn mtp_block(
         tensors: layer.tensors + 1 + 2 * (1 + arch.norm_bias as u64),
         expert_params: layer.expert_params,
         expert_tensors: layer.expert_tensors,
+    }
+}
+
+#[cfg(test)]
+mod dispatch_tests {
+    use super::*;
+
+    fn moe(groups: u64, topk_groups: u64) -> MoeSpec {
+        MoeSpec {
+            experts: 256,
+            top_k: 8,
+            expert_ffn: 2048,
+            shared_experts: 1,
+            shared_ffn: None,
+            dense_layers: 3,
+            groups,
+            topk_groups,
+        }
+    }
+
+    /// DeepSeek-V3 over 8 nodes: without a limit 8 random copies miss a node with (7/8)^8;
+    /// 4 of 8 groups, one per node, reach exactly 4 nodes, 3.5 of them not the sender's.
+    #[test]
+    fn a_token_reaches_fewer_nodes_under_a_group_limit() {
+        let free = remote_nodes(&moe(0, 0), 8);
+        assert!((free - 7.0 * (1.0 - (7.0f64 / 8.0).powi(8))).abs() < 1e-12);
+        assert!((remote_nodes(&moe(8, 4), 8) - 3.5).abs() < 1e-12);
+        // two groups per node: a node is missed when neither of its groups is picked
+        let two = 1.0 - (6.0 * 5.0 * 4.0 * 3.0) / (8.0 * 7.0 * 6.0 * 5.0);
+        assert!((remote_nodes(&moe(8, 4), 4) - 3.0 * two).abs() < 1e-12);
+        assert_eq!(remote_nodes(&moe(8, 4), 1), 0.0);
     }
 }

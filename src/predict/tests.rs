@@ -717,6 +717,8 @@ fn deepseek_like(layers: u64) -> Arch {
         shared_experts: 1,
         shared_ffn: None,
         dense_layers: 3,
+        groups: 8,
+        topk_groups: 4,
     });
     spec.mla = Some(crate::workload::MlaSpec {
         q_lora_rank: Some(1536),
@@ -788,6 +790,58 @@ fn recompute_modules_trade_memory_for_time() {
         Layout::new(&full, &arch, &c),
         Err(LayoutError::RecomputeModules { .. })
     ));
+}
+
+/// The token dispatchers: within one node a hierarchical dispatch is the all-to-all; across
+/// nodes it sends each token once per other node (DeepSeek's group limit: about one of two
+/// nodes here, against 4 of the 8 copies for the all-to-all), so less EP time; an all-gather
+/// of every rank's tokens does not grow with the router's skew; a dense model has no
+/// dispatcher.
+#[test]
+fn hierarchical_dispatch_sends_a_token_once_per_node() {
+    use crate::workload::Dispatcher;
+    let arch = deepseek_like(8);
+    let ep_comm = |base: ParallelSpec, dispatcher| {
+        predicted(
+            &arch,
+            &ParallelSpec {
+                moe_dispatcher: Some(dispatcher),
+                ..base
+            },
+        )
+        .breakdown_s
+        .ep_comm
+    };
+    let one_node = ParallelSpec {
+        tp: Some(1),
+        sequence_parallel: None,
+        ..deepseek_spec(None)
+    };
+    assert_eq!(
+        ep_comm(one_node.clone(), Dispatcher::Deepep),
+        ep_comm(one_node.clone(), Dispatcher::Alltoall)
+    );
+    // tp 2: the 8 expert ranks span 2 nodes
+    let two_nodes = deepseek_spec(None);
+    let all_to_all = ep_comm(two_nodes.clone(), Dispatcher::Alltoall);
+    let deepep = ep_comm(two_nodes.clone(), Dispatcher::Deepep);
+    assert!(deepep < 0.8 * all_to_all, "{deepep} {all_to_all}");
+    assert_eq!(deepep, ep_comm(two_nodes.clone(), Dispatcher::Hybridep));
+    // the all-gather moves every rank's tokens however they are routed; the all-to-all moves
+    // the busiest rank's share (tp 1: no expert-tensor-parallel gather, which grows with it)
+    let skewed = ParallelSpec {
+        moe_imbalance: Some(2.0),
+        ..one_node.clone()
+    };
+    assert_eq!(
+        ep_comm(skewed.clone(), Dispatcher::Allgather),
+        ep_comm(one_node.clone(), Dispatcher::Allgather)
+    );
+    assert!(ep_comm(skewed, Dispatcher::Alltoall) > 1.5 * ep_comm(one_node, Dispatcher::Alltoall));
+    dense_refuses(ParallelSpec {
+        moe_dispatcher: Some(Dispatcher::Deepep),
+        ..spec(1, 1, 8, 1, 4)
+    });
 }
 
 /// tp 2 · pp 2 · ep 8 of dp 8, 4 micro-batches of one 4k sequence, with `mtp` modules.

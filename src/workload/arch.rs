@@ -76,6 +76,13 @@ pub struct MoeSpec {
     /// The first layers keep a dense MLP of `ffn_hidden` (DeepSeek's `first_k_dense_replace`).
     #[serde(default)]
     pub dense_layers: u64,
+    /// Group-limited routing (DeepSeek's `n_group`, `topk_group`): the experts in `groups`
+    /// equal groups, each token's top-k taken from its best `topk_groups` groups (0: no limit).
+    /// A hierarchical dispatcher sends a token once per node its groups lie on.
+    #[serde(default)]
+    pub groups: u64,
+    #[serde(default)]
+    pub topk_groups: u64,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank
@@ -269,6 +276,20 @@ impl ArchSpec {
                     "moe.dense_layers = {} leaves no layer with experts of {}: give fewer dense \
                      layers, or drop moe:",
                     m.dense_layers, self.layers
+                )));
+            }
+            let limited = m.groups > 0 || m.topk_groups > 0;
+            if limited
+                && !(m.groups > 0
+                    && m.experts.is_multiple_of(m.groups)
+                    && (1..=m.groups).contains(&m.topk_groups)
+                    && m.top_k <= m.topk_groups * (m.experts / m.groups))
+            {
+                return Err(bad(format!(
+                    "moe.groups = {} / topk_groups = {}: give groups dividing the {} experts \
+                     and topk_groups from 1 to groups, holding at least top_k = {} experts \
+                     (or neither, for routing without a group limit)",
+                    m.groups, m.topk_groups, m.experts, m.top_k
                 )));
             }
             if m.shared_experts > 64 || m.shared_ffn.is_some_and(|f| f > MAX_WIDTH * 4) {

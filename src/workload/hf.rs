@@ -308,6 +308,8 @@ impl Config<'_> {
             shared_experts: shared.is_some() as u64,
             shared_ffn: shared,
             dense_layers: 0,
+            groups: 0,
+            topk_groups: 0,
         });
         Ok(spec)
     }
@@ -338,6 +340,9 @@ impl Config<'_> {
             shared_experts: shared,
             shared_ffn: None,
             dense_layers: self.opt_int("first_k_dense_replace")?.unwrap_or(0),
+            // group-limited routing (V2's group_limited_greedy, V3's noaux_tc over groups)
+            groups: self.opt_int("n_group")?.unwrap_or(0),
+            topk_groups: self.opt_int("topk_group")?.unwrap_or(0),
         });
         spec.mla = Some(MlaSpec {
             q_lora_rank: self.opt_int("q_lora_rank")?,

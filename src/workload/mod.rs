@@ -10,7 +10,7 @@ pub mod routing;
 
 pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, MlaSpec, MoeSpec, NormKind, Position};
 pub use parallel::{
-    CpComm, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute, RecomputeModule,
-    Rules, Schedule,
+    CpComm, Dispatcher, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute,
+    RecomputeModule, Rules, Schedule,
 };
 pub use routing::ExpertRouting;

@@ -39,6 +39,30 @@ crate::named_enum!(
 );
 
 crate::named_enum!(
+    /// How a mixture's routed tokens reach their experts (Megatron-Core's token dispatchers).
+    pub enum Dispatcher {
+        /// NCCL all-to-all over the expert-parallel group, each of a token's k copies sent to
+        /// its expert's rank (`--moe-token-dispatcher-type alltoall`; the default).
+        Alltoall => "alltoall",
+        /// Every rank all-gathers the expert group's tokens and keeps its experts' share; the
+        /// outputs are reduce-scattered back (`allgather`).
+        Allgather => "allgather",
+        /// DeepEP's hierarchical dispatch (`flex`, backend deepep): a token crosses the
+        /// network once per node its experts are on, then NVLink carries its copies.
+        Deepep => "deepep",
+        /// HybridEP's (`flex`, backend hybridep): the same traffic as DeepEP's.
+        Hybridep => "hybridep",
+    }
+);
+
+impl Dispatcher {
+    /// The default, which layout records leave out.
+    pub fn is_alltoall(&self) -> bool {
+        *self == Dispatcher::Alltoall
+    }
+}
+
+crate::named_enum!(
     /// A part of a layer selective recomputation rebuilds in the backward instead of keeping
     /// its outputs (Megatron-Core's `--recompute-modules`).
     pub enum RecomputeModule {
@@ -169,6 +193,9 @@ pub struct ParallelSpec {
     /// `--overlap-moe-expert-parallel-comm`, NeMo's moe_a2a_overlap).
     #[serde(default)]
     pub moe_a2a_overlap: Option<bool>,
+    /// How routed tokens reach their experts (default alltoall).
+    #[serde(default)]
+    pub moe_dispatcher: Option<Dispatcher>,
     #[serde(default)]
     pub micro_batch: Option<u64>,
     /// Sequences per optimizer step over all data-parallel replicas.
@@ -268,6 +295,7 @@ impl ParallelSpec {
             moe_capacity_factor: over.moe_capacity_factor.or(self.moe_capacity_factor),
             moe_pad_to_capacity: over.moe_pad_to_capacity.or(self.moe_pad_to_capacity),
             moe_a2a_overlap: over.moe_a2a_overlap.or(self.moe_a2a_overlap),
+            moe_dispatcher: over.moe_dispatcher.or(self.moe_dispatcher),
             micro_batch: over.micro_batch.or(self.micro_batch),
             global_batch: over.global_batch.or(self.global_batch),
             micro_batches: over.micro_batches.or(self.micro_batches),
@@ -320,6 +348,9 @@ pub struct Layout {
     /// Expert capacity over the mean tokens per expert (none: dropless), and whether every
     /// expert's input is padded to it.
     pub moe_capacity: Option<(f64, bool)>,
+    /// How routed tokens reach their experts.
+    #[serde(skip_serializing_if = "Dispatcher::is_alltoall")]
+    pub moe_dispatcher: Dispatcher,
     /// Per transformer layer, the busiest expert-parallel rank's load from a routing file
     /// (empty: every layer at `expert_load()`); see [`Layout::with_routing`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -396,7 +427,10 @@ impl Layout {
         };
         let (ep, moe_imbalance) = check_experts(spec, arch, rules, [tp, cp, dp], etp)?;
         let moe_capacity = check_capacity(spec, arch)?;
-        if spec.moe_a2a_overlap == Some(true) && arch.moe.is_none() {
+        let dense_dispatcher = spec
+            .moe_dispatcher
+            .is_some_and(|d| d != Dispatcher::Alltoall);
+        if (spec.moe_a2a_overlap == Some(true) || dense_dispatcher) && arch.moe.is_none() {
             return Err(LayoutError::ExpertsOnDenseModel {
                 model: arch.name.clone(),
             });
@@ -506,6 +540,7 @@ impl Layout {
             etp,
             moe_imbalance,
             moe_capacity,
+            moe_dispatcher: spec.moe_dispatcher.unwrap_or(Dispatcher::Alltoall),
             layer_loads: Vec::new(),
             routing_file: None,
             world,

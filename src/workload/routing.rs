@@ -297,6 +297,8 @@ mod tests {
             shared_experts: 0,
             shared_ffn: None,
             dense_layers,
+            groups: 0,
+            topk_groups: 0,
         }
     }
 
