@@ -178,6 +178,12 @@ MOE_ARCHS = {"Qwen3_30B_a3B": dict(layers=48, hidden=2048, heads=32, kv=4, ffn=6
              "Qwen3_235B_a22B": dict(layers=94, hidden=4096, heads=64, kv=4, ffn=12288, vocab=151936,
                                      extra="head_dim: 128\nqk_norm: true\nmoe: {experts: 128, "
                                            "top_k: 8, expert_ffn: 1536}\n"),
+             # openai/gpt-oss-120b: 128 experts of 2,880, top-4, biased QKV, every second layer
+             # global, the others a 128-token window (attention sinks not modelled)
+             "GPT OSS 120B": dict(layers=36, hidden=2880, heads=64, kv=8, ffn=2880, vocab=201088,
+                                  extra="head_dim: 64\nqkv_bias: true\nsliding_window: 128\n"
+                                        "global_attention_every: 2\nmoe: {experts: 128, "
+                                        "top_k: 4, expert_ffn: 2880}\n"),
              # deepseek-ai/DeepSeek-V3: latent attention, 3 dense layers, 256 experts of 2,048,
              # top-8 from 4 of 8 groups, one shared expert
              "DeepSeekV3 (dropless)": dict(
@@ -193,6 +199,8 @@ MOE_ARCHS = {"Qwen3_30B_a3B": dict(layers=48, hidden=2048, heads=32, kv=4, ffn=6
 # the NCCL all-to-all)
 MOE_RECIPES = {"Qwen3_30B_a3B": dict(etp=1, a2a=False, split="", dispatcher="hybridep"),
                "Qwen3_235B_a22B": dict(etp=1, a2a=True, split="embedding+loss"),
+               # (configs/gpt_oss): layernorm and expert activation recomputed
+               "GPT OSS 120B": dict(etp=1, a2a=False, split="", recompute="layernorm+moe_act"),
                # (scripts/performance/configs/deepseek): the layer layout with the prediction
                # module beside the loss, MLA up-projections and dense MLPs recomputed, HybridEP
                "DeepSeekV3 (dropless)": dict(etp=1, a2a=False, split="",
@@ -222,8 +230,8 @@ def nemo(ref, out):
         elif model in MOE_ARCHS:
             pass
         elif any(m in model for m in MOE) or (present(ep) and ep > 1):
-            reason = "mixture of experts of an architecture not modelled (latent attention, " \
-                     "hybrid Mamba, attention sinks) or not described"
+            reason = "mixture of experts of an architecture not modelled (Nemotron 3's hybrid " \
+                     "Mamba layers) or not described"
         elif row["section"] != "pretrain":
             reason = f"{row['section']} {row['task']} (fine-tuning: not modelled)"
         elif model not in NEMO_PRESETS and model not in dims:
