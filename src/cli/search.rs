@@ -64,6 +64,10 @@ pub struct SearchArgs {
     /// follows its ep.
     #[arg(long, value_name = "CSV")]
     pub moe_routing: Option<PathBuf>,
+    /// How routed tokens reach their experts in every layout: alltoall, allgather, deepep or
+    /// hybridep [default: alltoall].
+    #[arg(long, value_parser = named::<stepcast::workload::Dispatcher>())]
+    pub moe_dispatcher: Option<stepcast::workload::Dispatcher>,
     /// Expert all-to-alls beside the compute: the values to try (with ep > 1), e.g.
     /// false,true.
     #[arg(long, value_delimiter = ',', default_value = "false")]
@@ -259,6 +263,9 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if r.layout.overlap.moe_a2a {
         cmd += " --moe-a2a-overlap";
     }
+    if r.layout.ep > 1 && !r.layout.moe_dispatcher.is_alltoall() {
+        cmd += &format!(" --moe-dispatcher {}", r.layout.moe_dispatcher);
+    }
     if let Some(f) = args.moe_imbalance {
         cmd += &format!(" --moe-imbalance {f}");
     }
@@ -334,6 +341,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
             rules: Some(args.rules),
             tp_comm_overlap: args.tp_comm_overlap,
             moe_imbalance: args.moe_imbalance,
+            moe_dispatcher: args.moe_dispatcher,
             ..Default::default()
         },
         space: SearchSpace {
