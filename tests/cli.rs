@@ -1267,6 +1267,7 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
         "num_hidden_layers":61,"num_attention_heads":128,"num_key_value_heads":128,
         "n_shared_experts":1,"n_routed_experts":256,"kv_lora_rank":512,"q_lora_rank":1536,
         "qk_rope_head_dim":64,"v_head_dim":128,"qk_nope_head_dim":128,"num_experts_per_tok":8,
+        "n_group":8,"topk_group":4,
         "moe_layer_freq":1,"first_k_dense_replace":3,"hidden_act":"silu",
         "max_position_embeddings":163840,"tie_word_embeddings":false,"num_nextn_predict_layers":1}"#,
     )
@@ -1333,7 +1334,8 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
     let mut recipe = layout[..6].to_vec();
     recipe.extend(
         "--pp 2 --dp 32 --ep 32 --micro-batch 1 --global-batch 512 --sequence-parallel \
-         --pipeline-layout Et*31|t*30mL --recompute-modules mla_up_proj,mlp"
+         --pipeline-layout Et*31|t*30mL --recompute-modules mla_up_proj,mlp \
+         --moe-dispatcher hybridep"
             .split_whitespace(),
     );
     let out = stepcast(&[&["predict"][..], &recipe].concat());
@@ -1341,7 +1343,7 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         text.contains("recompute selective (mla_up_proj, mlp), pipeline layout \"Et*31|t*30mL\"")
-            && text.contains("ep 32"),
+            && text.contains("ep 32 (imbalance 1) over hybridep"),
         "{text}"
     );
     let out = stepcast(&[&["export", "--format", "megatron"][..], &recipe].concat());
@@ -1351,6 +1353,9 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
         "--recompute-modules mla_up_proj mlp",
         "--pipeline-model-parallel-layout \"Et*31|t*30mL\"",
         "--mtp-num-layers 1",
+        "--moe-token-dispatcher-type flex",
+        "--moe-flex-dispatcher-backend hybridep",
+        "--moe-router-num-groups 8 --moe-router-group-topk 4",
     ] {
         assert!(text.contains(arg), "{arg}: {text}");
     }

@@ -421,6 +421,9 @@ pub fn describe(job: &Job) -> String {
             }
             None => format!(" · ep {} (imbalance {})", l.ep, l.moe_imbalance),
         };
+        if l.ep > 1 && !l.moe_dispatcher.is_alltoall() {
+            extra += &format!(" over {}", l.moe_dispatcher);
+        }
     }
     let notes: String = job
         .notes
