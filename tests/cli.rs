@@ -1146,6 +1146,10 @@ fn a_routing_file_gives_each_layer_its_load() {
     let (ep4, text) = step(&["--job", s(&job), "--ep", "4"]);
     assert!(text.contains("load 1.21–1.21"), "{text}");
     assert!(ep4 < routed);
+    // the README's example file reads as its header line says
+    let example = repo("docs/examples/mixtral-routing-synthetic.csv");
+    let (_, text) = step(&[&flags[..], &["--moe-routing", &example]].concat());
+    assert!(text.contains("load 1.00–1.76, mean 1.39"), "{text}");
 }
 
 /// Llama 3.1 405B split as NVIDIA's recipe does (the embedding and the loss each take a layer's

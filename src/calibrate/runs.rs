@@ -308,4 +308,41 @@ mod tests {
         let (_d, path) = write(HEADER);
         assert!(load(&path).unwrap_err().to_string().contains("no runs"));
     }
+
+    /// The optional Megatron-Core columns NVIDIA's MoE presets need: a layout string, recompute
+    /// modules joined by +, the token dispatcher; a value they do not take names the column.
+    #[test]
+    fn reads_the_layout_string_recompute_modules_and_dispatcher() {
+        use crate::workload::{Dispatcher, RecomputeModule};
+        let header = HEADER.replace(
+            "expressible,reason",
+            "expressible,reason,pipeline_layout,recompute_modules,moe_dispatcher",
+        );
+        let row = |layout: &str, modules: &str, dispatcher: &str| {
+            format!(
+                "{header}s,f,a,dgx-h100,m.yaml,2,8,64,1,8192,4096,fp8,selective,1,interleaved,4,\
+                 true,1,25.3,true,,{layout},{modules},{dispatcher}\n"
+            )
+        };
+        let (_d, path) = write(&row("Et|(tt|)*30mL", "mla_up_proj+mlp", "hybridep"));
+        let spec = &load(&path).unwrap()[0].spec;
+        assert_eq!(spec.pipeline_layout.as_deref(), Some("Et|(tt|)*30mL"));
+        assert_eq!(
+            spec.recompute_modules,
+            Some(vec![RecomputeModule::MlaUpProj, RecomputeModule::Mlp])
+        );
+        assert_eq!(spec.moe_dispatcher, Some(Dispatcher::Hybridep));
+        let (_d, path) = write(&row("", "", ""));
+        let spec = &load(&path).unwrap()[0].spec;
+        assert!(spec.pipeline_layout.is_none() && spec.recompute_modules.is_none());
+        assert!(spec.moe_dispatcher.is_none());
+        for (layout, modules, dispatcher, says) in [
+            ("", "mla+mlp", "", "recompute_modules"),
+            ("", "", "nccl", "moe_dispatcher"),
+        ] {
+            let (_d, path) = write(&row(layout, modules, dispatcher));
+            let e = load(&path).unwrap_err().to_string();
+            assert!(e.contains("line 2") && e.contains(says), "{e}");
+        }
+    }
 }
