@@ -14,7 +14,9 @@ point above its threshold (the file commits today's figures), or when a predicti
 exceeds its GPU's achievable fraction.
 
 Usage: eval-real-runs.py STEPCAST REFERENCE_DATA [--json OUT] [--check THRESHOLDS]"""
+import csv
 import json
+import math
 import re
 import subprocess
 import sys
@@ -38,6 +40,23 @@ def stats(errors):
         return None
     return {"runs": len(errors), "mean_abs_percent": sum(abs(e) for e in errors) / len(errors),
             "max_abs_percent": max(abs(e) for e in errors), "bias_percent": sum(errors) / len(errors)}
+
+
+def mosaic_mfu(ref, runs_csv, rows):
+    """MPT runs' predicted MFU against the MFU MosaicML reports for the same run (its
+    mpt_throughput.csv row, named in the runs CSV's source column): per [raw, calibrated], the
+    runs more than 10 points above it, and the largest excess in points."""
+    src = list(csv.DictReader(open(ref / "mosaicml-llm-foundry-mpt-benchmarks" / "mpt_throughput.csv")))
+    runs = list(csv.DictReader(open(runs_csv)))
+    over, excess = [0, 0], [-math.inf, -math.inf]
+    for x in rows:
+        source = runs[x["line"] - 2]["source"]
+        reported = float(src[int(source.rsplit("row ", 1)[1]) - 1]["mfu_pct"])
+        for k, predicted in enumerate(x.get("mfu_percent") or []):
+            if predicted == predicted:
+                over[k] += predicted > reported + 10
+                excess[k] = max(excess[k], predicted - reported)
+    return {"runs": len(rows), "over_reported_plus_10": over, "max_excess_points": excess}
 
 
 def main():
@@ -96,6 +115,8 @@ def main():
                 "expressible": s.get("expressible"), "predicted": len(pred), "raw": raw,
                 "calibrated": cal, "max_mfu_percent": mfu,
                 "achievable_mfu_percent": ACHIEVABLE_MFU[cluster]}
+            if name == "mpt" and pred:
+                table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
     head = f"{'cluster / set':34} {'rows':>5} {'expr':>5} {'pred':>5}  {'raw mean':>8} {'max':>6} {'bias':>7}  " \
            f"{'cal mean':>8} {'max':>6} {'bias':>7}  {'max MFU':>7}"
     print(head)
@@ -108,6 +129,12 @@ def main():
               f"{t['predicted']:5d}  {cells(t['raw'])}  {cells(t['calibrated'])}  {t['max_mfu_percent']:6.0f}%")
     print("calibrated: grouped cross-validation for the sets fitted on (leave one model family out), "
           "the fitted runtime for held-out sets; raw: the cluster's defaults")
+    for key, t in table.items():
+        m = t.get("mosaicml_mfu")
+        if m:
+            print(f"{key}: predicted MFU above MosaicML's reported + 10 points in {m['over_reported_plus_10'][0]} "
+                  f"(raw) and {m['over_reported_plus_10'][1]} (calibrated) of {m['runs']} runs; largest excess "
+                  f"{m['max_excess_points'][0]:.1f} / {m['max_excess_points'][1]:.1f} points")
     if json_out:
         json.dump(table, open(json_out, "w"), indent=1)
     if thresholds:
