@@ -452,16 +452,8 @@ pub fn search_watched(
     }
     // a routing file that does not fit the model fails here, not as every layout pruned
     if let Some(routing) = req.routing {
-        let Some(moe) = &req.arch.moe else {
-            return Err(crate::error::LayoutError::ExpertsOnDenseModel {
-                model: req.arch.name.clone(),
-            }
-            .into());
-        };
-        if let Some(value) = req.base.moe_imbalance.filter(|&f| f != 1.0) {
-            return Err(crate::error::LayoutError::RoutingWithImbalance { value }.into());
-        }
-        routing.loads(moe, req.arch.layers, 1, None)?;
+        let imbalance = req.base.moe_imbalance.unwrap_or(1.0);
+        routing.model_loads(req.arch, imbalance, 1, None)?;
     }
     let candidates = enumerate(req);
     let mut pruned: BTreeMap<&'static str, usize> = BTreeMap::new();

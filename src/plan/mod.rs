@@ -316,6 +316,14 @@ fn loaded_layers(loaded: &LoadedCounts) -> u64 {
     loaded.iter().map(|&(_, n)| n).sum()
 }
 
+/// Adds `n` layers of loaded block `i` to `counts`.
+fn count_loaded(counts: &mut LoadedCounts, i: usize, n: u64) {
+    match counts.iter_mut().find(|(j, _)| *j == i) {
+        Some((_, m)) => *m += n,
+        None => counts.push((i, n)),
+    }
+}
+
 impl Chunk {
     /// Routed (or dense-model) layers at the layout's load: `Plan::layer`'s.
     pub fn layout_load_layers(&self) -> u64 {
@@ -361,10 +369,7 @@ fn route_layers(
                     loaded.len() - 1
                 }
             };
-            match chunk.loaded.iter_mut().find(|(j, _)| *j == i) {
-                Some((_, n)) => *n += 1,
-                None => chunk.loaded.push((i, 1)),
-            }
+            count_loaded(&mut chunk.loaded, i, 1);
         }
     }
     loaded

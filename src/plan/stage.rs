@@ -104,10 +104,7 @@ pub(super) fn stages(
             let dense_layers: u64 = mine().map(|c| c.dense_layers).sum();
             let mut loaded: super::LoadedCounts = Vec::new();
             for &(j, n) in mine().flat_map(|c| &c.loaded) {
-                match loaded.iter_mut().find(|(k, _)| *k == j) {
-                    Some((_, m)) => *m += n,
-                    None => loaded.push((j, n)),
-                }
+                super::count_loaded(&mut loaded, j, n);
             }
             let sparse = layers - dense_layers;
             let (dense_params, dense_tensors) = blocks.dense_layer.map_or((0, 0), |d| {

@@ -284,11 +284,15 @@ fn cp_spec(cp: u64, dp: u64, seq: u64) -> ParallelSpec {
 }
 
 fn predicted(arch: &Arch, s: &ParallelSpec) -> Prediction {
+    predicted_layout(arch, &Layout::new(s, arch, &cluster()).unwrap())
+}
+
+/// A checked layout's prediction on the DGX H100 file without models.
+fn predicted_layout(arch: &Arch, layout: &Layout) -> Prediction {
     let c = cluster();
-    let layout = Layout::new(s, arch, &c).unwrap();
     predict(
         arch,
-        &layout,
+        layout,
         &c,
         &CostModel::new(&c, None),
         PredictOptions::default(),
@@ -522,14 +526,7 @@ fn embedding_and_loss_can_take_a_layers_place_in_the_pipeline_split() {
         (1, 2, 2, 1)
     );
     assert_eq!(l.stage_layers, [15, 16, 16, 16, 16, 16, 16, 15]);
-    let p = predict(
-        &arch,
-        &l,
-        &c,
-        &CostModel::new(&c, None),
-        PredictOptions::default(),
-    )
-    .unwrap();
+    let p = predicted_layout(&arch, &l);
     assert!(p.metrics.step_time_s.is_finite() && p.metrics.step_time_s > 0.0);
     let placed: u64 = p.stages.iter().map(|st| st.layers).sum();
     assert_eq!(placed, 126);
@@ -616,8 +613,7 @@ fn a_pipeline_layout_string_places_every_chunk() {
         (a.chunk_layers.clone(), a.vpp),
         (b.chunk_layers.clone(), b.vpp)
     );
-    let cost = CostModel::new(&c, None);
-    let run = |l: &Layout| predict(&arch, l, &c, &cost, PredictOptions::default()).unwrap();
+    let run = |l: &Layout| predicted_layout(&arch, l);
     let (pa, pb) = (run(&a), run(&b));
     assert_eq!(pa.metrics.step_time_s, pb.metrics.step_time_s);
     assert_eq!(pa.memory.peak().total_gib, pb.memory.peak().total_gib);
@@ -920,14 +916,7 @@ fn latent_attention_and_dense_first_layers_are_planned_where_they_are() {
     let six_n_d = 6.0 * active as f64 * layout.tokens_per_step() as f64;
     let ratio = plan.model_flops_per_step / six_n_d;
     assert!((1.0..1.3).contains(&ratio), "{ratio}");
-    let p = predict(
-        &arch,
-        &layout,
-        &c,
-        &CostModel::new(&c, None),
-        PredictOptions::default(),
-    )
-    .unwrap();
+    let p = predicted_layout(&arch, &layout);
     assert!(p.metrics.step_time_s.is_finite() && p.metrics.step_time_s > 0.0);
     assert!(p.metrics.mfu_percent < 87.0, "{}", p.metrics.mfu_percent);
 }
@@ -1112,9 +1101,8 @@ fn a_routing_file_costs_each_layer_at_its_own_load() {
             .unwrap()
             .with_routing(r, &arch)
             .unwrap();
-        let cost = CostModel::new(&c, None);
-        let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).unwrap();
-        (layout, p.metrics.step_time_s)
+        let step = predicted_layout(&arch, &layout).metrics.step_time_s;
+        (layout, step)
     };
     let balanced = tokens(&|_| 100);
     assert_eq!(

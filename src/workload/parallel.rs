@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::arch::Arch;
 use super::pipeline_layout::PipelineLayout;
-use super::routing::ExpertRouting;
+use super::routing::{load_under_capacity, ExpertRouting};
 use crate::error::LayoutError;
 use crate::hardware::Cluster;
 use crate::limits::*;
@@ -581,11 +581,7 @@ impl Layout {
     /// Tokens the busiest expert computes, over the mean per expert: the router's imbalance,
     /// cut at the capacity when tokens are dropped, the capacity itself when padded to it.
     pub fn expert_load(&self) -> f64 {
-        match self.moe_capacity {
-            None => self.moe_imbalance,
-            Some((capacity, false)) => self.moe_imbalance.min(capacity),
-            Some((capacity, true)) => capacity,
-        }
+        load_under_capacity(self.moe_imbalance, self.moe_capacity)
     }
 
     /// The layout with each layer's router load taken from a measured routing (a per-layer
@@ -595,17 +591,8 @@ impl Layout {
         routing: &ExpertRouting,
         arch: &Arch,
     ) -> Result<Layout, LayoutError> {
-        let Some(moe) = &arch.moe else {
-            return Err(LayoutError::ExpertsOnDenseModel {
-                model: arch.name.clone(),
-            });
-        };
-        if self.moe_imbalance != 1.0 {
-            return Err(LayoutError::RoutingWithImbalance {
-                value: self.moe_imbalance,
-            });
-        }
-        self.layer_loads = routing.loads(moe, arch.layers, self.ep, self.moe_capacity)?;
+        self.layer_loads =
+            routing.model_loads(arch, self.moe_imbalance, self.ep, self.moe_capacity)?;
         self.routing_file = Some(routing.path().to_path_buf());
         Ok(self)
     }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, LayoutError, Result};
 use crate::limits::MAX_LAYERS;
-use crate::workload::MoeSpec;
+use crate::workload::{Arch, MoeSpec};
 
 /// The most experts a row may name and the most tokens it may give one expert in one layer.
 const MAX_EXPERTS: u64 = 1 << 16;
@@ -164,6 +164,26 @@ impl ExpertRouting {
         &self.path
     }
 
+    /// [`ExpertRouting::loads`] for `arch`, which must be a mixture of experts whose layout
+    /// sets no other router `imbalance` than 1 (one skew for every layer).
+    pub fn model_loads(
+        &self,
+        arch: &Arch,
+        imbalance: f64,
+        ep: u64,
+        capacity: Option<(f64, bool)>,
+    ) -> Result<Vec<f64>, LayoutError> {
+        let Some(moe) = &arch.moe else {
+            return Err(LayoutError::ExpertsOnDenseModel {
+                model: arch.name.clone(),
+            });
+        };
+        if imbalance != 1.0 {
+            return Err(LayoutError::RoutingWithImbalance { value: imbalance });
+        }
+        self.loads(moe, arch.layers, ep, capacity)
+    }
+
     /// Per transformer layer of a model with `layers` layers and experts `moe`, the busiest
     /// expert-parallel rank's routed tokens over the mean rank's under `ep` ranks, with an
     /// expert capacity (tokens beyond `factor` × an expert's mean dropped; with padding every
@@ -213,11 +233,7 @@ impl ExpertRouting {
                                  tokens over the mean, between 1 and {max} (experts / top-k)"
                             )));
                         }
-                        Ok(match capacity {
-                            None => *f,
-                            Some((c, false)) => f.min(c),
-                            Some((c, true)) => c,
-                        })
+                        Ok(load_under_capacity(*f, capacity))
                     }
                     LayerRouting::Tokens(tokens) => {
                         if let Some((&e, _)) = tokens.range(moe.experts..).next() {
@@ -252,6 +268,16 @@ impl ExpertRouting {
                 }
             })
             .collect()
+    }
+}
+
+/// The busiest expert's `load` (over the mean) under a capacity: cut at it when tokens beyond
+/// it are dropped, the capacity itself when every expert's input is padded to it.
+pub fn load_under_capacity(load: f64, capacity: Option<(f64, bool)>) -> f64 {
+    match capacity {
+        None => load,
+        Some((capacity, false)) => load.min(capacity),
+        Some((capacity, true)) => capacity,
     }
 }
 
@@ -339,18 +365,20 @@ mod tests {
     fn a_file_that_does_not_fit_the_model_names_the_line_and_fix() {
         let m = moe(4, 1, 1);
         let err = |text: &str| parse(text).unwrap().loads(&m, 3, 2, None).unwrap_err();
-        let message = err("layer,imbalance\n1,1.5\n").to_string();
-        assert!(message.contains("no rows for layer 2"), "{message}");
-        let message = err("layer,imbalance\n1,1.5\n2,1.2\n3,1.1\n").to_string();
-        assert!(message.contains("line 4: layer 3"), "{message}");
-        let message = err("layer,imbalance\n0,1.5\n1,1.2\n2,1.1\n").to_string();
-        assert!(message.contains("dense first layers"), "{message}");
-        let message = err("layer,imbalance\n1,9\n2,1.2\n").to_string();
-        assert!(message.contains("between 1 and 4"), "{message}");
-        let message = err("layer,expert,tokens\n1,7,1\n2,0,1\n").to_string();
-        assert!(message.contains("4 experts"), "{message}");
-        let message = err("layer,expert,tokens\n1,0,0\n2,0,1\n").to_string();
-        assert!(message.contains("routes no tokens"), "{message}");
+        for (text, says) in [
+            ("layer,imbalance\n1,1.5\n", "no rows for layer 2"),
+            ("layer,imbalance\n1,1.5\n2,1.2\n3,1.1\n", "line 4: layer 3"),
+            (
+                "layer,imbalance\n0,1.5\n1,1.2\n2,1.1\n",
+                "dense first layers",
+            ),
+            ("layer,imbalance\n1,9\n2,1.2\n", "between 1 and 4"),
+            ("layer,expert,tokens\n1,7,1\n2,0,1\n", "4 experts"),
+            ("layer,expert,tokens\n1,0,0\n2,0,1\n", "routes no tokens"),
+        ] {
+            let message = err(text).to_string();
+            assert!(message.contains(says), "{text:?}: {message}");
+        }
         let two = moe(4, 2, 1);
         let message = parse("layer,expert,tokens\n1,0,3\n1,1,1\n2,0,1\n2,1,1\n")
             .unwrap()
