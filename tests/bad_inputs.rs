@@ -285,6 +285,7 @@ fn cases() -> Vec<Case> {
         // ---- architecture files ----
         arch!("name: a\nlayers: 0\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\n", "layers must be at least 1"),
         arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nsliding_window: 0\n", "sliding_window must be at least 1"),
+        arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\ncausal_blocks: half\n", "causal_blocks"),
         arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nsliding_window: 512\nglobal_attention_every: 0\n", "global_attention_every must be at least 1"),
         arch!("name: a\nlayers: 4\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nmoe: {experts: 8, top_k: 2, expert_ffn: 1024, dense_layers: 4}\n", "moe.dense_layers = 4", "fewer dense"),
         arch!("name: a\nlayers: 4\nhidden: 4096\nheads: 32\nkv_heads: 8\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nmla: {kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128}\n", "kv_heads (8) must equal heads (32)"),

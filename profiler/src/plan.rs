@@ -20,7 +20,8 @@ use stepcast::ops::{CollectiveShape, Dtype, OpKind, OpQuery, Phase, Shape};
 use stepcast::plan::Plan as ModelPlan;
 use stepcast::rng::Rng;
 use stepcast::workload::{
-    Activation, Arch, ArchSpec, AttentionImpl, Layout, NormKind, ParallelSpec, Position,
+    Activation, Arch, ArchSpec, AttentionImpl, CausalBlocks, Layout, NormKind, ParallelSpec,
+    Position,
 };
 
 use crate::protocol::Protocol;
@@ -309,6 +310,7 @@ impl PlanSpec {
                     } else {
                         AttentionImpl::Flash
                     },
+                    causal_blocks: CausalBlocks::Skipped,
                     position: Position::Rope,
                     linear_bias: false,
                     qkv_bias: false,

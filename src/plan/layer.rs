@@ -18,8 +18,8 @@ use crate::ops::{
 };
 use crate::timing::Class;
 use crate::workload::{
-    Arch, AttentionImpl, CpComm, Dispatcher, Layout, MlaSpec, MoeSpec, NormKind, Position,
-    Recompute, Rules,
+    Arch, AttentionImpl, CausalBlocks, CpComm, Dispatcher, Layout, MlaSpec, MoeSpec, NormKind,
+    Position, Recompute, Rules,
 };
 
 /// The sizes one rank works with.
@@ -52,7 +52,8 @@ pub(super) struct Dims {
     hd: u64,
     ffn: u64,
     vocab_rank: u64,
-    /// The paper's data times attention without a causal mask and its tool uses it as measured.
+    /// Whether attention skips the causally masked blocks: not under the paper's rules (its data
+    /// times attention without a causal mask) nor for a kernel that computes them.
     causal: bool,
     sequence_parallel: bool,
     rules: Rules,
@@ -97,7 +98,8 @@ impl Dims {
             }),
             ffn: arch.ffn_hidden / t,
             vocab_rank: arch.padded_vocab(t) / t,
-            causal: layout.rules != Rules::Paper,
+            // a kernel handed a bias or mask tensor computes the masked blocks too
+            causal: layout.rules != Rules::Paper && arch.causal_blocks == CausalBlocks::Skipped,
             sequence_parallel: layout.sequence_parallel,
             rules: layout.rules,
             groups,

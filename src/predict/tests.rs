@@ -1037,6 +1037,59 @@ fn sliding_windows_are_costed_by_the_keys_each_query_sees() {
     ));
 }
 
+/// A kernel handed a bias or mask tensor (MPT's ALiBi in llm-foundry) computes the causally
+/// masked blocks: the attention is costed as the full square, the model's FLOPs (and so MFU's
+/// numerator) stay those of causal attention.
+#[test]
+fn attention_that_computes_the_masked_blocks_costs_the_full_square() {
+    use crate::workload::CausalBlocks;
+    let c = cluster();
+    let mut spec = crate::workload::presets::preset("llama2-7b").expect("a preset");
+    let skipped = spec.clone().validate("skipped").unwrap();
+    spec.causal_blocks = CausalBlocks::Computed;
+    let computed = spec.validate("computed").unwrap();
+    let s = ParallelSpec {
+        dp: Some(8),
+        micro_batch: Some(1),
+        micro_batches: Some(2),
+        seq_len: Some(16384),
+        ..Default::default()
+    };
+    let attention = |arch: &Arch| {
+        let layout = Layout::new(&s, arch, &c).unwrap();
+        let plan = crate::plan::Plan::new(arch, &layout, &c);
+        let cost = CostModel::new(&c, None);
+        plan.layer
+            .fwd
+            .iter()
+            .map(|call| plan.query(call))
+            .filter(|q| q.op == OpKind::FlashAttention)
+            .map(|q| match q.shape {
+                Shape::Attention(a) => (a.causal, cost.estimate(q).unwrap().time_us),
+                _ => unreachable!(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (attention(&skipped), attention(&computed));
+    assert_eq!((a.len(), a[0].0, b.len(), b[0].0), (1, true, 1, false));
+    // at 16k tokens the roofline attention is compute-bound: twice the work, twice the time
+    let ratio = b[0].1 / a[0].1;
+    assert!((1.9..=2.05).contains(&ratio), "{ratio}");
+    let (p, q) = (predicted(&skipped, &s), predicted(&computed, &s));
+    assert!(q.metrics.step_time_s > p.metrics.step_time_s);
+    let flops = |x: &Prediction| x.metrics.model_tflops_per_gpu * x.metrics.step_time_s;
+    assert!((flops(&p) / flops(&q) - 1.0).abs() < 1e-9);
+    // the paper's rules time attention without a mask either way
+    let paper = ParallelSpec {
+        rules: Some(Rules::Paper),
+        ..s.clone()
+    };
+    assert_eq!(
+        predicted(&skipped, &paper).metrics.step_time_s,
+        predicted(&computed, &paper).metrics.step_time_s
+    );
+}
+
 /// A capacity factor caps the busiest expert's tokens (dropped tokens are neither sent nor
 /// computed); padding to capacity makes every expert compute exactly its capacity.
 #[test]

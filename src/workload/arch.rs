@@ -51,6 +51,20 @@ pub enum AttentionImpl {
     Unfused,
 }
 
+/// What a fused attention kernel does with the key blocks a causal mask hides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CausalBlocks {
+    /// Skipped: the kernel is told the mask is causal (FlashAttention's `causal=True`, cuDNN's
+    /// and Transformer Engine's causal masks) and does half the square's work.
+    #[default]
+    Skipped,
+    /// Computed and masked inside: the kernel is handed an explicit bias or mask tensor instead
+    /// of a causal flag (an ALiBi bias as MosaicML's llm-foundry passes it to its MPT attention),
+    /// so it cannot know which blocks are empty and does the full square's work.
+    Computed,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Position {
@@ -141,6 +155,9 @@ pub struct ArchSpec {
     pub tied_embeddings: bool,
     #[serde(default = "default_attention")]
     pub attention: AttentionImpl,
+    /// Whether fused attention skips the causally masked key blocks (default) or computes them.
+    #[serde(default)]
+    pub causal_blocks: CausalBlocks,
     #[serde(default = "default_position")]
     pub position: Position,
     /// Biases on the linear layers (GPT-2, GPT-NeoX); LLaMA has none.
@@ -203,6 +220,7 @@ pub struct Arch {
     pub activation: Activation,
     pub tied_embeddings: bool,
     pub attention: AttentionImpl,
+    pub causal_blocks: CausalBlocks,
     pub position: Position,
     pub linear_bias: bool,
     pub norm_bias: bool,
@@ -348,6 +366,7 @@ impl ArchSpec {
             activation: self.activation,
             tied_embeddings: self.tied_embeddings,
             attention: self.attention,
+            causal_blocks: self.causal_blocks,
             position: self.position,
             linear_bias: self.linear_bias,
             norm_bias: self.norm_bias.unwrap_or(self.norm == NormKind::Layernorm),

@@ -8,7 +8,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::arch::{Activation, ArchSpec, AttentionImpl, MlaSpec, MoeSpec, NormKind, Position};
+use super::arch::{
+    Activation, ArchSpec, AttentionImpl, CausalBlocks, MlaSpec, MoeSpec, NormKind, Position,
+};
 use crate::error::{Error, Result};
 
 /// The sequence length a config.json model is costed at unless `--seq-len` says otherwise: a
@@ -224,6 +226,7 @@ impl Config<'_> {
                 activation: Activation::Gelu,
                 tied_embeddings: self.flag("tie_word_embeddings", false),
                 attention: AttentionImpl::Flash,
+                causal_blocks: CausalBlocks::Skipped,
                 position: Position::Rope,
                 linear_bias: true,
                 qkv_bias: false,
@@ -251,6 +254,7 @@ impl Config<'_> {
                     activation: Activation::Gelu,
                     tied_embeddings: self.flag("tie_word_embeddings", true),
                     attention: AttentionImpl::Flash,
+                    causal_blocks: CausalBlocks::Skipped,
                     position: Position::Learned,
                     linear_bias: true,
                     qkv_bias: false,
@@ -428,6 +432,7 @@ impl Config<'_> {
             activation: Activation::Swiglu,
             tied_embeddings: self.flag("tie_word_embeddings", false),
             attention: AttentionImpl::Flash,
+            causal_blocks: CausalBlocks::Skipped,
             position: Position::Rope,
             linear_bias: attention_bias && self.flag("mlp_bias", false),
             // Qwen2 always biases its query, key and value projections

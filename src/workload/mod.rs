@@ -8,7 +8,9 @@ pub mod presets;
 mod resolve;
 pub mod routing;
 
-pub use arch::{Activation, Arch, ArchSpec, AttentionImpl, MlaSpec, MoeSpec, NormKind, Position};
+pub use arch::{
+    Activation, Arch, ArchSpec, AttentionImpl, CausalBlocks, MlaSpec, MoeSpec, NormKind, Position,
+};
 pub use parallel::{
     CpComm, Dispatcher, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute,
     RecomputeModule, Rules, Schedule,

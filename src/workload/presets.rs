@@ -5,7 +5,7 @@
 //! vocabulary of 50,257); the GPT-3 variants are Lumos' Table 1 (head size 128, GPT-3 vocabulary);
 //! Llama 2 and Llama 3 follow their public model cards (SwiGLU, RMSNorm, RoPE, GQA where used).
 
-use super::arch::{Activation, ArchSpec, AttentionImpl, NormKind, Position};
+use super::arch::{Activation, ArchSpec, AttentionImpl, CausalBlocks, NormKind, Position};
 
 #[allow(clippy::too_many_arguments)]
 fn spec(
@@ -69,6 +69,7 @@ fn spec(
         activation,
         tied_embeddings: false,
         attention,
+        causal_blocks: CausalBlocks::Skipped,
         position,
         linear_bias: bias,
         qkv_bias: false,
