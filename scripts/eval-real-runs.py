@@ -42,6 +42,27 @@ def stats(errors):
             "max_abs_percent": max(abs(e) for e in errors), "bias_percent": sum(errors) / len(errors)}
 
 
+def vtrain_monotone_floor(rows):
+    """How far vTrain's own measurements allow any predictor that never predicts less time for
+    more work to come: a pair of runs on the same model width, layout and GPUs where one does at
+    least the other's work in every dimension (layers, micro-batch size, micro-batches) yet ran
+    faster forces one of the two predictions off by at least tanh(log gap / 2). Returns the largest
+    such gap as the smallest possible max |error| (%) and how many ordered pairs violate."""
+    def key(label):
+        m = re.search(r"h(\d+)-l(\d+) (\d+) GPUs tp(\d+) pp(\d+) dp(\d+) mbs(\d+) gbs(\d+)", label)
+        h, layers, _, tp, pp, dp, mb, gb = map(int, m.groups())
+        return (h, tp, pp, dp), (layers, mb, gb // (mb * dp))
+    runs = [(*key(x["label"]), math.log(x["measured_s"])) for x in rows]
+    worst, pairs = 0.0, 0
+    for group, work, t in runs:
+        for group2, work2, t2 in runs:
+            if group == group2 and work != work2 and all(a >= b for a, b in zip(work, work2)) and t < t2:
+                pairs += 1
+                worst = max(worst, t2 - t)
+    # both at the harmonic mean of the two times: off by (r - 1) / (r + 1) = tanh(gap / 2)
+    return {"violating_pairs": pairs, "min_max_abs_percent": 100 * math.tanh(worst / 2)}
+
+
 def mosaic_mfu(ref, runs_csv, rows):
     """MPT runs' predicted MFU against the MFU MosaicML reports for the same run (its
     mpt_throughput.csv row, named in the runs CSV's source column): per [raw, calibrated], the
@@ -117,6 +138,8 @@ def main():
                 "achievable_mfu_percent": ACHIEVABLE_MFU[cluster]}
             if name == "mpt" and pred:
                 table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
+            if name == "vtrain" and pred:
+                table[f"{cluster} / {name}"]["monotone_floor"] = vtrain_monotone_floor(pred)
     head = f"{'cluster / set':34} {'rows':>5} {'expr':>5} {'pred':>5}  {'raw mean':>8} {'max':>6} {'bias':>7}  " \
            f"{'cal mean':>8} {'max':>6} {'bias':>7}  {'max MFU':>7}"
     print(head)
@@ -135,6 +158,12 @@ def main():
             print(f"{key}: predicted MFU above MosaicML's reported + 10 points in {m['over_reported_plus_10'][0]} "
                   f"(raw) and {m['over_reported_plus_10'][1]} (calibrated) of {m['runs']} runs; largest excess "
                   f"{m['max_excess_points'][0]:.1f} / {m['max_excess_points'][1]:.1f} points")
+    for key, t in table.items():
+        f = t.get("monotone_floor")
+        if f:
+            print(f"{key}: {f['violating_pairs']} ordered pairs of runs where one does at least the other's "
+                  f"work yet ran faster; no predictor monotone in work can keep its max |error| below "
+                  f"{f['min_max_abs_percent']:.1f} %")
     if json_out:
         json.dump(table, open(json_out, "w"), indent=1)
     if thresholds:
