@@ -1037,7 +1037,7 @@ fn sliding_windows_are_costed_by_the_keys_each_query_sees() {
     ));
 }
 
-/// A kernel handed a bias or mask tensor (MPT's ALiBi in llm-foundry) computes the causally
+/// A kernel handed a bias or mask tensor (SDPA given an `attn_mask`) computes the causally
 /// masked blocks: the attention is costed as the full square, the model's FLOPs (and so MFU's
 /// numerator) stay those of causal attention.
 #[test]

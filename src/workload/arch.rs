@@ -60,8 +60,9 @@ pub enum CausalBlocks {
     #[default]
     Skipped,
     /// Computed and masked inside: the kernel is handed an explicit bias or mask tensor instead
-    /// of a causal flag (an ALiBi bias as MosaicML's llm-foundry passes it to its MPT attention),
-    /// so it cannot know which blocks are empty and does the full square's work.
+    /// of a causal flag (PyTorch's scaled_dot_product_attention given an `attn_mask`;
+    /// llm-foundry's Triton and torch attention given MPT's ALiBi bias), so it cannot know which
+    /// blocks are empty and does the full square's work.
     Computed,
 }
 
