@@ -7,7 +7,9 @@ predicted by a runtime fitted without it; the other sets on the cluster are held
 reports per set: rows, expressible, predicted, raw (the cluster's default runtime) and
 calibrated mean |error|, max and signed bias, and the highest predicted MFU. DGX Cloud is also
 split into BF16 and FP8, and DGX Cloud, NeMo and torchtitan into dense runs and
-context-parallel ones (cp > 1).
+context-parallel ones (cp > 1). MPT (MosaicML's Composer with FSDP) is also predicted by a
+runtime fitted on Composer's runs alone (`calibrate --framework composer`, grouped
+cross-validation within them), reported as "mpt (composer runtime)".
 
 With --check THRESHOLDS.json it fails when a set's calibrated mean |error| is more than one
 point above its threshold (the file commits today's figures), or when a prediction's MFU
@@ -30,6 +32,13 @@ CALIBRATIONS = {
     "dgx-a100-40gb": ["mpt"],
     "dgx-h100": ["dgxc", "nemo"],
     "grand-teton-h100": ["torchtitan"],
+}
+# (cluster file, framework) → the sets a framework's own calibration is fitted on: its runs
+# alone, grouped cross-validation within them (`calibrate --framework`)
+FRAMEWORK_CALIBRATIONS = {
+    ("dgx-a100", "composer"): ["mpt"],
+    ("dgx-a100-40gb", "composer"): ["mpt"],
+    ("dgx-h100", "composer"): ["mpt"],
 }
 # the best fraction of dense peak a GEMM reaches per cluster (the cluster files' achievable:)
 ACHIEVABLE_MFU = {"dgx-a100": 95.0, "dgx-a100-40gb": 95.0, "dgx-h100": 87.0, "grand-teton-h100": 87.0}
@@ -93,23 +102,28 @@ def main():
                    check=True, capture_output=True)
     runs_csv = work / "runs" / "runs.csv"
     table = {}
-    for cluster, fit_sets in CALIBRATIONS.items():
-        report = work / f"{cluster}.json"
+    jobs = [(cluster, None, fit_sets) for cluster, fit_sets in CALIBRATIONS.items()]
+    jobs += [(cluster, fw, fit_sets) for (cluster, fw), fit_sets in FRAMEWORK_CALIBRATIONS.items()]
+    for cluster, framework, fit_sets in jobs:
+        report = work / f"{cluster}-{framework}.json"
         out = subprocess.run([binary, "calibrate", str(runs_csv), "--cluster",
                               str(ROOT / "hardware-profiles" / f"{cluster}.yaml"), "--fit-sets",
-                              ",".join(fit_sets), "--dry-run", "--json", str(report)],
+                              ",".join(fit_sets), "--dry-run", "--json", str(report)]
+                             + (["--framework", framework] if framework else []),
                              capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"error: calibrating {cluster}: {out.stderr.strip()}")
         r = json.load(open(report))
         fitted = r["fitted"]["runtime"]
-        print(f"== {cluster}: fitted on {', '.join(fit_sets)} — launch {fitted['launch_us']:.0f} µs, "
+        under = f" under {framework}" if framework else ""
+        print(f"== {cluster}{under}: fitted on {', '.join(fit_sets)} — launch {fitted['launch_us']:.0f} µs, "
               f"collective {fitted['collective_launch_us']:.0f} µs, in-situ {fitted['in_situ_efficiency']:.3f}, "
               f"contention {fitted['contention']:.2f}, per-step {fitted['step_overhead_ms']:.0f} ms"
               + (f"; at a bound: {', '.join(r['fitted']['at_bound'])}" if r["fitted"]["at_bound"] else ""))
         groups = {}
         for name, s in r["sets"].items():
-            groups[name] = (s, [x for x in r["runs"] if x["set"] == name])
+            groups[name + (f" ({framework} runtime)" if framework else "")] = (
+                s, [x for x in r["runs"] if x["set"] == name])
         if "dgxc" in groups:
             s, rows = groups["dgxc"]
             for prec in ("BF16", "FP8"):
@@ -136,11 +150,11 @@ def main():
                 "expressible": s.get("expressible"), "predicted": len(pred), "raw": raw,
                 "calibrated": cal, "max_mfu_percent": mfu,
                 "achievable_mfu_percent": ACHIEVABLE_MFU[cluster]}
-            if name == "mpt" and pred:
+            if name.startswith("mpt") and pred:
                 table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
             if name == "vtrain" and pred:
                 table[f"{cluster} / {name}"]["monotone_floor"] = vtrain_monotone_floor(pred)
-    head = f"{'cluster / set':34} {'rows':>5} {'expr':>5} {'pred':>5}  {'raw mean':>8} {'max':>6} {'bias':>7}  " \
+    head = f"{'cluster / set':46} {'rows':>5} {'expr':>5} {'pred':>5}  {'raw mean':>8} {'max':>6} {'bias':>7}  " \
            f"{'cal mean':>8} {'max':>6} {'bias':>7}  {'max MFU':>7}"
     print(head)
     for key, t in table.items():
@@ -148,7 +162,7 @@ def main():
             return f"{s['mean_abs_percent']:7.1f}% {s['max_abs_percent']:5.1f}% {s['bias_percent']:+6.1f}%" \
                 if s else f"{'–':>8} {'–':>6} {'–':>7}"
         label = key + ("" if t["fitted"] else " (held out)")
-        print(f"{label:34} {t['rows']:5d} {t['expressible'] if t['expressible'] is not None else '':>5} "
+        print(f"{label:46} {t['rows']:5d} {t['expressible'] if t['expressible'] is not None else '':>5} "
               f"{t['predicted']:5d}  {cells(t['raw'])}  {cells(t['calibrated'])}  {t['max_mfu_percent']:6.0f}%")
     print("calibrated: grouped cross-validation for the sets fitted on (leave one model family out), "
           "the fitted runtime for held-out sets; raw: the cluster's defaults")

@@ -1364,3 +1364,136 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
         assert!(text.contains(arg), "{arg}: {text}");
     }
 }
+
+/// `calibrate --framework` fits one framework's runs alone and writes its own entry beside the
+/// cluster's; `predict --framework` (and a job file's `framework:`) picks it, says so, and
+/// says when a framework has none.
+#[test]
+fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = tmp.path().join("cluster.yaml");
+    let text = fs::read_to_string(repo("hardware-profiles/dgx-a100.yaml")).unwrap();
+    let text = text.replace(
+        "  dir: ../models/perlmutter",
+        &format!("  dir: {}", s(&models)),
+    );
+    assert!(text.contains(s(&models)));
+    fs::write(&cluster, text).unwrap();
+    // two families under each framework; composer's steps a quarter longer than megatron's
+    let mut runs = String::from(
+        "set,family,label,cluster,model,framework,tp,pp,dp,micro_batch,global_batch,seq_len,\
+         dtype,recompute,zero,schedule,vpp,sequence_parallel,tp_comm_overlap,measured_step_s,\
+         expressible,reason\n",
+    );
+    for (fw, scale) in [("composer", 1.25), ("megatron", 1.0)] {
+        for (family, model) in [("llama2-7b", "llama2-7b"), ("llama2-13b", "llama2-13b")] {
+            for dp in [4, 8] {
+                runs.push_str(&format!(
+                    "s,{family},{model} {fw} dp{dp},{},{model},{fw},1,1,{dp},1,{},2048,bf16,none,\
+                     1,1f1b,1,false,0,{},true,\n",
+                    s(&cluster),
+                    dp * 8,
+                    scale * if family == "llama2-7b" { 3.3 } else { 6.1 }
+                ));
+            }
+        }
+    }
+    let csv = tmp.path().join("runs.csv");
+    fs::write(&csv, runs).unwrap();
+    let calibrate = |extra: &[&str]| {
+        let mut args = vec!["calibrate", s(&csv), "--cluster", s(&cluster)];
+        args.extend_from_slice(extra);
+        stepcast(&args)
+    };
+    let out = calibrate(&["--framework", "Composer"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("under composer written"),
+        "{}",
+        stdout(&out)
+    );
+    let out = calibrate(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written = fs::read_to_string(models.join("calibration.yaml")).unwrap();
+    let entries: Vec<&str> = written.split("- cluster: dgx-a100").skip(1).collect();
+    assert_eq!(entries.len(), 2, "{written}");
+    assert!(entries
+        .iter()
+        .any(|e| e.contains("framework: composer") && e.contains("runs: 4")));
+    assert!(entries
+        .iter()
+        .any(|e| !e.contains("framework:") && e.contains("runs: 8")));
+    // predict picks the framework's entry, or says there is none and keeps the cluster's
+    let predict = |extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "--cluster",
+            s(&cluster),
+            "--model",
+            "llama2-7b",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--dp",
+            "4",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "32",
+            "--seq-len",
+            "2048",
+        ];
+        args.extend_from_slice(extra);
+        let out = stepcast(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let step = |text: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with("step time")).unwrap();
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    let (general, composer) = (predict(&[]), predict(&["--framework", "composer"]));
+    assert!(
+        composer.contains("under composer on 4 measured runs"),
+        "{composer}"
+    );
+    assert!(
+        general.contains("on 8 measured runs") && !general.contains("under"),
+        "{general}"
+    );
+    assert!(step(&composer) > step(&general), "{composer}\n{general}");
+    let jax = predict(&["--framework", "jax"]);
+    assert!(jax.contains("no calibration under jax") && step(&jax) == step(&general));
+    // the same from a job file
+    let job = tmp.path().join("job.yaml");
+    fs::write(
+        &job,
+        format!(
+            "cluster: {}\nmodel: llama2-7b\nframework: composer\nparallel:\n  tp: 1\n  pp: 1\n  \
+             dp: 4\n  micro_batch: 1\n  global_batch: 32\n  seq_len: 2048\n",
+            s(&cluster)
+        ),
+    )
+    .unwrap();
+    let out = stepcast(&["predict", "--job", s(&job)]);
+    assert!(stdout(&out).contains("under composer"), "{}", stdout(&out));
+    // bad names and frameworks without runs are refused with what to change
+    assert_user_error(
+        &calibrate(&["--framework", "jax", "--dry-run"]),
+        &["jax", "framework column"],
+    );
+    assert_user_error(
+        &stepcast(&[
+            "predict",
+            "--cluster",
+            s(&cluster),
+            "--model",
+            "llama2-7b",
+            "--framework",
+            "a b",
+        ]),
+        &["framework name"],
+    );
+}

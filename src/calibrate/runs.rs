@@ -56,6 +56,8 @@ pub struct Run {
     pub measured_s: f64,
     /// Why stepcast cannot express it (none: it can).
     pub not_expressible: Option<String>,
+    /// The training framework that ran it (`calibrate --framework` fits one framework's runs).
+    pub framework: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +88,8 @@ struct Row {
     recompute_modules: String,
     #[serde(default)]
     moe_dispatcher: String,
+    #[serde(default)]
+    framework: String,
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
@@ -182,7 +186,12 @@ impl Row {
             }
         };
         let on = self.tp_comm_overlap > 0.0;
+        let framework = match self.framework.trim() {
+            "" => None,
+            f => Some(crate::hardware::framework_name(f).map_err(|e| format!("framework: {e}"))?),
+        };
         Ok(Run {
+            framework,
             line,
             set: self.set,
             family: self.family,
@@ -285,6 +294,23 @@ mod tests {
         assert_eq!(runs[0].spec.tp_comm_overlap, Some(true));
         assert_eq!(runs[0].measured_s, 12.5);
         assert!(runs[0].not_expressible.is_none());
+    }
+
+    #[test]
+    fn the_framework_column_is_optional_and_checked() {
+        let header = HEADER.replace(",model,", ",model,framework,");
+        let (_d, path) = write(&format!(
+            "{header}s,f,a,dgx-h100,llama2-7b,Composer,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n\
+             s,f,b,dgx-h100,llama2-7b,,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n"
+        ));
+        let runs = load(&path).unwrap();
+        assert_eq!(runs[0].framework.as_deref(), Some("composer"));
+        assert_eq!(runs[1].framework, None);
+        let (_d, path) = write(&format!(
+            "{header}s,f,a,dgx-h100,llama2-7b,a b,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n"
+        ));
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("framework"), "{e}");
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub struct CalibrateArgs {
     /// result, held out whole (default: every set).
     #[arg(long, value_delimiter = ',')]
     pub fit_sets: Vec<String>,
+    /// Fit this framework's runs alone (the runs CSV's framework column, e.g. composer) and
+    /// write its own entry, which `predict --framework` picks; runs of other frameworks are
+    /// left out.
+    #[arg(long, value_parser = parse_framework)]
+    pub framework: Option<String>,
     /// Report only; write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -77,8 +82,18 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         .iter()
         .filter(|r| !r.cluster.as_os_str().is_empty())
         .filter(|r| same_cluster(&r.cluster, &loaded, &name, &fingerprint))
+        .filter(|r| args.framework.is_none() || r.framework == args.framework)
         .cloned()
         .collect();
+    if let Some(f) = &args.framework {
+        if runs.is_empty() {
+            anyhow::bail!(stepcast::Error::Invalid(format!(
+                "--framework {f}: no run of {} on {name} names that framework; give one from \
+                 its framework column",
+                args.runs.display()
+            )));
+        }
+    }
     // each cluster's cost model, composed under its raw (default) runtime
     let mut clusters: HashMap<PathBuf, Cluster> = HashMap::new();
     let mut models: HashMap<PathBuf, Option<ModelSet>> = HashMap::new();
@@ -144,7 +159,10 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         .iter()
         .filter(|p| args.fit_sets.is_empty() || args.fit_sets.contains(&runs[p.index].set))
         .collect();
-    let calibration = calibration_of(&name, &report, &args.runs, &runs, &fitted)?;
+    let calibration = Calibration {
+        framework: args.framework.clone(),
+        ..calibration_of(&name, &report, &args.runs, &runs, &fitted)?
+    };
     if let Some(path) = &args.json {
         let inputs = vec![
             super::stamp::file("runs", &args.runs),
@@ -179,8 +197,17 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         serde_norway::to_string(&existing.with(calibration))?
     );
     stepcast::fsutil::write_atomic(&out, text.as_bytes())?;
-    println!("calibration of {name} written to {}", out.display());
+    let under = args
+        .framework
+        .as_ref()
+        .map(|f| format!(" under {f}"))
+        .unwrap_or_default();
+    println!("calibration of {name}{under} written to {}", out.display());
     Ok(())
+}
+
+fn parse_framework(s: &str) -> Result<String, String> {
+    stepcast::hardware::framework_name(s)
 }
 
 /// Whether a run's cluster is the one being calibrated: the same name and the same models.
@@ -222,6 +249,7 @@ fn calibration_of(
     let cv = report.overall[2];
     Ok(Calibration {
         cluster: cluster.to_string(),
+        framework: None,
         runtime: report.fitted.runtime,
         fitted_on: FittedOn {
             file: file.display().to_string(),

@@ -70,7 +70,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     let mut inputs = job.inputs.clone();
     inputs.extend(models.as_ref().map(super::stamp::models));
     let cost = CostModel::new(&job.cluster, models)
-        .with_transfer(super::layout::open_transfer(&job.cluster)?);
+        .with_transfer(super::layout::open_transfer(&job.cluster)?)
+        .with_framework(job.framework.as_deref());
     let cost = if args.no_calibration {
         cost.uncalibrated()
     } else {
@@ -323,5 +324,6 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         layout,
         inputs,
         notes: Vec::new(),
+        framework: flags.framework.clone(),
     })
 }

@@ -157,6 +157,14 @@ pub struct JobArgs {
         value_name = "LAYOUT"
     )]
     pub pipeline_layout: Option<String>,
+    /// The training framework (e.g. composer): the models' calibration fitted on that
+    /// framework's runs is used where there is one (`calibrate --framework`).
+    #[arg(long, value_parser = parse_framework)]
+    pub framework: Option<String>,
+}
+
+fn parse_framework(s: &str) -> Result<String, String> {
+    stepcast::hardware::framework_name(s)
 }
 
 /// A job file: paths in it are relative to the file.
@@ -169,6 +177,8 @@ struct JobFile {
     model: Option<String>,
     /// A routing CSV (tokens per expert per layer) for a mixture of experts.
     moe_routing: Option<PathBuf>,
+    /// The training framework whose calibration applies (as --framework).
+    framework: Option<String>,
     #[serde(default)]
     parallel: ParallelSpec,
 }
@@ -182,6 +192,8 @@ pub struct Job {
     pub inputs: Vec<stepcast::provenance::Input>,
     /// What the user should know about how the job was read.
     pub notes: Vec<String>,
+    /// The training framework whose calibration applies, if given.
+    pub framework: Option<String>,
 }
 
 impl JobArgs {
@@ -313,12 +325,26 @@ impl JobArgs {
                 .iter()
                 .map(|p| super::stamp::file("moe routing", p)),
         );
+        let framework = match (&self.framework, &job.framework) {
+            (Some(f), _) => Some(f.clone()),
+            (None, Some(f)) => Some(stepcast::hardware::framework_name(f).map_err(|e| {
+                stepcast::Error::Invalid(format!(
+                    "{}: framework: {e}",
+                    self.job
+                        .as_deref()
+                        .unwrap_or(Path::new("job file"))
+                        .display()
+                ))
+            })?),
+            (None, None) => None,
+        };
         Ok(Job {
             cluster,
             arch,
             layout,
             inputs,
             notes,
+            framework,
         })
     }
 }

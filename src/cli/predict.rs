@@ -57,8 +57,9 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let mut inputs = job.inputs.clone();
     inputs.extend(models.as_ref().map(super::stamp::models));
     let models_dir = models.as_ref().map(|m| m.dir.clone());
-    let cost =
-        CostModel::new(cluster, models).with_transfer(super::layout::open_transfer(cluster)?);
+    let cost = CostModel::new(cluster, models)
+        .with_transfer(super::layout::open_transfer(cluster)?)
+        .with_framework(job.framework.as_deref());
     let cost = if args.no_calibration {
         cost.uncalibrated()
     } else {

@@ -110,6 +110,10 @@ pub struct SearchArgs {
     /// to measured runs.
     #[arg(long)]
     pub no_calibration: bool,
+    /// The training framework (e.g. composer): the models' calibration fitted on that
+    /// framework's runs is used where there is one.
+    #[arg(long, value_parser = |s: &str| stepcast::hardware::framework_name(s))]
+    pub framework: Option<String>,
     /// Rank by step time, or by end-to-end run time (needs --tokens or --steps).
     #[arg(long, value_parser = named::<Objective>(), default_value = "step")]
     pub objective: Objective,
@@ -323,8 +327,9 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let cost =
-        CostModel::new(&cluster, models).with_transfer(super::layout::open_transfer(&cluster)?);
+    let cost = CostModel::new(&cluster, models)
+        .with_transfer(super::layout::open_transfer(&cluster)?)
+        .with_framework(args.framework.as_deref());
     let cost = if args.no_calibration {
         cost.uncalibrated()
     } else {

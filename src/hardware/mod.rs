@@ -15,6 +15,7 @@ pub use gpu::{GpuSpec, PeakTflops};
 pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};
 pub use reliability::{RecoveryLevel, Reliability, Storage};
 pub use runtime::{
-    Calibration, Calibrations, FittedOn, Parameter, Runtime, N_PARAMETERS, PARAMETERS,
+    framework_name, Calibration, Calibrations, FittedOn, Parameter, Runtime, N_PARAMETERS,
+    PARAMETERS,
 };
 pub use software::SoftwareStamp;

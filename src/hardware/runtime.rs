@@ -186,8 +186,27 @@ impl Runtime {
     }
 }
 
-/// A models directory's `calibration.yaml`: per cluster that uses the models, the runtime
-/// `stepcast calibrate` fitted to its measured runs.
+/// A training framework's name as calibrations key it (`composer`, `megatron`, `torchtitan`):
+/// lower case letters, digits, `.`, `_` and `-`, at most 40 characters.
+pub fn framework_name(name: &str) -> Result<String, String> {
+    let n = name.trim().to_ascii_lowercase();
+    let ok = !n.is_empty()
+        && n.len() <= 40
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{name:?} is not a framework name: give letters, digits, '.', '_' or '-' (at most \
+             40), e.g. composer"
+        ))
+    }
+}
+
+/// A models directory's `calibration.yaml`: per cluster that uses the models (and per
+/// framework, where one was calibrated on its own runs), the runtime `stepcast calibrate`
+/// fitted to its measured runs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Calibrations {
@@ -208,16 +227,27 @@ impl Calibrations {
         Ok(c)
     }
 
-    /// The calibration of the cluster named `name`, if it has one.
+    /// The calibration of the cluster named `name` for any framework, if it has one.
     pub fn of(&self, name: &str) -> Option<&Calibration> {
-        self.clusters.iter().find(|c| c.cluster == name)
+        self.clusters
+            .iter()
+            .find(|c| c.cluster == name && c.framework.is_none())
     }
 
-    /// These calibrations with `c` in place of its cluster's.
+    /// The calibration of the cluster named `name` fitted on `framework`'s runs alone, if any.
+    pub fn of_framework(&self, name: &str, framework: &str) -> Option<&Calibration> {
+        self.clusters
+            .iter()
+            .find(|c| c.cluster == name && c.framework.as_deref() == Some(framework))
+    }
+
+    /// These calibrations with `c` in place of its cluster's (for its framework, if any).
     pub fn with(mut self, c: Calibration) -> Calibrations {
-        self.clusters.retain(|o| o.cluster != c.cluster);
+        self.clusters
+            .retain(|o| (&o.cluster, &o.framework) != (&c.cluster, &c.framework));
         self.clusters.push(c);
-        self.clusters.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+        self.clusters
+            .sort_by(|a, b| (&a.cluster, &a.framework).cmp(&(&b.cluster, &b.framework)));
         self
     }
 }
@@ -229,6 +259,10 @@ impl Calibrations {
 pub struct Calibration {
     /// The cluster's name (its file's `name:`).
     pub cluster: String,
+    /// The framework whose runs alone it was fitted on (none: the runs of any framework);
+    /// `predict --framework` picks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<String>,
     /// The fitted runtime.
     pub runtime: Runtime,
     /// The runs it was fitted on.
@@ -275,8 +309,13 @@ impl Calibration {
             ),
             None => "one family: not cross-validated".into(),
         };
+        let under = self
+            .framework
+            .as_ref()
+            .map(|f| format!(" under {f}"))
+            .unwrap_or_default();
         format!(
-            "calibrated for {} on {} measured runs ({cv})",
+            "calibrated for {}{under} on {} measured runs ({cv})",
             self.cluster, self.fitted_on.runs
         )
     }
@@ -299,5 +338,55 @@ mod tests {
         let parsed: Runtime = serde_norway::from_str("contention: 1.3\n").unwrap();
         assert_eq!(parsed.contention, 1.3);
         assert_eq!(parsed.launch_us, r.launch_us);
+    }
+
+    #[test]
+    fn framework_names_are_checked_and_calibrations_are_kept_per_framework() {
+        assert_eq!(framework_name(" Composer ").unwrap(), "composer");
+        for bad in ["", "a b", "x/y", &"z".repeat(41)] {
+            assert!(framework_name(bad).unwrap_err().contains("framework name"));
+        }
+        let entry = |framework: Option<&str>, launch_us| Calibration {
+            cluster: "c".into(),
+            framework: framework.map(String::from),
+            runtime: Runtime {
+                launch_us,
+                ..Runtime::default()
+            },
+            fitted_on: FittedOn {
+                file: "runs.csv".into(),
+                fingerprint: "0".into(),
+                runs: 1,
+                sets: Default::default(),
+                families: vec![],
+            },
+            raw: Default::default(),
+            in_sample: Default::default(),
+            cross_validated: None,
+            at_bound: vec![],
+            stepcast: "test".into(),
+            created_at: "2026-11-24".into(),
+        };
+        let c = Calibrations::default()
+            .with(entry(None, 30.0))
+            .with(entry(Some("composer"), 40.0))
+            .with(entry(None, 35.0));
+        assert_eq!(c.clusters.len(), 2);
+        assert_eq!(c.of("c").unwrap().runtime.launch_us, 35.0);
+        assert_eq!(
+            c.of_framework("c", "composer").unwrap().runtime.launch_us,
+            40.0
+        );
+        assert!(c.of_framework("c", "megatron").is_none());
+        assert!(c
+            .of_framework("c", "composer")
+            .unwrap()
+            .summary()
+            .contains("c under composer"));
+        // a file without frameworks reads as before
+        let text = serde_norway::to_string(&c).unwrap();
+        let back: Calibrations = serde_norway::from_str(&text).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(text.matches("framework:").count(), 1);
     }
 }

@@ -140,6 +140,35 @@ impl<'a> CostModel<'a> {
         self
     }
 
+    /// Composed under the calibration fitted on `framework`'s runs for this cluster, where its
+    /// models have one; otherwise the cluster's calibration stays and the summary says so.
+    pub fn with_framework(mut self, framework: Option<&str>) -> Self {
+        let Some(framework) = framework else {
+            return self;
+        };
+        let found = self.models.as_ref().and_then(|m| {
+            m.calibrations
+                .of_framework(&self.cluster.spec.name, framework)
+        });
+        match found {
+            Some(c) => {
+                self.runtime = c.runtime;
+                self.calibrated = Some(c.summary());
+            }
+            None => {
+                let why = format!(
+                    "no calibration under {framework} for {}",
+                    self.cluster.spec.name
+                );
+                self.calibrated = Some(match self.calibrated.take() {
+                    Some(s) => format!("{s}; {why}"),
+                    None => why,
+                });
+            }
+        }
+        self
+    }
+
     /// The same costs composed under another runtime (no longer the calibrated one).
     pub fn with_runtime(mut self, runtime: Runtime) -> Self {
         self.runtime = runtime;
