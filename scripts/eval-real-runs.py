@@ -167,13 +167,11 @@ def main():
     print("calibrated: grouped cross-validation for the sets fitted on (leave one model family out), "
           "the fitted runtime for held-out sets; raw: the cluster's defaults")
     for key, t in table.items():
-        m = t.get("mosaicml_mfu")
+        m, f = t.get("mosaicml_mfu"), t.get("monotone_floor")
         if m:
             print(f"{key}: predicted MFU above MosaicML's reported + 10 points in {m['over_reported_plus_10'][0]} "
                   f"(raw) and {m['over_reported_plus_10'][1]} (calibrated) of {m['runs']} runs; largest excess "
                   f"{m['max_excess_points'][0]:.1f} / {m['max_excess_points'][1]:.1f} points")
-    for key, t in table.items():
-        f = t.get("monotone_floor")
         if f:
             print(f"{key}: {f['violating_pairs']} ordered pairs of runs where one does at least the other's "
                   f"work yet ran faster; no predictor monotone in work can keep its max |error| below "

@@ -33,7 +33,7 @@ pub struct CalibrateArgs {
     /// Fit this framework's runs alone (the runs CSV's framework column, e.g. composer) and
     /// write its own entry, which `predict --framework` picks; runs of other frameworks are
     /// left out.
-    #[arg(long, value_parser = parse_framework)]
+    #[arg(long, value_parser = stepcast::hardware::framework_name)]
     pub framework: Option<String>,
     /// Report only; write nothing.
     #[arg(long)]
@@ -159,10 +159,14 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         .iter()
         .filter(|p| args.fit_sets.is_empty() || args.fit_sets.contains(&runs[p.index].set))
         .collect();
-    let calibration = Calibration {
-        framework: args.framework.clone(),
-        ..calibration_of(&name, &report, &args.runs, &runs, &fitted)?
-    };
+    let calibration = calibration_of(
+        &name,
+        args.framework.clone(),
+        &report,
+        &args.runs,
+        &runs,
+        &fitted,
+    )?;
     if let Some(path) = &args.json {
         let inputs = vec![
             super::stamp::file("runs", &args.runs),
@@ -206,10 +210,6 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn parse_framework(s: &str) -> Result<String, String> {
-    stepcast::hardware::framework_name(s)
-}
-
 /// Whether a run's cluster is the one being calibrated: the same name and the same models.
 fn same_cluster(
     cluster: &Path,
@@ -232,6 +232,7 @@ fn same_cluster(
 
 fn calibration_of(
     cluster: &str,
+    framework: Option<String>,
     report: &Report,
     file: &Path,
     runs: &[runs::Run],
@@ -249,7 +250,7 @@ fn calibration_of(
     let cv = report.overall[2];
     Ok(Calibration {
         cluster: cluster.to_string(),
-        framework: None,
+        framework,
         runtime: report.fitted.runtime,
         fitted_on: FittedOn {
             file: file.display().to_string(),

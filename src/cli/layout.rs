@@ -159,12 +159,8 @@ pub struct JobArgs {
     pub pipeline_layout: Option<String>,
     /// The training framework (e.g. composer): the models' calibration fitted on that
     /// framework's runs is used where there is one (`calibrate --framework`).
-    #[arg(long, value_parser = parse_framework)]
+    #[arg(long, value_parser = stepcast::hardware::framework_name)]
     pub framework: Option<String>,
-}
-
-fn parse_framework(s: &str) -> Result<String, String> {
-    stepcast::hardware::framework_name(s)
 }
 
 /// A job file: paths in it are relative to the file.

@@ -112,7 +112,7 @@ pub struct SearchArgs {
     pub no_calibration: bool,
     /// The training framework (e.g. composer): the models' calibration fitted on that
     /// framework's runs is used where there is one.
-    #[arg(long, value_parser = |s: &str| stepcast::hardware::framework_name(s))]
+    #[arg(long, value_parser = stepcast::hardware::framework_name)]
     pub framework: Option<String>,
     /// Rank by step time, or by end-to-end run time (needs --tokens or --steps).
     #[arg(long, value_parser = named::<Objective>(), default_value = "step")]
