@@ -441,7 +441,11 @@ fn run_task(
     // the device cannot finish before the host has issued the pass's last kernel
     let issued = sim.after(host_start, pass.issue_us(), Span::Host);
     rank.host_free = issued;
-    let end = later(device_end, issued);
+    // nor before the host has issued the work ahead of its device-heavy parts
+    let end = later(
+        later(device_end, issued),
+        sim.after(host_start, pass.issue_bound_us(), Span::Host),
+    );
     let host_bound = (start.t - device_ready.t) + (end.t - device_end.t);
     let send_us = chunk.send_us(task.pass);
     rank.compute_free = end;
@@ -694,7 +698,7 @@ fn reduce_gradients(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::{ChunkWork, PassWork, RankWork, Segment, SegmentKind};
+    use crate::schedule::{ChunkWork, Host, PassWork, RankWork, Segment, SegmentKind};
     use crate::timing::{Attribution, ClassTimes};
     use crate::workload::{Overlap, Schedule};
 
@@ -789,6 +793,56 @@ mod tests {
         simulate(&uniform(schedule, 8, v, 32, (1.0, 1.0, 1.0), 0.0))
             .unwrap()
             .bubble_ratio()
+    }
+
+    /// A host-bound pass: `layers` µs of device time issued in `host` µs, then a head of
+    /// `head` µs of device time issued in 1 µs.
+    fn host_bound_forward(layers: f64, host: f64, head: f64) -> PassWork {
+        let seg = |kind, repeat, us: f64, issue_us| Segment {
+            kind,
+            repeat,
+            us,
+            recompute_us: 0.0,
+            issue_us,
+            params: 0,
+            attribution: Attribution::default(),
+        };
+        PassWork {
+            segments: vec![
+                seg(SegmentKind::Layer, 4, layers / 4.0, host / 4.0),
+                seg(SegmentKind::Head, 1, head, 1.0),
+            ],
+            parts: ClassTimes {
+                compute: layers + head,
+                ..Default::default()
+            },
+            hidden_tp_us: 0.0,
+        }
+    }
+
+    #[test]
+    fn device_heavy_work_after_host_bound_work_is_not_hidden() {
+        // the head cannot start before the host has issued the layers ahead of it
+        let pass = host_bound_forward(40.0, 100.0, 30.0);
+        assert_eq!(pass.issue_us(), 101.0);
+        assert_eq!(pass.issue_bound_us(), 130.0);
+        // device-bound passes and host-bound passes without a heavy tail keep their bound
+        assert_eq!(
+            host_bound_forward(200.0, 100.0, 30.0).issue_bound_us(),
+            230.0
+        );
+        assert_eq!(host_bound_forward(40.0, 100.0, 0.5).issue_bound_us(), 101.0);
+        // through the simulator: one rank, one micro-batch, a 10 µs launch
+        let mut work = uniform(Schedule::OneFOneB, 1, 1, 1, (1.0, 1.0, 0.0), 0.0);
+        work.chunks[0].fwd = pass;
+        work.chunks[0].bwd = PassWork::default();
+        work.host = Host {
+            launch_us: 10.0,
+            sync_per_transfer: true,
+            step_overhead_us: 0.0,
+        };
+        let step = simulate(&work).unwrap().step_us;
+        assert!((step - 130.0).abs() < 1e-9, "{step}");
     }
 
     #[test]

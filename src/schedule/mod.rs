@@ -126,6 +126,25 @@ impl PassWork {
             .sum()
     }
 
+    /// The least time from the host starting to issue the pass to the device finishing it, µs:
+    /// a kernel cannot start before it is issued, so for every point of the pass the host's
+    /// time to issue what comes before it plus the device's time for what comes after bounds
+    /// the pass from below. Between the ends of a pass this matters where device-heavy work
+    /// follows host-bound work: the LM head and loss after a small model's layers run only once
+    /// the host has issued those layers, so they cannot hide behind them. Within a run of
+    /// identical repetitions the bound is linear, so it peaks at a segment boundary.
+    pub fn issue_bound_us(&self) -> f64 {
+        let mut host = 0.0;
+        let mut device_after = self.us();
+        let mut bound: f64 = 0.0;
+        for s in &self.segments {
+            bound = bound.max(host + device_after);
+            host += s.issue_us * s.repeat as f64;
+            device_after -= s.us * s.repeat as f64;
+        }
+        bound.max(host)
+    }
+
     /// Repetitions over all segments.
     pub fn repetitions(&self) -> u64 {
         self.segments.iter().map(|s| s.repeat).sum()
