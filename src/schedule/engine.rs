@@ -438,12 +438,11 @@ fn run_task(
             sim.after(start, pass.us(), span)
         }
     };
-    // the device cannot finish before the host has issued the pass's last kernel
-    let issued = sim.after(host_start, pass.issue_us(), Span::Host);
-    rank.host_free = issued;
-    // nor before the host has issued the work ahead of its device-heavy parts
+    rank.host_free = sim.after(host_start, pass.issue_us(), Span::Host);
+    // the device cannot finish before the host has issued the pass's last kernel, nor before
+    // it has issued the work ahead of each device-heavy part (the bound covers both)
     let end = later(
-        later(device_end, issued),
+        device_end,
         sim.after(host_start, pass.issue_bound_us(), Span::Host),
     );
     let host_bound = (start.t - device_ready.t) + (end.t - device_end.t);
