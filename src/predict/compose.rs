@@ -208,7 +208,12 @@ pub fn cost<'a>(
 /// there runs; the reduce-scatter after a row-parallel GEMM (attention out, MLP down) sends
 /// each chunk as soon as its GEMM is done. Of a collective over n ranks, at most the
 /// (n − 1)/n of the GEMM that runs while chunks move can hide it: hidden = min(comm, GEMM ·
-/// (n − 1)/n). A plain all-reduce (no sequence parallelism) is not pipelined.
+/// (n − 1)/n). In the backward a GEMM call is two GEMMs, and a collective pipelines with one
+/// of them only: the output gradient's all-gather must arrive before the data-gradient GEMM
+/// that reads it, the input gradient's reduce-scatter starts from that GEMM's output, so it
+/// can only run beside the weight-gradient GEMM (Transformer Engine's `*_dgrad` / `*_wgrad`
+/// overlap slots, `transformer_engine/pytorch/module/layernorm_linear.py`); the window is
+/// one of the two kernels. A plain all-reduce (no sequence parallelism) is not pipelined.
 fn tp_hidden(calls: &[(&Call, f64)], times: &QueryTimes, share: &dyn Fn(&Call) -> f64) -> Vec<f64> {
     let t = |i: usize| {
         let (c, n) = calls[i];
@@ -231,7 +236,9 @@ fn tp_hidden(calls: &[(&Call, f64)], times: &QueryTimes, share: &dyn Fn(&Call) -
             _ => None,
         };
         if let (Some(&g), true) = (partner, ranks > 1.0) {
-            let window = t(g) * (ranks - 1.0) / ranks;
+            // a backward GEMM call is its data- and weight-gradient kernels, one beside it
+            let kernel = t(g) / times.kernels[calls[g].0.query as usize].max(1.0);
+            let window = kernel * (ranks - 1.0) / ranks;
             out[i] = t(i).min(window);
         }
     }
@@ -369,5 +376,55 @@ fn closed_form(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes)
         breakdown_us: breakdown,
         critical_path,
         stages,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Query 0: a forward GEMM, 1: the same GEMM's backward (two kernels), 2: a reduce-scatter
+    /// over 4 ranks; each call takes `us[q]`.
+    fn times(us: [f64; 3]) -> QueryTimes {
+        QueryTimes {
+            us: us.to_vec(),
+            kernels: vec![1.0, 2.0, 1.0],
+            ops: vec![OpKind::Gemm, OpKind::Gemm, OpKind::ReduceScatter],
+            ranks: vec![0.0, 0.0, 4.0],
+            factor: vec![0; 3],
+            factors: 1,
+            attribute: false,
+            runtime: Runtime::isolated(),
+        }
+    }
+
+    fn call(query: QueryId, class: Class) -> Call {
+        Call {
+            label: "test",
+            query,
+            count: 1.0,
+            class,
+            overlapped: false,
+        }
+    }
+
+    #[test]
+    fn a_backward_collective_pipelines_with_one_of_its_two_gemms() {
+        let t = times([1000.0, 1000.0, 600.0]);
+        let rs = call(2, Class::TpComm);
+        let exposed = |gemm: QueryId| {
+            let g = call(gemm, Class::Compute);
+            cost([(&g, 1.0), (&rs, 1.0)].into_iter(), &t, &whole, true)
+                .parts
+                .tp_comm
+        };
+        // forward: 3/4 of the 1000 µs GEMM hides the 600 µs reduce-scatter
+        assert_eq!(exposed(0), 0.0);
+        // backward: only the 500 µs data-gradient kernel runs while chunks move
+        assert!((exposed(1) - (600.0 - 500.0 * 0.75)).abs() < 1e-9);
+        // without the overlap nothing hides
+        let g = call(1, Class::Compute);
+        let plain = cost([(&g, 1.0), (&rs, 1.0)].into_iter(), &t, &whole, false);
+        assert_eq!(plain.parts.tp_comm, 600.0);
     }
 }
