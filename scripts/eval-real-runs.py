@@ -11,6 +11,9 @@ context-parallel ones (cp > 1). MPT (MosaicML's Composer with FSDP) is also pred
 runtime fitted on Composer's runs alone (`calibrate --framework composer`, grouped
 cross-validation within them), reported as "mpt (composer runtime)".
 
+It also prints the layouts two sets measured for the same model family on the same cluster
+("measured by two sets"): how far apart two software stacks put the same run.
+
 With --check THRESHOLDS.json it fails when a set's calibrated mean |error| is more than one
 point above its threshold (the file commits today's figures), or when a prediction's MFU
 exceeds its GPU's achievable fraction.
@@ -70,6 +73,29 @@ def vtrain_monotone_floor(rows):
                 worst = max(worst, t2 - t)
     # both at the harmonic mean of the two times: off by (r - 1) / (r + 1) = tanh(gap / 2)
     return {"violating_pairs": pairs, "min_max_abs_percent": 100 * math.tanh(worst / 2)}
+
+
+def cross_set_twins(runs_csv):
+    """Layouts that two source sets measured on the same cluster for the same model family (an
+    architecture across sets), batch, sequence, precision and recomputation: one set's software
+    measured against another's, a spread no runtime fitted to both can remove. Returns per twin
+    its description and each set's measured step times."""
+    cols = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "global_batch", "seq_len", "dtype",
+            "recompute", "vpp", "sequence_parallel", "tp_comm_overlap")
+    groups = {}
+    for r in csv.DictReader(open(runs_csv)):
+        if r["expressible"] != "true":
+            continue
+        key = (r["cluster"], r["family"]) + tuple(r[c] or "1" for c in cols)
+        groups.setdefault(key, {}).setdefault(r["set"], []).append(float(r["measured_step_s"]))
+    twins = []
+    for key, sets in groups.items():
+        if len(sets) > 1:
+            layout = " ".join(c if v in ("1", "true") and c in ("sequence_parallel", "tp_comm_overlap")
+                              else f"{c} {v}" for c, v in zip(cols, key[2:]) if v not in ("1", "false", "0")
+                              or (v == "1" and c == "tp_comm_overlap"))
+            twins.append({"cluster": key[0], "family": key[1], "layout": layout, "measured_s": sets})
+    return twins
 
 
 def mosaic_mfu(ref, runs_csv, rows):
@@ -176,8 +202,15 @@ def main():
             print(f"{key}: {f['violating_pairs']} ordered pairs of runs where one does at least the other's "
                   f"work yet ran faster; no predictor monotone in work can keep its max |error| below "
                   f"{f['min_max_abs_percent']:.1f} %")
+    twins = cross_set_twins(runs_csv)
+    for t in twins:
+        spans = {k: (min(v), max(v)) for k, v in t["measured_s"].items()}
+        means = {k: sum(v) / len(v) for k, v in t["measured_s"].items()}
+        print(f"{t['cluster']}: {t['family']} ({t['layout']}) measured by two sets: "
+              + "; ".join(f"{k} {a:.2f}–{b:.2f} s" for k, (a, b) in spans.items())
+              + f" ({100 * (max(means.values()) / min(means.values()) - 1):.0f} % apart)")
     if json_out:
-        json.dump(table, open(json_out, "w"), indent=1)
+        json.dump({**table, "cross_set_twins": twins}, open(json_out, "w"), indent=1)
     if thresholds:
         limits = json.load(open(thresholds))
         failed = []
