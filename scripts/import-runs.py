@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp", "dp", "cp",
-           "cp_comm", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
+           "cp_comm", "attention_kernel", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
            "pipeline_layout", "micro_batch", "global_batch", "seq_len", "dtype", "recompute",
            "recompute_modules", "zero", "schedule",
            "vpp", "sequence_parallel", "tp_comm_overlap", "measured_step_s", "expressible",
@@ -325,6 +325,9 @@ def torchtitan(ref, out):
                 cluster=cluster, model=arch, framework="torchtitan", tp=tp, pp=pp, dp=fsdp, cp=cp,
                 # torchtitan's default context_parallel_rotate_method
                 cp_comm="all-gather",
+                # its attention is PyTorch SDPA, whose flash backend is FlashAttention-2 (the
+                # benchmark pages do not name the backend: an assumption)
+                attention_kernel="flash-attention-2",
                 micro_batch=mb, global_batch=row["global_batch_size"], seq_len=row["seq_len"],
                 dtype="bf16" if row["precision"] == "BF16" else "fp8", recompute=recompute, zero=3,
                 schedule="interleaved" if "Interleaved" in sched else "1f1b",
@@ -393,6 +396,7 @@ def mpt(ref, out):
                 f"mbs{row['micro_batch_size']} ga{row['grad_accum']} {row['precision']} "
                 f"{row['fsdp_sharding_strategy']}{' ckpt' if row['activation_checkpointing'] == 'True' else ''}",
                 cluster=clusters[row["gpu"]], model=arch, framework="composer", tp=1, pp=1, dp=n, cp=1,
+                attention_kernel="flash-attention-2",
                 micro_batch=row["micro_batch_size"], global_batch=int(row["micro_batch_size"]) *
                 int(row["grad_accum"]) * n, seq_len=seq,
                 dtype="fp8" if row["precision"] == "amp_fp8" else "bf16", recompute="full"

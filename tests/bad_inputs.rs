@@ -209,6 +209,7 @@ fn cases() -> Vec<Case> {
         predict!("--cp 2 --dp 8 --global-batch 64 --nodes 1", "tp·cp·pp·dp = 1·2·1·8 = 16 GPUs", "--nodes"),
         predict!("--cp 2 --dp 4 --global-batch 64 --rules paper", "no context parallelism", "--rules megatron"),
         predict!("--cp 2 --cp-comm ring --dp 4 --global-batch 64", "ring", "p2p", "all-gather"),
+        predict!("--global-batch 8 --attention-kernel fa3", "fa3", "native", "flash-attention-2"),
         predict!("--dp 8 --global-batch 64 --nodes -1", "--nodes -1", "between 1 and 1000000"),
         predict!("--dp 8 --global-batch 64 --nodes 99999999999", "--nodes 99999999999", "between 1 and 1000000"),
         predict!("--cp 1048576 --dp 8 --global-batch 64", "tp·cp·pp·dp", "GPUs"),

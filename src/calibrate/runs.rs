@@ -25,7 +25,8 @@
 //! all-to-alls beside the compute), `pipeline_layout` (Megatron-Core's layout string, e.g.
 //! `Et|(tt|)*30mL`: what each chunk holds), `recompute_modules` (Megatron-Core's selective
 //! recompute modules joined by `+`, e.g. `mla_up_proj+mlp`), `moe_dispatcher` (alltoall,
-//! allgather, deepep, hybridep), `source`.
+//! allgather, deepep, hybridep), `attention_kernel` (native or flash-attention-2: the kernel that
+//! ran the attention, default native), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -74,6 +75,8 @@ struct Row {
     cp: Option<u64>,
     #[serde(default)]
     cp_comm: String,
+    #[serde(default)]
+    attention_kernel: String,
     #[serde(default)]
     ep: Option<u64>,
     #[serde(default)]
@@ -169,6 +172,10 @@ impl Row {
             "" => None,
             s => Some(s.parse().map_err(|e| format!("cp_comm: {e}"))?),
         };
+        let attention_kernel = match self.attention_kernel.trim() {
+            "" => None,
+            s => Some(s.parse().map_err(|e| format!("attention_kernel: {e}"))?),
+        };
         let model = if self.model.contains('/')
             || self.model.ends_with(".yaml")
             || self.model.ends_with(".json")
@@ -204,6 +211,7 @@ impl Row {
                 dp: Some(self.dp),
                 cp: self.cp,
                 cp_comm,
+                attention_kernel,
                 ep: self.ep.filter(|&e| e > 1),
                 micro_batch: Some(self.micro_batch),
                 global_batch: Some(self.global_batch),
@@ -294,6 +302,30 @@ mod tests {
         assert_eq!(runs[0].spec.tp_comm_overlap, Some(true));
         assert_eq!(runs[0].measured_s, 12.5);
         assert!(runs[0].not_expressible.is_none());
+    }
+
+    #[test]
+    fn the_attention_kernel_column_is_optional_and_checked() {
+        use crate::workload::AttentionKernel;
+        let header = HEADER.replace(",model,", ",model,attention_kernel,");
+        let (_d, path) = write(&format!(
+            "{header}s,f,a,dgx-h100,llama2-7b,flash-attention-2,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n\
+             s,f,b,dgx-h100,llama2-7b,,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n"
+        ));
+        let runs = load(&path).unwrap();
+        assert_eq!(
+            runs[0].spec.attention_kernel,
+            Some(AttentionKernel::FlashAttention2)
+        );
+        assert_eq!(runs[1].spec.attention_kernel, None);
+        let (_d, path) = write(&format!(
+            "{header}s,f,a,dgx-h100,llama2-7b,fa9,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n"
+        ));
+        let e = load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("line 2") && e.contains("attention_kernel"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -16,7 +16,8 @@ use stepcast::ops::Dtype;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, PredictOptions};
 use stepcast::workload::{
-    Arch, CpComm, Layout, ParallelSpec, Partition, PipelineSplit, Recompute, Rules, Schedule,
+    Arch, AttentionKernel, CpComm, Layout, ParallelSpec, Partition, PipelineSplit, Recompute,
+    Rules, Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -158,6 +159,8 @@ struct RowLayout {
     cp: u64,
     #[serde(default)]
     cp_comm: Option<CpComm>,
+    #[serde(default)]
+    attention_kernel: Option<AttentionKernel>,
     #[serde(default = "one")]
     ep: u64,
     #[serde(default)]
@@ -268,6 +271,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         dp: Some(r.dp),
         cp: Some(r.cp),
         cp_comm: r.cp_comm,
+        attention_kernel: r.attention_kernel,
         ep: Some(r.ep),
         etp: r.etp,
         moe_a2a_overlap: Some(r.overlap.moe_a2a),

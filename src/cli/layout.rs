@@ -11,8 +11,8 @@ use serde::Deserialize;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::workload::{
-    Arch, CpComm, Dispatcher, Layout, ParallelSpec, Partition, Recompute, RecomputeModule, Rules,
-    Schedule,
+    Arch, AttentionKernel, CpComm, Dispatcher, Layout, ParallelSpec, Partition, Recompute,
+    RecomputeModule, Rules, Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -46,6 +46,11 @@ pub struct JobArgs {
     /// Megatron's default) or all-gather (torchtitan's default) [default: p2p].
     #[arg(long, value_parser = named::<CpComm>())]
     pub cp_comm: Option<CpComm>,
+    /// Which kernel runs the attention: native (what the cluster's models learned) or
+    /// flash-attention-2 (flash-attn 2, PyTorch SDPA's flash backend: on Hopper held to the
+    /// cluster file's achievable.flash_attention_2_* fraction of peak) [default: native].
+    #[arg(long, value_parser = named::<AttentionKernel>())]
+    pub attention_kernel: Option<AttentionKernel>,
     /// Expert parallelism for a mixture of experts: experts split over ep ranks of dp·cp.
     #[arg(long, allow_negative_numbers = true)]
     pub ep: Option<u64>,
@@ -252,6 +257,7 @@ impl JobArgs {
             dp: self.dp,
             cp: self.cp,
             cp_comm: self.cp_comm,
+            attention_kernel: self.attention_kernel,
             ep: self.ep,
             etp: self.etp,
             moe_imbalance: self.moe_imbalance,
@@ -469,9 +475,13 @@ pub fn describe(job: &Job) -> String {
         }
         None => l.recompute.to_string(),
     };
+    let attention = match l.attention_kernel {
+        AttentionKernel::Native => String::new(),
+        kernel => format!(", attention by {kernel}"),
+    };
     format!(
         "layout   tp {}{extra} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
-         \x20        {}, recompute {recompute}, {partition} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
+         \x20        {}{attention}, recompute {recompute}, {partition} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
         l.tp,
         l.pp,
         l.dp,

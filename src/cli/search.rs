@@ -16,7 +16,7 @@ use stepcast::predict::{predict, PredictOptions, Prediction};
 use stepcast::search::{
     search_watched, Objective, SearchReport, SearchRequest, SearchRow, SearchSpace, Status,
 };
-use stepcast::workload::{Arch, ParallelSpec, Recompute, Rules, Schedule};
+use stepcast::workload::{Arch, AttentionKernel, ParallelSpec, Recompute, Rules, Schedule};
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
@@ -106,6 +106,10 @@ pub struct SearchArgs {
     /// sequence parallelism (NeMo's and Megatron's --tp-comm-overlap).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub tp_comm_overlap: Option<bool>,
+    /// Which kernel runs the attention in every layout: native (what the cluster's models
+    /// learned) or flash-attention-2 (held to FA2's fraction of peak on Hopper) [default: native].
+    #[arg(long, value_parser = super::named::<AttentionKernel>())]
+    pub attention_kernel: Option<AttentionKernel>,
     /// Compose with the cluster's default runtime (raw physics), not the calibration fitted
     /// to measured runs.
     #[arg(long)]
@@ -345,6 +349,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
             dtype: args.dtype,
             rules: Some(args.rules),
             tp_comm_overlap: args.tp_comm_overlap,
+            attention_kernel: args.attention_kernel,
             moe_imbalance: args.moe_imbalance,
             moe_dispatcher: args.moe_dispatcher,
             ..Default::default()

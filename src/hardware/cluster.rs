@@ -94,6 +94,14 @@ pub struct Achievable {
     pub memory: f64,
     /// Shortest a kernel runs on the device, µs.
     pub min_kernel_us: f64,
+    /// Of dense peak, FlashAttention-2's forward where it is slower than the attention the
+    /// models learned (Hopper: FA2 does not use the warpgroup instructions): attention calls
+    /// run as FlashAttention-2 (`--attention-kernel flash-attention-2`) are costed no faster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flash_attention_2_fwd: Option<f64>,
+    /// The same for its backward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flash_attention_2_bwd: Option<f64>,
 }
 
 impl Default for Achievable {
@@ -108,6 +116,8 @@ impl Default for Achievable {
             attention_bwd: 0.65,
             memory: 0.92,
             min_kernel_us: 2.0,
+            flash_attention_2_fwd: None,
+            flash_attention_2_bwd: None,
         }
     }
 }
@@ -379,6 +389,14 @@ impl ClusterSpec {
             ("achievable.memory", a.memory),
         ] {
             check_range(what, field, v, 0.05..=1.0, "of peak")?;
+        }
+        for (field, v) in [
+            ("achievable.flash_attention_2_fwd", a.flash_attention_2_fwd),
+            ("achievable.flash_attention_2_bwd", a.flash_attention_2_bwd),
+        ] {
+            if let Some(v) = v {
+                check_range(what, field, v, 0.05..=1.0, "of peak")?;
+            }
         }
         check_range(
             what,

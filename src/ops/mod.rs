@@ -119,6 +119,9 @@ crate::named_enum!(
         FirstStage => "first_stage",
         MiddleStage => "middle_stage",
         LastStage => "last_stage",
+        /// An attention call run by FlashAttention-2 rather than the kernel the pooled model
+        /// measured (a dataset that timed FA2 itself trains a model of this role).
+        FlashAttention2 => "flash_attention_2",
     }
 );
 

@@ -30,7 +30,7 @@ pub use stage::StageRole;
 use crate::hardware::Cluster;
 use crate::ops::{CollectiveShape, Dtype, OpKind, OpQuery, Phase, Role, Shape};
 use crate::timing::Class;
-use crate::workload::{Arch, Layout, Rules};
+use crate::workload::{Arch, AttentionKernel, Layout, Rules};
 
 /// Index of a query in `Plan::queries`.
 pub type QueryId = u32;
@@ -205,7 +205,11 @@ impl Plan {
     pub fn new(arch: &Arch, layout: &Layout, cluster: &Cluster) -> Plan {
         let groups = Groups::new(layout, cluster.spec.gpus_per_node as u64);
         let dims = layer::Dims::new(arch, layout, groups);
-        let mut b = Builder::default();
+        let mut b = Builder {
+            attention_role: (layout.attention_kernel == AttentionKernel::FlashAttention2)
+                .then_some(Role::FlashAttention2),
+            ..Builder::default()
+        };
         let fsdp = layout.zero >= 3 && layout.grad_replicas() > 1;
         let embedding = layer::embedding_block(&mut b, arch, &dims);
         let layer_block = layer::layer_block(&mut b, arch, layout, &dims, fsdp, false);
@@ -380,6 +384,9 @@ fn route_layers(
 struct Builder {
     index: HashMap<OpQuery, QueryId>,
     queries: Vec<OpQuery>,
+    /// The role every fused-attention call takes: which kernel runs it (none: the kernel the
+    /// models learned).
+    attention_role: Option<Role>,
 }
 
 impl Builder {
@@ -401,6 +408,10 @@ impl Builder {
         shape: Shape,
         class: Class,
     ) -> Call {
+        let role = match op {
+            OpKind::FlashAttention => role.or(self.attention_role),
+            _ => role,
+        };
         Call {
             label,
             query: self.intern(OpQuery {

@@ -17,7 +17,7 @@ use crate::analytic::{network, roofline};
 use crate::error::Result;
 use crate::hardware::{Cluster, Runtime};
 use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
-use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Shape};
+use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Role, Shape};
 use crate::regress::{Match, ModelSet, TrainedModel};
 
 /// Where an estimate came from, most trusted first.
@@ -234,6 +234,23 @@ impl<'a> CostModel<'a> {
                 });
                 e.time_us = floor;
                 e.floored = true;
+            }
+        }
+        if let Some((fraction, slower)) = flash_attention_2_time_us(q, &spec.gpu, &spec.achievable)
+        {
+            if e.time_us < slower {
+                let note = format!(
+                    "FlashAttention-2: at most {:.0} % of dense peak on this GPU (achievable.\
+                     flash_attention_2_{}), {:.1} µs as learned",
+                    100.0 * fraction,
+                    q.phase,
+                    e.time_us
+                );
+                e.note = Some(match e.note.take() {
+                    Some(n) => format!("{n}; {note}"),
+                    None => note,
+                });
+                e.time_us = slower;
             }
         }
         self.cache
@@ -482,6 +499,30 @@ impl<'a> CostModel<'a> {
             .insert(key, found.clone());
         Ok(found)
     }
+}
+
+/// Where an attention call runs as FlashAttention-2 and the cluster file says how far below the
+/// learned attention FA2 stays on its GPU: that fraction of dense peak and the call's roofline
+/// time at it (the call cannot be faster).
+fn flash_attention_2_time_us(
+    q: &OpQuery,
+    gpu: &crate::hardware::GpuSpec,
+    achievable: &crate::hardware::Achievable,
+) -> Option<(f64, f64)> {
+    if q.op != OpKind::FlashAttention || q.role != Some(Role::FlashAttention2) {
+        return None;
+    }
+    let fraction = match q.phase {
+        Phase::Bwd => achievable.flash_attention_2_bwd,
+        _ => achievable.flash_attention_2_fwd,
+    }?;
+    let at_fa2 = crate::hardware::Achievable {
+        attention_fwd: fraction,
+        attention_bwd: fraction,
+        min_kernel_us: 0.0,
+        ..*achievable
+    };
+    Some((fraction, roofline::floor_us(q, gpu, &at_fa2)?))
 }
 
 fn tier_name(multi_node: bool) -> &'static str {

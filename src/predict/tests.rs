@@ -1,6 +1,6 @@
 use super::*;
 use crate::ops::{OpKind, OpQuery, Phase, Role, Shape};
-use crate::workload::{ParallelSpec, Recompute, Rules};
+use crate::workload::{AttentionKernel, ParallelSpec, Recompute, Rules};
 use proptest::prelude::*;
 
 use crate::hardware::dgx_h100_without_models as cluster;
@@ -1303,4 +1303,57 @@ fn overlapped_all_to_alls_expose_only_their_excess() {
         moe_a2a_overlap: Some(true),
         ..spec(1, 1, 8, 1, 4)
     });
+}
+
+/// `--attention-kernel flash-attention-2`: on Hopper the attention is costed no faster than
+/// FlashAttention-2's fraction of peak the cluster file states (35 %), and only the attention
+/// moves; a cluster file without the fraction costs it as learned.
+#[test]
+fn flash_attention_2_is_held_to_its_fraction_of_peak_on_hopper() {
+    let arch = Arch::resolve("llama3-8b").unwrap();
+    let run = |c: &Cluster, kernel: AttentionKernel| {
+        let s = ParallelSpec {
+            attention_kernel: Some(kernel),
+            ..cp_spec(1, 8, 8192)
+        };
+        let layout = Layout::new(&s, &arch, c).unwrap();
+        predict(
+            &arch,
+            &layout,
+            c,
+            &CostModel::new(c, None),
+            PredictOptions::default(),
+        )
+        .unwrap()
+    };
+    let attention = |p: &Prediction| -> Vec<(String, f64, Option<String>)> {
+        let s = &p.stages[0];
+        s.fwd
+            .iter()
+            .chain(&s.bwd)
+            .filter(|o| o.query.starts_with("flash_attention"))
+            .map(|o| (o.query.clone(), o.estimate.time_us, o.estimate.note.clone()))
+            .collect()
+    };
+    let c = cluster();
+    let native = run(&c, AttentionKernel::Native);
+    let fa2 = run(&c, AttentionKernel::FlashAttention2);
+    let (a, b) = (attention(&native), attention(&fa2));
+    assert_eq!(a.len(), 2, "{a:?}");
+    for ((qa, ta, _), (qb, tb, note)) in a.iter().zip(&b) {
+        assert!(!qa.contains("flash_attention_2") && qb.contains("(flash_attention_2)"));
+        // the roofline at 35 % of peak is slower than the native kernel's 65 % / 55 % floor
+        assert!(*tb > 1.5 * ta, "{qb}: {tb} against {ta}");
+        assert!(
+            note.as_deref().unwrap_or("").contains("FlashAttention-2"),
+            "{note:?}"
+        );
+    }
+    assert!(fa2.metrics.step_time_s > native.metrics.step_time_s);
+    // without the cluster's FA2 fraction the kernel choice changes nothing
+    let mut plain = cluster();
+    plain.spec.achievable.flash_attention_2_fwd = None;
+    plain.spec.achievable.flash_attention_2_bwd = None;
+    let same = run(&plain, AttentionKernel::FlashAttention2);
+    assert_eq!(same.metrics.step_time_s, native.metrics.step_time_s);
 }

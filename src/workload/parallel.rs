@@ -115,6 +115,19 @@ crate::named_enum!(
     }
 );
 
+crate::named_enum!(
+    /// Which kernel runs the fused attention.
+    pub enum AttentionKernel {
+        /// The attention the cluster's models learned (NVIDIA's measured kernels on H100:
+        /// cuDNN / Transformer Engine class; FlashAttention-2 on A100).
+        Native => "native",
+        /// FlashAttention-2 (flash-attn 2, PyTorch SDPA's flash backend): on Hopper it reaches
+        /// about a third of peak (it does not use the warpgroup instructions), which the
+        /// cluster file's `achievable.flash_attention_2_*` states; elsewhere as learned.
+        FlashAttention2 => "flash-attention-2",
+    }
+);
+
 impl Schedule {
     /// Whether the backward runs as separate input-gradient and weight-gradient passes.
     pub fn splits_backward(self) -> bool {
@@ -171,6 +184,9 @@ pub struct ParallelSpec {
     /// How the context-parallel ranks exchange K and V (default p2p).
     #[serde(default)]
     pub cp_comm: Option<CpComm>,
+    /// Which kernel runs the attention (default native: what the models learned).
+    #[serde(default)]
+    pub attention_kernel: Option<AttentionKernel>,
     /// Expert parallelism: the routed experts split over ep ranks of the data-parallel group.
     #[serde(default)]
     pub ep: Option<u64>,
@@ -289,6 +305,7 @@ impl ParallelSpec {
             dp: over.dp.or(self.dp),
             cp: over.cp.or(self.cp),
             cp_comm: over.cp_comm.or(self.cp_comm),
+            attention_kernel: over.attention_kernel.or(self.attention_kernel),
             ep: over.ep.or(self.ep),
             etp: over.etp.or(self.etp),
             moe_imbalance: over.moe_imbalance.or(self.moe_imbalance),
@@ -337,6 +354,8 @@ pub struct Layout {
     pub cp: u64,
     /// How the context-parallel ranks exchange keys and values.
     pub cp_comm: CpComm,
+    /// Which kernel runs the attention.
+    pub attention_kernel: AttentionKernel,
     /// Expert-parallel degree (1 for a dense model): each rank holds experts / ep experts.
     pub ep: u64,
     /// Expert-tensor-parallel degree: each expert's MLP is split over etp ranks (tp unless
@@ -536,6 +555,7 @@ impl Layout {
             dp,
             cp,
             cp_comm: spec.cp_comm.unwrap_or(CpComm::P2p),
+            attention_kernel: spec.attention_kernel.unwrap_or(AttentionKernel::Native),
             ep,
             etp,
             moe_imbalance,
