@@ -114,6 +114,9 @@ def flagperf(ref, out):
         n, tp, pp = int(row["n_gpus"]), int(row["tp"] or 1), int(row["pp"] or 1)
         out.add(set="flagperf", family=fam, label=f"{model} {gpu} {n} GPUs tp{tp} pp{pp} dp{row['dp']} "
                 f"{row['precision']}", cluster=cluster or "", model=fam, framework="megatron",
+                # FlagPerf's Llama 3 script runs Megatron-Core with TE and flash-attn (SOURCE.md):
+                # the flash-attn 2 package's kernels
+                attention_kernel="flash-attention-2",
                 tp=tp, pp=pp, dp=n // (tp * pp), cp=1, micro_batch=row["mbs"] or 1,
                 global_batch=row["global_batch_size"], seq_len=row["seq_len"],
                 dtype="fp8" if "fp8" in row["precision"] else "bf16", recompute="none", zero=1,
