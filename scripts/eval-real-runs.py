@@ -88,12 +88,15 @@ def cross_set_twins(runs_csv):
             continue
         key = (r["cluster"], r["family"]) + tuple(r[c] or "1" for c in cols)
         groups.setdefault(key, {}).setdefault(r["set"], []).append(float(r["measured_step_s"]))
+    def describe(column, value):
+        """A column as the layout line shows it: switches by name when on, defaults left out."""
+        if column in ("sequence_parallel", "tp_comm_overlap"):
+            return column if value in ("true", "1") else ""
+        return "" if value == "1" else f"{column} {value}"
     twins = []
     for key, sets in groups.items():
         if len(sets) > 1:
-            layout = " ".join(c if v in ("1", "true") and c in ("sequence_parallel", "tp_comm_overlap")
-                              else f"{c} {v}" for c, v in zip(cols, key[2:]) if v not in ("1", "false", "0")
-                              or (v == "1" and c == "tp_comm_overlap"))
+            layout = " ".join(d for d in (describe(c, v) for c, v in zip(cols, key[2:])) if d)
             twins.append({"cluster": key[0], "family": key[1], "layout": layout, "measured_s": sets})
     return twins
 

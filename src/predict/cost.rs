@@ -75,6 +75,16 @@ pub struct Estimate {
     pub floored: bool,
 }
 
+impl Estimate {
+    /// Adds `note` after any note the estimate already carries.
+    fn add_note(&mut self, note: String) {
+        self.note = Some(match self.note.take() {
+            Some(n) => format!("{n}; {note}"),
+            None => note,
+        });
+    }
+}
+
 /// Uncertainty assumed for estimates no measurement backs.
 const ROOFLINE_SIGMA: f64 = 0.35;
 const ANALYTIC_SIGMA: f64 = 0.3;
@@ -228,10 +238,7 @@ impl<'a> CostModel<'a> {
                      fraction of peak)",
                     e.time_us
                 );
-                e.note = Some(match e.note.take() {
-                    Some(n) => format!("{n}; {raised}"),
-                    None => raised,
-                });
+                e.add_note(raised);
                 e.time_us = floor;
                 e.floored = true;
             }
@@ -246,10 +253,7 @@ impl<'a> CostModel<'a> {
                     q.phase,
                     e.time_us
                 );
-                e.note = Some(match e.note.take() {
-                    Some(n) => format!("{n}; {note}"),
-                    None => note,
-                });
+                e.add_note(note);
                 e.time_us = slower;
             }
         }
@@ -389,10 +393,7 @@ impl<'a> CostModel<'a> {
             e.source = Source::Transferred;
             e.model = format!("{} on {}", m.key, set.gpu().name);
             let note = format!("transferred from {} by the roofline ratio", set.gpu().name);
-            e.note = Some(match e.note.take() {
-                Some(n) => format!("{n}; {note}"),
-                None => note,
-            });
+            e.add_note(note);
             // a transfer is less certain than the model at home
             e.sigma_log = (e.sigma_log.powi(2) + TRANSFER_SIGMA.powi(2)).sqrt();
             return Ok(Some(e));
