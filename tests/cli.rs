@@ -388,15 +388,12 @@ fn import_reads_the_estimate_train_time_layout() {
     );
 }
 
-#[test]
-fn predict_reproduces_the_papers_llemma_example() {
-    // the paper's tool predicts 9,465,235 µs for this job (estimate-train-time
-    // results_backup/llemma_7b_4_2_2_P.csv); with its composition rules we land within 3 %
-    let cluster = repo("hardware-profiles/perlmutter.yaml");
+/// `predict --json` of the paper's Llemma 7B example on Perlmutter under `rules`.
+fn llemma_on_perlmutter(rules: &str) -> serde_json::Value {
     let out = stepcast(&[
         "predict",
         "--cluster",
-        &cluster,
+        &repo("hardware-profiles/perlmutter.yaml"),
         "--model",
         "llemma-7b",
         "--tp",
@@ -410,11 +407,18 @@ fn predict_reproduces_the_papers_llemma_example() {
         "--micro-batches",
         "8",
         "--rules",
-        "paper",
+        rules,
         "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn predict_reproduces_the_papers_llemma_example() {
+    // the paper's tool predicts 9,465,235 µs for this job (estimate-train-time
+    // results_backup/llemma_7b_4_2_2_P.csv); with its composition rules we land within 3 %
+    let p = llemma_on_perlmutter("paper");
     let step = p["step_time_s"].as_f64().unwrap();
     assert!((step / 9.465235 - 1.0).abs() < 0.03, "{step}");
     assert_eq!(p["layout"]["stage_layers"], serde_json::json!([8, 9, 9, 6]));
@@ -427,6 +431,41 @@ fn predict_reproduces_the_papers_llemma_example() {
     assert_eq!(
         p["sources_percent"]["learned"].as_f64().unwrap().round(),
         100.0
+    );
+}
+
+#[test]
+fn the_papers_per_stage_optimizer_does_not_step_megatrons_fused_adam() {
+    // the shipped A100 models learned GPT-NeoX's per-stage optimizer (the paper's data): the
+    // paper's rules use it, Megatron's fused Adam on the same GPU is its memory traffic
+    let optimizer_sources = |rules: &str| {
+        let p = llemma_on_perlmutter(rules);
+        let stages = p["stages"].as_array().expect("stages");
+        stages
+            .iter()
+            .flat_map(|stage| stage["update"].as_array().expect("update calls"))
+            .filter(|c| c["label"] == "optimizer step")
+            .map(|c| {
+                let q = c["query"].as_str().unwrap().to_string();
+                (q, c["estimate"]["source"].as_str().unwrap().to_string())
+            })
+            .collect::<Vec<_>>()
+    };
+    let paper = optimizer_sources("paper");
+    assert_eq!(paper.len(), 4, "{paper:?}"); // one per stage
+    assert!(
+        paper
+            .iter()
+            .all(|(q, s)| q.contains("_stage)") && s == "learned"),
+        "{paper:?}"
+    );
+    let megatron = optimizer_sources("megatron");
+    assert_eq!(megatron.len(), 4, "{megatron:?}");
+    assert!(
+        megatron
+            .iter()
+            .all(|(q, s)| q.contains("(fused_adam)") && s == "roofline"),
+        "{megatron:?}"
     );
 }
 
@@ -1362,6 +1401,61 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
         "--moe-router-num-groups 8 --moe-router-group-topk 4",
     ] {
         assert!(text.contains(arg), "{arg}: {text}");
+    }
+}
+
+/// Fused-Adam timings (what `bench collect` records for Megatron's step) train a model that
+/// Megatron's optimizer step then uses on every stage, in place of the roofline.
+#[test]
+fn a_timed_fused_adam_steps_megatrons_optimizer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    common::write_dataset(&ds);
+    // 3 µs per million parameters over 3 ms: far from the 28-byte roofline, so it shows
+    let mut rows = String::from("op,role,dtype,phase,params,tensors,time_us\n");
+    for i in 1..=40u64 {
+        let (params, tensors) = (i * 25_000_000, 20 + 3 * i);
+        let t = 3000.0 + 3.0 * params as f64 / 1e6;
+        rows.push_str(&format!(
+            "optimizer_step,fused_adam,fp16,none,{params},{tensors},{t:.1}\n"
+        ));
+    }
+    fs::write(ds.join("optimizer_step.csv"), rows).unwrap();
+    let models = tmp.path().join("models");
+    let out = stepcast(&["train", s(&ds), "--out", s(&models), "--quiet"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let cluster = tmp.path().join("cluster.yaml");
+    let text = fs::read_to_string(repo("hardware-profiles/dgx-a100.yaml")).unwrap();
+    fs::write(
+        &cluster,
+        text.replace(
+            "  dir: ../models/perlmutter",
+            &format!("  dir: {}", s(&models)),
+        ),
+    )
+    .unwrap();
+    let args = format!(
+        "predict --cluster {} --model llama2-7b --tp 2 --pp 2 --dp 2 --micro-batch 1 \
+         --micro-batches 4 --dtype fp16 --json",
+        s(&cluster)
+    );
+    let out = stepcast(&args.split_whitespace().collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for stage in p["stages"].as_array().unwrap() {
+        let step = stage["update"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["label"] == "optimizer step")
+            .expect("an optimizer step");
+        assert!(
+            step["query"].as_str().unwrap().contains("(fused_adam)"),
+            "{step}"
+        );
+        assert_eq!(step["estimate"]["source"], "learned", "{step}");
+        let us = step["estimate"]["time_us"].as_f64().unwrap();
+        assert!(us > 3000.0, "{us}");
     }
 }
 

@@ -122,10 +122,20 @@ crate::named_enum!(
         /// An attention call run by FlashAttention-2 rather than the kernel the pooled model
         /// measured (a dataset that timed FA2 itself trains a model of this role).
         FlashAttention2 => "flash_attention_2",
+        /// Megatron's optimizer step: one fused multi-tensor Adam over the fp32 state, the
+        /// same on every pipeline stage (what `bench collect` times with PyTorch's fused AdamW).
+        FusedAdam => "fused_adam",
     }
 );
 
 impl Role {
+    /// Whether the model pooled over every role of the kind may answer this role when it has
+    /// no model of its own. Not a fused Adam step: the optimizer pool is the paper's GPT-NeoX
+    /// per-stage steps, with a per-tensor host cost a fused kernel does not pay.
+    pub fn falls_back_to_pool(self) -> bool {
+        self != Role::FusedAdam
+    }
+
     /// A GEMM of this role multiplies by weights: its backward computes weight gradients too.
     pub fn has_weights(self) -> bool {
         matches!(

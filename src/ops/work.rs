@@ -13,6 +13,9 @@ pub struct Work {
 /// Bytes the Adam step streams per parameter in mixed precision: it reads the fp32 master
 /// weight, both moments and the gradient, writes the three fp32 states back and the 16-bit
 /// weight copy (4·4 + 3·4 + 2 ≈ 30, rounded to 32 for alignment and the fp32 gradient buffer).
+/// Learned optimizer models predict their efficiency against this roofline, so it cannot
+/// change without retraining them. Megatron plans the 16-bit copy as a kernel of its own
+/// (`plan::stage`): there the 2 bytes are counted twice, inside the rounding.
 pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 32.0;
 
 /// Work of one call. Backward factors: a GEMM's backward is two GEMMs of the same size; flash

@@ -270,25 +270,11 @@ fn grad_sync(
 /// What a Megatron step does to the gradients besides reducing them and stepping: the
 /// gradient norm (a pass over the fp32 gradients and a 4-byte all-reduce over the
 /// model-parallel ranks), clipping (a scaling pass), under fp16 the loss-scale unscale and
-/// inf check with its all-reduce, and zeroing the gradient buffers for the next step. Each is
-/// a memory-bound pass, written as an element-wise kernel over `params` 16-bit elements per
-/// 4 bytes it streams.
+/// inf check with its all-reduce, and zeroing the gradient buffers for the next step, each a
+/// `memory_pass`.
 fn gradient_upkeep(b: &mut Builder, layout: &Layout, params: u64, groups: Groups) -> Vec<Call> {
-    let pass = |b: &mut Builder, label, bytes_per_param: u64| {
-        b.call(
-            label,
-            OpKind::Elementwise,
-            Phase::Fwd,
-            Dtype::Bf16,
-            None,
-            Shape::Tokens(TokenShape {
-                batch: 1,
-                seq: 1,
-                width: (params * bytes_per_param / 4).max(1),
-            }),
-            Class::Optimizer,
-        )
-    };
+    let pass =
+        |b: &mut Builder, label, bytes_per_param| memory_pass(b, label, params, bytes_per_param);
     let model_parallel = layout.tp * layout.pp > 1;
     let mut out = vec![pass(b, "gradient norm", 4)];
     if model_parallel {
@@ -317,6 +303,29 @@ fn gradient_upkeep(b: &mut Builder, layout: &Layout, params: u64, groups: Groups
     out
 }
 
+/// One memory-bound pass over `params` parameters streaming `bytes_per_param` bytes each,
+/// written as an element-wise kernel over 16-bit elements (it reads and writes each: 4 bytes
+/// per element).
+fn memory_pass(b: &mut Builder, label: &'static str, params: u64, bytes_per_param: u64) -> Call {
+    b.call(
+        label,
+        OpKind::Elementwise,
+        Phase::Fwd,
+        Dtype::Bf16,
+        None,
+        Shape::Tokens(TokenShape {
+            batch: 1,
+            seq: 1,
+            width: (params.saturating_mul(bytes_per_param) / 4).max(1),
+        }),
+        Class::Optimizer,
+    )
+}
+
+/// Bytes per parameter of Megatron's `_copy_main_params_to_model_params` (a
+/// `multi_tensor_scale` from the fp32 master weights to the 16-bit model weights).
+const MAIN_TO_MODEL_COPY_BYTES_PER_PARAM: u64 = 6;
+
 fn update(
     b: &mut Builder,
     layout: &Layout,
@@ -327,23 +336,39 @@ fn update(
 ) -> Vec<Call> {
     let dp = layout.grad_replicas();
     let edp = layout.expert_grad_replicas();
-    let sharded = layout.zero >= 1 && dp > 1 && layout.rules == Rules::Megatron;
+    let megatron = layout.rules == Rules::Megatron;
+    let sharded = layout.zero >= 1 && dp > 1 && megatron;
     let share = |p: u64, over: u64| if sharded { p.div_ceil(over) } else { p };
     let optimizer_params = share(params, dp) + share(experts.params, edp);
-    let tensors = tensors + experts.tensors;
+    let stepped = optimizer_params.max(1);
+    // Megatron's step is a fused multi-tensor Adam over the fp32 state whatever the stage;
+    // the paper's GPT-NeoX step is keyed by its stage
     let mut out = vec![b.call(
         "optimizer step",
         OpKind::OptimizerStep,
         Phase::None,
         layout.dtype,
-        role.optimizer_role(),
+        if megatron {
+            Some(Role::FusedAdam)
+        } else {
+            role.optimizer_role()
+        },
         Shape::Optimizer(OptimizerShape {
-            params: optimizer_params.max(1),
-            tensors: tensors.max(1),
+            params: stepped,
+            tensors: (tensors + experts.tensors).max(1),
         }),
         Class::Optimizer,
     )];
-    if layout.rules == Rules::Megatron {
+    if megatron {
+        // FSDP casts the 16-bit weights as it gathers them: no copy of its own
+        if !fsdp(layout) {
+            out.push(memory_pass(
+                b,
+                "main-to-model parameter copy",
+                stepped,
+                MAIN_TO_MODEL_COPY_BYTES_PER_PARAM,
+            ));
+        }
         out.extend(gradient_upkeep(b, layout, params + experts.params, groups));
     }
     if layout.zero >= 1 && !fsdp(layout) && dp > 1 {

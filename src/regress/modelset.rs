@@ -383,7 +383,9 @@ impl ModelSet {
     }
 
     /// The model that answers a query: the exact key, else the pooled model of the kind, else
-    /// the same with the twin data type.
+    /// the same with the twin data type. A role that does not fall back to the pool
+    /// (`Role::falls_back_to_pool`) takes the pooled model only where training found it
+    /// serves that role, i.e. it was trained on that role's rows.
     pub fn lookup(&self, q: &OpQuery) -> Result<Option<(&TrainedModel, Match)>> {
         let key = ModelKey::of(q);
         let twin = q.dtype.twin().map(|dtype| ModelKey { dtype, ..key });
@@ -394,9 +396,13 @@ impl ModelSet {
             twin.map(|t| (t.pooled(), Match::TwinDtype)),
         ];
         for (k, how) in candidates.into_iter().flatten() {
-            if let Some(m) = self.try_get(&k)? {
-                return Ok(Some((m, if k == key { Match::Exact } else { how })));
+            let Some(m) = self.try_get(&k)? else { continue };
+            let refused =
+                |role: Role| !role.falls_back_to_pool() && !m.serves_roles.contains(&role);
+            if k.role.is_none() && key.role.is_some_and(refused) {
+                continue;
             }
+            return Ok(Some((m, if k == key { Match::Exact } else { how })));
         }
         Ok(None)
     }
