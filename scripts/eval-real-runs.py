@@ -75,6 +75,39 @@ def vtrain_monotone_floor(rows):
     return {"violating_pairs": pairs, "min_max_abs_percent": 100 * math.tanh(worst / 2)}
 
 
+def vtrain_decomposition(rows):
+    """Where vTrain's error sits. Runs that differ only in their number of micro-batches m give
+    a step time a + b·m: b the time of one more micro-batch, a what a step spends once (the
+    optimizer, the gradient sync, the pipeline's fill and drain, per-step host work). Fitted
+    through the fewest and most micro-batches of each group, measured and cross-validated.
+    Returns, per tensor-parallel degree, the groups and the mean |error| of b (%), and for
+    pp = 1 the median a measured and predicted (ms)."""
+    groups = {}
+    for x in rows:
+        m = re.search(r"h(\d+)-l(\d+) (\d+) GPUs tp(\d+) pp(\d+) dp(\d+) mbs(\d+) gbs(\d+)", x["label"])
+        h, layers, _, tp, pp, dp, mb, gb = map(int, m.groups())
+        groups.setdefault((h, layers, tp, pp, dp, mb), []).append((gb // (mb * dp), x))
+    per_tp = {}
+    for (h, layers, tp, pp, dp, mb), runs in groups.items():
+        if len({n for n, _ in runs}) < 2:
+            continue
+        (n1, x1), (n2, x2) = min(runs, key=lambda r: r[0]), max(runs, key=lambda r: r[0])
+        fit = {k: ((x2[k] - x1[k]) / (n2 - n1), x1[k] - n1 * (x2[k] - x1[k]) / (n2 - n1))
+               for k in ("measured_s", "cross_validated_s")}
+        (bm, am), (bp, ap) = fit["measured_s"], fit["cross_validated_s"]
+        d = per_tp.setdefault(tp, {"groups": 0, "b_err": [], "a_meas": [], "a_pred": []})
+        d["groups"] += 1
+        d["b_err"].append(abs(100 * (bp / bm - 1)))
+        if pp == 1:
+            d["a_meas"].append(1e3 * am)
+            d["a_pred"].append(1e3 * ap)
+    median = lambda v: sorted(v)[len(v) // 2] if v else float("nan")  # noqa: E731
+    return {tp: {"groups": d["groups"],
+                 "per_micro_batch_mean_abs_percent": sum(d["b_err"]) / len(d["b_err"]),
+                 "per_step_pp1_median_ms": [median(d["a_meas"]), median(d["a_pred"])]}
+            for tp, d in sorted(per_tp.items())}
+
+
 def cross_set_twins(runs_csv):
     """Layouts that two source sets measured on the same cluster for the same model family (an
     architecture across sets), batch, sequence, precision and recomputation: one set's software
@@ -183,6 +216,7 @@ def main():
                 table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
             if name == "vtrain" and pred:
                 table[f"{cluster} / {name}"]["monotone_floor"] = vtrain_monotone_floor(pred)
+                table[f"{cluster} / {name}"]["decomposition"] = vtrain_decomposition(pred)
     head = f"{'cluster / set':46} {'rows':>5} {'expr':>5} {'pred':>5}  {'raw mean':>8} {'max':>6} {'bias':>7}  " \
            f"{'cal mean':>8} {'max':>6} {'bias':>7}  {'max MFU':>7}"
     print(head)
@@ -201,6 +235,13 @@ def main():
             print(f"{key}: predicted MFU above MosaicML's reported + 10 points in {m['over_reported_plus_10'][0]} "
                   f"(raw) and {m['over_reported_plus_10'][1]} (calibrated) of {m['runs']} runs; largest excess "
                   f"{m['max_excess_points'][0]:.1f} / {m['max_excess_points'][1]:.1f} points")
+        if t.get("decomposition"):
+            print(f"{key}: step = per-step part + micro-batches × per-micro-batch part (calibrated) — "
+                  + "; ".join(f"tp {tp}: per micro-batch {d['per_micro_batch_mean_abs_percent']:.1f} % "
+                              f"off ({d['groups']} groups), per step at pp 1 "
+                              f"{d['per_step_pp1_median_ms'][0]:.1f} ms measured / "
+                              f"{d['per_step_pp1_median_ms'][1]:.1f} ms predicted (medians)"
+                              for tp, d in t["decomposition"].items()))
         if f:
             print(f"{key}: {f['violating_pairs']} ordered pairs of runs where one does at least the other's "
                   f"work yet ran faster; no predictor monotone in work can keep its max |error| below "
