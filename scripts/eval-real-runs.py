@@ -54,6 +54,12 @@ def stats(errors):
             "max_abs_percent": max(abs(e) for e in errors), "bias_percent": sum(errors) / len(errors)}
 
 
+def vtrain_layout(label):
+    """(hidden, layers, GPUs, tp, pp, dp, micro-batch, global batch) of a vTrain run's label."""
+    m = re.search(r"h(\d+)-l(\d+) (\d+) GPUs tp(\d+) pp(\d+) dp(\d+) mbs(\d+) gbs(\d+)", label)
+    return tuple(map(int, m.groups()))
+
+
 def vtrain_monotone_floor(rows):
     """How far vTrain's own measurements allow any predictor that never predicts less time for
     more work to come: a pair of runs on the same model width, layout and GPUs where one does at
@@ -61,8 +67,7 @@ def vtrain_monotone_floor(rows):
     faster forces one of the two predictions off by at least tanh(log gap / 2). Returns the largest
     such gap as the smallest possible max |error| (%) and how many ordered pairs violate."""
     def key(label):
-        m = re.search(r"h(\d+)-l(\d+) (\d+) GPUs tp(\d+) pp(\d+) dp(\d+) mbs(\d+) gbs(\d+)", label)
-        h, layers, _, tp, pp, dp, mb, gb = map(int, m.groups())
+        h, layers, _, tp, pp, dp, mb, gb = vtrain_layout(label)
         return (h, tp, pp, dp), (layers, mb, gb // (mb * dp))
     runs = [(*key(x["label"]), math.log(x["measured_s"])) for x in rows]
     worst, pairs = 0.0, 0
@@ -84,8 +89,7 @@ def vtrain_decomposition(rows):
     pp = 1 the median a measured and predicted (ms)."""
     groups = {}
     for x in rows:
-        m = re.search(r"h(\d+)-l(\d+) (\d+) GPUs tp(\d+) pp(\d+) dp(\d+) mbs(\d+) gbs(\d+)", x["label"])
-        h, layers, _, tp, pp, dp, mb, gb = map(int, m.groups())
+        h, layers, _, tp, pp, dp, mb, gb = vtrain_layout(x["label"])
         groups.setdefault((h, layers, tp, pp, dp, mb), []).append((gb // (mb * dp), x))
     per_tp = {}
     for (h, layers, tp, pp, dp, mb), runs in groups.items():

@@ -1404,6 +1404,19 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
     }
 }
 
+/// The shipped DGX A100 file with its models directory replaced by `models`, in `dir`.
+fn dgx_a100_with_models(dir: &std::path::Path, models: &std::path::Path) -> std::path::PathBuf {
+    let cluster = dir.join("cluster.yaml");
+    let text = fs::read_to_string(repo("hardware-profiles/dgx-a100.yaml")).unwrap();
+    let text = text.replace(
+        "  dir: ../models/perlmutter",
+        &format!("  dir: {}", s(models)),
+    );
+    assert!(text.contains(s(models)));
+    fs::write(&cluster, text).unwrap();
+    cluster
+}
+
 /// Fused-Adam timings (what `bench collect` records for Megatron's step) train a model that
 /// Megatron's optimizer step then uses on every stage, in place of the roofline.
 #[test]
@@ -1424,16 +1437,7 @@ fn a_timed_fused_adam_steps_megatrons_optimizer() {
     let models = tmp.path().join("models");
     let out = stepcast(&["train", s(&ds), "--out", s(&models), "--quiet"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let cluster = tmp.path().join("cluster.yaml");
-    let text = fs::read_to_string(repo("hardware-profiles/dgx-a100.yaml")).unwrap();
-    fs::write(
-        &cluster,
-        text.replace(
-            "  dir: ../models/perlmutter",
-            &format!("  dir: {}", s(&models)),
-        ),
-    )
-    .unwrap();
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
     let args = format!(
         "predict --cluster {} --model llama2-7b --tp 2 --pp 2 --dp 2 --micro-batch 1 \
          --micro-batches 4 --dtype fp16 --json",
@@ -1466,14 +1470,7 @@ fn a_timed_fused_adam_steps_megatrons_optimizer() {
 fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
     let tmp = tempfile::tempdir().unwrap();
     let (_ds, models) = trained(tmp.path());
-    let cluster = tmp.path().join("cluster.yaml");
-    let text = fs::read_to_string(repo("hardware-profiles/dgx-a100.yaml")).unwrap();
-    let text = text.replace(
-        "  dir: ../models/perlmutter",
-        &format!("  dir: {}", s(&models)),
-    );
-    assert!(text.contains(s(&models)));
-    fs::write(&cluster, text).unwrap();
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
     // two families under each framework; composer's steps a quarter longer than megatron's
     let mut runs = String::from(
         "set,family,label,cluster,model,framework,tp,pp,dp,micro_batch,global_batch,seq_len,\

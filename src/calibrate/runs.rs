@@ -304,23 +304,29 @@ mod tests {
         assert!(runs[0].not_expressible.is_none());
     }
 
+    /// Runs with an extra `column` after `model` holding each of `values`, one row each.
+    fn with_column(column: &str, values: &[&str]) -> (tempfile::TempDir, PathBuf) {
+        let header = HEADER.replace(",model,", &format!(",model,{column},"));
+        let rows: String = values
+            .iter()
+            .map(|v| {
+                format!("s,f,a,dgx-h100,llama2-7b,{v},1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n")
+            })
+            .collect();
+        write(&format!("{header}{rows}"))
+    }
+
     #[test]
     fn the_attention_kernel_column_is_optional_and_checked() {
         use crate::workload::AttentionKernel;
-        let header = HEADER.replace(",model,", ",model,attention_kernel,");
-        let (_d, path) = write(&format!(
-            "{header}s,f,a,dgx-h100,llama2-7b,flash-attention-2,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n\
-             s,f,b,dgx-h100,llama2-7b,,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n"
-        ));
+        let (_d, path) = with_column("attention_kernel", &["flash-attention-2", ""]);
         let runs = load(&path).unwrap();
         assert_eq!(
             runs[0].spec.attention_kernel,
             Some(AttentionKernel::FlashAttention2)
         );
         assert_eq!(runs[1].spec.attention_kernel, None);
-        let (_d, path) = write(&format!(
-            "{header}s,f,a,dgx-h100,llama2-7b,fa9,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n"
-        ));
+        let (_d, path) = with_column("attention_kernel", &["fa9"]);
         let e = load(&path).unwrap_err().to_string();
         assert!(
             e.contains("line 2") && e.contains("attention_kernel"),
@@ -330,17 +336,11 @@ mod tests {
 
     #[test]
     fn the_framework_column_is_optional_and_checked() {
-        let header = HEADER.replace(",model,", ",model,framework,");
-        let (_d, path) = write(&format!(
-            "{header}s,f,a,dgx-h100,llama2-7b,Composer,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n\
-             s,f,b,dgx-h100,llama2-7b,,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n"
-        ));
+        let (_d, path) = with_column("framework", &["Composer", ""]);
         let runs = load(&path).unwrap();
         assert_eq!(runs[0].framework.as_deref(), Some("composer"));
         assert_eq!(runs[1].framework, None);
-        let (_d, path) = write(&format!(
-            "{header}s,f,a,dgx-h100,llama2-7b,a b,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,1.0,true,\n"
-        ));
+        let (_d, path) = with_column("framework", &["a b"]);
         let e = load(&path).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("framework"), "{e}");
     }
