@@ -127,10 +127,14 @@ pub const PARAMETERS: [Parameter; N_PARAMETERS] = [
     Parameter {
         name: "step_overhead_ms",
         min: 0.0,
-        max: 500.0,
+        max: 50.0,
         unit: "ms",
         why: "the training loop's own host work per step (data loader, synchronisations, \
-              logging, zero-grad)",
+              logging, zero-grad); the device work of a step (optimizer, gradient norm, \
+              zero-grad kernels) is costed in the plan, so what is left is a few host \
+              round trips and the loop's bookkeeping: milliseconds to tens of them, at most \
+              50 ms (a fit that wants more is using it for per-micro-batch time the plan \
+              misses, and would charge it to every small step of another workload)",
     },
 ];
 
