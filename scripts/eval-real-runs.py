@@ -12,7 +12,9 @@ runtime fitted on Composer's runs alone (`calibrate --framework composer`, group
 cross-validation within them), reported as "mpt (composer runtime)".
 
 It also prints the layouts two sets measured for the same model family on the same cluster
-("measured by two sets"): how far apart two software stacks put the same run.
+("measured by two sets"): how far apart two software stacks put the same run; and, where a set
+measured the same layout in bf16 and fp8 (DGX Cloud, FlagPerf H100), the step-time ratio
+bf16 / fp8 measured, raw and calibrated per family: the fp8 costing, which no runtime tunes.
 
 With --check THRESHOLDS.json it fails when a set's calibrated mean |error| is more than one
 point above its threshold (the file commits today's figures), or when a prediction's MFU
@@ -110,6 +112,32 @@ def vtrain_decomposition(rows):
                  "per_micro_batch_mean_abs_percent": sum(d["b_err"]) / len(d["b_err"]),
                  "per_step_pp1_median_ms": [median(d["a_meas"]), median(d["a_pred"])]}
             for tp, d in sorted(per_tp.items())}
+
+
+def fp8_speedups(rows):
+    """The step-time ratio bf16 / fp8 of runs measured both ways with everything else equal
+    (DGX Cloud's BF16 and FP8 tables, FlagPerf's bf16 and bf16+fp8 rows): a test of the fp8
+    costing that no calibration can tune, since the runtime is the same on both sides. Per
+    model family: pairs, and the mean speedup measured, raw and calibrated."""
+    by_key = {}
+    for x in rows:
+        label = x["label"]
+        fp8 = " FP8 " in label or label.endswith(" bf16+fp8")
+        key = label.replace(" FP8 ", " X ").replace(" BF16 ", " X ").replace(" bf16+fp8", " X") \
+            .replace(" bf16", " X")
+        by_key.setdefault((x["family"], key), {})["fp8" if fp8 else "bf16"] = x
+    out = {}
+    for (family, _), pair in sorted(by_key.items()):
+        if len(pair) < 2 or not (pair["bf16"].get("raw_s") and pair["fp8"].get("raw_s")):
+            continue
+        d = out.setdefault(family, {"pairs": 0, "measured": 0.0, "raw": 0.0, "calibrated": 0.0})
+        d["pairs"] += 1
+        for k, col in (("measured", "measured_s"), ("raw", "raw_s"), ("calibrated", "cross_validated_s")):
+            d[k] += pair["bf16"][col] / pair["fp8"][col]
+    for d in out.values():
+        for k in ("measured", "raw", "calibrated"):
+            d[k] /= d["pairs"]
+    return out
 
 
 def cross_set_twins(runs_csv):
@@ -218,6 +246,8 @@ def main():
                 "achievable_mfu_percent": ACHIEVABLE_MFU[cluster]}
             if name.startswith("mpt") and pred:
                 table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
+            if name in ("dgxc", "flagperf") and pred and fp8_speedups(pred):
+                table[f"{cluster} / {name}"]["fp8_speedup"] = fp8_speedups(pred)
             if name == "vtrain" and pred:
                 table[f"{cluster} / {name}"]["monotone_floor"] = vtrain_monotone_floor(pred)
                 table[f"{cluster} / {name}"]["decomposition"] = vtrain_decomposition(pred)
@@ -246,6 +276,11 @@ def main():
                               f"{d['per_step_pp1_median_ms'][0]:.1f} ms measured / "
                               f"{d['per_step_pp1_median_ms'][1]:.1f} ms predicted (medians)"
                               for tp, d in t["decomposition"].items()))
+        if t.get("fp8_speedup"):
+            print(f"{key}: fp8 over bf16, same layout and software (step-time ratio, mean) — "
+                  + "; ".join(f"{fam}: {d['measured']:.3f} measured, {d['raw']:.3f} raw, "
+                              f"{d['calibrated']:.3f} calibrated ({d['pairs']} pairs)"
+                              for fam, d in t["fp8_speedup"].items()))
         if f:
             print(f"{key}: {f['violating_pairs']} ordered pairs of runs where one does at least the other's "
                   f"work yet ran faster; no predictor monotone in work can keep its max |error| below "
