@@ -128,7 +128,8 @@ def fp8_speedups(rows):
         by_key.setdefault((x["family"], key), {})["fp8" if fp8 else "bf16"] = x
     out = {}
     for (family, _), pair in sorted(by_key.items()):
-        if len(pair) < 2 or not (pair["bf16"].get("raw_s") and pair["fp8"].get("raw_s")):
+        cols = ("measured_s", "raw_s", "cross_validated_s")
+        if len(pair) < 2 or not all(pair[p].get(c) for p in ("bf16", "fp8") for c in cols):
             continue
         d = out.setdefault(family, {"pairs": 0, "measured": 0.0, "raw": 0.0, "calibrated": 0.0})
         d["pairs"] += 1
@@ -246,8 +247,9 @@ def main():
                 "achievable_mfu_percent": ACHIEVABLE_MFU[cluster]}
             if name.startswith("mpt") and pred:
                 table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
-            if name in ("dgxc", "flagperf") and pred and fp8_speedups(pred):
-                table[f"{cluster} / {name}"]["fp8_speedup"] = fp8_speedups(pred)
+            paired = fp8_speedups(pred) if name in ("dgxc", "flagperf") else {}
+            if paired:
+                table[f"{cluster} / {name}"]["fp8_speedup"] = paired
             if name == "vtrain" and pred:
                 table[f"{cluster} / {name}"]["monotone_floor"] = vtrain_monotone_floor(pred)
                 table[f"{cluster} / {name}"]["decomposition"] = vtrain_decomposition(pred)

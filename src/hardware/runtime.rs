@@ -224,9 +224,14 @@ impl Calibrations {
         let c: Calibrations = crate::fsutil::parse_yaml(path, text)
             .map_err(|e| e.hint("write it again with `stepcast calibrate`"))?;
         for one in &c.clusters {
+            // a file fitted under wider bounds than today's is refitted, not edited
             one.runtime
                 .validate(&format!("{} ({})", path.display(), one.cluster))
-                .map_err(crate::error::Error::Invalid)?;
+                .map_err(|m| {
+                    crate::error::Error::Invalid(format!(
+                        "{m} (a fitted file: write it again with `stepcast calibrate`)"
+                    ))
+                })?;
         }
         Ok(c)
     }
@@ -342,6 +347,26 @@ mod tests {
         let parsed: Runtime = serde_norway::from_str("contention: 1.3\n").unwrap();
         assert_eq!(parsed.contention, 1.3);
         assert_eq!(parsed.launch_us, r.launch_us);
+    }
+
+    #[test]
+    fn a_calibration_outside_todays_bounds_is_refused_with_the_fix() {
+        // the shipped file with its first fit's per-step overhead where the old bound let it go
+        let shipped = include_str!("../../models/h100-aiconfigurator/calibration.yaml");
+        let at = shipped.find("step_overhead_ms: ").unwrap() + "step_overhead_ms: ".len();
+        let end = at + shipped[at..].find('\n').unwrap();
+        let text = format!("{}97.8{}", &shipped[..at], &shipped[end..]);
+        assert!(Calibrations::parse(std::path::Path::new("m/calibration.yaml"), shipped).is_ok());
+        let err = Calibrations::parse(std::path::Path::new("m/calibration.yaml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("m/calibration.yaml (dgx-h100)")
+                && err.contains("runtime.step_overhead_ms = 97.8")
+                && err.contains("0 to 50 ms")
+                && err.contains("stepcast calibrate"),
+            "{err}"
+        );
     }
 
     #[test]
