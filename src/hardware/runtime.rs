@@ -221,16 +221,14 @@ pub struct Calibrations {
 impl Calibrations {
     /// Reads and checks a calibration file's text (`path` names it in messages).
     pub fn parse(path: &std::path::Path, text: &str) -> crate::error::Result<Calibrations> {
-        let c: Calibrations = crate::fsutil::parse_yaml(path, text)
-            .map_err(|e| e.hint("write it again with `stepcast calibrate`"))?;
+        // a fitted file is refitted, not edited (also one fitted under wider bounds than today's)
+        const REFIT: &str = "write it again with `stepcast calibrate`";
+        let c: Calibrations = crate::fsutil::parse_yaml(path, text).map_err(|e| e.hint(REFIT))?;
         for one in &c.clusters {
-            // a file fitted under wider bounds than today's is refitted, not edited
             one.runtime
                 .validate(&format!("{} ({})", path.display(), one.cluster))
                 .map_err(|m| {
-                    crate::error::Error::Invalid(format!(
-                        "{m} (a fitted file: write it again with `stepcast calibrate`)"
-                    ))
+                    crate::error::Error::Invalid(format!("{m} (a fitted file: {REFIT})"))
                 })?;
         }
         Ok(c)
