@@ -6,7 +6,8 @@
 //! attention (flash, or scores GEMM + scale-mask-softmax + context GEMM), output GEMM, TP
 //! all-reduce (or all-gather + reduce-scatter with sequence parallelism), residual add, norm,
 //! MLP up GEMM, GELU or SwiGLU, MLP down GEMM, TP communication, residual add. The backward
-//! mirrors it; full recomputation repeats the forward before it, selective recomputation the
+//! mirrors it, its TP communication as Megatron and Transformer Engine run it (see
+//! `tp_comm`); full recomputation repeats the forward before it, selective recomputation the
 //! attention core. Under FSDP (ZeRO-3) each layer gathers its weights before its forward and
 //! backward and reduce-scatters its gradients, beside the compute. With context parallelism
 //! the attention runs as ring attention (see `ring_attention`).
@@ -153,35 +154,68 @@ fn gemm(m: u64, n: u64, k: u64, batch: u64) -> Shape {
 /// fp8 recipe with sequence parallelism, Transformer Engine casts a column-parallel GEMM's
 /// input to fp8 before gathering it, so the forward all-gather carries one byte per element
 /// (the reduce-scatter of the bf16 GEMM output, and the backward's gradients, stay 16-bit).
+///
+/// The backward under Megatron's rules is what Megatron-LM's
+/// `LinearWithGradAccumulationAndAsyncCommunication` and Transformer Engine's `Linear` /
+/// `LayerNormLinear` run (`transformer_engine/pytorch/module/linear.py`, `backward`): the
+/// row-parallel GEMM's output gradient is all-gathered before its data-gradient GEMM
+/// (blocking); the column-parallel GEMM, which kept only its sequence shard of the input,
+/// gathers the input again beside its data-gradient GEMM (the weight gradient needs all of
+/// it) and reduce-scatters the input gradient beside its weight-gradient GEMM — both started
+/// asynchronously and waited for after the kernel. Without sequence parallelism the input
+/// gradient is all-reduced beside the weight-gradient GEMM. The paper's rules keep its tool's
+/// list (one blocking collective per forward one).
 fn tp_comm(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
     let bytes = d.hidden_bytes();
     let g = d.groups.tp;
-    let gathered = if d.gemm_dtype == Dtype::Fp8 && phase == Phase::Fwd {
+    // what the column-parallel GEMM's input is gathered in (and kept as, for its backward)
+    let gathered = if d.gemm_dtype == Dtype::Fp8 {
         bytes / d.act_bytes()
     } else {
         bytes
     };
+    let megatron_backward = phase == Phase::Bwd && d.rules == Rules::Megatron;
+    let beside = |mut c: Call| {
+        c.beside_kernel = megatron_backward;
+        c
+    };
     if d.t == 1 {
         Vec::new()
     } else if d.sequence_parallel {
-        vec![
+        let mut calls = vec![
             b.collective(
                 "tp all-gather",
                 OpKind::AllGather,
-                gathered,
+                if phase == Phase::Fwd { gathered } else { bytes },
                 g,
                 Class::TpComm,
             ),
-            b.collective(
+            beside(b.collective(
                 "tp reduce-scatter",
                 OpKind::ReduceScatter,
                 bytes,
                 g,
                 Class::TpComm,
-            ),
-        ]
+            )),
+        ];
+        if megatron_backward {
+            calls.push(beside(b.collective(
+                "tp input re-gather",
+                OpKind::AllGather,
+                gathered,
+                g,
+                Class::TpComm,
+            )));
+        }
+        calls
     } else {
-        vec![b.collective("tp all-reduce", OpKind::AllReduce, bytes, g, Class::TpComm)]
+        vec![beside(b.collective(
+            "tp all-reduce",
+            OpKind::AllReduce,
+            bytes,
+            g,
+            Class::TpComm,
+        ))]
     }
 }
 
@@ -1004,23 +1038,27 @@ pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
     }
 }
 
-/// Final norm, LM head and vocabulary-parallel cross-entropy.
+/// Final norm, LM head and vocabulary-parallel cross-entropy. The LM head is a
+/// column-parallel GEMM: under Megatron's rules with tp > 1 its input is all-gathered first
+/// with sequence parallelism, and its backward communicates as a layer's column-parallel GEMM
+/// does (`head_comm`).
 pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
     let norm_op = match arch.norm {
         NormKind::Layernorm => OpKind::LayerNorm,
         NormKind::Rmsnorm => OpKind::RmsNorm,
     };
     let mut pass = |phase| {
-        vec![
-            b.call(
-                "final norm",
-                norm_op,
-                phase,
-                d.act,
-                None,
-                d.tok_sp(d.d),
-                Class::Compute,
-            ),
+        let mut calls = vec![b.call(
+            "final norm",
+            norm_op,
+            phase,
+            d.act,
+            None,
+            d.tok_sp(d.d),
+            Class::Compute,
+        )];
+        calls.extend(head_comm(b, d, phase));
+        calls.extend([
             // Megatron keeps the output layer out of the fp8 recipe: 16-bit under fp8
             b.call(
                 "lm head",
@@ -1040,7 +1078,8 @@ pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
                 d.tok(d.vocab_rank),
                 Class::Compute,
             ),
-        ]
+        ]);
+        calls
     };
     let fwd = pass(Phase::Fwd);
     let bwd = pass(Phase::Bwd);
@@ -1052,6 +1091,33 @@ pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
         tensors: 2 + arch.norm_bias as u64,
         expert_params: 0,
         expert_tensors: 0,
+    }
+}
+
+/// The LM head's tensor-parallel communication under Megatron's rules (Megatron-Core's output
+/// layer is a `ColumnParallelLinear`, its input in 16 bits): forward, the all-gather of the
+/// final norm's sequence shards (with sequence parallelism; without it the input is already
+/// whole); backward, beside its two kernels, the input re-gather and the input gradient's
+/// reduce-scatter, or the input gradient's all-reduce (see `tp_comm`).
+fn head_comm(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
+    if d.t == 1 || d.rules != Rules::Megatron {
+        return Vec::new();
+    }
+    let bytes = d.hidden_bytes();
+    let g = d.groups.tp;
+    let mut collective = |label, op, beside_kernel| {
+        let mut c = b.collective(label, op, bytes, g, Class::TpComm);
+        c.beside_kernel = beside_kernel;
+        c
+    };
+    match (phase, d.sequence_parallel) {
+        (Phase::Fwd, true) => vec![collective("lm head all-gather", OpKind::AllGather, false)],
+        (Phase::Fwd, false) => Vec::new(),
+        (_, true) => vec![
+            collective("lm head reduce-scatter", OpKind::ReduceScatter, true),
+            collective("lm head input re-gather", OpKind::AllGather, true),
+        ],
+        (_, false) => vec![collective("lm head all-reduce", OpKind::AllReduce, true)],
     }
 }
 

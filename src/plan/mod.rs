@@ -49,6 +49,10 @@ pub struct Call {
     /// Runs on a communication stream beside the compute (FSDP parameter gathers): only the
     /// part longer than the compute is exposed.
     pub overlapped: bool,
+    /// Started asynchronously before one kernel of the GEMM that follows it and waited for
+    /// after it (Megatron's and Transformer Engine's column-parallel backward): up to that
+    /// kernel's time hides it, with or without TP overlap (see `predict::compose::tp_hidden`).
+    pub beside_kernel: bool,
 }
 
 /// A part of the model every rank that holds it runs once per micro-batch (per layer, for
@@ -424,6 +428,7 @@ impl Builder {
             count: 1.0,
             class,
             overlapped: false,
+            beside_kernel: false,
         }
     }
 

@@ -111,8 +111,9 @@ pub struct Cost {
 
 /// The cost of `share(call)` (0–1) of each call, each run as many times as its count and
 /// multiplicity say. Calls marked `overlapped` run beside the compute and only their excess over
-/// it counts (as data-parallel time, or expert-parallel for overlapped all-to-alls). With `tp_overlap`, each sequence-parallel collective is
-/// pipelined with its GEMM (see `tp_hidden`). A context-parallel ring exchange hides behind
+/// it counts (as data-parallel time, or expert-parallel for overlapped all-to-alls). A
+/// tensor-parallel collective started beside a GEMM kernel hides behind it, and with
+/// `tp_overlap` each sequence-parallel collective is pipelined with its GEMM (see `tp_hidden`). A context-parallel ring exchange hides behind
 /// the attention step it runs beside (the flash-attention call before it in the list: the ring
 /// steps and the exchanges have the same count). Compute that shares the GPU with a collective
 /// runs `runtime.contention` times slower for as long as they overlap.
@@ -123,8 +124,9 @@ pub fn cost<'a>(
     tp_overlap: bool,
 ) -> Cost {
     let calls: Vec<(&Call, f64)> = calls.collect();
-    // the hot path (no TP overlap) allocates nothing more
-    let tp_hidden_of = tp_overlap.then(|| tp_hidden(&calls, times, share));
+    // the hot path (no TP overlap, nothing beside a kernel) allocates nothing more
+    let tp_hidden_of = (tp_overlap || calls.iter().any(|(c, _)| c.beside_kernel))
+        .then(|| tp_hidden(&calls, times, share, tp_overlap));
     // the latest flash-attention call's time: what a context-parallel exchange runs beside
     let mut last_attention = 0.0;
     let mut parts = ClassTimes::default();
@@ -202,44 +204,71 @@ pub fn cost<'a>(
     }
 }
 
-/// How much of each sequence-parallel collective hides behind its GEMM when Transformer
-/// Engine pipelines them (userbuffers): the all-gather before a column-parallel GEMM (QKV, MLP
-/// up) is exchanged chunk by chunk around the tp ranks while the GEMM of the chunk already
-/// there runs; the reduce-scatter after a row-parallel GEMM (attention out, MLP down) sends
-/// each chunk as soon as its GEMM is done. Of a collective over n ranks, at most the
-/// (n − 1)/n of the GEMM that runs while chunks move can hide it: hidden = min(comm, GEMM ·
-/// (n − 1)/n). In the backward a GEMM call is two GEMMs, and a collective pipelines with one
-/// of them only: the output gradient's all-gather must arrive before the data-gradient GEMM
-/// that reads it, the input gradient's reduce-scatter starts from that GEMM's output, so it
-/// can only run beside the weight-gradient GEMM (Transformer Engine's `*_dgrad` / `*_wgrad`
-/// overlap slots, `transformer_engine/pytorch/module/layernorm_linear.py`); the window is
-/// one of the two kernels. A plain all-reduce (no sequence parallelism) is not pipelined.
-fn tp_hidden(calls: &[(&Call, f64)], times: &QueryTimes, share: &dyn Fn(&Call) -> f64) -> Vec<f64> {
+/// How much of each tensor-parallel collective hides behind a GEMM.
+///
+/// Always: a collective the backward starts asynchronously beside one kernel of the GEMM that
+/// follows it (`Call::beside_kernel`: the column-parallel GEMM's input re-gather beside its
+/// data-gradient kernel, the input gradient's reduce-scatter or all-reduce beside its
+/// weight-gradient kernel) hides up to that kernel's time: hidden = min(comm, kernel).
+///
+/// With `tp_overlap` also the blocking ones, as Transformer Engine pipelines them
+/// (userbuffers): the forward all-gather before a column-parallel GEMM (QKV, MLP up) is
+/// exchanged chunk by chunk around the tp ranks while the GEMM of the chunk already there
+/// runs; the reduce-scatter after a row-parallel GEMM (attention out, MLP down) sends each
+/// chunk as soon as its GEMM is done; in the backward, the row-parallel GEMM's output-gradient
+/// all-gather pipelines with its data-gradient kernel. Of a collective over n ranks, at most
+/// the (n − 1)/n of the kernel that runs while chunks move can hide it: hidden = min(comm,
+/// kernel · (n − 1)/n) (Transformer Engine's `*_dgrad` / `*_wgrad` overlap slots,
+/// `transformer_engine/pytorch/module/layernorm_linear.py`). A blocking all-reduce (no
+/// sequence parallelism) is not pipelined.
+///
+/// A call list runs in forward order in both passes (`plan::layer`): a layer's collectives
+/// sit after its row-parallel GEMM, before the column-parallel one (the next layer's first,
+/// past the list's end).
+fn tp_hidden(
+    calls: &[(&Call, f64)],
+    times: &QueryTimes,
+    share: &dyn Fn(&Call) -> f64,
+    tp_overlap: bool,
+) -> Vec<f64> {
     let t = |i: usize| {
         let (c, n) = calls[i];
         times.of(c.query) * c.count * n * share(c)
     };
     let op = |i: usize| times.ops[calls[i].0.query as usize];
+    let launches = |i: usize| times.kernels[calls[i].0.query as usize];
     let is_gemm = |i: usize| calls[i].0.class == Class::Compute && op(i) == OpKind::Gemm;
     let gemms: Vec<usize> = (0..calls.len()).filter(|&i| is_gemm(i)).collect();
+    let next_gemm = |i: usize| gemms.iter().find(|&&g| g > i).or(gemms.first()).copied();
+    let previous_gemm = |i: usize| gemms.iter().rev().find(|&&g| g < i).copied();
+    // one of a GEMM call's kernels: a backward call is its data- and weight-gradient kernels
+    let kernel = |g: usize| t(g) / launches(g).max(1.0);
     let mut out = vec![0.0; calls.len()];
     for (i, &(call, _)) in calls.iter().enumerate() {
-        if call.class != Class::TpComm || call.overlapped {
+        let ranks = times.ranks[call.query as usize];
+        if call.class != Class::TpComm || call.overlapped || ranks <= 1.0 {
             continue;
         }
-        let ranks = times.ranks[call.query as usize];
-        // the all-gather feeds the next GEMM (the next layer's first, past the list's end);
-        // the reduce-scatter drains the one before it
+        if call.beside_kernel {
+            if let Some(g) = next_gemm(i) {
+                out[i] = t(i).min(kernel(g));
+            }
+            continue;
+        }
+        if !tp_overlap {
+            continue;
+        }
         let partner = match op(i) {
-            OpKind::AllGather => gemms.iter().find(|&&g| g > i).or(gemms.first()),
-            OpKind::ReduceScatter => gemms.iter().rev().find(|&&g| g < i),
+            // the backward's all-gather brings the output gradient of the GEMM before it
+            OpKind::AllGather => match previous_gemm(i) {
+                Some(g) if launches(g) > 1.0 => Some(g),
+                _ => next_gemm(i),
+            },
+            OpKind::ReduceScatter => previous_gemm(i),
             _ => None,
         };
-        if let (Some(&g), true) = (partner, ranks > 1.0) {
-            // a backward GEMM call is its data- and weight-gradient kernels, one beside it
-            let kernel = t(g) / times.kernels[calls[g].0.query as usize].max(1.0);
-            let window = kernel * (ranks - 1.0) / ranks;
-            out[i] = t(i).min(window);
+        if let Some(g) = partner {
+            out[i] = t(i).min(kernel(g) * (ranks - 1.0) / ranks);
         }
     }
     out
@@ -386,10 +415,15 @@ mod tests {
     /// Query 0: a forward GEMM, 1: the same GEMM's backward (two kernels), 2: a reduce-scatter
     /// over 4 ranks; each call takes `us[q]`.
     fn times(us: [f64; 3]) -> QueryTimes {
+        times_of(us, OpKind::ReduceScatter)
+    }
+
+    /// As `times`, query 2 a `collective` over 4 ranks.
+    fn times_of(us: [f64; 3], collective: OpKind) -> QueryTimes {
         QueryTimes {
             us: us.to_vec(),
             kernels: vec![1.0, 2.0, 1.0],
-            ops: vec![OpKind::Gemm, OpKind::Gemm, OpKind::ReduceScatter],
+            ops: vec![OpKind::Gemm, OpKind::Gemm, collective],
             ranks: vec![0.0, 0.0, 4.0],
             factor: vec![0; 3],
             factors: 1,
@@ -405,6 +439,7 @@ mod tests {
             count: 1.0,
             class,
             overlapped: false,
+            beside_kernel: false,
         }
     }
 
@@ -426,5 +461,54 @@ mod tests {
         let g = call(1, Class::Compute);
         let plain = cost([(&g, 1.0), (&rs, 1.0)].into_iter(), &t, &whole, false);
         assert_eq!(plain.parts.tp_comm, 600.0);
+    }
+
+    #[test]
+    fn a_collective_started_beside_a_kernel_hides_behind_it_without_tp_overlap() {
+        let t = times([1000.0, 1000.0, 600.0]);
+        let mut rs = call(2, Class::TpComm);
+        rs.beside_kernel = true;
+        let g = call(1, Class::Compute);
+        // one 500 µs kernel of the backward GEMM after it hides 500 of its 600 µs
+        let before = cost([(&rs, 1.0), (&g, 1.0)].into_iter(), &t, &whole, false);
+        assert!((before.parts.tp_comm - 100.0).abs() < 1e-9);
+        assert!((before.hidden_tp_us - 500.0).abs() < 1e-9);
+        // the last layer's goes beside the next layer's first GEMM: the list's first
+        let after = cost([(&g, 1.0), (&rs, 1.0)].into_iter(), &t, &whole, false);
+        assert!((after.parts.tp_comm - 100.0).abs() < 1e-9);
+        // TP overlap changes nothing for it: the window is the whole kernel either way
+        let on = cost([(&rs, 1.0), (&g, 1.0)].into_iter(), &t, &whole, true);
+        assert!((on.parts.tp_comm - 100.0).abs() < 1e-9);
+        // not started beside a kernel, it is exposed
+        rs.beside_kernel = false;
+        let off = cost([(&rs, 1.0), (&g, 1.0)].into_iter(), &t, &whole, false);
+        assert_eq!(off.parts.tp_comm, 600.0);
+    }
+
+    #[test]
+    fn the_backward_all_gather_pipelines_with_the_gemm_whose_gradient_it_gathers() {
+        // backward GEMM (query 1) before a 600 µs all-gather, forward GEMM (query 0) after:
+        // the backward's gather brings the output gradient of the GEMM before it
+        let t = times_of([4000.0, 1000.0, 600.0], OpKind::AllGather);
+        let (fwd, bwd, ag) = (
+            call(0, Class::Compute),
+            call(1, Class::Compute),
+            call(2, Class::TpComm),
+        );
+        let c = cost(
+            [(&bwd, 1.0), (&ag, 1.0), (&fwd, 1.0)].into_iter(),
+            &t,
+            &whole,
+            true,
+        );
+        assert!((c.parts.tp_comm - (600.0 - 500.0 * 0.75)).abs() < 1e-9);
+        // in the forward it feeds the GEMM after it
+        let c = cost(
+            [(&fwd, 1.0), (&ag, 1.0), (&fwd, 1.0)].into_iter(),
+            &t,
+            &whole,
+            true,
+        );
+        assert_eq!(c.parts.tp_comm, 0.0);
     }
 }

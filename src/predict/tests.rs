@@ -1415,3 +1415,49 @@ fn megatron_steps_a_fused_adam_on_every_stage() {
             .any(|(l, ..)| *l == "main-to-model parameter copy"));
     }
 }
+
+/// Megatron's and Transformer Engine's tensor-parallel backward: with sequence parallelism each
+/// column-parallel GEMM (the LM head among them) gathers its input again, its weight gradient
+/// needing the whole sequence, and reduce-scatters its input gradient; without it the input
+/// gradient is all-reduced. Those run beside the GEMM's own kernels; the row-parallel GEMM's
+/// output-gradient gather blocks. The paper's rules keep its tool's list.
+#[test]
+fn the_tensor_parallel_backward_communicates_beside_its_column_parallel_gemms() {
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let labels = |rules: Rules, sp: bool| {
+        let s = ParallelSpec {
+            rules: Some(rules),
+            sequence_parallel: Some(sp),
+            ..spec(4, 1, 2, 1, 4)
+        };
+        let p = predicted(&arch, &s);
+        let names = |ops: &[OperatorReport]| -> Vec<&'static str> {
+            ops.iter()
+                .filter(|o| o.class == Class::TpComm)
+                .map(|o| o.label)
+                .collect()
+        };
+        (names(&p.stages[0].fwd), names(&p.stages[0].bwd))
+    };
+    let (fwd, bwd) = labels(Rules::Megatron, true);
+    assert!(fwd.contains(&"lm head all-gather"), "{fwd:?}");
+    assert!(!fwd.iter().any(|l| l.contains("re-gather")), "{fwd:?}");
+    for label in [
+        "tp all-gather",
+        "tp reduce-scatter",
+        "tp input re-gather",
+        "lm head reduce-scatter",
+        "lm head input re-gather",
+    ] {
+        assert!(bwd.contains(&label), "{label}: {bwd:?}");
+    }
+    let (fwd, bwd) = labels(Rules::Megatron, false);
+    assert!(!fwd.iter().any(|l| l.starts_with("lm head")), "{fwd:?}");
+    assert!(bwd.contains(&"lm head all-reduce") && bwd.contains(&"tp all-reduce"));
+    assert!(!bwd.iter().any(|l| l.contains("re-gather")), "{bwd:?}");
+    let (fwd, bwd) = labels(Rules::Paper, false);
+    assert!(
+        !fwd.iter().chain(&bwd).any(|l| l.starts_with("lm head")),
+        "{fwd:?} {bwd:?}"
+    );
+}
