@@ -1588,3 +1588,45 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
         &["framework name"],
     );
 }
+
+/// A calibration next to good models that today's bounds refuse (fitted under wider ones) is
+/// refused as the calibration's fault, with its own fix: training the models again, which
+/// the models' message advises, would not mend it.
+#[test]
+fn a_calibration_outside_the_bounds_is_refused_with_its_own_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let shipped = fs::read_to_string(repo("models/perlmutter/calibration.yaml")).unwrap();
+    let (head, tail) = shipped.split_once("step_overhead_ms: ").unwrap();
+    let (_, rest) = tail.split_once('\n').unwrap();
+    fs::write(
+        models.join("calibration.yaml"),
+        format!("{head}step_overhead_ms: 98.0\n{rest}"),
+    )
+    .unwrap();
+    let out = stepcast(&[
+        "predict",
+        "--cluster",
+        "dgx-a100",
+        "--models",
+        models.to_str().unwrap(),
+        "--model",
+        "llama2-7b",
+        "--dp",
+        "8",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "8",
+    ]);
+    assert_user_error(
+        &out,
+        &[
+            "reading the calibration of models",
+            "calibration.yaml (dgx-a100)",
+            "step_overhead_ms = 98",
+            "write it again with `stepcast calibrate`",
+        ],
+    );
+    assert!(!stderr(&out).contains("train them"), "{}", stderr(&out));
+}

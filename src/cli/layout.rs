@@ -358,7 +358,6 @@ pub fn open_models(
     flag: Option<&Path>,
     cluster: &Cluster,
 ) -> anyhow::Result<Option<stepcast::regress::ModelSet>> {
-    use anyhow::Context;
     let (dir, named_by) = match (flag, &cluster.models_dir) {
         (Some(d), _) => (d, "--models".to_string()),
         (None, Some(d)) => (
@@ -372,22 +371,46 @@ pub fn open_models(
             };
         }
     };
-    let set = stepcast::regress::ModelSet::open(dir).with_context(|| {
-        format!(
-            "opening models {} (named by {named_by}): train them with `stepcast train <dataset> \
-             --out {}`, give another with --models, or remove `models:` from the cluster file \
-             to predict from the roofline alone",
-            dir.display(),
-            dir.display()
-        )
-    })?;
-    Ok(Some(set))
+    let advice = format!(
+        "opening models {} (named by {named_by}): train them with `stepcast train <dataset> \
+         --out {}`, give another with --models, or remove `models:` from the cluster file to \
+         predict from the roofline alone",
+        dir.display(),
+        dir.display()
+    );
+    opened(
+        stepcast::regress::ModelSet::open(dir),
+        dir,
+        &named_by,
+        advice,
+    )
+    .map(Some)
+}
+
+/// A models directory as opened, or its error with the advice that fits: `advice` for the
+/// models themselves, the calibration's own fix (in its message) for an unusable
+/// `calibration.yaml`, which training the models again would not mend.
+fn opened(
+    set: stepcast::Result<stepcast::regress::ModelSet>,
+    dir: &Path,
+    named_by: &str,
+    advice: String,
+) -> anyhow::Result<stepcast::regress::ModelSet> {
+    set.map_err(|e| {
+        let context = match e {
+            stepcast::Error::Calibration(_) => format!(
+                "reading the calibration of models {} (named by {named_by})",
+                dir.display()
+            ),
+            _ => advice,
+        };
+        anyhow::Error::new(e).context(context)
+    })
 }
 
 /// The models of other GPUs a cluster file names for the kernels its own models lack
 /// (`models.transfer_from`), opened.
 pub fn open_transfer(cluster: &Cluster) -> anyhow::Result<Vec<stepcast::regress::ModelSet>> {
-    use anyhow::Context;
     cluster
         .transfer_dirs
         .iter()
@@ -400,14 +423,13 @@ pub fn open_transfer(cluster: &Cluster) -> anyhow::Result<Vec<stepcast::regress:
                 Some(builtin) => stepcast::regress::ModelSet::builtin(builtin),
                 None => stepcast::regress::ModelSet::open(d),
             };
-            set.with_context(|| {
-                format!(
-                    "opening models {} (named by models.transfer_from of {}): train them, or \
-                     remove them from transfer_from",
-                    d.display(),
-                    cluster.path.display()
-                )
-            })
+            let named_by = format!("models.transfer_from of {}", cluster.path.display());
+            let advice = format!(
+                "opening models {} (named by {named_by}): train them, or remove them from \
+                 transfer_from",
+                d.display()
+            );
+            opened(set, d, &named_by, advice)
         })
         .collect()
 }

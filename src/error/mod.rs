@@ -59,6 +59,11 @@ pub enum Error {
     /// No trained model covers a query and the caller asked for strict behaviour.
     #[error("{0}")]
     MissingModel(String),
+
+    /// A models directory's `calibration.yaml` cannot be used; the inner error names the
+    /// file, field and fix (the models themselves may be fine).
+    #[error(transparent)]
+    Calibration(Box<Error>),
 }
 
 /// An I/O error in words, with what to check.

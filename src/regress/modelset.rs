@@ -261,7 +261,8 @@ impl ModelSet {
         let calibration_path = dir.join(CALIBRATION_FILE);
         let calibration = if calibration_path.is_file() {
             let text = crate::fsutil::read_to_string(&calibration_path)?;
-            Calibrations::parse(&calibration_path, &text)?
+            Calibrations::parse(&calibration_path, &text)
+                .map_err(|e| Error::Calibration(Box::new(e)))?
         } else {
             Calibrations::default()
         };
