@@ -1,8 +1,9 @@
 //! The repeated blocks of a model on one tensor-parallel rank, per micro-batch: a transformer
 //! layer, the embedding and the head.
 //!
-//! Per layer, with b = micro-batch, s = the rank's share of the sequence (seq-len / cp), d = hidden, h / g = query / key-value heads
-//! on the rank, hd = head size, f = MLP size on the rank, t = tp: norm, QKV GEMM, RoPE,
+//! Per layer, with b = micro-batch, s = the rank's share of the sequence (seq-len / cp),
+//! d = hidden, h / g = query / key-value heads on the rank, hd = head size, f = MLP size on
+//! the rank, t = tp: norm, QKV GEMM, RoPE,
 //! attention (flash, or scores GEMM + scale-mask-softmax + context GEMM), output GEMM, TP
 //! all-reduce (or all-gather + reduce-scatter with sequence parallelism), residual add, norm,
 //! MLP up GEMM, GELU or SwiGLU, MLP down GEMM, TP communication, residual add. The backward

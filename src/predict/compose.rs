@@ -113,9 +113,10 @@ pub struct Cost {
 /// multiplicity say. Calls marked `overlapped` run beside the compute and only their excess over
 /// it counts (as data-parallel time, or expert-parallel for overlapped all-to-alls). A
 /// tensor-parallel collective started beside a GEMM kernel hides behind it, and with
-/// `tp_overlap` each sequence-parallel collective is pipelined with its GEMM (see `tp_hidden`). A context-parallel ring exchange hides behind
-/// the attention step it runs beside (the flash-attention call before it in the list: the ring
-/// steps and the exchanges have the same count). Compute that shares the GPU with a collective
+/// `tp_overlap` each sequence-parallel collective is pipelined with its GEMM (see
+/// `tp_hidden`). A context-parallel ring exchange hides behind the attention step it runs
+/// beside (the flash-attention call before it in the list: the ring steps and the exchanges
+/// have the same count). Compute that shares the GPU with a collective
 /// runs `runtime.contention` times slower for as long as they overlap.
 pub fn cost<'a>(
     calls: impl Iterator<Item = (&'a Call, f64)>,
