@@ -1630,3 +1630,62 @@ fn a_calibration_outside_the_bounds_is_refused_with_its_own_fix() {
     );
     assert!(!stderr(&out).contains("train them"), "{}", stderr(&out));
 }
+
+/// A parameter the fit puts at a bound is fitted again at its default, the others free, and
+/// `calibrate` prints (and writes to its JSON) what the runs lose without the bound value.
+#[test]
+fn calibrate_says_what_each_parameter_at_a_bound_is_worth() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
+    // steps far slower than any runtime within bounds makes them: parameters end at bounds
+    let mut runs = String::from(
+        "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,seq_len,dtype,\
+         recompute,zero,schedule,vpp,sequence_parallel,tp_comm_overlap,measured_step_s,\
+         expressible,reason\n",
+    );
+    for (family, model, step) in [
+        ("llama2-7b", "llama2-7b", 40.0),
+        ("llama2-13b", "llama2-13b", 75.0),
+    ] {
+        for dp in [4, 8] {
+            runs.push_str(&format!(
+                "s,{family},{model} dp{dp},{},{model},1,1,{dp},1,{},2048,bf16,none,1,1f1b,1,\
+                 false,0,{step},true,\n",
+                s(&cluster),
+                dp * 8,
+            ));
+        }
+    }
+    let csv = tmp.path().join("runs.csv");
+    fs::write(&csv, runs).unwrap();
+    let json = tmp.path().join("report.json");
+    let out = stepcast(&[
+        "calibrate",
+        s(&csv),
+        "--cluster",
+        s(&cluster),
+        "--dry-run",
+        "--json",
+        s(&json),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let report: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+    let at_bound = report["fitted"]["at_bound"].as_array().unwrap();
+    let held = report["held_at_default"].as_array().unwrap();
+    assert!(!at_bound.is_empty(), "{text}");
+    assert_eq!(held.len(), at_bound.len(), "{report}");
+    for h in held {
+        let name = h["parameter"].as_str().unwrap();
+        assert!(at_bound.iter().any(|b| b == name), "{name}");
+        // the refit keeps it at its default
+        assert_eq!(h["refit"][name], h["default"], "{h}");
+        assert_ne!(h["fitted"], h["default"], "{h}");
+        assert!(
+            text.contains(&format!("  {name} at its default")),
+            "{name}: {text}"
+        );
+    }
+}

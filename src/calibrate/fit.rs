@@ -84,17 +84,31 @@ fn loss(runs: &[&Prepared], runtime: &Runtime, start: &Runtime) -> f64 {
 
 /// Fits the continuous parameters of `start` to `runs` (see the module docs).
 pub fn fit(runs: &[&Prepared], start: Runtime) -> Fit {
-    let f = |z: &[f64; N_PARAMETERS]| loss(runs, &start.with_values(decode(z)), &start);
+    fit_holding(runs, start, None)
+}
+
+/// Fits as `fit` does with parameter `held` (an index into `PARAMETERS`) kept at its value in
+/// `start`: how much the runs lose without it says whether they determine it.
+pub fn fit_holding(runs: &[&Prepared], start: Runtime, held: Option<usize>) -> Fit {
+    let values = |z: &[f64; N_PARAMETERS]| {
+        let mut v = decode(z);
+        if let Some(i) = held {
+            v[i] = start.values()[i];
+        }
+        v
+    };
+    let f = |z: &[f64; N_PARAMETERS]| loss(runs, &start.with_values(values(z)), &start);
     let z = minimise(&f, encode(start.values()));
-    let runtime = start.with_values(decode(&z));
+    let runtime = start.with_values(values(&z));
     let at_bound = PARAMETERS
         .iter()
         .zip(runtime.values())
-        .filter(|(p, v)| {
+        .enumerate()
+        .filter(|&(i, (p, v))| {
             let w = p.max - p.min;
-            *v - p.min < 0.01 * w || p.max - *v < 0.01 * w
+            held != Some(i) && (v - p.min < 0.01 * w || p.max - v < 0.01 * w)
         })
-        .map(|(p, _)| p.name)
+        .map(|(_, (p, _))| p.name)
         .collect();
     Fit {
         loss: loss(runs, &runtime, &start),

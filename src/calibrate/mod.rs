@@ -14,14 +14,14 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::hardware::{Cluster, Runtime};
+use crate::hardware::{Cluster, Runtime, PARAMETERS};
 use crate::plan::Plan;
 use crate::predict::compose::QueryTimes;
 use crate::predict::cost::CostModel;
 use crate::predict::{compose_step, estimate};
 pub use crate::stats::ErrorStats;
 use crate::workload::{Arch, Layout};
-pub use fit::{fit, Fit};
+pub use fit::{fit, fit_holding, Fit};
 pub use runs::Run;
 
 /// A run planned and costed, ready to be recomposed under any runtime.
@@ -134,11 +134,29 @@ pub struct SetReport {
     pub max_mfu_percent: [f64; 2],
 }
 
+/// A parameter the fit put at a bound, held at its default instead and the others refitted:
+/// whether the runs need the bound value or merely drift there.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldAtDefault {
+    /// The parameter's name.
+    pub parameter: &'static str,
+    /// Its fitted value.
+    pub fitted: f64,
+    /// Its default, where the refit holds it.
+    pub default: f64,
+    /// The runtime refitted with the parameter at its default.
+    pub refit: Runtime,
+    /// In-sample error on the fit runs with it.
+    pub in_sample: ErrorStats,
+}
+
 /// What `calibrate` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// The runtime fitted on every predicted run.
     pub fitted: Fit,
+    /// Each parameter at a bound, held at its default and the others refitted.
+    pub held_at_default: Vec<HeldAtDefault>,
     /// The default (raw) runtime it started from.
     pub raw_runtime: Runtime,
     /// Per source set.
@@ -174,6 +192,22 @@ pub fn evaluate(
         .filter(|p| fits(&runs[p.index].set))
         .collect();
     let fitted = fit(&all, raw_runtime);
+    let in_sample = |r: &Runtime| ErrorStats::of(all.iter().map(|p| (p.step_s(r), p.measured_s)));
+    let held_at_default = fitted
+        .at_bound
+        .par_iter()
+        .filter_map(|name| {
+            let i = PARAMETERS.iter().position(|p| p.name == *name)?;
+            let refit = fit_holding(&all, raw_runtime, Some(i)).runtime;
+            Some(HeldAtDefault {
+                parameter: PARAMETERS[i].name,
+                fitted: fitted.runtime.values()[i],
+                default: raw_runtime.values()[i],
+                in_sample: in_sample(&refit),
+                refit,
+            })
+        })
+        .collect();
     let families: Vec<&str> = {
         let mut f: Vec<&str> = all.iter().map(|p| runs[p.index].family.as_str()).collect();
         f.sort();
@@ -247,6 +281,7 @@ pub fn evaluate(
     Report {
         sets: set_reports(runs, &results, &fits),
         fitted,
+        held_at_default,
         raw_runtime,
         overall,
         runs: results,

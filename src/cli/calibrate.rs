@@ -350,6 +350,20 @@ fn print_report(r: &Report) {
             "at a bound (the runs push it beyond physics; read with care): {}",
             r.fitted.at_bound.join(", ")
         );
+        // whether the runs need the bound value: the same fit with it at its default
+        for h in &r.held_at_default {
+            println!(
+                "  {} at its default {} instead of {}, the others refitted: in-sample {:.1} % \
+                 mean |error| ({:+.1} %) against {:.1} % ({:+.1} %)",
+                h.parameter,
+                short(h.default),
+                short(h.fitted),
+                h.in_sample.mean_abs_percent,
+                h.in_sample.bias_percent,
+                fit.mean_abs_percent,
+                fit.bias_percent
+            );
+        }
     }
     let not: Vec<_> = r
         .runs
@@ -363,5 +377,16 @@ fn print_report(r: &Report) {
             not[0].line,
             not[0].not_predicted.as_deref().unwrap_or("")
         );
+    }
+}
+
+/// A parameter value as printed: three significant figures.
+fn short(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
     }
 }
