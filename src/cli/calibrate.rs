@@ -380,7 +380,7 @@ fn print_report(r: &Report) {
     }
 }
 
-/// A parameter value as printed: three significant figures.
+/// A parameter value as printed: whole from 100, one decimal from 10, three below.
 fn short(v: f64) -> String {
     if v.abs() >= 100.0 {
         format!("{v:.0}")
