@@ -371,30 +371,24 @@ pub fn open_models(
             };
         }
     };
-    let advice = format!(
-        "opening models {} (named by {named_by}): train them with `stepcast train <dataset> \
-         --out {}`, give another with --models, or remove `models:` from the cluster file to \
-         predict from the roofline alone",
-        dir.display(),
-        dir.display()
-    );
-    opened(
-        stepcast::regress::ModelSet::open(dir),
-        dir,
-        &named_by,
-        advice,
-    )
-    .map(Some)
+    let fix = || {
+        format!(
+            "train them with `stepcast train <dataset> --out {}`, give another with --models, \
+             or remove `models:` from the cluster file to predict from the roofline alone",
+            dir.display()
+        )
+    };
+    opened(stepcast::regress::ModelSet::open(dir), dir, &named_by, fix).map(Some)
 }
 
-/// A models directory as opened, or its error with the advice that fits: `advice` for the
-/// models themselves, the calibration's own fix (in its message) for an unusable
-/// `calibration.yaml`, which training the models again would not mend.
+/// A models directory as opened, or its error with the advice that fits: `fix` (written only
+/// on failure) for the models themselves, the calibration's own fix (in its message) for an
+/// unusable `calibration.yaml`, which training the models again would not mend.
 fn opened(
     set: stepcast::Result<stepcast::regress::ModelSet>,
     dir: &Path,
     named_by: &str,
-    advice: String,
+    fix: impl FnOnce() -> String,
 ) -> anyhow::Result<stepcast::regress::ModelSet> {
     set.map_err(|e| {
         let context = match e {
@@ -402,7 +396,11 @@ fn opened(
                 "reading the calibration of models {} (named by {named_by})",
                 dir.display()
             ),
-            _ => advice,
+            _ => format!(
+                "opening models {} (named by {named_by}): {}",
+                dir.display(),
+                fix()
+            ),
         };
         anyhow::Error::new(e).context(context)
     })
@@ -424,12 +422,9 @@ pub fn open_transfer(cluster: &Cluster) -> anyhow::Result<Vec<stepcast::regress:
                 None => stepcast::regress::ModelSet::open(d),
             };
             let named_by = format!("models.transfer_from of {}", cluster.path.display());
-            let advice = format!(
-                "opening models {} (named by {named_by}): train them, or remove them from \
-                 transfer_from",
-                d.display()
-            );
-            opened(set, d, &named_by, advice)
+            opened(set, d, &named_by, || {
+                "train them, or remove them from transfer_from".to_string()
+            })
         })
         .collect()
 }
