@@ -31,6 +31,10 @@ pub const CLUSTERS: &[(&str, &str)] = &[
 /// Built-in models: (directory name under `models/`, `models.bin`).
 pub const MODELS: &[(&str, &[u8])] = &[
     (
+        "a100-aiconfigurator",
+        include_bytes!("../models/a100-aiconfigurator/models.bin"),
+    ),
+    (
         "h100-aiconfigurator",
         include_bytes!("../models/h100-aiconfigurator/models.bin"),
     ),

@@ -1404,15 +1404,21 @@ fn deepseek_v3_from_its_config_predicts_and_exports() {
     }
 }
 
-/// The shipped DGX A100 file with its models directory replaced by `models`, in `dir`.
+/// The shipped DGX A100 file with its models directory replaced by `models`, in `dir` (its
+/// collectives still from the shipped nccl-tests models).
 fn dgx_a100_with_models(dir: &std::path::Path, models: &std::path::Path) -> std::path::PathBuf {
     let cluster = dir.join("cluster.yaml");
     let text = fs::read_to_string(repo("hardware-profiles/dgx-a100.yaml")).unwrap();
-    let text = text.replace(
-        "  dir: ../models/perlmutter",
-        &format!("  dir: {}", s(models)),
-    );
-    assert!(text.contains(s(models)));
+    let text = text
+        .replace(
+            "  dir: ../models/perlmutter",
+            &format!("  dir: {}", s(models)),
+        )
+        .replace(
+            "  collectives_from: ../models/a100-aiconfigurator",
+            &format!("  collectives_from: {}", repo("models/a100-aiconfigurator")),
+        );
+    assert!(text.contains(s(models)) && text.contains("a100-aiconfigurator"));
     fs::write(&cluster, text).unwrap();
     cluster
 }

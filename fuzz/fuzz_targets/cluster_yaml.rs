@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
         models_dir: None,
         builtin_models: None,
         transfer_dirs: Vec::new(),
+        collectives_dir: None,
         digest: None,
     };
     common::predict_small(&cluster);

@@ -434,6 +434,7 @@ fn planning_cluster(t: Target) -> Cluster {
         models_dir: None,
         builtin_models: None,
         transfer_dirs: Vec::new(),
+        collectives_dir: None,
         digest: None,
         spec: ClusterSpec {
             name: "plan".into(),

@@ -107,15 +107,13 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         .iter()
         .map(|(p, c)| {
             let m = models.remove(p).flatten();
-            let transfer = super::layout::open_transfer(c).unwrap_or_default();
-            (
-                p,
-                CostModel::new(c, m)
-                    .with_transfer(transfer)
-                    .with_runtime(c.spec.runtime),
-            )
+            let cost = CostModel::new(c, m)
+                .with_transfer(super::layout::open_transfer(c)?)
+                .with_collectives(super::layout::open_collectives(c)?)
+                .with_runtime(c.spec.runtime);
+            Ok((p, cost))
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     let prepared: Vec<Result<Prepared, String>> = runs
         .par_iter()
         .enumerate()

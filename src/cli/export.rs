@@ -72,6 +72,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     inputs.extend(models.as_ref().map(super::stamp::models));
     let cost = CostModel::new(&job.cluster, models)
         .with_transfer(super::layout::open_transfer(&job.cluster)?)
+        .with_collectives(super::layout::open_collectives(&job.cluster)?)
         .with_framework(job.framework.as_deref());
     let cost = if args.no_calibration {
         cost.uncalibrated()

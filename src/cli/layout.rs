@@ -413,20 +413,46 @@ pub fn open_transfer(cluster: &Cluster) -> anyhow::Result<Vec<stepcast::regress:
         .transfer_dirs
         .iter()
         .map(|d| {
-            let name = d.to_string_lossy();
-            let set = match name
-                .strip_prefix("<built-in models/")
-                .and_then(|n| n.strip_suffix('>'))
-            {
-                Some(builtin) => stepcast::regress::ModelSet::builtin(builtin),
-                None => stepcast::regress::ModelSet::open(d),
-            };
-            let named_by = format!("models.transfer_from of {}", cluster.path.display());
-            opened(set, d, &named_by, || {
+            open_named(cluster, d, "transfer_from", || {
                 "train them, or remove them from transfer_from".to_string()
             })
         })
         .collect()
+}
+
+/// The models a cluster file names for its collectives (`models.collectives_from`), opened.
+pub fn open_collectives(cluster: &Cluster) -> anyhow::Result<Option<stepcast::regress::ModelSet>> {
+    cluster
+        .collectives_dir
+        .as_deref()
+        .map(|d| {
+            open_named(cluster, d, "collectives_from", || {
+                "train them from a `stepcast bench collect` of such a node, or remove \
+                 collectives_from to cost the collectives from the analytic model"
+                    .to_string()
+            })
+        })
+        .transpose()
+}
+
+/// A models directory named by the cluster file's `models.<field>` (a built-in one for a
+/// built-in cluster), opened.
+fn open_named(
+    cluster: &Cluster,
+    dir: &Path,
+    field: &str,
+    fix: impl FnOnce() -> String,
+) -> anyhow::Result<stepcast::regress::ModelSet> {
+    let name = dir.to_string_lossy();
+    let set = match name
+        .strip_prefix("<built-in models/")
+        .and_then(|n| n.strip_suffix('>'))
+    {
+        Some(builtin) => stepcast::regress::ModelSet::builtin(builtin),
+        None => stepcast::regress::ModelSet::open(dir),
+    };
+    let named_by = format!("models.{field} of {}", cluster.path.display());
+    opened(set, dir, &named_by, fix)
 }
 
 pub fn rules_name(r: Rules) -> &'static str {

@@ -59,6 +59,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let models_dir = models.as_ref().map(|m| m.dir.clone());
     let cost = CostModel::new(cluster, models)
         .with_transfer(super::layout::open_transfer(cluster)?)
+        .with_collectives(super::layout::open_collectives(cluster)?)
         .with_framework(job.framework.as_deref());
     let cost = if args.no_calibration {
         cost.uncalibrated()

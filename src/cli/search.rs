@@ -333,6 +333,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     };
     let cost = CostModel::new(&cluster, models)
         .with_transfer(super::layout::open_transfer(&cluster)?)
+        .with_collectives(super::layout::open_collectives(&cluster)?)
         .with_framework(args.framework.as_deref());
     let cost = if args.no_calibration {
         cost.uncalibrated()

@@ -20,6 +20,12 @@ pub struct ModelsRef {
     /// learned collectives are not used and the analytic model answers).
     #[serde(default)]
     pub collectives: bool,
+    /// A models directory (relative to the cluster file) whose NCCL timings were measured on a
+    /// node like this cluster's, answering the collectives when `dir`'s were taken on another
+    /// network: a DGX A100 costs its kernels from Perlmutter's training measurements and its
+    /// collectives from NVIDIA's nccl-tests on a DGX A100. Excludes `collectives: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives_from: Option<PathBuf>,
     /// Models of other GPUs (directories relative to the cluster file, nearest first) that
     /// answer the kernels these models lack, scaled from their GPU to this one by the ratio of
     /// the two rooflines (HBM bandwidth for memory-bound kernels, peak for compute-bound ones).
@@ -201,6 +207,8 @@ pub struct Cluster {
     /// `models.transfer_from` resolved against the file's directory (for a built-in cluster:
     /// the built-in models they name).
     pub transfer_dirs: Vec<PathBuf>,
+    /// `models.collectives_from` resolved as `transfer_dirs` are.
+    pub collectives_dir: Option<PathBuf>,
     /// A digest of the YAML it was read from (see `provenance::digest`).
     pub digest: Option<String>,
 }
@@ -232,8 +240,14 @@ impl Cluster {
             .flat_map(|m| &m.transfer_from)
             .map(|d| lexical_join(base, d))
             .collect();
+        let collectives_dir = spec
+            .models
+            .as_ref()
+            .and_then(|m| m.collectives_from.as_ref())
+            .map(|d| lexical_join(base, d));
         Ok(Cluster {
             transfer_dirs,
+            collectives_dir,
             path: path.to_path_buf(),
             spec,
             models_dir,
@@ -253,18 +267,25 @@ impl Cluster {
                 .find(|(n, _)| *n == set)
                 .map(|(n, _)| *n)
         });
+        let builtin_dir = |d: &PathBuf| {
+            let name = d.file_name()?.to_string_lossy().into_owned();
+            crate::assets::models(&name)?;
+            Some(PathBuf::from(format!("<built-in models/{name}>")))
+        };
         let transfer_dirs = spec
             .models
             .iter()
             .flat_map(|m| &m.transfer_from)
-            .filter_map(|d| {
-                let name = d.file_name()?.to_string_lossy().into_owned();
-                crate::assets::models(&name)?;
-                Some(PathBuf::from(format!("<built-in models/{name}>")))
-            })
+            .filter_map(builtin_dir)
             .collect();
+        let collectives_dir = spec
+            .models
+            .as_ref()
+            .and_then(|m| m.collectives_from.as_ref())
+            .and_then(builtin_dir);
         Ok(Cluster {
             transfer_dirs,
+            collectives_dir,
             path,
             spec,
             models_dir: None,
@@ -368,6 +389,12 @@ impl ClusterSpec {
             check_range(what, field, v, 0.0..=10_000.0, "GiB")?;
         }
         if let Some(m) = &self.models {
+            if m.collectives && m.collectives_from.is_some() {
+                return Err(format!(
+                    "{what}: models.collectives is true and models.collectives_from is set: \
+                     both say where the collectives come from; keep one"
+                ));
+            }
             for k in &m.transfer_kinds {
                 let (op, phase) = transfer_kind(k);
                 let known_op = op.parse::<crate::ops::OpKind>().is_ok();
@@ -419,6 +446,36 @@ impl ClusterSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shipped_dgx_a100_takes_its_collectives_from_a_dgx_a100() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let c = Cluster::load(&dir.join("hardware-profiles/dgx-a100.yaml")).expect("shipped");
+        let want = dir.join("models/a100-aiconfigurator");
+        assert_eq!(c.collectives_dir.as_deref(), Some(want.as_path()));
+        let builtin = Cluster::load(Path::new("dgx-a100")).expect("built in");
+        assert_eq!(
+            builtin.collectives_dir,
+            Some(PathBuf::from("<built-in models/a100-aiconfigurator>"))
+        );
+    }
+
+    #[test]
+    fn collectives_from_two_places_are_refused() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let path = dir.join("hardware-profiles/dgx-a100.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let both = text.replace(
+            "  collectives_from: ../models/a100-aiconfigurator",
+            "  collectives_from: ../models/a100-aiconfigurator\n  collectives: true",
+        );
+        assert_ne!(both, text);
+        let e = ClusterSpec::parse(&path, &both).unwrap_err().to_string();
+        assert!(
+            e.contains("models.collectives is true and models.collectives_from is set"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn models_dir_is_resolved_against_the_file() {

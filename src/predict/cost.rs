@@ -108,6 +108,9 @@ pub struct CostModel<'a> {
     models: Option<ModelSet>,
     /// Models of other GPUs for the kernels `models` lacks (nearest first).
     transfer: Vec<ModelSet>,
+    /// Models of this cluster's network that answer the collectives instead of `models`'
+    /// (`models.collectives_from`).
+    collectives: Option<ModelSet>,
     runtime: Runtime,
     /// How the runtime was calibrated (none: the cluster's defaults).
     calibrated: Option<String>,
@@ -129,6 +132,7 @@ impl<'a> CostModel<'a> {
         CostModel {
             cluster,
             transfer: Vec::new(),
+            collectives: None,
             runtime,
             calibrated,
             models,
@@ -147,6 +151,17 @@ impl<'a> CostModel<'a> {
     /// first (see `Source::Transferred`).
     pub fn with_transfer(mut self, sets: Vec<ModelSet>) -> Self {
         self.transfer = sets;
+        self
+    }
+
+    /// With the collectives answered by `set`, whose NCCL timings were measured on this
+    /// cluster's kind of node (`models.collectives_from`); none keeps `models`' own where the
+    /// cluster file says they apply, else the analytic model.
+    pub fn with_collectives(mut self, set: Option<ModelSet>) -> Self {
+        if set.is_some() {
+            self.learned_collectives = true;
+        }
+        self.collectives = set;
         self
     }
 
@@ -426,7 +441,7 @@ impl<'a> CostModel<'a> {
         let (analytic, algorithm) =
             network::collective_time_us(q.op, c, &spec.network, spec.efficiency.network);
         if self.learned_collectives {
-            if let Some(set) = &self.models {
+            if let Some(set) = self.collectives.as_ref().or(self.models.as_ref()) {
                 if let Some((m, how)) = set.lookup(q)? {
                     if covers(m, c) {
                         return Ok(from_model(m, how, q));

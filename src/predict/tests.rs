@@ -1461,3 +1461,62 @@ fn the_tensor_parallel_backward_communicates_beside_its_column_parallel_gemms() 
         "{fwd:?} {bwd:?}"
     );
 }
+
+/// A DGX A100 costs its collectives from NVIDIA's nccl-tests on a DGX A100
+/// (`models.collectives_from`), not from Perlmutter's (another network) nor the α–β model,
+/// which puts a mid-size all-reduce on eight GPUs ≈ 1.5× too fast.
+#[test]
+fn collectives_come_from_the_models_measured_on_the_clusters_kind_of_node() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let c = Cluster::load(&dir.join("hardware-profiles/dgx-a100.yaml")).unwrap();
+    let all_reduce = OpQuery {
+        op: OpKind::AllReduce,
+        phase: Phase::None,
+        dtype: crate::ops::Dtype::Fp16,
+        role: None,
+        shape: Shape::Collective(crate::ops::CollectiveShape {
+            bytes: 16 << 20,
+            nodes: 1,
+            gpus_per_node: 8,
+        }),
+    };
+    let kernels = || Some(crate::regress::ModelSet::builtin("perlmutter").unwrap());
+    let alone = CostModel::new(&c, kernels()).estimate(&all_reduce).unwrap();
+    assert_eq!(alone.source, Source::Analytic);
+    let nccl = crate::regress::ModelSet::builtin("a100-aiconfigurator").unwrap();
+    let measured = CostModel::new(&c, kernels())
+        .with_collectives(Some(nccl))
+        .estimate(&all_reduce)
+        .unwrap();
+    assert_eq!(measured.source, Source::Learned);
+    // nccl-tests 2.27.3 on a DGX A100: 16 MiB all-reduce on 8 GPUs, 216.5 µs
+    assert!(
+        (measured.time_us / 216.5 - 1.0).abs() < 0.15,
+        "{} µs",
+        measured.time_us
+    );
+    assert!(
+        measured.time_us > 1.3 * alone.time_us,
+        "{measured:?} vs {alone:?}"
+    );
+    // the kernels still come from the cluster's own models
+    let gemm = OpQuery {
+        op: OpKind::Gemm,
+        phase: Phase::Fwd,
+        dtype: crate::ops::Dtype::Fp16,
+        role: Some(Role::Qkv),
+        shape: Shape::Gemm(crate::ops::GemmShape {
+            m: 8192,
+            n: 3072,
+            k: 1024,
+            batch: 1,
+        }),
+    };
+    let nccl = crate::regress::ModelSet::builtin("a100-aiconfigurator").unwrap();
+    let with = CostModel::new(&c, kernels()).with_collectives(Some(nccl));
+    let without = CostModel::new(&c, kernels());
+    assert_eq!(
+        with.estimate(&gemm).unwrap().time_us,
+        without.estimate(&gemm).unwrap().time_us
+    );
+}
