@@ -2,9 +2,12 @@
 //!
 //! The loss of a run is soft-L1 of r = ln(predicted / measured) with a 5 % scale (quadratic for
 //! small errors, linear for outliers, so one bad published number cannot drag the fit), each
-//! source set weighing the same however many rows it has; a weak prior pulls each parameter towards its default, so a parameter the runs say nothing
-//! about (contention, without overlapped runs) stays where physics put it. Parameters are
-//! searched in logit space between their bounds (Nelder–Mead), so no candidate leaves them.
+//! source set weighing the same however many rows it has; a weak prior pulls each parameter
+//! towards its default, so a parameter the runs say nothing about (contention, without
+//! overlapped runs) stays where physics put it. The prior cannot stop a drift along a nearly
+//! flat direction, so a parameter that still ends at a bound goes back to its default when the
+//! runs do not pay for the bound value (`fit`). Parameters are searched in logit space between
+//! their bounds (Nelder–Mead), so no candidate leaves them.
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -20,6 +23,10 @@ const PRIOR: f64 = 0.01;
 const MAX_EVALUATIONS: usize = 400;
 /// Most simplex searches of one fit (each from the best point of the one before).
 const RESTARTS: usize = 4;
+/// A parameter the fit puts at a bound goes back to its default when that costs the loss less
+/// than this fraction (≈ half as much of the RMS error): the runs do not pay for the bound
+/// value, they merely drift there along a flat direction.
+const UNPAID: f64 = 0.01;
 
 /// A fitted runtime.
 #[derive(Debug, Clone, Serialize)]
@@ -32,6 +39,9 @@ pub struct Fit {
     pub runs: usize,
     /// Parameters that ended within 1 % of a bound (the data pushes them out of physics).
     pub at_bound: Vec<&'static str>,
+    /// Parameters the free fit put at a bound that were kept at their defaults instead,
+    /// because the runs did not pay for the bound value (see `fit`).
+    pub kept_at_default: Vec<&'static str>,
 }
 
 fn logit(x: f64) -> f64 {
@@ -82,17 +92,56 @@ fn loss(runs: &[&Prepared], runtime: &Runtime, start: &Runtime) -> f64 {
     data / weights.max(f64::MIN_POSITIVE) + PRIOR * prior
 }
 
-/// Fits the continuous parameters of `start` to `runs` (see the module docs).
+/// Fits the continuous parameters of `start` to `runs` (see the module docs). A parameter
+/// that ends at a bound is then held at its default, the others refitted, when that raises the
+/// loss by less than `UNPAID` — one at a time, the cheapest first, until every parameter left
+/// at a bound is paid for: where the runs cannot tell values apart, physics (the default)
+/// decides, not the direction the search happened to drift in.
 pub fn fit(runs: &[&Prepared], start: Runtime) -> Fit {
-    fit_holding(runs, start, None)
+    keep_unpaid_at_default(|held| fit_holding_all(runs, start, held))
+}
+
+/// The rule of `fit` over any fitting procedure: `fit_with(held)` fits with the parameters
+/// `held` (indices into `PARAMETERS`) at their defaults.
+fn keep_unpaid_at_default(fit_with: impl Fn(&[usize]) -> Fit) -> Fit {
+    let mut held: Vec<usize> = Vec::new();
+    let mut best = fit_with(&held);
+    loop {
+        let cheapest = best
+            .at_bound
+            .iter()
+            .filter_map(|name| PARAMETERS.iter().position(|p| p.name == *name))
+            .map(|i| {
+                let mut h = held.clone();
+                h.push(i);
+                (i, fit_with(&h))
+            })
+            .min_by(|a, b| a.1.loss.total_cmp(&b.1.loss));
+        match cheapest {
+            Some((i, refit)) if refit.loss <= best.loss * (1.0 + UNPAID) => {
+                held.push(i);
+                best = refit;
+            }
+            _ => break,
+        }
+    }
+    best.kept_at_default = held.iter().map(|&i| PARAMETERS[i].name).collect();
+    best
 }
 
 /// Fits as `fit` does with parameter `held` (an index into `PARAMETERS`) kept at its value in
-/// `start`: how much the runs lose without it says whether they determine it.
+/// `start`, and no parameter held for being unpaid: how much the runs lose without it says
+/// whether they determine it.
 pub fn fit_holding(runs: &[&Prepared], start: Runtime, held: Option<usize>) -> Fit {
+    fit_holding_all(runs, start, held.as_slice())
+}
+
+/// The free fit with the parameters `held` (indices into `PARAMETERS`) kept at their values
+/// in `start`.
+fn fit_holding_all(runs: &[&Prepared], start: Runtime, held: &[usize]) -> Fit {
     let values = |z: &[f64; N_PARAMETERS]| {
         let mut v = decode(z);
-        if let Some(i) = held {
+        for &i in held {
             v[i] = start.values()[i];
         }
         v
@@ -106,7 +155,7 @@ pub fn fit_holding(runs: &[&Prepared], start: Runtime, held: Option<usize>) -> F
         .enumerate()
         .filter(|&(i, (p, v))| {
             let w = p.max - p.min;
-            held != Some(i) && (v - p.min < 0.01 * w || p.max - v < 0.01 * w)
+            !held.contains(&i) && (v - p.min < 0.01 * w || p.max - v < 0.01 * w)
         })
         .map(|(_, (p, _))| p.name)
         .collect();
@@ -115,6 +164,7 @@ pub fn fit_holding(runs: &[&Prepared], start: Runtime, held: Option<usize>) -> F
         runtime,
         runs: runs.len(),
         at_bound,
+        kept_at_default: Vec::new(),
     }
 }
 
@@ -210,6 +260,45 @@ fn nelder_mead(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stand-in fit: `loss_of(held)` is its loss, and the parameters named in `bound`
+    /// that are not held end at a bound.
+    fn stand_in(held: &[usize], bound: &[usize], loss: f64) -> Fit {
+        Fit {
+            runtime: Runtime::default(),
+            loss,
+            runs: 1,
+            at_bound: bound
+                .iter()
+                .filter(|i| !held.contains(i))
+                .map(|&i| PARAMETERS[i].name)
+                .collect(),
+            kept_at_default: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_bound_the_runs_do_not_pay_for_goes_back_to_the_default() {
+        // launch (0) costs 0.5 % of the loss at its default, contention (3) 0.2 %, per-step
+        // overhead (4) 30 %: contention goes first, then launch; the overhead stays
+        let kept = keep_unpaid_at_default(|held| {
+            let mut loss = 1.0;
+            for &i in held {
+                loss *= match i {
+                    0 => 1.005,
+                    3 => 1.002,
+                    _ => 1.3,
+                };
+            }
+            stand_in(held, &[0, 3, 4], loss)
+        });
+        assert_eq!(kept.kept_at_default, vec!["contention", "launch_us"]);
+        assert_eq!(kept.at_bound, vec!["step_overhead_ms"]);
+        // every bound paid for: nothing moves
+        let paid = keep_unpaid_at_default(|held| stand_in(held, &[1, 2], 1.0 + held.len() as f64));
+        assert!(paid.kept_at_default.is_empty());
+        assert_eq!(paid.at_bound.len(), 2);
+    }
 
     #[test]
     fn nelder_mead_finds_a_quadratic_minimum() {

@@ -343,6 +343,13 @@ fn print_report(r: &Report) {
         f.step_overhead_ms,
         d.step_overhead_ms
     );
+    if !r.fitted.kept_at_default.is_empty() {
+        println!(
+            "kept at the default (the runs drift it to a bound but do not pay for that, loss \
+             within 1 %): {}",
+            r.fitted.kept_at_default.join(", ")
+        );
+    }
     if !r.fitted.at_bound.is_empty() {
         println!(
             "at a bound (the runs push it beyond physics; read with care): {}",
