@@ -98,7 +98,7 @@ fn loss(runs: &[&Prepared], runtime: &Runtime, start: &Runtime) -> f64 {
 /// at a bound is paid for: where the runs cannot tell values apart, physics (the default)
 /// decides, not the direction the search happened to drift in.
 pub fn fit(runs: &[&Prepared], start: Runtime) -> Fit {
-    keep_unpaid_at_default(|held| fit_holding_all(runs, start, held))
+    keep_unpaid_at_default(|held| fit_holding(runs, start, held))
 }
 
 /// The rule of `fit` over any fitting procedure: `fit_with(held)` fits with the parameters
@@ -129,16 +129,10 @@ fn keep_unpaid_at_default(fit_with: impl Fn(&[usize]) -> Fit) -> Fit {
     best
 }
 
-/// Fits as `fit` does with parameter `held` (an index into `PARAMETERS`) kept at its value in
-/// `start`, and no parameter held for being unpaid: how much the runs lose without it says
-/// whether they determine it.
-pub fn fit_holding(runs: &[&Prepared], start: Runtime, held: Option<usize>) -> Fit {
-    fit_holding_all(runs, start, held.as_slice())
-}
-
-/// The free fit with the parameters `held` (indices into `PARAMETERS`) kept at their values
-/// in `start`.
-fn fit_holding_all(runs: &[&Prepared], start: Runtime, held: &[usize]) -> Fit {
+/// The free fit (no parameter held for being unpaid) with the parameters `held` (indices into
+/// `PARAMETERS`) kept at their values in `start`: how much the runs lose without them says
+/// whether they determine them.
+pub fn fit_holding(runs: &[&Prepared], start: Runtime, held: &[usize]) -> Fit {
     let values = |z: &[f64; N_PARAMETERS]| {
         let mut v = decode(z);
         for &i in held {

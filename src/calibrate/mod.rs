@@ -198,7 +198,7 @@ pub fn evaluate(
         .par_iter()
         .filter_map(|name| {
             let i = PARAMETERS.iter().position(|p| p.name == *name)?;
-            let refit = fit_holding(&all, raw_runtime, Some(i)).runtime;
+            let refit = fit_holding(&all, raw_runtime, &[i]).runtime;
             Some(HeldAtDefault {
                 parameter: PARAMETERS[i].name,
                 fitted: fitted.runtime.values()[i],

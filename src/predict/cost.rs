@@ -114,7 +114,6 @@ pub struct CostModel<'a> {
     runtime: Runtime,
     /// How the runtime was calibrated (none: the cluster's defaults).
     calibrated: Option<String>,
-    learned_collectives: bool,
     cache: Mutex<HashMap<OpQuery, Estimate>>,
     calibrations: Mutex<HashMap<(OpKind, bool), Option<Calibration>>>,
 }
@@ -122,7 +121,6 @@ pub struct CostModel<'a> {
 impl<'a> CostModel<'a> {
     /// A cost model of `cluster` with these trained models (none: analytic only).
     pub fn new(cluster: &'a Cluster, models: Option<ModelSet>) -> Self {
-        let learned_collectives = cluster.spec.models.as_ref().is_some_and(|m| m.collectives);
         // a calibration fitted for this cluster takes precedence over the cluster's defaults
         let calibration = models
             .as_ref()
@@ -136,7 +134,6 @@ impl<'a> CostModel<'a> {
             runtime,
             calibrated,
             models,
-            learned_collectives,
             cache: Mutex::new(HashMap::new()),
             calibrations: Mutex::new(HashMap::new()),
         }
@@ -158,11 +155,22 @@ impl<'a> CostModel<'a> {
     /// cluster's kind of node (`models.collectives_from`); none keeps `models`' own where the
     /// cluster file says they apply, else the analytic model.
     pub fn with_collectives(mut self, set: Option<ModelSet>) -> Self {
-        if set.is_some() {
-            self.learned_collectives = true;
-        }
         self.collectives = set;
         self
+    }
+
+    /// The models whose NCCL timings apply to this cluster: `models.collectives_from`'s, else
+    /// `models`' own where the cluster file says they were measured on its network.
+    fn collective_models(&self) -> Option<&ModelSet> {
+        let own = self
+            .cluster
+            .spec
+            .models
+            .as_ref()
+            .is_some_and(|m| m.collectives);
+        self.collectives
+            .as_ref()
+            .or_else(|| self.models.as_ref().filter(|_| own))
     }
 
     /// Composed under the calibration fitted on `framework`'s runs for this cluster, where its
@@ -440,27 +448,25 @@ impl<'a> CostModel<'a> {
         let spec = &self.cluster.spec;
         let (analytic, algorithm) =
             network::collective_time_us(q.op, c, &spec.network, spec.efficiency.network);
-        if self.learned_collectives {
-            if let Some(set) = self.collectives.as_ref().or(self.models.as_ref()) {
-                if let Some((m, how)) = set.lookup(q)? {
-                    if covers(m, c) {
-                        return Ok(from_model(m, how, q));
-                    }
+        if let Some(set) = self.collective_models() {
+            if let Some((m, how)) = set.lookup(q)? {
+                if covers(m, c) {
+                    return Ok(from_model(m, how, q));
                 }
-                if let Some(cal) = self.calibration(set, q, c.nodes > 1)? {
-                    return Ok(Estimate {
-                        time_us: analytic * cal.factor,
-                        sigma_log: cal.sigma_log,
-                        source: Source::CalibratedAnalytic,
-                        model: format!("calibrated {} ({})", q.op, tier_name(c.nodes > 1)),
-                        note: Some(format!(
-                            "{algorithm} × {:.3}, fitted on the measured {}",
-                            cal.factor, cal.from
-                        )),
-                        out_of_coverage: Vec::new(),
-                        floored: false,
-                    });
-                }
+            }
+            if let Some(cal) = self.calibration(set, q, c.nodes > 1)? {
+                return Ok(Estimate {
+                    time_us: analytic * cal.factor,
+                    sigma_log: cal.sigma_log,
+                    source: Source::CalibratedAnalytic,
+                    model: format!("calibrated {} ({})", q.op, tier_name(c.nodes > 1)),
+                    note: Some(format!(
+                        "{algorithm} × {:.3}, fitted on the measured {}",
+                        cal.factor, cal.from
+                    )),
+                    out_of_coverage: Vec::new(),
+                    floored: false,
+                });
             }
         }
         Ok(Estimate {
