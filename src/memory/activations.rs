@@ -7,7 +7,9 @@
 
 use serde::Serialize;
 
-use crate::workload::{Activation, Arch, AttentionImpl, Layout, Recompute};
+use crate::ops::Dtype;
+use crate::plan::megatron_fuses_softmax;
+use crate::workload::{Activation, Arch, AttentionImpl, Layout, Recompute, Rules};
 
 /// One stored tensor.
 #[derive(Debug, Clone, Serialize)]
@@ -80,7 +82,23 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     match arch.attention {
         AttentionImpl::Unfused => {
             add("Q and K", q + kv, false);
-            add("softmax output", 2.0 * scores, false);
+            // kept in fp32 where Megatron falls back to PyTorch's softmax (`plan::layer`)
+            let act = match layout.dtype {
+                Dtype::Fp8 => Dtype::Bf16,
+                d => d,
+            };
+            let torch_softmax = layout.rules == Rules::Megatron
+                && !megatron_fuses_softmax(
+                    layout.micro_batch,
+                    arch.heads / layout.tp,
+                    layout.local_seq_len(),
+                    act,
+                );
+            add(
+                "softmax output",
+                if torch_softmax { 4.0 } else { 2.0 } * scores,
+                false,
+            );
             if dropout {
                 add("attention dropout mask", scores, false);
                 add("attention dropout output", 2.0 * scores, false);

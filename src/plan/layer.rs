@@ -128,6 +128,15 @@ impl Dims {
         })
     }
 
+    /// The attention scores of the rank, [b·h, s, s], as a pointwise kernel sees them.
+    fn scores(&self) -> Shape {
+        Shape::Tokens(TokenShape {
+            batch: self.b * self.heads,
+            seq: self.s,
+            width: self.s,
+        })
+    }
+
     fn tok_sp(&self, width: u64) -> Shape {
         Shape::Tokens(TokenShape {
             batch: self.b,
@@ -376,8 +385,10 @@ fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> 
             causal,
         })
     };
-    let mut k =
-        |label, op, role, shape| b.call(label, op, phase, d.act, role, shape, Class::Compute);
+    let mut typed = |label, op, dtype, role, shape| {
+        b.call(label, op, phase, dtype, role, shape, Class::Compute)
+    };
+    let mut k = |label, op, role, shape| typed(label, op, d.act, role, shape);
     match arch.attention {
         AttentionImpl::Flash => {
             let global = k(
@@ -392,51 +403,116 @@ fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> 
             }
         }
         AttentionImpl::Unfused => {
-            let mut calls = vec![
-                k(
-                    "attention scores",
-                    OpKind::Gemm,
-                    Some(Role::AttnScores),
-                    gemm(d.s, d.s, d.hd, d.b * d.heads),
-                ),
-                k(
+            let megatron = d.rules == Rules::Megatron;
+            let mut calls = vec![typed(
+                "attention scores",
+                OpKind::Gemm,
+                d.act,
+                Some(Role::AttnScores),
+                gemm(d.s, d.s, d.hd, d.b * d.heads),
+            )];
+            if megatron && !megatron_fuses_softmax(d.b, d.heads, d.s, d.act) {
+                for (label, op, dtype, shape) in torch_softmax(d) {
+                    calls.push(typed(label, op, dtype, None, shape));
+                }
+            } else {
+                calls.push(typed(
                     "scale-mask-softmax",
                     OpKind::ScaleMaskSoftmax,
+                    d.act,
                     None,
                     shape(d.heads, 1, true),
-                ),
-            ];
-            let megatron = d.rules == Rules::Megatron;
-            if arch.dropout && megatron {
-                // dropout on the probabilities: one pass over the [b·h, s, s] scores
-                calls.push(k(
-                    "attention dropout",
-                    OpKind::Elementwise,
-                    None,
-                    Shape::Tokens(TokenShape {
-                        batch: d.b * d.heads,
-                        seq: d.s,
-                        width: d.s,
-                    }),
                 ));
             }
-            calls.push(k(
+            if arch.dropout && megatron {
+                // dropout on the probabilities: one pass over the [b·h, s, s] scores
+                calls.push(typed(
+                    "attention dropout",
+                    OpKind::Elementwise,
+                    d.act,
+                    None,
+                    d.scores(),
+                ));
+            }
+            calls.push(typed(
                 "attention context",
                 OpKind::Gemm,
+                d.act,
                 Some(Role::AttnContext),
                 gemm(d.s, d.hd, d.s, d.b * d.heads),
             ));
             if megatron {
                 // [b·h, s, hd] back to [s, b, h·hd] before the output projection
-                calls.push(k(
+                calls.push(typed(
                     "context transpose",
                     OpKind::Elementwise,
+                    d.act,
                     None,
                     d.tok(d.heads * d.hd),
                 ));
             }
             calls
         }
+    }
+}
+
+/// Whether Megatron runs its fused scale-mask-softmax kernel on this rank's [b, h, s, s]
+/// scores, as `FusedScaleMaskSoftmax.is_kernel_available` decides (Megatron-LM
+/// `megatron/core/fusions/fused_softmax.py`, the same test in Megatron-DeepSpeed): 16-bit
+/// scores, 16 < s ≤ 4096, s a multiple of 4, and b·h a multiple of 4 and of the causal
+/// kernel's rows per thread block (`get_batch_per_block`: 128 threads, one warp of
+/// min(32, next power of two ≥ s) lanes per row, two rows per warp up to 128 columns).
+/// Otherwise it falls back to PyTorch's kernels (`torch_softmax`): at one sequence per
+/// micro-batch with two heads per rank (tp 8 of 16 heads) the fused kernel is refused.
+pub(crate) fn megatron_fuses_softmax(micro_batch: u64, heads: u64, seq: u64, act: Dtype) -> bool {
+    let rows = micro_batch.saturating_mul(heads);
+    let sixteen_bit = matches!(act, Dtype::Fp16 | Dtype::Bf16);
+    if !sixteen_bit
+        || !(17..=4096).contains(&seq)
+        || !seq.is_multiple_of(4)
+        || !rows.is_multiple_of(4)
+    {
+        return false;
+    }
+    let columns = seq.next_power_of_two();
+    let lanes = columns.min(32);
+    let rows_per_warp = if columns <= 128 { 2 } else { 1 };
+    let rows_per_block = 128 / lanes * rows_per_warp;
+    rows.is_multiple_of(rows_per_block)
+}
+
+/// Megatron's unfused softmax (`FusedScaleMaskSoftmax.forward_torch_softmax`) as the legacy
+/// model and Megatron-DeepSpeed configure it (query-key layer scaling on, so the softmax runs
+/// in fp32 with a scale): the 16-bit scores cast to fp32, scaled, masked, soft-maxed and cast
+/// back — five kernels where the fused path runs one, in each direction (autograd runs each
+/// one's backward). Fp32 scores are neither cast nor cast back.
+fn torch_softmax(d: &Dims) -> Vec<(&'static str, OpKind, Dtype, Shape)> {
+    let probabilities = Shape::Attention(AttentionShape {
+        batch: d.b,
+        seq_q: d.s,
+        seq_kv: d.s,
+        heads: d.heads,
+        kv_heads: d.heads,
+        head_dim: 1,
+        causal: false,
+    });
+    let fp32 = [
+        ("scores scale", OpKind::Elementwise, Dtype::Fp32, d.scores()),
+        ("scores mask", OpKind::FillMask, Dtype::Fp32, probabilities),
+        ("softmax", OpKind::Softmax, Dtype::Fp32, probabilities),
+    ];
+    if matches!(d.act, Dtype::Fp16 | Dtype::Bf16) {
+        let mut calls = vec![("scores to fp32", OpKind::Elementwise, d.act, d.scores())];
+        calls.extend(fp32);
+        calls.push((
+            "probabilities to 16 bits",
+            OpKind::Elementwise,
+            d.act,
+            d.scores(),
+        ));
+        calls
+    } else {
+        fp32.to_vec()
     }
 }
 

@@ -19,6 +19,8 @@ mod groups;
 mod layer;
 mod stage;
 
+pub(crate) use layer::megatron_fuses_softmax;
+
 use std::collections::HashMap;
 
 use serde::Serialize;

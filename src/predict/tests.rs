@@ -1520,3 +1520,55 @@ fn collectives_come_from_the_models_measured_on_the_clusters_kind_of_node() {
         without.estimate(&gemm).unwrap().time_us
     );
 }
+
+/// Megatron runs its fused scale-mask-softmax only when the rank's b·heads is a multiple of
+/// the kernel's rows per block (4 at 2048 columns): 40 heads over tp 8 leave 5 per rank, so
+/// one sequence per micro-batch falls back to PyTorch's five kernels in each direction, four
+/// sequences (20 rows) fuse.
+#[test]
+fn megatron_falls_back_to_pytorch_softmax_where_its_fused_kernel_refuses_the_shape() {
+    let c = cluster();
+    let arch = Arch::resolve("llama-13b").unwrap();
+    let softmax_labels = |mb: u64, backward: bool| {
+        let layout = Layout::new(&spec(8, 1, 1, mb, 4), &arch, &c).unwrap();
+        let plan = crate::plan::Plan::new(&arch, &layout, &c);
+        let calls = if backward {
+            &plan.layer.bwd
+        } else {
+            &plan.layer.fwd
+        };
+        let from = calls.iter().position(|c| c.label == "attention scores");
+        let to = calls.iter().position(|c| c.label == "attention context");
+        let (from, to) = (from.unwrap(), to.unwrap());
+        calls[from + 1..to]
+            .iter()
+            .map(|c| c.label)
+            .filter(|&l| l != "attention dropout")
+            .collect::<Vec<_>>()
+    };
+    let torch = [
+        "scores to fp32",
+        "scores scale",
+        "scores mask",
+        "softmax",
+        "probabilities to 16 bits",
+    ];
+    for backward in [false, true] {
+        assert_eq!(softmax_labels(1, backward), torch);
+        assert_eq!(softmax_labels(4, backward), ["scale-mask-softmax"]);
+    }
+    // PyTorch's softmax keeps its fp32 output for the backward: 4 bytes per score, not 2
+    let softmax_bytes_per_score = |mb: u64| {
+        let layout = Layout::new(&spec(8, 1, 1, mb, 4), &arch, &c).unwrap();
+        let kept = crate::memory::activations::layer(&arch, &layout);
+        let scores = (mb * 5 * 2048 * 2048) as f64;
+        kept.stored
+            .iter()
+            .find(|s| s.what == "softmax output")
+            .unwrap()
+            .bytes
+            / scores
+    };
+    assert_eq!(softmax_bytes_per_score(1), 4.0);
+    assert_eq!(softmax_bytes_per_score(4), 2.0);
+}
