@@ -1288,3 +1288,27 @@ mod dispatch_tests {
         assert_eq!(remote_nodes(&moe(8, 4), 1), 0.0);
     }
 }
+
+#[cfg(test)]
+mod softmax_tests {
+    use super::*;
+
+    /// Megatron's `is_kernel_available`: 16-bit, 16 < s ≤ 4096, s and b·h multiples of 4, and
+    /// b·h a multiple of the causal kernel's rows per block (4 above 128 columns, 8 at 65–128).
+    #[test]
+    fn the_fused_softmax_takes_the_shapes_megatron_fuses() {
+        let fused = |b, h, s, act| megatron_fuses_softmax(b, h, s, act);
+        assert!(fused(1, 4, 1024, Dtype::Fp16));
+        assert!(fused(2, 2, 1024, Dtype::Bf16));
+        assert!(!fused(1, 2, 1024, Dtype::Fp16), "b·h = 2");
+        assert!(!fused(1, 6, 1024, Dtype::Fp16), "b·h = 6");
+        assert!(!fused(1, 4, 1024, Dtype::Fp32), "fp32 scores");
+        assert!(fused(1, 4, 4096, Dtype::Fp16));
+        assert!(!fused(1, 4, 8192, Dtype::Fp16), "s > 4096");
+        assert!(!fused(1, 4, 16, Dtype::Fp16), "s ≤ 16");
+        assert!(!fused(1, 4, 1022, Dtype::Fp16), "s not a multiple of 4");
+        // 128 columns: warps of 32 lanes, two rows each, four warps: 8 rows per block
+        assert!(!fused(1, 4, 128, Dtype::Fp16));
+        assert!(fused(1, 8, 128, Dtype::Fp16));
+    }
+}
