@@ -4,7 +4,8 @@
 //! Per layer, with b = micro-batch, s = the rank's share of the sequence (seq-len / cp),
 //! d = hidden, h / g = query / key-value heads on the rank, hd = head size, f = MLP size on
 //! the rank, t = tp: norm, QKV GEMM, RoPE,
-//! attention (flash, or scores GEMM + scale-mask-softmax + context GEMM), output GEMM, TP
+//! attention (flash, or scores GEMM + scale-mask-softmax + context GEMM, the softmax as
+//! PyTorch's kernels where Megatron's fused one refuses the shape), output GEMM, TP
 //! all-reduce (or all-gather + reduce-scatter with sequence parallelism), residual add, norm,
 //! MLP up GEMM, GELU or SwiGLU, MLP down GEMM, TP communication, residual add. The backward
 //! mirrors it, its TP communication as Megatron and Transformer Engine run it (see
@@ -1297,7 +1298,7 @@ mod softmax_tests {
     /// b·h a multiple of the causal kernel's rows per block (4 above 128 columns, 8 at 65–128).
     #[test]
     fn the_fused_softmax_takes_the_shapes_megatron_fuses() {
-        let fused = |b, h, s, act| megatron_fuses_softmax(b, h, s, act);
+        let fused = megatron_fuses_softmax;
         assert!(fused(1, 4, 1024, Dtype::Fp16));
         assert!(fused(2, 2, 1024, Dtype::Bf16));
         assert!(!fused(1, 2, 1024, Dtype::Fp16), "b·h = 2");
