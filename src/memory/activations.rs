@@ -7,7 +7,6 @@
 
 use serde::Serialize;
 
-use crate::ops::Dtype;
 use crate::plan::megatron_fuses_softmax;
 use crate::workload::{Activation, Arch, AttentionImpl, Layout, Recompute, Rules};
 
@@ -83,16 +82,12 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
         AttentionImpl::Unfused => {
             add("Q and K", q + kv, false);
             // kept in fp32 where Megatron falls back to PyTorch's softmax (`plan::layer`)
-            let act = match layout.dtype {
-                Dtype::Fp8 => Dtype::Bf16,
-                d => d,
-            };
             let torch_softmax = layout.rules == Rules::Megatron
                 && !megatron_fuses_softmax(
                     layout.micro_batch,
                     arch.heads / layout.tp,
                     layout.local_seq_len(),
-                    act,
+                    layout.activation_dtype(),
                 );
             add(
                 "softmax output",

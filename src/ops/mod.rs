@@ -56,6 +56,11 @@ impl Dtype {
         }
     }
 
+    /// fp16 or bf16: what Megatron's fused kernels (softmax, norms) take.
+    pub fn is_16_bit(self) -> bool {
+        matches!(self, Dtype::Fp16 | Dtype::Bf16)
+    }
+
     /// Another type that runs on the same units at the same rate, used when a model for the
     /// exact type is missing (fp16 and bf16 share tensor-core throughput on A100/H100/MI300).
     pub fn twin(self) -> Option<Dtype> {

@@ -67,11 +67,7 @@ impl Dims {
     pub(super) fn new(arch: &Arch, layout: &Layout, groups: Groups) -> Dims {
         let t = layout.tp;
         let s = layout.local_seq_len();
-        let act = if layout.dtype == Dtype::Fp8 {
-            Dtype::Bf16
-        } else {
-            layout.dtype
-        };
+        let act = layout.activation_dtype();
         Dims {
             b: layout.micro_batch,
             s,
@@ -467,8 +463,7 @@ fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> 
 /// micro-batch with two heads per rank (tp 8 of 16 heads) the fused kernel is refused.
 pub(crate) fn megatron_fuses_softmax(micro_batch: u64, heads: u64, seq: u64, act: Dtype) -> bool {
     let rows = micro_batch.saturating_mul(heads);
-    let sixteen_bit = matches!(act, Dtype::Fp16 | Dtype::Bf16);
-    if !sixteen_bit
+    if !act.is_16_bit()
         || !(17..=4096).contains(&seq)
         || !seq.is_multiple_of(4)
         || !rows.is_multiple_of(4)
@@ -502,7 +497,7 @@ fn torch_softmax(d: &Dims) -> Vec<(&'static str, OpKind, Dtype, Shape)> {
         ("scores mask", OpKind::FillMask, Dtype::Fp32, probabilities),
         ("softmax", OpKind::Softmax, Dtype::Fp32, probabilities),
     ];
-    if matches!(d.act, Dtype::Fp16 | Dtype::Bf16) {
+    if d.act.is_16_bit() {
         let mut calls = vec![("scores to fp32", OpKind::Elementwise, d.act, d.scores())];
         calls.extend(fp32);
         calls.push((

@@ -167,11 +167,7 @@ pub(super) fn stages(
 
 /// 16-bit gradients and parameters travel over the data-parallel group.
 fn comm_bytes(layout: &Layout) -> u64 {
-    if layout.dtype == Dtype::Fp8 {
-        2
-    } else {
-        layout.dtype.bytes() as u64
-    }
+    layout.activation_dtype().bytes() as u64
 }
 
 /// The routed experts a pipeline rank holds: reduced and sharded over the expert

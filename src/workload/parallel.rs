@@ -655,6 +655,16 @@ impl Layout {
     pub fn local_seq_len(&self) -> u64 {
         self.seq_len / self.cp
     }
+
+    /// What activations, gradients and every kernel but the GEMMs are held in: the training
+    /// type, 16 bits (bf16) under an fp8 recipe, which runs only the GEMMs in fp8.
+    pub fn activation_dtype(&self) -> Dtype {
+        if self.dtype == Dtype::Fp8 {
+            Dtype::Bf16
+        } else {
+            self.dtype
+        }
+    }
 }
 
 /// A parallel degree: 1 when unset, at least 1, at most `MAX_DEGREE`.
