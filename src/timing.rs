@@ -29,6 +29,9 @@ pub struct ClassTimes {
     pub pp_comm: f64,
     pub dp_comm: f64,
     pub optimizer: f64,
+    /// The device idle while the host issues kernels it could not issue ahead: after a
+    /// synchronisation inside a pass (see `plan::Call::host_waits`).
+    pub host: f64,
 }
 
 impl ClassTimes {
@@ -41,6 +44,7 @@ impl ClassTimes {
             pp_comm: self.pp_comm + o.pp_comm,
             dp_comm: self.dp_comm + o.dp_comm,
             optimizer: self.optimizer + o.optimizer,
+            host: self.host + o.host,
         }
     }
 
@@ -64,6 +68,7 @@ impl ClassTimes {
             + self.pp_comm
             + self.dp_comm
             + self.optimizer
+            + self.host
     }
 
     pub fn scaled(&self, k: f64) -> ClassTimes {
@@ -75,6 +80,7 @@ impl ClassTimes {
             pp_comm: self.pp_comm * k,
             dp_comm: self.dp_comm * k,
             optimizer: self.optimizer * k,
+            host: self.host * k,
         }
     }
 }

@@ -42,6 +42,10 @@ pub(super) struct Dims {
     a2a_overlap: bool,
     /// How routed tokens reach their experts.
     dispatcher: Dispatcher,
+    /// Whether every expert's input is padded to a capacity (no sizes to read back).
+    padded_to_capacity: bool,
+    /// Tokens beyond a capacity are dropped (the dropped count is read back before permuting).
+    drops_tokens: bool,
     imbalance: f64,
     cp_comm: CpComm,
     tokens: u64,
@@ -79,6 +83,8 @@ impl Dims {
             etp: layout.etp,
             a2a_overlap: layout.overlap.moe_a2a,
             dispatcher: layout.moe_dispatcher,
+            padded_to_capacity: layout.moe_capacity.is_some_and(|(_, padded)| padded),
+            drops_tokens: layout.moe_capacity.is_some(),
             imbalance: layout.expert_load(),
             tokens: layout.micro_batch * s,
             seq_sp: if layout.sequence_parallel {
@@ -756,6 +762,16 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         width: d.d,
     });
     p.compute("permute", OpKind::Elementwise, d.act, None, permuted);
+    // Megatron-Core's dispatchers read the tokens per expert back to the host to size the
+    // transfers and the expert GEMMs (`cuda_sync_point`): after the first permutation, or
+    // before it when tokens are dropped (its output size is the kept count); padded to a
+    // capacity every size is known and nothing is read back. The backward reuses the sizes.
+    let waits_at = match (d.padded_to_capacity, d.drops_tokens) {
+        _ if p.phase != Phase::Fwd => None,
+        (true, _) => None,
+        (false, true) => Some(p.calls.len() - 1),
+        (false, false) => Some(p.calls.len()),
+    };
     dispatch(p, moe, d, Route::Dispatch);
     // the expert-tensor-parallel group gathers its members' routed tokens (and
     // reduce-scatters the experts' output back)
@@ -805,6 +821,9 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
     );
     for c in &mut p.calls[before..] {
         c.count = local as f64;
+    }
+    if let Some(c) = waits_at.and_then(|i| p.calls.get_mut(i)) {
+        c.host_waits = true;
     }
     etp_collective(p, "moe etp reduce-scatter", OpKind::ReduceScatter);
     dispatch(p, moe, d, Route::Combine);

@@ -55,6 +55,11 @@ pub struct Call {
     /// after it (Megatron's and Transformer Engine's column-parallel backward): up to that
     /// kernel's time hides it, with or without TP overlap (see `predict::compose::tp_hidden`).
     pub beside_kernel: bool,
+    /// Before issuing this call the host waits for the device to finish everything issued
+    /// so far: it needs a value the device computed (Megatron-Core's token dispatchers copy
+    /// the tokens per expert to the host to size the all-to-all and the grouped GEMM). The
+    /// host cannot run ahead across it, so the kernels after it start as the host issues them.
+    pub host_waits: bool,
 }
 
 /// A part of the model every rank that holds it runs once per micro-batch (per layer, for
@@ -431,6 +436,7 @@ impl Builder {
             class,
             overlapped: false,
             beside_kernel: false,
+            host_waits: false,
         }
     }
 

@@ -107,6 +107,45 @@ pub struct Cost {
     pub issue_us: f64,
     /// Where the exposed microseconds come from.
     pub attribution: Attribution,
+    /// Each call's host and device time in order, kept only where the host waits for the
+    /// device inside the list (empty otherwise: then only the sums matter).
+    pub lanes: Vec<Lane>,
+}
+
+/// One call's time on the two lanes of a rank, for following them kernel by kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lane {
+    /// Host time to issue its kernels, µs.
+    pub host_us: f64,
+    /// Exposed device time on the compute stream, µs.
+    pub device_us: f64,
+    /// Kernels (and collectives) it issues: the device starts each as it is issued.
+    pub kernels: f64,
+    /// The host waits for the device to finish everything before it (`Call::host_waits`).
+    pub waits: bool,
+}
+
+/// How long a run of repeated call sequences `lanes` takes per repetition, µs, when the host
+/// waits for the device at each `waits` call: between two waits the device starts empty, so
+/// it idles while the host issues the first kernels and each kernel starts only once issued
+/// (a call of n kernels, each issued in h and run in d, ends at the latest of the device's
+/// previous work + n·d, the first issue + n·d, and the last issue + d). `None` without a wait.
+pub fn cycle_us(lanes: &[Lane]) -> Option<f64> {
+    let first = lanes.iter().position(|l| l.waits)?;
+    let (mut host, mut device) = (0.0_f64, 0.0_f64);
+    for (i, l) in lanes[first..].iter().chain(&lanes[..first]).enumerate() {
+        if l.waits && i > 0 {
+            host = host.max(device);
+            device = host;
+        }
+        let n = l.kernels.max(1.0);
+        let (h, d) = (l.host_us / n, l.device_us / n);
+        device = (device + l.device_us)
+            .max(host + h + l.device_us)
+            .max(host + l.host_us + d);
+        host += l.host_us;
+    }
+    Some(host.max(device))
 }
 
 /// The cost of `share(call)` (0–1) of each call, each run as many times as its count and
@@ -123,6 +162,18 @@ pub fn cost<'a>(
     times: &QueryTimes,
     share: &dyn Fn(&Call) -> f64,
     tp_overlap: bool,
+) -> Cost {
+    cost_keeping_lanes(calls, times, share, tp_overlap, false)
+}
+
+/// `cost`, keeping each call's `lanes` also where none of these calls waits (`keep`): for a
+/// list that runs between waits in another.
+pub fn cost_keeping_lanes<'a>(
+    calls: impl Iterator<Item = (&'a Call, f64)>,
+    times: &QueryTimes,
+    share: &dyn Fn(&Call) -> f64,
+    tp_overlap: bool,
+    keep: bool,
 ) -> Cost {
     let calls: Vec<(&Call, f64)> = calls.collect();
     // the hot path (no TP overlap, nothing beside a kernel) allocates nothing more
@@ -141,6 +192,8 @@ pub fn cost<'a>(
         Attribution::default(),
     );
     let (mut kernels, mut collectives) = (0.0, 0.0);
+    let follow_lanes = keep || calls.iter().any(|(c, _)| c.host_waits);
+    let mut lanes = Vec::new();
     for (i, &(call, n)) in calls.iter().enumerate() {
         let runs = call.count * n * share(call);
         let t = times.of(call.query) * runs;
@@ -157,6 +210,19 @@ pub fn cost<'a>(
             collectives += calls_made;
         } else {
             kernels += calls_made;
+        }
+        if follow_lanes {
+            let launch = if op.is_collective() {
+                times.runtime.collective_launch_us
+            } else {
+                times.runtime.launch_us
+            };
+            lanes.push(Lane {
+                host_us: calls_made * launch,
+                device_us: if call.overlapped { 0.0 } else { t - hid },
+                kernels: calls_made,
+                waits: call.host_waits,
+            });
         }
         let exposed = if t > 0.0 { 1.0 - hid / t } else { 1.0 };
         if call.overlapped {
@@ -202,6 +268,7 @@ pub fn cost<'a>(
         issue_us: kernels * times.runtime.launch_us
             + collectives * times.runtime.collective_launch_us,
         attribution: a_other,
+        lanes,
     }
 }
 
@@ -391,7 +458,7 @@ fn closed_form(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes)
         dp_comm: work.dp_comm + work_b.dp_comm + first_sync + update.param_gather_us,
         optimizer: work.optimizer + work_b.optimizer + update.optimizer_us,
         bubble: (pp - 1.0) * slot,
-        host: 0.0,
+        host: work.host + work_b.host,
     };
     let critical_path = times.attribute.then(|| {
         let mut out = vec![0.0; times.factors];
@@ -441,6 +508,7 @@ mod tests {
             class,
             overlapped: false,
             beside_kernel: false,
+            host_waits: false,
         }
     }
 
@@ -511,5 +579,42 @@ mod tests {
             true,
         );
         assert_eq!(c.parts.tp_comm, 0.0);
+    }
+
+    fn lane(host_us: f64, device_us: f64, kernels: f64, waits: bool) -> Lane {
+        Lane {
+            host_us,
+            device_us,
+            kernels,
+            waits,
+        }
+    }
+
+    /// Issued ahead, a host-heavy call and a device-heavy one take 11 µs a repetition; with
+    /// the host waiting before the host-heavy one the device idles while it is issued: 21.
+    #[test]
+    fn a_host_wait_stops_the_host_issuing_ahead() {
+        assert_eq!(
+            cycle_us(&[lane(10.0, 1.0, 1.0, false), lane(1.0, 10.0, 1.0, false)]),
+            None
+        );
+        let waits = [lane(10.0, 1.0, 1.0, true), lane(1.0, 10.0, 1.0, false)];
+        assert_eq!(cycle_us(&waits), Some(21.0));
+        // the cycle starts at the wait wherever it is in the list
+        let rotated = [lane(1.0, 10.0, 1.0, false), lane(10.0, 1.0, 1.0, true)];
+        assert_eq!(cycle_us(&rotated), Some(21.0));
+        // two waits: each stretch runs from empty (11 + 11)
+        let two = [lane(10.0, 1.0, 1.0, true), lane(1.0, 10.0, 1.0, true)];
+        assert_eq!(cycle_us(&two), Some(11.0 + 11.0));
+    }
+
+    /// A call of n kernels from an empty device: host-bound it ends a kernel after its last
+    /// issue, device-bound n kernels after its first.
+    #[test]
+    fn a_calls_kernels_start_as_they_are_issued() {
+        // 4 kernels issued in 5 µs each, run in 2: the last issued at 20, done at 22
+        assert_eq!(cycle_us(&[lane(20.0, 8.0, 4.0, true)]), Some(22.0));
+        // run in 10: the first issued at 5, then 40 µs of device
+        assert_eq!(cycle_us(&[lane(20.0, 40.0, 4.0, true)]), Some(45.0));
     }
 }

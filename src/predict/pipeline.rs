@@ -3,7 +3,7 @@
 //! weight-gradient parts where the schedule asks for it, the hidden share of tensor-parallel
 //! communication taken out, and every duration's attribution to cost factors.
 
-use super::compose::{cost, whole, Cost, QueryTimes};
+use super::compose::{cost_keeping_lanes, cycle_us, whole, Cost, Lane, QueryTimes};
 use crate::ops::{OpKind, Phase, Role};
 use crate::plan::{Block, Call, Chunk, Plan};
 use crate::schedule::{ChunkWork, Host, PassWork, PipelineWork, RankWork, Segment, SegmentKind};
@@ -36,12 +36,13 @@ struct Passes<'a> {
 }
 
 impl Passes<'_> {
-    fn cost(&self, calls: &[Call], share: &dyn Fn(&Call) -> f64) -> Cost {
-        cost(
+    fn cost(&self, calls: &[Call], share: &dyn Fn(&Call) -> f64, keep_lanes: bool) -> Cost {
+        cost_keeping_lanes(
             calls.iter().map(|c| (c, 1.0)),
             self.times,
             share,
             self.tp_overlap,
+            keep_lanes,
         )
     }
 
@@ -60,9 +61,20 @@ impl Passes<'_> {
         if repeat == 0 {
             return;
         }
-        let rc = self.cost(recompute, &whole);
-        let own = self.cost(calls, share);
-        let parts = own.parts.plus(&rc.parts);
+        let waits = recompute.iter().chain(calls).any(|c| c.host_waits);
+        let rc = self.cost(recompute, &whole, waits);
+        let own = self.cost(calls, share, waits);
+        let mut parts = own.parts.plus(&rc.parts);
+        let mut issue_us = own.issue_us + rc.issue_us;
+        // where the host waits for the device inside a repetition, neither lane runs ahead
+        // of the other across the wait: both take the waits' cycle (the recomputation first)
+        let lanes: Vec<Lane> = rc.lanes.iter().chain(&own.lanes).copied().collect();
+        if let Some(cycle) = cycle_us(&lanes) {
+            let device: f64 = lanes.iter().map(|l| l.device_us).sum();
+            let host: f64 = lanes.iter().map(|l| l.host_us).sum();
+            parts.host += (cycle - device).max(0.0);
+            issue_us += (cycle - host).max(0.0);
+        }
         let mut attribution = own.attribution;
         attribution.add_scaled(&rc.attribution, 1.0);
         pass.segments.push(Segment {
@@ -70,7 +82,7 @@ impl Passes<'_> {
             repeat,
             us: parts.total(),
             recompute_us: rc.parts.total(),
-            issue_us: own.issue_us + rc.issue_us,
+            issue_us,
             params,
             attribution,
         });
@@ -175,7 +187,7 @@ pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> Pipeli
     let split = layout.schedule.splits_backward();
     let (send_us, send_attribution) = match &plan.send {
         Some(send) => {
-            let c = b.cost(std::slice::from_ref(send), &whole);
+            let c = b.cost(std::slice::from_ref(send), &whole, false);
             (times.of(send.query), c.attribution)
         }
         None => (0.0, Attribution::default()),
@@ -201,7 +213,7 @@ pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> Pipeli
         .stages
         .iter()
         .map(|s| {
-            let sync = b.cost(&s.grad_sync, &whole);
+            let sync = b.cost(&s.grad_sync, &whole, false);
             let of_class = |class: Class| {
                 let calls: Vec<Call> = s
                     .update
@@ -209,7 +221,7 @@ pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> Pipeli
                     .filter(|c| c.class == class)
                     .cloned()
                     .collect();
-                b.cost(&calls, &whole)
+                b.cost(&calls, &whole, false)
             };
             let optimizer = of_class(Class::Optimizer);
             let gather = of_class(Class::DpComm);

@@ -509,7 +509,7 @@ fn account(
     let parts = chunk.pass(task.pass).parts;
     let spent = &mut rank.spent;
     spent.bubble += (ready - rank.cursor).max(0.0);
-    spent.host += host_bound;
+    spent.host += host_bound + parts.host;
     spent.compute += parts.compute;
     spent.tp_comm += parts.tp_comm;
     spent.cp_comm += parts.cp_comm;
