@@ -1125,6 +1125,24 @@ fn a_mixture_of_experts_from_its_config_with_expert_parallelism_and_imbalance() 
         "{text}"
     );
     assert!(step(&["--moe-imbalance", "1.5"]) > step(&[]));
+    // the operator list says where the host waits for the token counts: the forward's
+    // dispatch only, and nowhere when every expert's input is padded to a capacity
+    let waits = |extra: &[&str]| -> Vec<String> {
+        let out = run(&[extra, &["--operators", "--wide"]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .filter(|l| l.contains("the host waits for the device"))
+            .map(|l| l.split('┆').take(2).collect::<Vec<_>>().join("|"))
+            .collect()
+    };
+    let dropless = waits(&[]);
+    assert!(
+        dropless.len() == 1 && dropless[0].contains("fwd") && dropless[0].contains("dispatch"),
+        "{dropless:?}"
+    );
+    let padded = ["--moe-capacity-factor", "1", "--moe-pad-to-capacity"];
+    assert!(waits(&padded).is_empty());
     let m = stdout(&command(&["export", "--format", "megatron"], &[]));
     assert!(
         m.contains("--num-experts 8 --moe-router-topk 2")

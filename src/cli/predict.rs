@@ -326,7 +326,7 @@ fn print_prediction(
                     format!("{}", o.count),
                     format!("{:.1}", o.estimate.time_us),
                     o.estimate.source.name().to_string(),
-                    o.estimate.note.clone().unwrap_or_default(),
+                    operator_note(o),
                 ]);
             }
         };
@@ -349,4 +349,16 @@ fn print_prediction(
     for w in &p.warnings {
         println!("warning: {w}");
     }
+}
+
+/// An operator's note: where its number came from, and whether the host waits before it.
+fn operator_note(o: &OperatorReport) -> String {
+    let wait = o
+        .host_waits
+        .then_some("the host waits for the device before issuing it (no issuing ahead)");
+    [o.estimate.note.as_deref(), wait]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
 }

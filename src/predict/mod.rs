@@ -48,6 +48,8 @@ pub struct OperatorReport {
     pub count: f64,
     /// Its cost and where the number came from.
     pub estimate: Estimate,
+    /// The host waits for the device before issuing it (`plan::Call::host_waits`).
+    pub host_waits: bool,
 }
 
 /// One pipeline rank's share of the step.
@@ -382,6 +384,7 @@ fn stage_reports(plan: &Plan, step: &Step, estimates: &[Estimate]) -> Vec<StageR
                 class: c.class,
                 count: c.count * n,
                 estimate: estimates[c.query as usize].clone(),
+                host_waits: c.host_waits,
             })
             .collect()
     };
