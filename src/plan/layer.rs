@@ -761,6 +761,21 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         seq: d.seq_sp * k,
         width: d.d,
     });
+    // the all-to-all dispatcher gathers every rank's tokens per expert (int64) over the
+    // expert-and-expert-tensor-parallel group to size the uneven all-to-all; the flex
+    // dispatchers exchange their counts inside their own kernels
+    let counted_ranks = d.ep * d.etp;
+    if p.phase == Phase::Fwd && d.dispatcher == Dispatcher::Alltoall && counted_ranks > 1 {
+        let (ep, etp) = (d.groups.ep, d.groups.etp);
+        let c = p.b.collective(
+            "moe token counts all-gather",
+            OpKind::AllGather,
+            moe.experts * 8 * counted_ranks,
+            (ep.0 * etp.0, ep.1 * etp.1),
+            Class::EpComm,
+        );
+        p.calls.push(c);
+    }
     p.compute("permute", OpKind::Elementwise, d.act, None, permuted);
     // Megatron-Core's dispatchers read the tokens per expert back to the host to size the
     // transfers and the expert GEMMs (`cuda_sync_point`): after the first permutation, or
@@ -859,16 +874,28 @@ fn dispatch(p: &mut PassCalls, moe: &MoeSpec, d: &Dims, route: Route) {
     let combine = route == Route::Combine;
     let (nodes, per_node) = d.groups.ep;
     let calls: Vec<(&'static str, OpKind, u64, (u64, u64))> = match d.dispatcher {
-        Dispatcher::Alltoall => vec![(
-            if combine {
-                "moe all-to-all (combine)"
-            } else {
-                "moe all-to-all (dispatch)"
-            },
+        Dispatcher::Alltoall if combine => vec![(
+            "moe all-to-all (combine)",
             OpKind::AllToAll,
             bytes(k * d.imbalance),
             d.groups.ep,
         )],
+        // the routing probabilities (fp32) follow their tokens in an all-to-all of their own,
+        // applied beside the experts' activation (Megatron-Core's `dispatch_all_to_all`)
+        Dispatcher::Alltoall => vec![
+            (
+                "moe all-to-all (dispatch)",
+                OpKind::AllToAll,
+                bytes(k * d.imbalance),
+                d.groups.ep,
+            ),
+            (
+                "moe all-to-all (probabilities)",
+                OpKind::AllToAll,
+                ((tokens as f64 * k * d.imbalance).ceil() as u64 * 4).max(1),
+                d.groups.ep,
+            ),
+        ],
         Dispatcher::Allgather => vec![if combine {
             (
                 "moe reduce-scatter (combine)",
