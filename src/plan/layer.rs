@@ -762,10 +762,15 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         width: d.d,
     });
     // the all-to-all dispatcher gathers every rank's tokens per expert (int64) over the
-    // expert-and-expert-tensor-parallel group to size the uneven all-to-all; the flex
-    // dispatchers exchange their counts inside their own kernels
+    // expert-and-expert-tensor-parallel group to size the uneven all-to-all (padded to a
+    // capacity every size is known); the flex dispatchers exchange their counts inside their
+    // own kernels
     let counted_ranks = d.ep * d.etp;
-    if p.phase == Phase::Fwd && d.dispatcher == Dispatcher::Alltoall && counted_ranks > 1 {
+    if p.phase == Phase::Fwd
+        && d.dispatcher == Dispatcher::Alltoall
+        && counted_ranks > 1
+        && !d.padded_to_capacity
+    {
         let (ep, etp) = (d.groups.ep, d.groups.etp);
         let c = p.b.collective(
             "moe token counts all-gather",

@@ -1191,6 +1191,20 @@ fn the_host_waits_for_the_token_counts_in_each_expert_layers_forward() {
     );
     assert_eq!(waits(&with(Some(1.0), false)), [vec!["permute"], vec![]]);
     assert_eq!(waits(&with(Some(1.0), true)), [Vec::<&str>::new(), vec![]]);
+    // padded, no counts are gathered either
+    let plan_of = |s: &ParallelSpec| {
+        let layout = Layout::new(s, &arch, &c).unwrap();
+        crate::plan::Plan::new(&arch, &layout, &c)
+    };
+    let gathers = |plan: &crate::plan::Plan| {
+        plan.layer
+            .fwd
+            .iter()
+            .filter(|c| c.label == "moe token counts all-gather")
+            .count()
+    };
+    assert_eq!(gathers(&plan_of(&with(None, false))), 1);
+    assert_eq!(gathers(&plan_of(&with(Some(1.0), true))), 0);
     let dropless = predicted(&arch, &with(None, false));
     let padded = predicted(&arch, &with(Some(1.0), true));
     assert!(dropless.metrics.step_time_s > padded.metrics.step_time_s);
