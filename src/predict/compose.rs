@@ -191,7 +191,7 @@ pub fn cost_keeping_lanes<'a>(
         Attribution::default(),
         Attribution::default(),
     );
-    let (mut kernels, mut collectives) = (0.0, 0.0);
+    let mut issue_us = 0.0;
     let follow_lanes = keep || calls.iter().any(|(c, _)| c.host_waits);
     let mut lanes = Vec::new();
     for (i, &(call, n)) in calls.iter().enumerate() {
@@ -206,19 +206,16 @@ pub fn cost_keeping_lanes<'a>(
             hid = t.min(last_attention);
         }
         let calls_made = times.kernels[call.query as usize] * runs;
-        if op.is_collective() {
-            collectives += calls_made;
+        let launch = if op.is_collective() {
+            times.runtime.collective_launch_us
         } else {
-            kernels += calls_made;
-        }
+            times.runtime.launch_us
+        };
+        let host_us = calls_made * launch;
+        issue_us += host_us;
         if follow_lanes {
-            let launch = if op.is_collective() {
-                times.runtime.collective_launch_us
-            } else {
-                times.runtime.launch_us
-            };
             lanes.push(Lane {
-                host_us: calls_made * launch,
+                host_us,
                 device_us: if call.overlapped { 0.0 } else { t - hid },
                 kernels: calls_made,
                 waits: call.host_waits,
@@ -265,8 +262,7 @@ pub fn cost_keeping_lanes<'a>(
     Cost {
         parts,
         hidden_tp_us: hidden_tp,
-        issue_us: kernels * times.runtime.launch_us
-            + collectives * times.runtime.collective_launch_us,
+        issue_us,
         attribution: a_other,
         lanes,
     }
