@@ -408,6 +408,38 @@ def mpt(ref, out):
                 source=f"mpt_throughput.csv row {i}")
 
 
+def automodel(ref, out):
+    src = ref / "nemo-automodel-h100-bf16" / "automodel_h100_bf16.csv"
+    for i, row in enumerate(csv.DictReader(open(src)), start=1):
+        model, section = row["Model"], row["section"]
+        n, gbs, mbs = int(row["#GPUs"]), int(row["GBS"]), int(row["MBS"])
+        tp, pp, cp = int(row["TP"]), int(row["PP"]), int(row["CP"])
+        dp = n // (tp * pp * cp)
+        layout = dict(cluster="dgx-h100", framework="automodel", tp=tp, pp=pp, dp=dp, cp=cp,
+                      micro_batch=mbs, global_batch=gbs, seq_len=row["Seq Length"], dtype="bf16",
+                      schedule="1f1b", vpp=1, sequence_parallel=False, tp_comm_overlap=0,
+                      measured_step_s=float(row["Time per Global Step (s)"]),
+                      source=f"automodel_h100_bf16.csv row {i}")
+        label = (f"{model} {n} GPUs tp{tp} pp{pp} cp{cp} dp{dp} mbs{mbs} gbs{gbs} "
+                 f"{section.split()[0]} ({row['first_seen']})")
+        if not section.startswith("Pre-Training"):
+            out.add(set="automodel", family=model.replace(" 2-node", "").lower().replace(" ", "-"),
+                    label=label, recompute="none", zero=0, **layout,
+                    reason="LoRA fine-tuning: the base weights are frozen (no weight gradients, "
+                    "no optimizer over them); stepcast predicts pre-training")
+            continue
+        # the pre-training row's recipe (SOURCE.md: llama3_3/custom_llama3_1_70b_pretrain_
+        # benchmark_8nodes.yaml): Llama 3.1 70B under FSDP2 resharding after the forward
+        # (ZeRO 3) over the ranks the context-parallel pairs leave, every layer recomputed,
+        # torch.compile, SDPA attention, PyTorch's context parallelism (its default rotation
+        # all-gathers the keys and values; the flash backend is FlashAttention-2: an assumption,
+        # as for torchtitan)
+        assert int(row["FSDP"]) == dp, f"automodel row {i}: FSDP {row['FSDP']} is not {dp}"
+        out.add(set="automodel", family="llama3-70b", label=label, model="llama3-70b",
+                cp_comm="all-gather", attention_kernel="flash-attention-2", recompute="full",
+                zero=3, **layout)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -417,7 +449,7 @@ def main():
     if out_dir.exists():
         sys.exit(f"error: {out_dir} exists: give a new directory")
     out = Out(out_dir)
-    for importer in (vtrain, flagperf, dgxc, nemo, torchtitan, neusight, mpt):
+    for importer in (vtrain, flagperf, dgxc, nemo, torchtitan, neusight, mpt, automodel):
         importer(ref, out)
     out.write()
     sets = {}
