@@ -624,8 +624,10 @@ fn from_model(m: &TrainedModel, how: Match, q: &OpQuery) -> Estimate {
     let p = m.predict(&query);
     match how {
         Match::TwinDtype => notes.push("model of the twin 16-bit type"),
-        Match::Pooled if q.role.is_some() => notes.push("pooled model of the kind"),
-        _ => {}
+        Match::Pooled | Match::Exact => {}
+    }
+    if q.role.is_some() && m.key.role.is_none() {
+        notes.push("pooled model of the kind");
     }
     Estimate {
         time_us: p.time_us * factor,

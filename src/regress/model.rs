@@ -323,6 +323,23 @@ impl TrainedModel {
             .collect()
     }
 
+    /// How many of a query's features lie outside this model's training range.
+    pub fn features_outside(&self, q: &OpQuery) -> usize {
+        self.outside_range(&self.features(q)).count()
+    }
+
+    /// The indices of the features of `x` outside their training range.
+    fn outside_range<'a>(&'a self, x: &'a [f64]) -> impl Iterator<Item = usize> + 'a {
+        x.iter()
+            .zip(&self.feature_ranges)
+            .enumerate()
+            .filter(|(_, (value, [lo, hi]))| {
+                let slack = 1e-9 * (hi - lo).abs().max(1.0);
+                **value < lo - slack || **value > hi + slack
+            })
+            .map(|(i, _)| i)
+    }
+
     /// The feature row of a query, for this model's GPU.
     pub fn features(&self, q: &OpQuery) -> Vec<f64> {
         features(q.op, &q.shape, q.dtype, self.gpu.sm_count)
@@ -333,15 +350,9 @@ impl TrainedModel {
         let x = self.features(q);
         let time_us = (self.forest.predict(&x) + self.recipe.offset(q, &self.gpu)).exp();
         let v = &self.validation;
-        let out_of_coverage = x
-            .iter()
-            .zip(&self.feature_ranges)
-            .zip(&self.feature_names)
-            .filter(|((value, [lo, hi]), _)| {
-                let slack = 1e-9 * (hi - lo).abs().max(1.0);
-                **value < lo - slack || **value > hi + slack
-            })
-            .map(|(_, name)| name.clone())
+        let out_of_coverage = self
+            .outside_range(&x)
+            .map(|i| self.feature_names[i].clone())
             .collect();
         Prediction {
             time_us,
