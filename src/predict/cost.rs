@@ -624,9 +624,11 @@ fn from_model(m: &TrainedModel, how: Match, q: &OpQuery) -> Estimate {
     let p = m.predict(&query);
     match how {
         Match::TwinDtype => notes.push("model of the twin 16-bit type"),
-        Match::Pooled | Match::Exact => {}
+        Match::Pooled | Match::Exact | Match::PooledBeyondRoleRange => {}
     }
-    if q.role.is_some() && m.key.role.is_none() {
+    if how == Match::PooledBeyondRoleRange {
+        notes.push("pooled model of the kind: it covers the shape better than the role's");
+    } else if q.role.is_some() && m.key.role.is_none() {
         notes.push("pooled model of the kind");
     }
     Estimate {

@@ -97,6 +97,9 @@ pub enum Match {
     Exact,
     /// The pooled model of the kind answered a query with a role.
     Pooled,
+    /// The pooled model answered a query with a role whose own model exists but covers the
+    /// query less (more of its features outside that model's training range).
+    PooledBeyondRoleRange,
     /// A model of the twin data type (fp16 for bf16 or back) answered.
     TwinDtype,
 }
@@ -406,17 +409,19 @@ impl ModelSet {
                     .filter(|m| role.falls_back_to_pool() || m.serves_roles.contains(&role)),
                 None => None,
             };
-            let how = |pooled_answers: bool| match (twin_type, pooled_answers) {
-                (true, _) => Match::TwinDtype,
-                (false, false) => Match::Exact,
-                (false, true) => Match::Pooled,
+            let how = |answered: Match| {
+                if twin_type {
+                    Match::TwinDtype
+                } else {
+                    answered
+                }
             };
             match (own, pooled) {
                 (Some(own), Some(pool)) if own.features_outside(q) > pool.features_outside(q) => {
-                    return Ok(Some((pool, how(true))));
+                    return Ok(Some((pool, how(Match::PooledBeyondRoleRange))));
                 }
-                (Some(own), _) => return Ok(Some((own, how(false)))),
-                (None, Some(pool)) => return Ok(Some((pool, how(true)))),
+                (Some(own), _) => return Ok(Some((own, how(Match::Exact)))),
+                (None, Some(pool)) => return Ok(Some((pool, how(Match::Pooled)))),
                 (None, None) => {}
             }
         }
@@ -452,7 +457,7 @@ mod tests {
         let small = attn_out(Dtype::Fp16, 1024, 1024, 1024);
         let own = set.get(&ModelKey::of(&small)).unwrap();
         let (m, how) = set.lookup(&small).unwrap().unwrap();
-        assert_eq!((m.key.role, how), (None, Match::Pooled));
+        assert_eq!((m.key.role, how), (None, Match::PooledBeyondRoleRange));
         assert!(m.features_outside(&small) < own.features_outside(&small));
         let efficiency = 2.0 * 1024f64.powi(3) / (m.predict(&small).time_us * 1e-6) / 312e12;
         assert!(efficiency < 0.66, "{efficiency}");
