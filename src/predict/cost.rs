@@ -622,9 +622,8 @@ fn from_model(m: &TrainedModel, how: Match, q: &OpQuery) -> Estimate {
         }
     }
     let p = m.predict(&query);
-    match how {
-        Match::TwinDtype => notes.push("model of the twin 16-bit type"),
-        Match::Pooled | Match::Exact | Match::PooledBeyondRoleRange => {}
+    if how == Match::TwinDtype {
+        notes.push("model of the twin 16-bit type");
     }
     if how == Match::PooledBeyondRoleRange {
         notes.push("pooled model of the kind: it covers the shape better than the role's");

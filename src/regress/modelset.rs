@@ -416,8 +416,13 @@ impl ModelSet {
                     answered
                 }
             };
+            // the pool's coverage is read only when the role's model falls short
+            let pool_covers_better = |own: &TrainedModel, pool: &TrainedModel| {
+                let outside = own.features_outside(q);
+                outside > 0 && outside > pool.features_outside(q)
+            };
             match (own, pooled) {
-                (Some(own), Some(pool)) if own.features_outside(q) > pool.features_outside(q) => {
+                (Some(own), Some(pool)) if pool_covers_better(own, pool) => {
                     return Ok(Some((pool, how(Match::PooledBeyondRoleRange))));
                 }
                 (Some(own), _) => return Ok(Some((own, how(Match::Exact)))),
