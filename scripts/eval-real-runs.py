@@ -92,7 +92,11 @@ def vtrain_decomposition(rows):
     optimizer, the gradient sync, the pipeline's fill and drain, per-step host work). Fitted
     through the fewest and most micro-batches of each group, measured and cross-validated.
     Returns, per tensor-parallel degree, the groups and the mean |error| of b (%), and for
-    pp = 1 the median a measured and predicted (ms)."""
+    pp = 1 the median a measured and predicted (ms). The per-micro-batch time b of layouts that
+    differ only in their number of layers splits in turn into c + d·L (L the layers a pipeline
+    stage holds): d the time of one more layer, c what a micro-batch spends outside the layers
+    (embedding, LM head, loss, batch loading) on the slowest stage; their medians per tensor-
+    parallel degree, measured and predicted (ms), say which of the two carries the error."""
     groups = {}
     for x in rows:
         h, layers, _, tp, pp, dp, mb, gb = vtrain_layout(x["label"])
@@ -108,13 +112,31 @@ def vtrain_decomposition(rows):
         d = per_tp.setdefault(tp, {"groups": 0, "b_err": [], "a_meas": [], "a_pred": []})
         d["groups"] += 1
         d["b_err"].append(abs(100 * (bp / bm - 1)))
+        d.setdefault("by_depth", {}).setdefault((h, pp, dp, mb), {})[layers // pp] = (bm, bp)
         if pp == 1:
             d["a_meas"].append(1e3 * am)
             d["a_pred"].append(1e3 * ap)
     median = lambda v: sorted(v)[len(v) // 2] if v else float("nan")  # noqa: E731
+
+    def layer_split(by_depth):
+        """Medians of (d, c) measured and predicted over the layouts measured at two depths or
+        more, through the shallowest and the deepest (ms)."""
+        d_meas, d_pred, c_meas, c_pred = [], [], [], []
+        for depths in by_depth.values():
+            if len(depths) < 2:
+                continue
+            (l1, (bm1, bp1)), (l2, (bm2, bp2)) = min(depths.items()), max(depths.items())
+            for b1, b2, ds, cs in ((bm1, bm2, d_meas, c_meas), (bp1, bp2, d_pred, c_pred)):
+                slope = (b2 - b1) / (l2 - l1)
+                ds.append(1e3 * slope)
+                cs.append(1e3 * (b1 - l1 * slope))
+        return {"per_layer_median_ms": [median(d_meas), median(d_pred)],
+                "outside_layers_median_ms": [median(c_meas), median(c_pred)]}
+
     return {tp: {"groups": d["groups"],
                  "per_micro_batch_mean_abs_percent": sum(d["b_err"]) / len(d["b_err"]),
-                 "per_step_pp1_median_ms": [median(d["a_meas"]), median(d["a_pred"])]}
+                 "per_step_pp1_median_ms": [median(d["a_meas"]), median(d["a_pred"])],
+                 **layer_split(d.get("by_depth", {}))}
             for tp, d in sorted(per_tp.items())}
 
 
@@ -281,6 +303,13 @@ def main():
                               f"off ({d['groups']} groups), per step at pp 1 "
                               f"{d['per_step_pp1_median_ms'][0]:.1f} ms measured / "
                               f"{d['per_step_pp1_median_ms'][1]:.1f} ms predicted (medians)"
+                              for tp, d in t["decomposition"].items()))
+            print(f"{key}: per micro-batch = outside the layers + layers per stage × per layer "
+                  "(calibrated, medians, measured / predicted) — "
+                  + "; ".join(f"tp {tp}: per layer {d['per_layer_median_ms'][0]:.2f} / "
+                              f"{d['per_layer_median_ms'][1]:.2f} ms, outside the layers "
+                              f"{d['outside_layers_median_ms'][0]:.1f} / "
+                              f"{d['outside_layers_median_ms'][1]:.1f} ms"
                               for tp, d in t["decomposition"].items()))
         if t.get("fp8_speedup"):
             print(f"{key}: fp8 over bf16, same layout and software (step-time ratio, mean) — "
