@@ -17,8 +17,8 @@ COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp"
            "cp_comm", "attention_kernel", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
            "pipeline_layout", "micro_batch", "global_batch", "seq_len", "dtype", "recompute",
            "recompute_modules", "zero", "schedule",
-           "vpp", "sequence_parallel", "tp_comm_overlap", "measured_step_s", "expressible",
-           "reason", "source"]
+           "vpp", "sequence_parallel", "tp_comm_overlap", "grad_reduce_dtype", "measured_step_s",
+           "expressible", "reason", "source"]
 
 
 def num(text):
@@ -314,9 +314,11 @@ def torchtitan(ref, out):
         ac = row["activation_checkpointing"]
         recompute = "full" if ac.startswith("full") else "selective" if ac.startswith("selective") else "none"
         local = int(row["local_batch_size"])
-        # with a pipeline the local batch is split into micro-batches of 1 (torchtitan's default
-        # pipeline_parallel_microbatch_size)
-        mb = 1 if pp > 1 else local
+        # with a pipeline the local batch is split into as many micro-batches as there are
+        # pipeline ranks: the benchmarks' code (9dec370, Dec 2024) defaults
+        # experimental.pipeline_parallel_microbatches to the pp degree (later torchtitan
+        # defaults to micro-batches of 1 instead)
+        mb = local // pp if pp > 1 and local % pp == 0 else 1 if pp > 1 else local
         vpp = 2 if "Interleaved" in sched else 1
         # torchtitan weighs the embedding and the output as one layer each when it splits the
         # layers over stages (generate_llm_fqn_per_model_part, input/output weight 1); where the
@@ -405,6 +407,9 @@ def mpt(ref, out):
                 dtype="fp8" if row["precision"] == "amp_fp8" else "bf16", recompute="full"
                 if row["activation_checkpointing"] == "True" else "none", zero=zero, schedule="1f1b",
                 vpp=1, sequence_parallel=False, tp_comm_overlap=0, measured_step_s=measured,
+                # Composer's FSDP reduces gradients in fp32 under mixed_precision DEFAULT and in
+                # bf16 under PURE (the table's mp_mode column)
+                grad_reduce_dtype="bf16" if row["mp_mode"] == "PURE" else "fp32",
                 source=f"mpt_throughput.csv row {i}")
 
 

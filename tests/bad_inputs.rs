@@ -186,6 +186,8 @@ fn cases() -> Vec<Case> {
         predict!("--pp 16 --global-batch 16 --rules paper --partition neox", "GPT-NeoX partition", "--partition uniform"),
         predict!("--global-batch 8 --overlap-param-gather true --zero 0", "--overlap-param-gather needs the distributed optimizer"),
         predict!("--global-batch 8 --overlap-param-gather", "--overlap-param-gather needs"),
+        predict!("--global-batch 8 --grad-reduce-dtype fp8", "--grad-reduce-dtype fp8", "fp32, bf16 or fp16"),
+        predict!("--global-batch 8 --grad-reduce-dtype fp64", "fp64", "--grad-reduce-dtype"),
         predict!("--global-batch 8 --tp-comm-overlap 1.5", "1.5", "--tp-comm-overlap"),
         predict!("--global-batch 8 --tp 2 --dp 4 --tp-comm-overlap", "--tp-comm-overlap", "--sequence-parallel"),
         predict!("--global-batch 8 --tp-comm-overlap NaN", "NaN", "--tp-comm-overlap"),

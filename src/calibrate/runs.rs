@@ -26,7 +26,9 @@
 //! `Et|(tt|)*30mL`: what each chunk holds), `recompute_modules` (Megatron-Core's selective
 //! recompute modules joined by `+`, e.g. `mla_up_proj+mlp`), `moe_dispatcher` (alltoall,
 //! allgather, deepep, hybridep), `attention_kernel` (native or flash-attention-2: the kernel that
-//! ran the attention, default native), `source`.
+//! ran the attention, default native), `grad_reduce_dtype` (fp32, bf16 or fp16: what the
+//! data-parallel gradients were reduced in, default fp32 for bf16 and fp8 runs, fp16 for fp16),
+//! `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -91,6 +93,8 @@ struct Row {
     recompute_modules: String,
     #[serde(default)]
     moe_dispatcher: String,
+    #[serde(default)]
+    grad_reduce_dtype: String,
     #[serde(default)]
     framework: String,
     micro_batch: u64,
@@ -233,6 +237,10 @@ impl Row {
                 moe_dispatcher: match self.moe_dispatcher.trim() {
                     "" => None,
                     d => Some(d.parse().map_err(|e| format!("moe_dispatcher: {e}"))?),
+                },
+                grad_reduce_dtype: match self.grad_reduce_dtype.trim() {
+                    "" => None,
+                    d => Some(d.parse().map_err(|e| format!("grad_reduce_dtype: {e}"))?),
                 },
                 ..Default::default()
             },

@@ -174,6 +174,9 @@ struct RowLayout {
     partition: Partition,
     zero: u8,
     dtype: Dtype,
+    /// (search rows written before it existed: the layout's default)
+    #[serde(default)]
+    grad_reduce_dtype: Option<Dtype>,
     rules: Rules,
     dp_bucket_elements: u64,
     schedule: Schedule,
@@ -286,6 +289,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         partition: Some(r.partition),
         zero: Some(r.zero),
         dtype: Some(r.dtype),
+        grad_reduce_dtype: r.grad_reduce_dtype,
         rules: Some(r.rules),
         dp_bucket_elements: Some(r.dp_bucket_elements),
         schedule: Some(r.schedule),

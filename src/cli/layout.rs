@@ -113,6 +113,11 @@ pub struct JobArgs {
     /// Training data type: bf16, fp16 or fp8 (fp8 GEMMs, 16-bit elsewhere).
     #[arg(long, value_parser = named::<Dtype>())]
     pub dtype: Option<Dtype>,
+    /// Type the data-parallel gradients are reduced in: fp32, bf16 or fp16 [default: fp32 when
+    /// training in bf16 or fp8 (Megatron, NeMo, torchtitan), fp16 under fp16]; bf16 for
+    /// frameworks that reduce in 16 bits (Composer's FSDP `mixed_precision: PURE`).
+    #[arg(long, value_parser = named::<Dtype>())]
+    pub grad_reduce_dtype: Option<Dtype>,
     /// Composition rules: megatron (default) or paper (Zhang et al.'s tool).
     #[arg(long, value_parser = named::<Rules>())]
     pub rules: Option<Rules>,
@@ -273,6 +278,7 @@ impl JobArgs {
             partition: self.partition,
             zero: self.zero,
             dtype: self.dtype,
+            grad_reduce_dtype: self.grad_reduce_dtype,
             rules: self.rules,
             dp_bucket_elements: self.dp_bucket_elements,
             schedule: self.schedule,

@@ -96,6 +96,12 @@ pub enum LayoutError {
     #[error("zero = {zero}: use 0, 1, 2 or 3")]
     ZeroStage { zero: u8 },
 
+    #[error(
+        "--grad-reduce-dtype fp8: gradients are reduced in fp32, bf16 or fp16; give one of those \
+         (or leave it out: fp32 for bf16 and fp8 training, fp16 for fp16)"
+    )]
+    GradReduceFp8,
+
     #[error("sequence parallelism needs tp > 1: drop --sequence-parallel or raise tp")]
     SequenceParallelNeedsTp,
 
@@ -174,7 +180,8 @@ pub enum LayoutError {
     PipelineLayoutMtp { layout: u64, flag: u64 },
 
     #[error(
-        "--overlap-param-gather needs the distributed optimizer (zero 1 or 2, dp > 1, Megatron \
+        "--overlap-param-gather needs the distributed optimizer, or FSDP under a pipeline \
+         (parameters gathered once a step: zero 1 or 2, or zero 3 with pp > 1; dp > 1, Megatron \
          rules): drop --overlap-param-gather, or use --zero 1 with dp > 1"
     )]
     ParamGatherNeedsDistributedOptimizer,
@@ -300,6 +307,7 @@ impl LayoutError {
             }
             TooManyGpus { .. } => "more GPUs than the cluster has",
             DtypeUnsupported { .. } => "data type the GPU does not have",
+            GradReduceFp8 => "gradients reduced in fp8",
             HeadsNotDivisible { .. } | KvHeadsNotDivisible { .. } | FfnNotDivisible { .. } => {
                 "heads, key/value heads or MLP size not divisible by tp"
             }

@@ -1089,8 +1089,8 @@ pub(super) fn layer_block(
     if fsdp {
         // gather the layer's weights before its forward and its backward, reduce-scatter its
         // gradients after; prefetched beside the compute
-        let bytes = params * d.act_bytes();
-        let beside = |b: &mut Builder, op| {
+        // (16-bit weights gathered, gradients reduced in their reduction type)
+        let beside = |b: &mut Builder, op, bytes| {
             let mut c = b.collective(
                 "fsdp parameter collective",
                 op,
@@ -1101,9 +1101,11 @@ pub(super) fn layer_block(
             c.overlapped = true;
             c
         };
-        fwd.push(beside(b, OpKind::AllGather));
-        bwd.push(beside(b, OpKind::AllGather));
-        bwd.push(beside(b, OpKind::ReduceScatter));
+        let gathered = params * d.act_bytes();
+        fwd.push(beside(b, OpKind::AllGather, gathered));
+        bwd.push(beside(b, OpKind::AllGather, gathered));
+        let reduced = params * super::stage::grad_reduce_bytes(layout);
+        bwd.push(beside(b, OpKind::ReduceScatter, reduced));
     }
     Block {
         fwd,

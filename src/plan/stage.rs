@@ -190,16 +190,16 @@ fn bucketed(
     if params == 0 {
         return Vec::new();
     }
+    // gradients are reduced in their reduction type, parameters gathered in 16 bits
+    let bytes = if op == OpKind::AllGather {
+        comm_bytes(layout)
+    } else {
+        grad_reduce_bytes(layout)
+    };
     Buckets::new(params, layout.dp_bucket_elements)
         .sizes_with_counts()
         .map(|(elements, n)| {
-            let mut c = b.collective(
-                label,
-                op,
-                elements * comm_bytes(layout),
-                group,
-                Class::DpComm,
-            );
+            let mut c = b.collective(label, op, elements * bytes, group, Class::DpComm);
             c.count = n as f64;
             c
         })
@@ -208,6 +208,22 @@ fn bucketed(
 
 fn fsdp(layout: &Layout) -> bool {
     layout.zero >= 3 && layout.grad_replicas() > 1
+}
+
+/// Whether FSDP gathers each layer's weights before its forward and its backward and
+/// reduce-scatters its gradients after, every micro-batch: without pipeline parallelism.
+/// Under it, PyTorch's pipelining stages (as torchtitan runs them) keep a stage's parameters
+/// gathered for the whole step (torchtitan turns `reshard_after_forward` off with pp > 1)
+/// and reduce-scatter its gradients once, in the last micro-batch's backward (the stage turns
+/// gradient sync on for the last backward only): one gather and one reduce-scatter a step,
+/// costed as the distributed optimizer's.
+pub(super) fn fsdp_per_layer(layout: &Layout) -> bool {
+    fsdp(layout) && layout.pp == 1
+}
+
+/// Bytes per gradient element the data-parallel reduction moves (`Layout::grad_reduce_dtype`).
+pub(super) fn grad_reduce_bytes(layout: &Layout) -> u64 {
+    layout.grad_reduce_dtype.bytes() as u64
 }
 
 fn grad_sync(
@@ -234,7 +250,7 @@ fn grad_sync(
             Class::DpComm,
         ));
     }
-    if fsdp(layout) || layout.grad_replicas() == 1 {
+    if fsdp_per_layer(layout) || layout.grad_replicas() == 1 {
         return out;
     }
     let op = if layout.rules == Rules::Megatron && layout.zero >= 1 {
@@ -377,7 +393,7 @@ fn update(
         }
         out.extend(gradient_upkeep(b, layout, params + experts.params, groups));
     }
-    if layout.zero >= 1 && !fsdp(layout) && dp > 1 {
+    if layout.zero >= 1 && !fsdp_per_layer(layout) && dp > 1 {
         out.extend(bucketed(
             b,
             "dp parameter all-gather",

@@ -1654,3 +1654,92 @@ fn megatron_falls_back_to_pytorch_softmax_where_its_fused_kernel_refuses_the_sha
     assert_eq!(softmax_bytes_per_score(1), 4.0);
     assert_eq!(softmax_bytes_per_score(4), 2.0);
 }
+
+/// Bytes of the collectives labelled `label` in `calls`, and the plan's queries.
+fn collective_bytes(
+    plan: &crate::plan::Plan,
+    calls: &[crate::plan::Call],
+    label: &str,
+) -> Vec<u64> {
+    calls
+        .iter()
+        .filter(|c| c.label == label)
+        .map(|c| match plan.query(c).shape {
+            Shape::Collective(s) => s.bytes,
+            _ => panic!("{label} is not a collective"),
+        })
+        .collect()
+}
+
+#[test]
+fn fsdp_gathers_per_layer_without_a_pipeline_and_once_a_step_with_one() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let plan_of = |pp: u64| {
+        let mut s = spec(1, pp, 8, 1, 8);
+        s.zero = Some(3);
+        crate::plan::Plan::new(&arch, &Layout::new(&s, &arch, &c).unwrap(), &c)
+    };
+    // no pipeline: each layer gathers its bf16 weights and reduce-scatters fp32 gradients
+    let flat = plan_of(1);
+    let gathers = collective_bytes(&flat, &flat.layer.bwd, "fsdp parameter collective");
+    assert_eq!(
+        gathers.len(),
+        2,
+        "gather and reduce-scatter in the backward"
+    );
+    assert_eq!(gathers[1], 2 * gathers[0], "fp32 gradients, 16-bit weights");
+    assert!(flat.stages[0].grad_sync.is_empty());
+    // a pipeline: nothing per layer, one bucketed reduce-scatter and one gather a step
+    let piped = plan_of(2);
+    assert!(collective_bytes(&piped, &piped.layer.fwd, "fsdp parameter collective").is_empty());
+    let sync = collective_bytes(&piped, &piped.stages[0].grad_sync, "dp gradient sync");
+    let gather = collective_bytes(&piped, &piped.stages[0].update, "dp parameter all-gather");
+    assert!(!sync.is_empty() && !gather.is_empty());
+    assert_eq!(sync.iter().sum::<u64>(), 2 * gather.iter().sum::<u64>());
+    let layout = Layout::new(
+        &ParallelSpec {
+            zero: Some(3),
+            ..spec(1, 2, 8, 1, 8)
+        },
+        &arch,
+        &c,
+    )
+    .unwrap();
+    assert!(
+        layout.overlap.param_gather,
+        "gathered beside the first forward"
+    );
+}
+
+#[test]
+fn gradients_are_reduced_in_their_reduction_type() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let sync_bytes = |dtype: crate::ops::Dtype, reduce: Option<crate::ops::Dtype>| {
+        let s = ParallelSpec {
+            zero: Some(1),
+            dtype: Some(dtype),
+            grad_reduce_dtype: reduce,
+            ..spec(1, 1, 8, 1, 8)
+        };
+        let plan = crate::plan::Plan::new(&arch, &Layout::new(&s, &arch, &c).unwrap(), &c);
+        let sync = collective_bytes(&plan, &plan.stages[0].grad_sync, "dp gradient sync");
+        let gather = collective_bytes(&plan, &plan.stages[0].update, "dp parameter all-gather");
+        (sync.iter().sum::<u64>(), gather.iter().sum::<u64>())
+    };
+    use crate::ops::Dtype::*;
+    let (bf16, gathered) = sync_bytes(Bf16, None);
+    assert_eq!(bf16, 2 * gathered, "bf16 training reduces fp32 gradients");
+    assert_eq!(sync_bytes(Fp8, None).0, bf16);
+    assert_eq!(sync_bytes(Fp16, None), (gathered, gathered));
+    assert_eq!(sync_bytes(Bf16, Some(Bf16)).0, gathered);
+    let fp8 = ParallelSpec {
+        grad_reduce_dtype: Some(Fp8),
+        ..spec(1, 1, 8, 1, 8)
+    };
+    assert!(Layout::new(&fp8, &arch, &c)
+        .unwrap_err()
+        .to_string()
+        .contains("--grad-reduce-dtype"));
+}

@@ -238,6 +238,10 @@ pub struct ParallelSpec {
     pub zero: Option<u8>,
     #[serde(default)]
     pub dtype: Option<Dtype>,
+    /// The type data-parallel gradients are reduced in (default: fp32 when training in bf16 or
+    /// fp8, fp16 under fp16; see `Layout::grad_reduce_dtype`).
+    #[serde(default)]
+    pub grad_reduce_dtype: Option<Dtype>,
     #[serde(default)]
     pub rules: Option<Rules>,
     /// Elements per data-parallel gradient bucket.
@@ -323,6 +327,7 @@ impl ParallelSpec {
             partition: over.partition.or(self.partition),
             zero: over.zero.or(self.zero),
             dtype: over.dtype.or(self.dtype),
+            grad_reduce_dtype: over.grad_reduce_dtype.or(self.grad_reduce_dtype),
             rules: over.rules.or(self.rules),
             dp_bucket_elements: over.dp_bucket_elements.or(self.dp_bucket_elements),
             schedule: over.schedule.or(self.schedule),
@@ -390,6 +395,13 @@ pub struct Layout {
     pub partition: Partition,
     pub zero: u8,
     pub dtype: Dtype,
+    /// What data-parallel gradients are reduced in (reduce-scatter or all-reduce, FSDP's
+    /// included): bf16 training reduces fp32 gradients — Megatron-LM turns on
+    /// `accumulate_allreduce_grads_in_fp32` for bf16, NeMo's `bf16_mixed` sets
+    /// `grad_reduce_in_fp32`, torchtitan's FSDP reduces in `mixed_precision_reduce = float32`,
+    /// Composer's `mixed_precision: DEFAULT` in fp32 — unless a framework reduces in 16 bits
+    /// (Composer's `PURE`); fp16 training reduces fp16 gradients.
+    pub grad_reduce_dtype: Dtype,
     pub rules: Rules,
     pub dp_bucket_elements: u64,
     pub schedule: Schedule,
@@ -506,7 +518,7 @@ impl Layout {
         let overlap = overlap(
             spec,
             rules,
-            [zero as u64, tp, dp * cp],
+            [zero as u64, tp, dp * cp, pp],
             sequence_parallel,
             schedule,
         )?;
@@ -543,6 +555,12 @@ impl Layout {
                 v
             }
         };
+        let grad_reduce_dtype = match spec.grad_reduce_dtype {
+            Some(Dtype::Fp8) => return Err(LayoutError::GradReduceFp8),
+            Some(d) => d,
+            None if dtype == Dtype::Fp16 => Dtype::Fp16,
+            None => Dtype::Fp32,
+        };
         if !cluster.spec.gpu.supports(dtype) {
             return Err(LayoutError::DtypeUnsupported {
                 gpu: cluster.spec.gpu.name.clone(),
@@ -574,6 +592,7 @@ impl Layout {
             partition,
             zero,
             dtype,
+            grad_reduce_dtype,
             rules,
             dp_bucket_elements,
             schedule,
@@ -1054,12 +1073,15 @@ fn recompute_modules(
 fn overlap(
     spec: &ParallelSpec,
     rules: Rules,
-    [zero, tp, dp]: [u64; 3],
+    [zero, tp, dp, pp]: [u64; 4],
     sequence_parallel: bool,
     schedule: Schedule,
 ) -> Result<Overlap, LayoutError> {
     let megatron = rules == Rules::Megatron;
-    let distributed_optimizer = (1..3).contains(&zero) && dp > 1 && megatron;
+    // the parameters are gathered once a step: the distributed optimizer's, and FSDP's under
+    // pipeline parallelism (see `plan::stage::fsdp_per_layer`)
+    let distributed_optimizer =
+        ((1..3).contains(&zero) || (zero >= 3 && pp > 1)) && dp > 1 && megatron;
     Ok(Overlap {
         grad_reduce: spec.overlap_grad_reduce.unwrap_or(megatron),
         param_gather: match spec.overlap_param_gather {
