@@ -133,8 +133,8 @@ pub struct JobArgs {
     /// Reduce gradients bucket by bucket during the last backward [megatron default: true].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_grad_reduce: Option<bool>,
-    /// All-gather the distributed optimizer's parameters during the first forward [megatron
-    /// default: true with zero 1–2 and dp > 1].
+    /// All-gather the distributed optimizer's parameters (FSDP's under a pipeline) during the
+    /// first forward [megatron default: true with zero 1–2, or zero 3 with pp > 1, and dp > 1].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_param_gather: Option<bool>,
     /// Pipeline sends on their own stream instead of blocking the sender [default: true for

@@ -217,8 +217,15 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
                 transient = transient.max(activations::head_transient(arch, layout));
             }
             if layout.zero >= 3 && layout.grad_replicas() > 1 {
-                // FSDP gathers the next layer's weights while the current one runs
-                transient += 2.0 * 2.0 * plan.layer.params as f64;
+                transient += if layout.pp > 1 {
+                    // under a pipeline FSDP holds the stage's gathered 16-bit weights for the
+                    // step and accumulates its unsharded gradients (in the reduction type)
+                    // until the last backward (see `plan::stage::fsdp_per_layer`)
+                    (s.params + s.expert_params) as f64 * (2.0 + layout.grad_reduce_dtype.bytes())
+                } else {
+                    // FSDP gathers the next layer's weights while the current one runs
+                    2.0 * 2.0 * plan.layer.params as f64
+                };
             }
             let rank_layers: f64 = placement
                 .iter()
@@ -395,6 +402,29 @@ mod tests {
         let m = &r.ranks[0];
         let per_param = (m.weights_gib + m.gradients_gib + m.optimizer_gib) * GIB / m.params as f64;
         assert!((per_param - (6.0 + 12.0 / 8.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn fsdp_under_a_pipeline_holds_the_stages_weights_and_gradients_unsharded() {
+        let mut s = spec(1, 2, 8, 8);
+        s.zero = Some(3);
+        let (layout, r) = report("llama2-7b", s);
+        let m = &r.ranks[0];
+        // 16-bit weights gathered for the step and fp32 gradients accumulated until the last
+        // backward, on top of the recomputation's working set
+        let held = m.params as f64 * (2.0 + 4.0) / GIB;
+        assert_eq!(layout.grad_reduce_dtype, crate::ops::Dtype::Fp32);
+        assert!(
+            m.transient_gib >= held && m.transient_gib < held + 2.0,
+            "{m:?}"
+        );
+        let mut flat = spec(1, 1, 8, 8);
+        flat.zero = Some(3);
+        let (_, r) = report("llama2-7b", flat);
+        assert!(
+            r.ranks[0].transient_gib < held / 4.0,
+            "one layer at a time without a pipeline"
+        );
     }
 
     #[test]
