@@ -323,6 +323,10 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         Dtype::Fp8 => arg("--bf16 --fp8-format hybrid".into()),
         Dtype::Fp32 | Dtype::Tf32 => {}
     }
+    // bf16 training reduces fp32 gradients whatever the flags; fp16 only when asked
+    if l.dtype == Dtype::Fp16 && l.grad_reduce_dtype == Dtype::Fp32 {
+        arg("--accumulate-allreduce-grads-in-fp32".into());
+    }
     match l.recompute {
         Recompute::None => {}
         Recompute::Selective => {
@@ -382,6 +386,14 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
              what Megatron's selective granularity recomputes"
                 .into(),
         );
+    }
+    if l.activation_dtype() == Dtype::Bf16 && l.grad_reduce_dtype != Dtype::Fp32 {
+        notes.push(format!(
+            "Megatron-LM reduces bf16 training's gradients in fp32 whatever the flags (it turns \
+             on --accumulate-allreduce-grads-in-fp32 for bf16): the run moves twice the \
+             gradient bytes the prediction costed in {}",
+            l.grad_reduce_dtype.name()
+        ));
     }
     Ok(Launch {
         framework: Framework::Megatron,
@@ -476,9 +488,10 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     set(
         "trainer.strategy.ddp",
         format!(
-            "run.Config(DistributedDataParallelConfig, grad_reduce_in_fp32=True, \
+            "run.Config(DistributedDataParallelConfig, grad_reduce_in_fp32={}, \
              overlap_grad_reduce={}, overlap_param_gather={}, use_distributed_optimizer={}, \
              bucket_size={})",
+            py_bool(l.grad_reduce_dtype == Dtype::Fp32),
             py_bool(l.overlap.grad_reduce),
             py_bool(l.overlap.param_gather),
             py_bool(l.zero == 1),
@@ -740,7 +753,7 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let _ = writeln!(
         out,
         "[training]\nlocal_batch_size = {local}\nglobal_batch_size = {}\nseq_len = {}\n\
-         mixed_precision_param = \"{precision}\"\n",
+         mixed_precision_param = \"{precision}\"\nmixed_precision_reduce = \"float32\"\n",
         l.global_batch, l.seq_len
     );
     let _ = writeln!(
@@ -782,6 +795,13 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
              Megatron's (attention core recomputed), which stores somewhat more"
                 .into(),
         );
+    }
+    if l.grad_reduce_dtype != Dtype::Fp32 {
+        notes.push(format!(
+            "torchtitan reduces gradients in float32 only: the run moves twice the gradient \
+             bytes the prediction costed in {}",
+            l.grad_reduce_dtype.name()
+        ));
     }
     if l.overlap.tp {
         notes.push(
@@ -860,6 +880,56 @@ mod tests {
         }
         // the last argument has no continuation
         assert!(!text.trim_end().ends_with('\\'));
+    }
+
+    #[test]
+    fn the_gradient_reduction_type_is_exported_or_its_difference_noted() {
+        let with = |dtype, reduce, zero| {
+            let s = ParallelSpec {
+                dtype: Some(dtype),
+                grad_reduce_dtype: reduce,
+                sequence_parallel: Some(true),
+                zero: Some(zero),
+                ..spec(2, 1, 8)
+            };
+            target("llama2-7b", s)
+        };
+        // the defaults are each framework's own
+        let (a, l) = with(Dtype::Bf16, None, 1);
+        let n = launch(Framework::Nemo, &a, &l).unwrap().text;
+        assert!(n.contains("grad_reduce_in_fp32=True"), "{n}");
+        let (a, l) = with(Dtype::Bf16, None, 3);
+        let t = launch(Framework::Torchtitan, &a, &l).unwrap();
+        assert!(t.text.contains("mixed_precision_reduce = \"float32\""));
+        assert!(!t.notes.iter().any(|n| n.contains("twice the")));
+        // bf16 reduction: NeMo can, Megatron-LM and torchtitan cannot (noted)
+        let (a, l) = with(Dtype::Bf16, Some(Dtype::Bf16), 1);
+        let n = launch(Framework::Nemo, &a, &l).unwrap().text;
+        assert!(n.contains("grad_reduce_in_fp32=False"), "{n}");
+        let m = launch(Framework::Megatron, &a, &l).unwrap();
+        assert!(
+            m.notes.iter().any(|n| n.contains("twice the")),
+            "{:?}",
+            m.notes
+        );
+        let (a, l) = with(Dtype::Bf16, Some(Dtype::Bf16), 3);
+        let t = launch(Framework::Torchtitan, &a, &l).unwrap();
+        assert!(
+            t.notes.iter().any(|n| n.contains("twice the")),
+            "{:?}",
+            t.notes
+        );
+        // fp16: 16-bit reduction unless asked
+        let (a, l) = with(Dtype::Fp16, Some(Dtype::Fp32), 1);
+        let m = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(m.contains("--accumulate-allreduce-grads-in-fp32"), "{m}");
+        let n = launch(Framework::Nemo, &a, &l).unwrap().text;
+        assert!(n.contains("grad_reduce_in_fp32=True"), "{n}");
+        let (a, l) = with(Dtype::Fp16, None, 1);
+        let n = launch(Framework::Nemo, &a, &l).unwrap().text;
+        assert!(n.contains("grad_reduce_in_fp32=False"), "{n}");
+        let m = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(!m.contains("--accumulate-allreduce-grads-in-fp32"), "{m}");
     }
 
     #[test]
