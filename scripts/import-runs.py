@@ -318,7 +318,10 @@ def torchtitan(ref, out):
         # pipeline ranks: the benchmarks' code (9dec370, Dec 2024) defaults
         # experimental.pipeline_parallel_microbatches to the pp degree (later torchtitan
         # defaults to micro-batches of 1 instead)
-        mb = local // pp if pp > 1 and local % pp == 0 else 1 if pp > 1 else local
+        if pp == 1:
+            mb = local
+        else:
+            mb = local // pp if local % pp == 0 else 1
         vpp = 2 if "Interleaved" in sched else 1
         # torchtitan weighs the embedding and the output as one layer each when it splits the
         # layers over stages (generate_llm_fqn_per_model_part, input/output weight 1); where the

@@ -216,11 +216,11 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
             if placement[last] == r {
                 transient = transient.max(activations::head_transient(arch, layout));
             }
-            if layout.zero >= 3 && layout.grad_replicas() > 1 {
+            if layout.fsdp() {
                 transient += if layout.pp > 1 {
                     // under a pipeline FSDP holds the stage's gathered 16-bit weights for the
                     // step and accumulates its unsharded gradients (in the reduction type)
-                    // until the last backward (see `plan::stage::fsdp_per_layer`)
+                    // until the last backward (see `Layout::fsdp_per_layer`)
                     (s.params + s.expert_params) as f64 * (2.0 + layout.grad_reduce_dtype.bytes())
                 } else {
                     // FSDP gathers the next layer's weights while the current one runs

@@ -221,7 +221,7 @@ impl Plan {
                 .then_some(Role::FlashAttention2),
             ..Builder::default()
         };
-        let fsdp = stage::fsdp_per_layer(layout);
+        let fsdp = layout.fsdp_per_layer();
         let embedding = layer::embedding_block(&mut b, arch, &dims);
         let layer_block = layer::layer_block(&mut b, arch, layout, &dims, fsdp, false);
         let dense_layer = (arch.moe.is_some_and(|m| m.dense_layers > 0))

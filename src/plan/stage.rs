@@ -206,21 +206,6 @@ fn bucketed(
         .collect()
 }
 
-fn fsdp(layout: &Layout) -> bool {
-    layout.zero >= 3 && layout.grad_replicas() > 1
-}
-
-/// Whether FSDP gathers each layer's weights before its forward and its backward and
-/// reduce-scatters its gradients after, every micro-batch: without pipeline parallelism.
-/// Under it, PyTorch's pipelining stages (as torchtitan runs them) keep a stage's parameters
-/// gathered for the whole step (torchtitan turns `reshard_after_forward` off with pp > 1)
-/// and reduce-scatter its gradients once, in the last micro-batch's backward (the stage turns
-/// gradient sync on for the last backward only): one gather and one reduce-scatter a step,
-/// costed as the distributed optimizer's.
-pub(super) fn fsdp_per_layer(layout: &Layout) -> bool {
-    fsdp(layout) && layout.pp == 1
-}
-
 /// Bytes per gradient element the data-parallel reduction moves (`Layout::grad_reduce_dtype`).
 pub(super) fn grad_reduce_bytes(layout: &Layout) -> u64 {
     layout.grad_reduce_dtype.bytes() as u64
@@ -250,7 +235,7 @@ fn grad_sync(
             Class::DpComm,
         ));
     }
-    if fsdp_per_layer(layout) || layout.grad_replicas() == 1 {
+    if layout.fsdp_per_layer() || layout.grad_replicas() == 1 {
         return out;
     }
     let op = if layout.rules == Rules::Megatron && layout.zero >= 1 {
@@ -383,7 +368,7 @@ fn update(
     )];
     if megatron {
         // FSDP casts the 16-bit weights as it gathers them: no copy of its own
-        if !fsdp(layout) {
+        if !layout.fsdp() {
             out.push(memory_pass(
                 b,
                 "main-to-model parameter copy",
@@ -393,7 +378,7 @@ fn update(
         }
         out.extend(gradient_upkeep(b, layout, params + experts.params, groups));
     }
-    if layout.zero >= 1 && !fsdp_per_layer(layout) && dp > 1 {
+    if layout.zero >= 1 && !layout.fsdp_per_layer() && dp > 1 {
         out.extend(bucketed(
             b,
             "dp parameter all-gather",

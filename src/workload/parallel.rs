@@ -664,6 +664,22 @@ impl Layout {
         self.dp * self.cp
     }
 
+    /// Whether the parameters are sharded FSDP-style (ZeRO 3 over more than one replica).
+    pub fn fsdp(&self) -> bool {
+        self.zero >= 3 && self.grad_replicas() > 1
+    }
+
+    /// Whether FSDP gathers each layer's weights before its forward and its backward and
+    /// reduce-scatters its gradients after, every micro-batch: without pipeline parallelism.
+    /// Under it, PyTorch's pipelining stages (as torchtitan runs them) keep a stage's
+    /// parameters gathered for the whole step (torchtitan turns `reshard_after_forward` off
+    /// with pp > 1) and reduce-scatter its gradients once, in the last micro-batch's backward
+    /// (the stage turns gradient sync on for the last backward only): one gather and one
+    /// reduce-scatter a step, costed as the distributed optimizer's.
+    pub fn fsdp_per_layer(&self) -> bool {
+        self.fsdp() && self.pp == 1
+    }
+
     /// Ranks that hold the same experts and reduce their gradients together (expert data
     /// parallelism): the tp · cp · dp ranks of a stage over etp · ep.
     pub fn expert_grad_replicas(&self) -> u64 {
@@ -1079,7 +1095,7 @@ fn overlap(
 ) -> Result<Overlap, LayoutError> {
     let megatron = rules == Rules::Megatron;
     // the parameters are gathered once a step: the distributed optimizer's, and FSDP's under
-    // pipeline parallelism (see `plan::stage::fsdp_per_layer`)
+    // pipeline parallelism (see `Layout::fsdp_per_layer`)
     let distributed_optimizer =
         ((1..3).contains(&zero) || (zero >= 3 && pp > 1)) && dp > 1 && megatron;
     Ok(Overlap {
