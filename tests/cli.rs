@@ -1613,6 +1613,78 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
     );
 }
 
+/// A cluster with no measured runs of its own composes under the calibration its file borrows
+/// (`models.calibration_from`) and says whose it is; `--no-calibration` still shows its own
+/// defaults, and without the line the cluster keeps them. Perlmutter, the paper's cluster,
+/// borrows the DGX A100's (the same GPU and kernel models).
+#[test]
+fn a_cluster_without_runs_composes_under_the_calibration_its_file_borrows() {
+    let predict = |cluster: &str, extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "predict",
+            "--cluster",
+            cluster,
+            "--model",
+            "llemma-7b",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--dp",
+            "1",
+            "--micro-batch",
+            "1",
+            "--micro-batches",
+            "4",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = stepcast(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // the launch cost the shipped DGX A100 calibration fitted
+    let shipped = fs::read_to_string(repo("models/perlmutter/calibration.yaml")).unwrap();
+    let entry = shipped
+        .split("- cluster: dgx-a100\n  runtime:")
+        .nth(1)
+        .unwrap();
+    let fitted: f64 = entry
+        .split("launch_us: ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let borrowed = predict("perlmutter", &[]);
+    let summary = borrowed["calibration"].as_str().unwrap();
+    assert!(
+        summary.starts_with("calibrated for dgx-a100 on ")
+            && summary.contains("borrowed: no runs measured on perlmutter"),
+        "{summary}"
+    );
+    assert_eq!(borrowed["runtime"]["launch_us"].as_f64(), Some(fitted));
+    let raw = predict("perlmutter", &["--no-calibration"]);
+    assert!(raw["calibration"].is_null(), "{}", raw["calibration"]);
+    assert_eq!(raw["runtime"]["launch_us"].as_f64(), Some(20.0));
+    // the same file without the line: the cluster's own defaults, the same step as raw
+    let tmp = tempfile::tempdir().unwrap();
+    let text = fs::read_to_string(repo("hardware-profiles/perlmutter.yaml")).unwrap();
+    let own = text.replace("  calibration_from: dgx-a100\n", "").replace(
+        "  dir: ../models/perlmutter",
+        &format!("  dir: {}", repo("models/perlmutter")),
+    );
+    assert!(!own.contains("calibration_from") && own.contains(&repo("models/perlmutter")));
+    let cluster = tmp.path().join("perlmutter.yaml");
+    fs::write(&cluster, own).unwrap();
+    let plain = predict(s(&cluster), &[]);
+    assert!(plain["calibration"].is_null(), "{}", plain["calibration"]);
+    assert_eq!(plain["step_time_s"], raw["step_time_s"]);
+    assert_ne!(plain["step_time_s"], borrowed["step_time_s"]);
+}
+
 /// A calibration next to good models that today's bounds refuse (fitted under wider ones) is
 /// refused as the calibration's fault, with its own fix: training the models again, which
 /// the models' message advises, would not mend it.

@@ -36,6 +36,13 @@ pub struct ModelsRef {
     /// Empty: every kernel. The backward/forward ratio of fused attention is always read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfer_kinds: Vec<String>,
+    /// The cluster (by name) whose calibration in `dir`'s `calibration.yaml` this one composes
+    /// under while it has none of its own: a cluster of the same GPU and models with no
+    /// published runs borrows the runtime fitted where runs were measured (its parameters —
+    /// the host's cost per kernel, sustained clocks, contention, per-step work — belong to the
+    /// GPU and the software, not the network). A calibration fitted for this cluster wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration_from: Option<String>,
 }
 
 impl ModelsRef {
@@ -394,6 +401,15 @@ impl ClusterSpec {
                     "{what}: models.collectives is true and models.collectives_from is set: \
                      both say where the collectives come from; keep one"
                 ));
+            }
+            if let Some(from) = &m.calibration_from {
+                if from.trim().is_empty() || from == &self.name {
+                    return Err(format!(
+                        "{what}: models.calibration_from is '{from}': give the name of another \
+                         cluster whose calibration in the models directory this one borrows \
+                         (e.g. dgx-a100), or remove the line"
+                    ));
+                }
             }
             for k in &m.transfer_kinds {
                 let (op, phase) = transfer_kind(k);

@@ -307,6 +307,33 @@ pub struct FittedOn {
 }
 
 impl Calibration {
+    /// A calibration of `cluster` fitted on one run, the defaults but for its launch cost: for
+    /// tests of how calibrations are found and applied.
+    #[cfg(test)]
+    pub(crate) fn example(cluster: &str, launch_us: f64) -> Calibration {
+        Calibration {
+            cluster: cluster.into(),
+            framework: None,
+            runtime: Runtime {
+                launch_us,
+                ..Runtime::default()
+            },
+            fitted_on: FittedOn {
+                file: "runs.csv".into(),
+                fingerprint: "0".into(),
+                runs: 1,
+                sets: Default::default(),
+                families: vec![],
+            },
+            raw: Default::default(),
+            in_sample: Default::default(),
+            cross_validated: None,
+            at_bound: vec![],
+            stepcast: "test".into(),
+            created_at: "2026-11-24".into(),
+        }
+    }
+
     /// How predictions say they are calibrated: "calibrated on N runs, cross-validated x %".
     pub fn summary(&self) -> String {
         let cv = match &self.cross_validated {
@@ -374,25 +401,8 @@ mod tests {
             assert!(framework_name(bad).unwrap_err().contains("framework name"));
         }
         let entry = |framework: Option<&str>, launch_us| Calibration {
-            cluster: "c".into(),
             framework: framework.map(String::from),
-            runtime: Runtime {
-                launch_us,
-                ..Runtime::default()
-            },
-            fitted_on: FittedOn {
-                file: "runs.csv".into(),
-                fingerprint: "0".into(),
-                runs: 1,
-                sets: Default::default(),
-                families: vec![],
-            },
-            raw: Default::default(),
-            in_sample: Default::default(),
-            cross_validated: None,
-            at_bound: vec![],
-            stepcast: "test".into(),
-            created_at: "2026-11-24".into(),
+            ..Calibration::example("c", launch_us)
         };
         let c = Calibrations::default()
             .with(entry(None, 30.0))

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::analytic::{network, roofline};
 use crate::error::Result;
-use crate::hardware::{Cluster, Runtime};
+use crate::hardware::{Calibration as FittedRuntime, Cluster, Runtime};
 use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
 use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Role, Shape};
 use crate::regress::{Match, ModelSet, TrainedModel};
@@ -102,6 +102,34 @@ struct Calibration {
     from: String,
 }
 
+/// The calibration `lookup` finds for `cluster` (by its own name first, then by the name its
+/// file's `models.calibration_from` borrows), and whether it was borrowed.
+fn calibration_of<'m>(
+    cluster: &Cluster,
+    lookup: impl Fn(&str) -> Option<&'m FittedRuntime>,
+) -> Option<(&'m FittedRuntime, bool)> {
+    let borrowed = || {
+        let from = cluster.spec.models.as_ref()?.calibration_from.as_deref()?;
+        lookup(from).map(|c| (c, true))
+    };
+    lookup(&cluster.spec.name)
+        .map(|c| (c, false))
+        .or_else(borrowed)
+}
+
+/// How a prediction says which calibration it is composed under; a borrowed one says so.
+fn summary(c: &FittedRuntime, borrowed: bool, cluster: &Cluster) -> String {
+    if borrowed {
+        format!(
+            "{}, borrowed: no runs measured on {} (its file's models.calibration_from)",
+            c.summary(),
+            cluster.spec.name
+        )
+    } else {
+        c.summary()
+    }
+}
+
 /// Costs operator calls on one cluster from its models, with fallbacks (see the module docs).
 pub struct CostModel<'a> {
     cluster: &'a Cluster,
@@ -121,12 +149,15 @@ pub struct CostModel<'a> {
 impl<'a> CostModel<'a> {
     /// A cost model of `cluster` with these trained models (none: analytic only).
     pub fn new(cluster: &'a Cluster, models: Option<ModelSet>) -> Self {
-        // a calibration fitted for this cluster takes precedence over the cluster's defaults
-        let calibration = models
+        // a calibration fitted for this cluster takes precedence over the cluster's defaults;
+        // without one, the calibration its file borrows (`models.calibration_from`)
+        let found = models
             .as_ref()
-            .and_then(|m| m.calibrations.of(&cluster.spec.name));
-        let runtime = calibration.map_or(cluster.spec.runtime, |c| c.runtime);
-        let calibrated = calibration.map(|c| c.summary());
+            .and_then(|m| calibration_of(cluster, |name| m.calibrations.of(name)));
+        let runtime = found
+            .as_ref()
+            .map_or(cluster.spec.runtime, |(c, _)| c.runtime);
+        let calibrated = found.map(|(c, borrowed)| summary(c, borrowed, cluster));
         CostModel {
             cluster,
             transfer: Vec::new(),
@@ -179,14 +210,14 @@ impl<'a> CostModel<'a> {
         let Some(framework) = framework else {
             return self;
         };
+        let cluster = self.cluster;
         let found = self.models.as_ref().and_then(|m| {
-            m.calibrations
-                .of_framework(&self.cluster.spec.name, framework)
+            calibration_of(cluster, |name| m.calibrations.of_framework(name, framework))
         });
         match found {
-            Some(c) => {
+            Some((c, borrowed)) => {
                 self.runtime = c.runtime;
-                self.calibrated = Some(c.summary());
+                self.calibrated = Some(summary(c, borrowed, cluster));
             }
             None => {
                 let why = format!(
@@ -662,5 +693,34 @@ fn combine(a: Estimate, b: Estimate) -> Estimate {
         sigma_log: a.sigma_log.max(b.sigma_log),
         out_of_coverage: ooc,
         ..a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cluster's own calibration wins over the one its file borrows, which stands in only
+    /// when the cluster has none; a file that borrows nothing gets nothing.
+    #[test]
+    fn a_borrowed_calibration_stands_in_only_for_a_missing_one() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let perlmutter =
+            Cluster::load(&dir.join("hardware-profiles/perlmutter.yaml")).expect("shipped");
+        let (own, theirs) = (
+            FittedRuntime::example("perlmutter", 30.0),
+            FittedRuntime::example("dgx-a100", 50.0),
+        );
+        let both = |name: &str| [&own, &theirs].into_iter().find(|c| c.cluster == name);
+        let (c, borrowed) = calibration_of(&perlmutter, both).unwrap();
+        assert!(!borrowed && c.runtime.launch_us == 30.0);
+        let only_theirs = |name: &str| Some(&theirs).filter(|c| c.cluster == name);
+        let (c, borrowed) = calibration_of(&perlmutter, only_theirs).unwrap();
+        assert!(borrowed && c.runtime.launch_us == 50.0);
+        assert!(
+            summary(c, borrowed, &perlmutter).contains("borrowed: no runs measured on perlmutter")
+        );
+        let h100 = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).expect("shipped");
+        assert!(calibration_of(&h100, only_theirs).is_none());
     }
 }
