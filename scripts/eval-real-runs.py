@@ -6,8 +6,9 @@ sets the shipped calibration is fitted on (grouped cross-validation: each model 
 predicted by a runtime fitted without it; the other sets on the cluster are held out whole) and
 reports per set: rows, expressible, predicted, raw (the cluster's default runtime) and
 calibrated mean |error|, max and signed bias, and the highest predicted MFU. DGX Cloud is also
-split into BF16 and FP8, and DGX Cloud, NeMo and torchtitan into dense runs and
-context-parallel ones (cp > 1). MPT (MosaicML's Composer with FSDP) is also predicted by a
+split into BF16 and FP8, DGX Cloud, NeMo and torchtitan into dense runs and
+context-parallel ones (cp > 1), and NeMo into its two sources (the NeMo repository's 24.07 table,
+Megatron-Bridge's 25.09-26.08 tables). MPT (MosaicML's Composer with FSDP) is also predicted by a
 runtime fitted on Composer's runs alone (`calibrate --framework composer`, grouped
 cross-validation within them), reported as "mpt (composer runtime)".
 
@@ -260,6 +261,13 @@ def main():
                 dense = [x for x in rows if x not in cp]
                 groups[f"{name} dense"] = ({"fitted": s["fitted"], "rows": len(dense), "expressible": None}, dense)
                 groups[f"{name} CP"] = ({"fitted": s["fitted"], "rows": len(cp), "expressible": None}, cp)
+        # NeMo's two sources apart (its SOURCE.md's origins 1 and 2): the NeMo repository's 24.07
+        # table (2024) and Megatron-Bridge's tables (containers 25.09-26.08), two software years
+        if "nemo" in groups:
+            s, rows = groups["nemo"]
+            old = [x for x in rows if x["label"].startswith("NeMo 24.07 ")]
+            for part, sub in (("NeMo 24.07", old), ("Megatron-Bridge", [x for x in rows if x not in old])):
+                groups[f"nemo {part}"] = ({"fitted": s["fitted"], "rows": len(sub), "expressible": None}, sub)
         for name, (s, rows) in groups.items():
             pred = [x for x in rows if x.get("raw_s")]
             raw = stats([100 * (x["raw_s"] / x["measured_s"] - 1) for x in pred])
