@@ -85,6 +85,10 @@ fn train_eval_and_show_work_end_to_end() {
         "{text}"
     );
     assert!(text.contains("NCCL 2.21.5"), "{text}");
+    assert!(
+        text.contains("no calibration: steps on these models"),
+        "{text}"
+    );
 
     // retraining into the same directory replaces the models
     let out = stepcast(&[
@@ -1539,6 +1543,26 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
     assert!(entries
         .iter()
         .any(|e| !e.contains("framework:") && e.contains("runs: 8")));
+    // `models show` lists both fits: cluster, framework, runs, errors and fitted values
+    let shown = stdout(&stepcast(&["models", "show", s(&models), "--wide"]));
+    let rows: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.contains("│ dgx-a100 "))
+        .collect();
+    assert!(
+        rows.len() == 2
+            && rows
+                .iter()
+                .any(|l| l.contains("composer") && l.contains(" 4 "))
+            && rows
+                .iter()
+                .any(|l| l.contains(" any ") && l.contains(" 8 ")),
+        "{shown}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&stepcast(&["models", "show", s(&models), "--json"]).stdout)
+            .unwrap();
+    assert_eq!(json["calibrations"].as_array().map(Vec::len), Some(2));
     // predict picks the framework's entry, or says there is none and keeps the cluster's
     let predict = |extra: &[&str]| {
         let mut args = vec![

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use super::output::{align_numbers, bytes, pct, table};
+use stepcast::hardware::Calibrations;
 use stepcast::regress::ModelSet;
 
 #[derive(Debug, Subcommand)]
@@ -51,7 +52,14 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
             let m = ModelSet::checked_manifest(&dir)?;
             let set = ModelSet::open(&dir)?;
             if json {
-                return super::stamp::print(&m, vec![super::stamp::models(&set)]);
+                let mut doc = serde_json::to_value(&m)?;
+                if let Some(fields) = doc.as_object_mut() {
+                    fields.insert(
+                        "calibrations".into(),
+                        serde_json::to_value(&set.calibrations.clusters)?,
+                    );
+                }
+                return super::stamp::print(&doc, vec![super::stamp::models(&set)]);
             }
             println!(
                 "models: {} (fingerprint {})",
@@ -141,7 +149,68 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
             align_numbers(&mut t, 2);
             println!("{t}");
             println!("{} models, {}", m.models.len(), bytes(total));
+            print_calibrations(&set.calibrations);
             Ok(())
         }
     }
+}
+
+/// The runtimes `stepcast calibrate` fitted next to these models: per cluster (and framework),
+/// on how many runs, how well (raw and grouped cross-validation), and the fitted values.
+fn print_calibrations(c: &Calibrations) {
+    if c.clusters.is_empty() {
+        println!(
+            "no calibration: steps on these models compose under each cluster's runtime defaults \
+             (`stepcast calibrate` fits one to measured runs)"
+        );
+        return;
+    }
+    let mut t = table(&[
+        "cluster",
+        "framework",
+        "runs",
+        "raw mean / bias %",
+        "CV mean / max / bias %",
+        "launch µs",
+        "collective µs",
+        "in-situ",
+        "contention",
+        "per-step ms",
+        "at a bound",
+        "fitted",
+    ]);
+    for e in &c.clusters {
+        let r = &e.runtime;
+        let cv = e
+            .cross_validated
+            .as_ref()
+            .map_or("one family".to_string(), |s| {
+                format!(
+                    "{:.1} / {:.1} / {:+.1}",
+                    s.mean_abs_percent, s.max_abs_percent, s.bias_percent
+                )
+            });
+        t.add_row(vec![
+            e.cluster.clone(),
+            e.framework.clone().unwrap_or_else(|| "any".into()),
+            e.fitted_on.runs.to_string(),
+            format!("{:.1} / {:+.1}", e.raw.mean_abs_percent, e.raw.bias_percent),
+            cv,
+            format!("{:.0}", r.launch_us),
+            format!("{:.0}", r.collective_launch_us),
+            format!("{:.3}", r.in_situ_efficiency),
+            format!("{:.2}", r.contention),
+            format!("{:.1}", r.step_overhead_ms),
+            if e.at_bound.is_empty() {
+                "–".into()
+            } else {
+                e.at_bound.join(", ")
+            },
+            format!("{}, stepcast {}", e.created_at, e.stepcast),
+        ]);
+    }
+    println!(
+        "calibrations (calibration.yaml; a cluster file's models.calibration_from borrows one):"
+    );
+    println!("{t}");
 }
