@@ -15,13 +15,13 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::fault::{checkpoint_bytes, Reliability, RunInputs, RunOutcome, Storage};
-use crate::hardware::Cluster;
+use crate::hardware::{Cluster, Runtime};
 use crate::memory::{project, Verdict};
 use crate::plan::Plan;
 use crate::predict::cost::CostModel;
 use crate::predict::{compose_step, estimate, runtime_for, StepMetrics};
 use crate::workload::parallel::divisors;
-use crate::workload::{Arch, ExpertRouting, Layout, ParallelSpec, Recompute, Schedule};
+use crate::workload::{Arch, ExpertRouting, Layout, ParallelSpec, Recompute, Rules, Schedule};
 
 /// The values each dimension may take (`None`: every sensible value).
 #[derive(Debug, Clone)]
@@ -247,6 +247,10 @@ pub struct SearchReport {
     pub seconds: f64,
     /// Predicted rows best first, then the memory-pruned ones.
     pub rows: Vec<SearchRow>,
+    /// The runtime every step was composed under (the isolated-kernel sum under the paper's
+    /// rules), and how it was calibrated (none: the cluster's defaults).
+    pub runtime: Runtime,
+    pub calibration: Option<String>,
 }
 
 impl SearchReport {
@@ -491,6 +495,7 @@ pub fn search_watched(
             .then(a.score(req.objective).total_cmp(&b.score(req.objective)))
             .then(a.memory_peak_gib.total_cmp(&b.memory_peak_gib))
     });
+    let paper = req.base.rules == Some(Rules::Paper);
     Ok(SearchReport {
         enumerated: candidates.len(),
         pruned,
@@ -498,6 +503,14 @@ pub fn search_watched(
         predicted,
         seconds: started.elapsed().as_secs_f64(),
         rows,
+        runtime: if paper {
+            Runtime::isolated()
+        } else {
+            cost.runtime()
+        },
+        calibration: (!paper)
+            .then(|| cost.calibration_summary().map(str::to_string))
+            .flatten(),
     })
 }
 

@@ -1709,6 +1709,47 @@ fn a_cluster_without_runs_composes_under_the_calibration_its_file_borrows() {
     assert_ne!(plain["step_time_s"], borrowed["step_time_s"]);
 }
 
+/// `search` and `export` say which runtime composed their steps, as `predict` does: the
+/// calibration (here the one Perlmutter borrows), the cluster's defaults under
+/// `--no-calibration`, and none under the paper's rules (the isolated-kernel sum).
+#[test]
+fn search_and_export_say_which_runtime_composed_their_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let search = |extra: &[&str]| {
+        let mut args: Vec<&str> = "search --cluster perlmutter --model llemma-7b --gpus 8 \
+                                   --global-batch 16 --tp 2 --pp 2,4 --micro-batch 1 \
+                                   --schedule 1f1b"
+            .split_whitespace()
+            .collect();
+        args.extend_from_slice(extra);
+        let out = stepcast(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let json = tmp.path().join("search.json");
+    let text = search(&["--json", s(&json)]);
+    assert!(
+        text.contains("runtime  calibrated for dgx-a100") && text.contains("borrowed"),
+        "{text}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(doc["calibration"].as_str().unwrap().contains("dgx-a100"));
+    assert!(doc["runtime"]["launch_us"].as_f64().unwrap() > 20.0);
+    let raw = search(&["--no-calibration"]);
+    assert!(raw.contains("runtime  the cluster's defaults"), "{raw}");
+    let paper = search(&["--rules", "paper"]);
+    assert!(!paper.contains("runtime "), "{paper}");
+    let export = "export --cluster perlmutter --model llemma-7b --tp 2 --pp 2 --dp 2 \
+                  --micro-batch 1 --micro-batches 4 --format megatron";
+    let out = stepcast(&export.split_whitespace().collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first = stdout(&out).lines().nth(1).unwrap_or_default().to_string();
+    assert!(
+        first.contains("s per step") && first.contains("calibrated for dgx-a100"),
+        "{first}"
+    );
+}
+
 /// A calibration next to good models that today's bounds refuse (fitted under wider ones) is
 /// refused as the calibration's fault, with its own fix: training the models again, which
 /// the models' message advises, would not mend it.

@@ -86,8 +86,12 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         &cost,
         PredictOptions::default(),
     )?;
+    let runtime = p
+        .calibration
+        .as_deref()
+        .unwrap_or("the cluster's runtime defaults");
     let headline = format!(
-        "{} on {}: {} — stepcast {} (commit {}) predicts {:.3} s per step ({:.3}–{:.3} s)",
+        "{} on {}: {} — stepcast {} (commit {}) predicts {:.3} s per step ({:.3}–{:.3} s; {runtime})",
         job.arch.name,
         job.cluster.spec.name,
         describe(&job)

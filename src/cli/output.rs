@@ -145,3 +145,16 @@ impl stepcast::progress::Progress for Bar {
         self.bar.inc(1);
     }
 }
+
+/// The line saying which runtime composed a prediction: its calibration ("calibrated for … on
+/// N runs …", or one borrowed) or the cluster's defaults, and the values.
+pub fn runtime_line(calibration: Option<&str>, r: &stepcast::hardware::Runtime) -> String {
+    let how = calibration.unwrap_or(
+        "the cluster's defaults (raw physics: no calibration for this cluster, or --no-calibration)",
+    );
+    format!(
+        "runtime  {how}: launch {:.0} µs, collective {:.0} µs, in-situ efficiency {:.2}, \
+         contention {:.2}, per-step host {:.0} ms",
+        r.launch_us, r.collective_launch_us, r.in_situ_efficiency, r.contention, r.step_overhead_ms
+    )
+}

@@ -160,18 +160,9 @@ fn print_prediction(
         None => println!("models   none configured — every kernel from the roofline"),
     }
     if p.layout.rules != stepcast::workload::Rules::Paper {
-        let r = &p.runtime;
-        let how = p.calibration.as_deref().unwrap_or(
-            "the cluster's defaults (raw physics: no calibration for this cluster, or --no-calibration)",
-        );
         println!(
-            "runtime  {how}: launch {:.0} µs, collective {:.0} µs, in-situ efficiency {:.2}, \
-             contention {:.2}, per-step host {:.0} ms",
-            r.launch_us,
-            r.collective_launch_us,
-            r.in_situ_efficiency,
-            r.contention,
-            r.step_overhead_ms
+            "{}",
+            super::output::runtime_line(p.calibration.as_deref(), &p.runtime)
         );
     }
     println!();

@@ -484,6 +484,12 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
     for (rule, n) in &report.pruned {
         println!("  pruned {n:>6} × {rule}");
     }
+    if args.rules != Rules::Paper {
+        println!(
+            "{}",
+            super::output::runtime_line(report.calibration.as_deref(), &report.runtime)
+        );
+    }
     if report.predicted == 0 {
         return;
     }
