@@ -1686,7 +1686,7 @@ fn a_cluster_without_runs_composes_under_the_calibration_its_file_borrows() {
     let summary = borrowed["calibration"].as_str().unwrap();
     assert!(
         summary.starts_with("calibrated for dgx-a100 on ")
-            && summary.contains("borrowed: no runs measured on perlmutter"),
+            && summary.contains("borrowed by perlmutter"),
         "{summary}"
     );
     assert_eq!(borrowed["runtime"]["launch_us"].as_f64(), Some(fitted));
@@ -1707,6 +1707,21 @@ fn a_cluster_without_runs_composes_under_the_calibration_its_file_borrows() {
     assert!(plain["calibration"].is_null(), "{}", plain["calibration"]);
     assert_eq!(plain["step_time_s"], raw["step_time_s"]);
     assert_ne!(plain["step_time_s"], borrowed["step_time_s"]);
+    // a cluster with a framework's fit of its own keeps it for that framework and borrows for
+    // the rest: the DGX A100 40 GB (MosaicML's Composer runs only)
+    let calibration = |extra: &[&str]| {
+        predict("dgx-a100-40gb", extra)["calibration"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(calibration(&[]).contains("borrowed by dgx-a100-40gb"));
+    let composer = calibration(&["--framework", "composer"]);
+    assert!(
+        composer.starts_with("calibrated for dgx-a100-40gb under composer")
+            && !composer.contains("borrowed"),
+        "{composer}"
+    );
 }
 
 /// `search` and `export` say which runtime composed their steps, as `predict` does: the

@@ -121,7 +121,7 @@ fn calibration_of<'m>(
 fn summary(c: &FittedRuntime, borrowed: bool, cluster: &Cluster) -> String {
     if borrowed {
         format!(
-            "{}, borrowed: no runs measured on {} (its file's models.calibration_from)",
+            "{}, borrowed by {} (its file's models.calibration_from)",
             c.summary(),
             cluster.spec.name
         )
@@ -717,9 +717,7 @@ mod tests {
         let only_theirs = |name: &str| Some(&theirs).filter(|c| c.cluster == name);
         let (c, borrowed) = calibration_of(&perlmutter, only_theirs).unwrap();
         assert!(borrowed && c.runtime.launch_us == 50.0);
-        assert!(
-            summary(c, borrowed, &perlmutter).contains("borrowed: no runs measured on perlmutter")
-        );
+        assert!(summary(c, borrowed, &perlmutter).contains("borrowed by perlmutter"));
         let h100 = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).expect("shipped");
         assert!(calibration_of(&h100, only_theirs).is_none());
     }
