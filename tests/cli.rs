@@ -1707,6 +1707,20 @@ fn a_cluster_without_runs_composes_under_the_calibration_its_file_borrows() {
     assert!(plain["calibration"].is_null(), "{}", plain["calibration"]);
     assert_eq!(plain["step_time_s"], raw["step_time_s"]);
     assert_ne!(plain["step_time_s"], borrowed["step_time_s"]);
+    // a name the models' calibrations lack is said, and the defaults compose
+    let typo = cluster.with_file_name("typo.yaml");
+    fs::write(
+        &typo,
+        fs::read_to_string(&cluster).unwrap().replace(
+            "  collectives: true",
+            "  collectives: true\n  calibration_from: dgx-a10",
+        ),
+    )
+    .unwrap();
+    let unknown = predict(s(&typo), &[]);
+    let said = unknown["calibration"].as_str().unwrap();
+    assert!(said.contains("calibration_from names 'dgx-a10'"), "{said}");
+    assert_eq!(unknown["step_time_s"], raw["step_time_s"]);
     // a cluster with a framework's fit of its own keeps it for that framework and borrows for
     // the rest: the DGX A100 40 GB (MosaicML's Composer runs only)
     let calibration = |extra: &[&str]| {

@@ -157,7 +157,19 @@ impl<'a> CostModel<'a> {
         let runtime = found
             .as_ref()
             .map_or(cluster.spec.runtime, |(c, _)| c.runtime);
-        let calibrated = found.map(|(c, borrowed)| summary(c, borrowed, cluster));
+        // a borrowed name the models' calibrations lack (a typo, or models not calibrated yet)
+        // is said, not silently replaced by the defaults
+        let missing = || {
+            let from = cluster.spec.models.as_ref()?.calibration_from.as_ref()?;
+            let dir = models.as_ref()?.dir.display();
+            Some(format!(
+                "the cluster's defaults: its models.calibration_from names '{from}', which \
+                 {dir}/calibration.yaml does not hold"
+            ))
+        };
+        let calibrated = found
+            .map(|(c, borrowed)| summary(c, borrowed, cluster))
+            .or_else(missing);
         CostModel {
             cluster,
             transfer: Vec::new(),
