@@ -62,7 +62,7 @@ fn main() {
         };
         let layout = Layout::new(&spec, &arch, &cluster).expect("layout");
         let plan = Plan::new(&arch, &layout, &cluster);
-        let runtime = stepcast::predict::runtime_for(&layout, &cost);
+        let runtime = stepcast::predict::runtime_for(layout.rules, &cost);
         let costed = estimate(&plan, &cost, false, runtime).expect("estimates");
         let work = pipeline_work(&plan, &layout, &costed.times);
         let passes: usize =

@@ -19,7 +19,7 @@ use crate::hardware::{Cluster, Runtime};
 use crate::memory::{project, Verdict};
 use crate::plan::Plan;
 use crate::predict::cost::CostModel;
-use crate::predict::{compose_step, estimate, runtime_for, StepMetrics};
+use crate::predict::{calibration_for, compose_step, estimate, runtime_for, StepMetrics};
 use crate::workload::parallel::divisors;
 use crate::workload::{Arch, ExpertRouting, Layout, ParallelSpec, Recompute, Rules, Schedule};
 
@@ -399,7 +399,7 @@ fn evaluate(req: &SearchRequest, cost: &CostModel, layout: Layout) -> Result<Sea
     if status != Status::Predicted {
         return Ok(row);
     }
-    let costed = estimate(&plan, cost, false, runtime_for(&row.layout, cost))?;
+    let costed = estimate(&plan, cost, false, runtime_for(row.layout.rules, cost))?;
     let (step, _) = compose_step(&plan, &row.layout, &costed.times)?;
     let metrics = StepMetrics::new(
         step.step_us,
@@ -495,7 +495,8 @@ pub fn search_watched(
             .then(a.score(req.objective).total_cmp(&b.score(req.objective)))
             .then(a.memory_peak_gib.total_cmp(&b.memory_peak_gib))
     });
-    let paper = req.base.rules == Some(Rules::Paper);
+    // the rules every layout was costed under (the base spec's, as `Layout::new` reads them)
+    let rules = req.base.rules.unwrap_or(Rules::Megatron);
     Ok(SearchReport {
         enumerated: candidates.len(),
         pruned,
@@ -503,14 +504,8 @@ pub fn search_watched(
         predicted,
         seconds: started.elapsed().as_secs_f64(),
         rows,
-        runtime: if paper {
-            Runtime::isolated()
-        } else {
-            cost.runtime()
-        },
-        calibration: (!paper)
-            .then(|| cost.calibration_summary().map(str::to_string))
-            .flatten(),
+        runtime: runtime_for(rules, cost),
+        calibration: calibration_for(rules, cost),
     })
 }
 

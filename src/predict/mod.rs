@@ -139,14 +139,22 @@ pub struct Costed {
     pub sigma_log: Vec<f64>,
 }
 
-/// The runtime a layout's step is composed under: the cost model's (calibrated or default),
-/// or the isolated-kernel sum the paper's rules define.
-pub fn runtime_for(layout: &Layout, cost: &CostModel) -> Runtime {
-    if layout.rules == Rules::Paper {
+/// The runtime steps under `rules` are composed under: the cost model's (calibrated or
+/// default), or the isolated-kernel sum the paper's rules define.
+pub fn runtime_for(rules: Rules, cost: &CostModel) -> Runtime {
+    if rules == Rules::Paper {
         Runtime::isolated()
     } else {
         cost.runtime()
     }
+}
+
+/// How that runtime was calibrated (none: the cluster's defaults, or the paper's rules, which
+/// compose no runtime of their own).
+pub fn calibration_for(rules: Rules, cost: &CostModel) -> Option<String> {
+    (rules != Rules::Paper)
+        .then(|| cost.calibration_summary().map(str::to_string))
+        .flatten()
 }
 
 /// Costs every query of `plan` and composes under `runtime`; with `attribute`, compositions
@@ -216,7 +224,7 @@ pub fn predict(
 ) -> Result<Prediction> {
     let plan = Plan::new(arch, layout, cluster);
     let memory = crate::memory::project(arch, layout, cluster, &plan);
-    let costed = estimate(&plan, cost, true, runtime_for(layout, cost))?;
+    let costed = estimate(&plan, cost, true, runtime_for(layout.rules, cost))?;
     if options.strict {
         refuse_unbacked(&plan, &costed.estimates)?;
     }
@@ -229,10 +237,8 @@ pub fn predict(
         gpu: cluster.spec.gpu.name.clone(),
         model: arch.name.clone(),
         models_dir: cost.models().map(|m| m.dir.display().to_string()),
-        runtime: runtime_for(layout, cost),
-        calibration: (layout.rules != Rules::Paper)
-            .then(|| cost.calibration_summary().map(str::to_string))
-            .flatten(),
+        runtime: runtime_for(layout.rules, cost),
+        calibration: calibration_for(layout.rules, cost),
         layout: layout.clone(),
         metrics: StepMetrics::new(step.step_us, &b, &plan, layout, cluster),
         interval_s: [low / 1e6, high / 1e6],
