@@ -16,10 +16,15 @@ It also prints the layouts two sets measured for the same model family on the sa
 ("measured by two sets"): how far apart two software stacks put the same run; and, where a set
 measured the same layout in bf16 and fp8 (DGX Cloud, FlagPerf H100), the step-time ratio
 bf16 / fp8 measured, raw and calibrated per family: the fp8 costing, which no runtime tunes.
+And the memory projection on runs that ran: per set, how many it says do not fit (each one
+wrong), and its error on the peaks the runs reported (torchtitan's PyTorch reserved memory,
+FlagPerf's device memory), each compared in its own scope.
 
 With --check THRESHOLDS.json it fails when a set's calibrated mean |error| is more than one
-point above its threshold (the file commits today's figures), or when a prediction's MFU
-exceeds its GPU's achievable fraction.
+point above its threshold (the file commits today's figures), when a prediction's MFU
+exceeds its GPU's achievable fraction, when the memory projection's mean |error| on reported
+peaks ("memory: SET") is more than one point above its threshold, or when more runs that ran
+are projected OOM than the file allows ("projected OOM: SET").
 
 Usage: eval-real-runs.py STEPCAST REFERENCE_DATA [--json OUT] [--check THRESHOLDS]"""
 import csv
@@ -139,6 +144,16 @@ def vtrain_decomposition(rows):
                  "per_step_pp1_median_ms": [median(d["a_meas"]), median(d["a_pred"])],
                  **layer_split(d.get("by_depth", {}))}
             for tp, d in sorted(per_tp.items())}
+
+
+def memory(rows):
+    """The memory projection on runs that ran: how many it says do not fit (each is wrong),
+    and its error on the peaks the runs reported, each compared in its own scope (calibrate
+    --json's `memory.comparable_gib`)."""
+    mem = [x["memory"] for x in rows if x.get("memory")]
+    reported = [100 * (m["comparable_gib"] / m["measured_gib"] - 1) for m in mem if m.get("measured_gib")]
+    return {"projected_oom": sum(m["verdict"] == "OOM" for m in mem), "runs": len(mem),
+            "reported": stats(reported)}
 
 
 def fp8_speedups(rows):
@@ -278,7 +293,7 @@ def main():
                 "cluster": cluster, "set": name, "fitted": s["fitted"], "rows": s["rows"],
                 "expressible": s.get("expressible"), "predicted": len(pred), "raw": raw,
                 "calibrated": cal, "max_mfu_percent": mfu,
-                "achievable_mfu_percent": ACHIEVABLE_MFU[cluster]}
+                "achievable_mfu_percent": ACHIEVABLE_MFU[cluster], "memory": memory(pred)}
             if name.startswith("mpt") and pred:
                 table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
             paired = fp8_speedups(pred) if name in ("dgxc", "flagperf") else {}
@@ -328,6 +343,15 @@ def main():
             print(f"{key}: {f['violating_pairs']} ordered pairs of runs where one does at least the other's "
                   f"work yet ran faster; no predictor monotone in work can keep its max |error| below "
                   f"{f['min_max_abs_percent']:.1f} %")
+    print("memory projection on runs that ran (projected OOM: each wrong; reported peaks compared in "
+          "their scope: torchtitan's PyTorch reserved memory, FlagPerf's device memory):")
+    for key, t in table.items():
+        m = t["memory"]
+        if m["projected_oom"] or m["reported"]:
+            rep = m["reported"]
+            print(f"  {key:44} projected OOM {m['projected_oom']:3d} of {m['runs']:4d}"
+                  + (f"; {rep['runs']} reported a peak: {rep['mean_abs_percent']:.1f} % mean |error|, "
+                     f"max {rep['max_abs_percent']:.1f} %, bias {rep['bias_percent']:+.1f} %" if rep else ""))
     twins = cross_set_twins(runs_csv)
     for t in twins:
         spans = {k: (min(v), max(v)) for k, v in t["measured_s"].items()}
@@ -341,7 +365,23 @@ def main():
         limits = json.load(open(thresholds))
         failed = []
         for key, limit in limits.items():
-            t = table.get(key)
+            # "memory: <set>" bounds the memory projection's mean |error| on reported peaks,
+            # "projected OOM: <set>" the runs it says do not fit (no slack: a count)
+            kind, _, name = key.rpartition(": ")
+            t = table.get(name)
+            if kind == "memory":
+                rep = t and t["memory"]["reported"]
+                if not rep:
+                    failed.append(f"{key}: no reported peaks to compare (was {limit:.1f} %)")
+                elif rep["mean_abs_percent"] > limit + 1.0:
+                    failed.append(f"{key}: memory mean |error| {rep['mean_abs_percent']:.1f} % > "
+                                  f"threshold {limit:.1f} % + 1")
+                continue
+            if kind == "projected OOM":
+                if t is None or t["memory"]["projected_oom"] > limit:
+                    failed.append(f"{key}: {t and t['memory']['projected_oom']} runs that ran projected "
+                                  f"OOM > threshold {limit:.0f}")
+                continue
             if t is None or t["calibrated"] is None:
                 failed.append(f"{key}: no calibrated figure (was {limit:.1f} %)")
             elif t["calibrated"]["mean_abs_percent"] > limit + 1.0:

@@ -17,8 +17,9 @@ COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp"
            "cp_comm", "attention_kernel", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
            "pipeline_layout", "micro_batch", "global_batch", "seq_len", "dtype", "recompute",
            "recompute_modules", "zero", "schedule",
-           "vpp", "sequence_parallel", "tp_comm_overlap", "grad_reduce_dtype", "measured_step_s",
-           "expressible", "reason", "source"]
+           "vpp", "sequence_parallel", "tp_comm_overlap", "grad_reduce_dtype", "fp8_param_gather",
+           "measured_step_s",
+           "measured_memory_gib", "memory_scope", "expressible", "reason", "source"]
 
 
 def num(text):
@@ -62,7 +63,8 @@ class Out:
         for key, value in list(row.items()):
             if isinstance(value, bool):
                 row[key] = str(value).lower()
-            elif isinstance(value, float) and value.is_integer() and key != "measured_step_s":
+            elif (isinstance(value, float) and value.is_integer()
+                  and key not in ("measured_step_s", "measured_memory_gib")):
                 row[key] = int(value)
         self.rows.append(row)
 
@@ -94,6 +96,13 @@ def vtrain(ref, out):
                 source=f"vtrain ground_truth_single.csv row {i}")
 
 
+def device_memory(text):
+    """FlagPerf's memory column, 'used/total' GiB as its harness prints the device's memory
+    (everything on the GPU): the used figure, or nothing where it is not stated."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*/\s*[0-9.]+\s*", text or "")
+    return {"measured_memory_gib": float(m.group(1)), "memory_scope": "device"} if m else {}
+
+
 def flagperf(ref, out):
     src = ref / "flagperf-nvidia-megatron" / "flagperf_runs.csv"
     for i, row in enumerate(csv.DictReader(open(src)), start=1):
@@ -122,7 +131,17 @@ def flagperf(ref, out):
                 dtype="fp8" if "fp8" in row["precision"] else "bf16", recompute="none", zero=1,
                 schedule="1f1b", vpp=1, sequence_parallel=tp > 1, tp_comm_overlap=0,
                 measured_step_s=num(row["derived_step_time_s"]), reason=reason,
-                source=f"flagperf_runs.csv row {i}")
+                **device_memory(row["mem"]), source=f"flagperf_runs.csv row {i}")
+
+
+# NVIDIA's performance recipes keep and reduce gradients in bf16: NeMo 2.0's performance mode
+# and its performance scripts set `trainer.plugins.grad_reduce_in_fp32 = False` (its
+# `bf16_mixed` default is True); read in NeMo's recipes, assumed for the NeMo 1.0 yamls of
+# DGX Cloud's first versions and for Megatron-Bridge's tables, whose settings were not read
+NVIDIA_PERFORMANCE_GRAD_REDUCE = "bf16"
+# and their fp8 keeps the weights in fp8, gathered in fp8: NeMo 2.0's `bf16_with_fp8_mixed`
+# sets `fp8_param_gather = True` (read in NeMo's recipes), DGX Cloud's v24.11 Llama 3.1
+# `configure.sh` sets `fp8_params` with fp8 (its SOURCE.md); assumed for the other NeMo rows
 
 
 def dgxc(ref, out):
@@ -167,6 +186,8 @@ def dgxc(ref, out):
                 zero=1, schedule="interleaved" if present(vp) and vp > 1 else "1f1b",
                 vpp=int(vp) if present(vp) and vp > 1 else 1,
                 sequence_parallel=tp > 1, tp_comm_overlap=1 if overlap else 0,
+                grad_reduce_dtype=NVIDIA_PERFORMANCE_GRAD_REDUCE,
+                fp8_param_gather=row["precision"] == "FP8",
                 measured_step_s=float(row["step_time_s"]), reason=reason,
                 source=f"dgxc_h100_step_times.csv row {i}")
 
@@ -285,7 +306,8 @@ def nemo(ref, out):
                 pipeline_layout=recipe.get("layout", ""),
                 moe_dispatcher=recipe.get("dispatcher", ""),
                 etp=recipe.get("etp", ""), moe_a2a_overlap=recipe.get("a2a", False),
-                sequence_parallel=tp > 1,
+                sequence_parallel=tp > 1, grad_reduce_dtype=NVIDIA_PERFORMANCE_GRAD_REDUCE,
+                fp8_param_gather=precision.startswith("FP8"),
                 tp_comm_overlap=1 if tp > 1 else 0, measured_step_s=num(row["derived_step_time_s"]),
                 reason=reason, source=f"perf_summary_rows.csv row {i}")
 
@@ -312,7 +334,11 @@ def torchtitan(ref, out):
         fsdp, tp, pp = int(row["fsdp"]), int(row["tp"]), int(row["pp"])
         sched = row["pp_schedule"]
         ac = row["activation_checkpointing"]
-        recompute = "full" if ac.startswith("full") else "selective" if ac.startswith("selective") else "none"
+        # torchtitan's "selective" is op-level at the benchmarks' tomls (selective_ac_option =
+        # "op"); "selective layer" (every other layer checkpointed whole) has no uniform
+        # equivalent and is costed as Megatron's selective recomputation
+        recompute = ("full" if ac.startswith("full") else "selective" if ac.startswith("selective layer")
+                     else "selective-op" if ac.startswith("selective") else "none")
         local = int(row["local_batch_size"])
         # with a pipeline the local batch is split into as many micro-batches as there are
         # pipeline ranks: the benchmarks' code (9dec370, Dec 2024) defaults
@@ -342,6 +368,9 @@ def torchtitan(ref, out):
                 vpp=vpp, pipeline_split=split, sequence_parallel=tp > 1,
                 tp_comm_overlap=1 if row["async_tp"] == "yes" else 0,
                 measured_step_s=float(row["derived_step_time_s"]), reason=reason,
+                # torchtitan prints torch.cuda.max_memory_reserved: the caching allocator's peak
+                **({"measured_memory_gib": num(row["memory_gib"]), "memory_scope": "allocator"}
+                   if present(num(row["memory_gib"])) else {}),
                 source=f"torchtitan_runs.csv row {i}")
 
 

@@ -323,12 +323,16 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         Dtype::Fp8 => arg("--bf16 --fp8-format hybrid".into()),
         Dtype::Fp32 | Dtype::Tf32 => {}
     }
+    if l.fp8_param_gather {
+        arg("--fp8-param-gather".into());
+    }
     // bf16 training reduces fp32 gradients whatever the flags; fp16 only when asked
     if l.dtype == Dtype::Fp16 && l.grad_reduce_dtype == Dtype::Fp32 {
         arg("--accumulate-allreduce-grads-in-fp32".into());
     }
     match l.recompute {
         Recompute::None => {}
+        Recompute::SelectiveOp => return Err(no_op_level_checkpointing("megatron")),
         Recompute::Selective => {
             arg("--recompute-granularity selective".into());
             if let Some(modules) = &l.recompute_modules {
@@ -572,6 +576,7 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         }
     }
     match l.recompute {
+        Recompute::SelectiveOp => return Err(no_op_level_checkpointing("nemo")),
         Recompute::None => set("model.config.recompute_granularity", "None".into()),
         Recompute::Selective => {
             set("model.config.recompute_granularity", "\"selective\"".into());
@@ -592,7 +597,14 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     match l.dtype {
         Dtype::Bf16 => set("trainer.plugins", "bf16_mixed()".into()),
         Dtype::Fp16 => set("trainer.plugins", "fp16_mixed()".into()),
-        Dtype::Fp8 => set("trainer.plugins", "bf16_with_fp8_mixed()".into()),
+        Dtype::Fp8 => {
+            set("trainer.plugins", "bf16_with_fp8_mixed()".into());
+            // the plugin keeps fp8 weights unless told otherwise
+            set(
+                "trainer.plugins.fp8_param_gather",
+                py_bool(l.fp8_param_gather),
+            );
+        }
         Dtype::Fp32 | Dtype::Tf32 => {
             return Err(Error::Invalid(
                 "nemo: NeMo's recipes train in mixed precision: predict with --dtype bf16".into(),
@@ -743,6 +755,9 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
                 let _ = writeln!(out, "converters = [\"float8\"]");
             }
             out.push('\n');
+            if l.fp8_param_gather {
+                let _ = writeln!(out, "[float8]\nenable_fsdp_float8_all_gather = true\n");
+            }
         }
         None => notes.push(format!(
             "torchtitan has no flavor of {}: add a [model] section naming one you defined \
@@ -784,15 +799,18 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     let mode = match l.recompute {
         Recompute::None => "none",
-        Recompute::Selective => "selective",
+        Recompute::Selective | Recompute::SelectiveOp => "selective",
         Recompute::Full => "full",
     };
     let _ = writeln!(out, "\n[activation_checkpoint]\nmode = \"{mode}\"");
-    if l.recompute == Recompute::Selective {
+    if matches!(l.recompute, Recompute::Selective | Recompute::SelectiveOp) {
         let _ = writeln!(out, "selective_ac_option = \"op\"");
+    }
+    if l.recompute == Recompute::Selective {
         notes.push(
-            "torchtitan's selective checkpointing saves chosen ops' outputs; stepcast costs \
-             Megatron's (attention core recomputed), which stores somewhat more"
+            "torchtitan's selective checkpointing saves chosen ops' outputs; the prediction \
+             costed Megatron's (the attention core recomputed), which stores more and \
+             recomputes less: predict with --recompute selective-op for torchtitan's"
                 .into(),
         );
     }
@@ -817,6 +835,15 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         text: out,
         notes,
     })
+}
+
+/// Megatron-LM and NeMo have no op-level selective checkpointing (torchtitan's).
+fn no_op_level_checkpointing(target: &str) -> Error {
+    Error::Invalid(format!(
+        "{target}: Megatron-Core has no op-level selective checkpointing (--recompute \
+         selective-op is torchtitan's): export --recompute selective (the attention core, \
+         or --recompute-modules) or full"
+    ))
 }
 
 #[cfg(test)]
@@ -960,6 +987,52 @@ mod tests {
         // 256 = 2 per micro-batch × 32 micro-batches × 4 replicas: local = 64 with a pipeline
         assert!(t.contains("local_batch_size = 64"), "{t}");
         assert!(t.contains("pipeline_parallel_microbatch_size = 2"), "{t}");
+    }
+
+    /// torchtitan's op-level checkpointing is what `--recompute selective-op` costs; Megatron's
+    /// selective recomputation exported to torchtitan says it was costed otherwise; Megatron
+    /// and NeMo have no op-level checkpointing and refuse it with the fix.
+    #[test]
+    fn op_level_checkpointing_is_torchtitans_alone() {
+        let with_zero = |r, zero| {
+            let s = ParallelSpec {
+                zero: Some(zero),
+                recompute: Some(r),
+                ..spec(1, 1, 8)
+            };
+            target("llama3-8b", s)
+        };
+        let with = |r| with_zero(r, 3);
+        let (a, l) = with(Recompute::SelectiveOp);
+        let t = launch(Framework::Torchtitan, &a, &l).unwrap();
+        assert!(t.text.contains("mode = \"selective\""), "{}", t.text);
+        assert!(
+            t.text.contains("selective_ac_option = \"op\""),
+            "{}",
+            t.text
+        );
+        assert!(
+            !t.notes.iter().any(|n| n.contains("selective")),
+            "{:?}",
+            t.notes
+        );
+        let (a, l) = with_zero(Recompute::SelectiveOp, 1);
+        for f in [Framework::Megatron, Framework::Nemo] {
+            let e = launch(f, &a, &l).unwrap_err().to_string();
+            assert!(
+                e.contains("--recompute selective (the attention core"),
+                "{e}"
+            );
+        }
+        let (a, l) = with(Recompute::Selective);
+        let t = launch(Framework::Torchtitan, &a, &l).unwrap();
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.contains("--recompute selective-op")),
+            "{:?}",
+            t.notes
+        );
     }
 
     #[test]

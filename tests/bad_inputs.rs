@@ -217,6 +217,8 @@ fn cases() -> Vec<Case> {
         predict!("--cp 1048576 --dp 8 --global-batch 64", "tp·cp·pp·dp", "GPUs"),
         predict!("--ep 2 --dp 8 --global-batch 64", "llama2-7b has no experts", "drop the expert settings"),
         arch!("name: m\nlayers: 4\nhidden: 512\nheads: 8\nvocab: 1000\nnorm: rmsnorm\nactivation: swiglu\nmoe: {experts: 8, top_k: 2, expert_ffn: 256, groups: 3, topk_groups: 1}\n", "moe.groups = 3", "dividing the 8 experts"),
+        case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model {repo}/tests/data/mixtral-8x7b.yaml --dp 8 --ep 8 --global-batch 64 --recompute selective-op", &[], &["--recompute selective-op", "mixtral-8x7b's experts", "use --recompute selective"]),
+        predict!("--global-batch 8 --rules paper --recompute selective-op", "--recompute selective-op", "the paper's rules", "--rules megatron"),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model llama2-7b --dp 8 --global-batch 64 --moe-routing {tmp}/r.csv", &[("r.csv", "layer,imbalance\n0,1.5\n")], &["llama2-7b has no experts", "--moe-routing"]),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model {repo}/tests/data/mixtral-8x7b.yaml --dp 8 --ep 8 --global-batch 64 --moe-routing {tmp}/none.csv", &[], &["none.csv", "not found"]),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model {repo}/tests/data/mixtral-8x7b.yaml --dp 8 --ep 8 --global-batch 64 --moe-routing {tmp}/r.csv", &[("r.csv", "layer,tokens\n0,1\n")], &["r.csv", "header layer,tokens", "layer,expert,tokens"]),

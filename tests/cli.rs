@@ -1847,22 +1847,7 @@ fn calibrate_says_what_each_parameter_at_a_bound_is_worth() {
             ));
         }
     }
-    let csv = tmp.path().join("runs.csv");
-    fs::write(&csv, runs).unwrap();
-    let json = tmp.path().join("report.json");
-    let out = stepcast(&[
-        "calibrate",
-        s(&csv),
-        "--cluster",
-        s(&cluster),
-        "--dry-run",
-        "--json",
-        s(&json),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
-    let report: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+    let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster);
     let at_bound = report["fitted"]["at_bound"].as_array().unwrap();
     let held = report["held_at_default"].as_array().unwrap();
     assert!(!at_bound.is_empty(), "{text}");
@@ -1878,4 +1863,83 @@ fn calibrate_says_what_each_parameter_at_a_bound_is_worth() {
             "{name}: {text}"
         );
     }
+}
+
+/// `calibrate --dry-run` of the runs CSV `runs` (written into `dir`) on `cluster`: its printed
+/// report and its JSON.
+fn calibrate_dry_run(
+    dir: &std::path::Path,
+    runs: &str,
+    cluster: &std::path::Path,
+) -> (String, serde_json::Value) {
+    let csv = dir.join("runs.csv");
+    fs::write(&csv, runs).unwrap();
+    let json = dir.join("report.json");
+    let out = stepcast(&[
+        "calibrate",
+        s(&csv),
+        "--cluster",
+        s(cluster),
+        "--dry-run",
+        "--json",
+        s(&json),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+    (stdout(&out), report)
+}
+
+/// A run that reported its peak memory is compared with the memory projection in the
+/// measurement's scope, and a run the projection says does not fit is counted: it ran.
+#[test]
+fn calibrate_holds_the_memory_projection_against_the_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
+    let mut runs = String::from(
+        "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,seq_len,dtype,\
+         recompute,zero,schedule,vpp,sequence_parallel,tp_comm_overlap,measured_step_s,\
+         measured_memory_gib,memory_scope,expressible,reason\n",
+    );
+    // 40 GiB of PyTorch's reserved memory, 60 GiB on the device, nothing reported, and 16
+    // sequences of 4,096 tokens of a 13B model without recomputation: far beyond 80 GiB
+    for (family, micro_batch, seq, memory) in [
+        ("llama2-7b", 1, 1024, "40,allocator"),
+        ("llama2-7b", 1, 2048, "60,device"),
+        ("llama2-7b", 1, 512, ","),
+        ("llama2-13b", 16, 4096, ","),
+    ] {
+        runs.push_str(&format!(
+            "s,{family},{family} mb{micro_batch},{},{family},1,1,8,{micro_batch},{},{seq},bf16,\
+             none,1,1f1b,1,false,0,10.0,{memory},true,\n",
+            s(&cluster),
+            8 * micro_batch * 4,
+        ));
+    }
+    let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster);
+    let memory = |i: usize| &report["runs"][i]["memory"];
+    let gib = |v: &serde_json::Value| v.as_f64().unwrap();
+    // reserved memory holds neither the CUDA context nor NCCL's buffers: the one data-parallel
+    // communicator (0.5 GiB by default) is taken off; device memory counts everything
+    assert_eq!(memory(0)["scope"], "allocator");
+    let taken_off = gib(&memory(0)["projected_gib"]) - gib(&memory(0)["comparable_gib"]);
+    assert!((taken_off - 0.5).abs() < 1e-9, "{}", memory(0));
+    assert_eq!(memory(1)["comparable_gib"], memory(1)["projected_gib"]);
+    assert!(memory(2).get("measured_gib").is_none(), "{}", memory(2));
+    assert_eq!(memory(3)["verdict"], "OOM");
+    let set = &report["sets"]["s"];
+    assert_eq!(set["projected_oom"], 1, "{set}");
+    assert_eq!(set["memory"]["runs"], 2, "{set}");
+    let error = |i: usize| {
+        100.0 * (gib(&memory(i)["comparable_gib"]) / gib(&memory(i)["measured_gib"]) - 1.0)
+    };
+    let mean = (error(0).abs() + error(1).abs()) / 2.0;
+    assert!(
+        (gib(&set["memory"]["mean_abs_percent"]) - mean).abs() < 1e-9,
+        "{set}"
+    );
+    assert!(
+        text.contains("s: 1 of 4 projected not to fit (OOM); 2 reported a peak"),
+        "{text}"
+    );
 }

@@ -39,6 +39,8 @@ pub struct Prepared {
     pub base: Runtime,
     /// Measured step, seconds.
     pub measured_s: f64,
+    /// The memory projection beside what the run reported.
+    pub memory: MemoryOutcome,
     /// Weight of the run in a fit: every source set counts the same however many rows it
     /// has (set by `evaluate`).
     pub weight: f64,
@@ -51,6 +53,11 @@ impl Prepared {
         let layout = Layout::new(&run.spec, &arch, cluster)?;
         let plan = Plan::new(&arch, &layout, cluster);
         let costed = estimate(&plan, cost, false, Runtime::isolated())?;
+        let memory = MemoryOutcome::new(
+            &crate::memory::project(&arch, &layout, cluster, &plan),
+            crate::memory::overheads(&layout, cluster).1,
+            run.measured_memory,
+        );
         let flops_per_gpu = plan.model_flops_per_step / layout.world as f64;
         Ok(Prepared {
             index,
@@ -60,6 +67,7 @@ impl Prepared {
             layout,
             base: cost.runtime(),
             measured_s: run.measured_s,
+            memory,
             weight: 1.0,
         })
     }
@@ -87,6 +95,46 @@ impl Prepared {
     }
 }
 
+/// A run's memory projection beside the peak it reported. Every run ran, so a projection
+/// that says it does not fit (OOM) is wrong whether or not the run reported its memory.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct MemoryOutcome {
+    /// The projection's fullest GPU, GiB, everything counted.
+    pub projected_gib: f64,
+    /// Its verdict.
+    pub verdict: crate::memory::Verdict,
+    /// The peak the run reported, GiB, and what it counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_gib: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<runs::MemoryScope>,
+    /// The projection counted as the measurement counts (PyTorch's reserved memory holds
+    /// neither the CUDA context nor NCCL's buffers: the communicators' share is taken off; the
+    /// context, ≈ 0.5 GiB, stays in the framework's share), GiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comparable_gib: Option<f64>,
+}
+
+impl MemoryOutcome {
+    fn new(
+        report: &crate::memory::MemoryReport,
+        communicators_gib: f64,
+        measured: Option<runs::MeasuredMemory>,
+    ) -> MemoryOutcome {
+        let projected_gib = report.peak().total_gib;
+        MemoryOutcome {
+            projected_gib,
+            verdict: report.verdict,
+            measured_gib: measured.map(|m| m.gib),
+            scope: measured.map(|m| m.scope),
+            comparable_gib: measured.map(|m| match m.scope {
+                runs::MemoryScope::Allocator => projected_gib - communicators_gib,
+                runs::MemoryScope::Device => projected_gib,
+            }),
+        }
+    }
+}
+
 /// One run's outcome in an evaluation.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
@@ -108,6 +156,9 @@ pub struct RunResult {
     pub cross_validated_s: Option<f64>,
     /// MFU of the raw and the cross-validated prediction, percent.
     pub mfu_percent: Option<[f64; 2]>,
+    /// The memory projection beside what the run reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryOutcome>,
     /// Why the run was not predicted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_predicted: Option<String>,
@@ -132,6 +183,10 @@ pub struct SetReport {
     pub cross_validated: ErrorStats,
     /// Highest predicted MFU, raw and cross-validated, percent.
     pub max_mfu_percent: [f64; 2],
+    /// Predicted runs the memory projection says do not fit (they ran: each is wrong).
+    pub projected_oom: usize,
+    /// The memory projection against the peaks the runs reported (in their scope).
+    pub memory: ErrorStats,
 }
 
 /// A parameter the fit put at a bound, held at its default instead and the others refitted:
@@ -252,6 +307,7 @@ pub fn evaluate(
                     p.mfu_percent(raw),
                     cv.map_or(f64::NAN, |c| p.mfu_percent(c)),
                 ]),
+                memory: Some(p.memory),
                 not_predicted: None,
             }
         })
@@ -268,6 +324,7 @@ pub fn evaluate(
             fitted_s: None,
             cross_validated_s: None,
             mfu_percent: None,
+            memory: None,
             not_predicted: Some(why.clone()),
         });
     }
@@ -323,6 +380,17 @@ fn set_reports(
                         .filter_map(|r| Some((r.cross_validated_s?, r.measured_s))),
                 ),
                 max_mfu_percent: [max_mfu(0), max_mfu(1)],
+                projected_oom: of_set
+                    .iter()
+                    .filter(|r| {
+                        r.memory
+                            .is_some_and(|m| m.verdict == crate::memory::Verdict::Oom)
+                    })
+                    .count(),
+                memory: ErrorStats::of(of_set.iter().filter_map(|r| {
+                    let m = r.memory?;
+                    Some((m.comparable_gib?, m.measured_gib?))
+                })),
             },
         );
     }

@@ -28,7 +28,10 @@
 //! allgather, deepep, hybridep), `attention_kernel` (native or flash-attention-2: the kernel that
 //! ran the attention, default native), `grad_reduce_dtype` (fp32, bf16 or fp16: what the
 //! data-parallel gradients were reduced in, default fp32 for bf16 and fp8 runs, fp16 for fp16),
-//! `source`.
+//! `fp8_param_gather` (true/false: fp8 weights kept and gathered in fp8),
+//! `measured_memory_gib` and `memory_scope` (the peak memory the run reported, GiB, and what
+//! it counts: `allocator`, PyTorch's peak reserved memory as torchtitan prints it, or `device`,
+//! everything on the GPU as nvidia-smi shows it; compared with the memory projection), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -61,6 +64,29 @@ pub struct Run {
     pub not_expressible: Option<String>,
     /// The training framework that ran it (`calibrate --framework` fits one framework's runs).
     pub framework: Option<String>,
+    /// The peak memory the run reported, if it did.
+    pub measured_memory: Option<MeasuredMemory>,
+}
+
+/// A run's reported peak memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasuredMemory {
+    /// GiB.
+    pub gib: f64,
+    /// What the figure counts.
+    pub scope: MemoryScope,
+}
+
+/// What a reported peak memory counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryScope {
+    /// PyTorch's caching allocator's peak reserved memory (`torch.cuda.max_memory_reserved`,
+    /// what torchtitan prints): the framework's tensors and the allocator's slack, not the CUDA
+    /// context or the communicators' buffers.
+    Allocator,
+    /// Everything on the GPU (nvidia-smi's used memory).
+    Device,
 }
 
 #[derive(Deserialize)]
@@ -96,6 +122,8 @@ struct Row {
     #[serde(default)]
     grad_reduce_dtype: String,
     #[serde(default)]
+    fp8_param_gather: String,
+    #[serde(default)]
     framework: String,
     micro_batch: u64,
     global_batch: u64,
@@ -111,6 +139,10 @@ struct Row {
     expressible: String,
     #[serde(default)]
     reason: String,
+    #[serde(default)]
+    measured_memory_gib: Option<f64>,
+    #[serde(default)]
+    memory_scope: String,
 }
 
 fn flag(field: &str, v: &str) -> std::result::Result<bool, String> {
@@ -196,6 +228,36 @@ impl Row {
                 p.to_path_buf()
             }
         };
+        let measured_memory = match (self.measured_memory_gib, self.memory_scope.trim()) {
+            (None, "") => None,
+            (None, _) => {
+                return Err(
+                    "memory_scope is given without measured_memory_gib: give both or \
+                            neither"
+                        .into(),
+                )
+            }
+            (Some(gib), scope) => {
+                crate::limits::check_range(
+                    "this row",
+                    "measured_memory_gib",
+                    gib,
+                    0.01..=4096.0,
+                    "GiB",
+                )?;
+                let scope = match scope {
+                    "allocator" => MemoryScope::Allocator,
+                    "device" => MemoryScope::Device,
+                    other => {
+                        return Err(format!(
+                            "memory_scope = {other:?}: give allocator (PyTorch's peak reserved \
+                             memory) or device (everything on the GPU, as nvidia-smi shows)"
+                        ))
+                    }
+                };
+                Some(MeasuredMemory { gib, scope })
+            }
+        };
         let on = self.tp_comm_overlap > 0.0;
         let framework = match self.framework.trim() {
             "" => None,
@@ -238,6 +300,7 @@ impl Row {
                     "" => None,
                     d => Some(d.parse().map_err(|e| format!("moe_dispatcher: {e}"))?),
                 },
+                fp8_param_gather: Some(flag("fp8_param_gather", &self.fp8_param_gather)?),
                 grad_reduce_dtype: match self.grad_reduce_dtype.trim() {
                     "" => None,
                     d => Some(d.parse().map_err(|e| format!("grad_reduce_dtype: {e}"))?),
@@ -246,6 +309,7 @@ impl Row {
             },
             measured_s: self.measured_step_s,
             not_expressible,
+            measured_memory,
         })
     }
 }
@@ -351,6 +415,34 @@ mod tests {
         let (_d, path) = with_column("framework", &["a b"]);
         let e = load(&path).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("framework"), "{e}");
+    }
+
+    #[test]
+    fn the_memory_columns_are_optional_paired_and_bounded() {
+        let (_d, path) = with_column(
+            "measured_memory_gib,memory_scope",
+            &["82.4,allocator", "76,device", ","],
+        );
+        let runs = load(&path).unwrap();
+        assert_eq!(
+            runs[0].measured_memory,
+            Some(MeasuredMemory {
+                gib: 82.4,
+                scope: MemoryScope::Allocator
+            })
+        );
+        assert_eq!(runs[1].measured_memory.unwrap().scope, MemoryScope::Device);
+        assert_eq!(runs[2].measured_memory, None);
+        for (bad, names) in [
+            ("82.4,nvml", "memory_scope"),
+            (",device", "memory_scope"),
+            ("-3,device", "measured_memory_gib"),
+            ("1e9,allocator", "measured_memory_gib"),
+        ] {
+            let (_d, path) = with_column("measured_memory_gib,memory_scope", &[bad]);
+            let e = load(&path).unwrap_err().to_string();
+            assert!(e.contains("line 2") && e.contains(names), "{bad}: {e}");
+        }
     }
 
     #[test]

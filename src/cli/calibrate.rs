@@ -370,6 +370,7 @@ fn print_report(r: &Report) {
             );
         }
     }
+    print_memory(r);
     let not: Vec<_> = r
         .runs
         .iter()
@@ -381,6 +382,37 @@ fn print_report(r: &Report) {
             not.len(),
             not[0].line,
             not[0].not_predicted.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// The memory projection on the runs: per set, how many it says do not fit (they ran), and
+/// its error on the peaks the runs reported. Silent where no set has either.
+fn print_memory(r: &Report) {
+    let sets: Vec<_> = r
+        .sets
+        .iter()
+        .filter(|(_, s)| s.projected_oom > 0 || s.memory.runs > 0)
+        .collect();
+    if sets.is_empty() {
+        return;
+    }
+    println!("memory projection on the runs (each ran; a reported peak compared in its scope):");
+    for (name, s) in sets {
+        let measured = if s.memory.runs > 0 {
+            format!(
+                "{} reported a peak: {:.1} % mean |error|, max {:.1} %, bias {:+.1} %",
+                s.memory.runs,
+                s.memory.mean_abs_percent,
+                s.memory.max_abs_percent,
+                s.memory.bias_percent
+            )
+        } else {
+            "none reported a peak".to_string()
+        };
+        println!(
+            "  {name}: {} of {} projected not to fit (OOM); {measured}",
+            s.projected_oom, s.predicted
         );
     }
 }

@@ -181,6 +181,8 @@ struct RowLayout {
     /// (search rows written before it existed: the layout's default)
     #[serde(default)]
     grad_reduce_dtype: Option<Dtype>,
+    #[serde(default)]
+    fp8_param_gather: bool,
     rules: Rules,
     dp_bucket_elements: u64,
     schedule: Schedule,
@@ -294,6 +296,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         zero: Some(r.zero),
         dtype: Some(r.dtype),
         grad_reduce_dtype: r.grad_reduce_dtype,
+        fp8_param_gather: Some(r.fp8_param_gather),
         rules: Some(r.rules),
         dp_bucket_elements: Some(r.dp_bucket_elements),
         schedule: Some(r.schedule),

@@ -118,6 +118,12 @@ pub struct JobArgs {
     /// frameworks that reduce in 16 bits (Composer's FSDP `mixed_precision: PURE`).
     #[arg(long, value_parser = named::<Dtype>())]
     pub grad_reduce_dtype: Option<Dtype>,
+    /// Keep fp8 training's weights in fp8 (with the transpose Transformer Engine keeps for the
+    /// backward) and all-gather them over data parallelism in fp8: Megatron's
+    /// --fp8-param-gather, NeMo's fp8_param_gather (its fp8 recipes' default), torchtitan's
+    /// enable_fsdp_float8_all_gather [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub fp8_param_gather: Option<bool>,
     /// Composition rules: megatron (default) or paper (Zhang et al.'s tool).
     #[arg(long, value_parser = named::<Rules>())]
     pub rules: Option<Rules>,
@@ -279,6 +285,7 @@ impl JobArgs {
             zero: self.zero,
             dtype: self.dtype,
             grad_reduce_dtype: self.grad_reduce_dtype,
+            fp8_param_gather: self.fp8_param_gather,
             rules: self.rules,
             dp_bucket_elements: self.dp_bucket_elements,
             schedule: self.schedule,

@@ -194,6 +194,7 @@ fn recompute_name(r: Recompute) -> &'static str {
     match r {
         Recompute::None => "none",
         Recompute::Selective => "selective",
+        Recompute::SelectiveOp => "selective-op",
         Recompute::Full => "full",
     }
 }

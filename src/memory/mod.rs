@@ -92,19 +92,28 @@ fn bytes_per_param(layout: &Layout, replicas: u64) -> (f64, f64, f64) {
             1.0
         }
     };
-    // 16-bit weights (and Transformer Engine's fp8 copy when training in fp8)
-    let weights = if layout.dtype == crate::ops::Dtype::Fp8 {
-        3.0
-    } else {
-        2.0
+    // 16-bit weights and, training in fp8, Transformer Engine's fp8 copy; fp8 weights and the
+    // transpose Transformer Engine keeps for the backward under fp8 parameter gather
+    let weights = match (layout.dtype, layout.fp8_param_gather) {
+        (crate::ops::Dtype::Fp8, true) => 2.0,
+        (crate::ops::Dtype::Fp8, false) => 3.0,
+        _ => 2.0,
     };
-    // Megatron accumulates fp32 main gradients; DeepSpeed fp16 keeps 16-bit ones
+    // the paper's DeepSpeed fp16 keeps 16-bit gradients; FSDP's shards hold the parameters'
+    // fp32; Megatron's gradient buffer holds the reduction type (fp32 under
+    // `grad_reduce_in_fp32`, else the parameters' 16 bits, as NeMo's performance recipes run),
+    // and a 16-bit buffer leaves the optimizer an fp32 copy of the gradients it updates (the
+    // distributed optimizer's shard, `shard_main_param.grad = model_grad.float()`, or all of
+    // them without it)
     let grads = if layout.rules == Rules::Paper {
-        2.0
+        2.0 / sharded(2)
+    } else if layout.fsdp() {
+        4.0 / sharded(2)
     } else {
-        4.0
+        let buffer = layout.grad_reduce_dtype.bytes();
+        buffer / sharded(2) + if buffer < 4.0 { 4.0 / sharded(1) } else { 0.0 }
     };
-    (weights / sharded(3), grads / sharded(2), 12.0 / sharded(1))
+    (weights / sharded(3), grads, 12.0 / sharded(1))
 }
 
 /// Peak bytes of stored activations on each rank: walks the rank's pass order, adding a
@@ -138,6 +147,26 @@ fn peak_activations(layout: &Layout, chunk_bytes: &[f64], chunk_w_bytes: &[f64])
         peak
     })
     .collect()
+}
+
+/// The cluster file's memory outside the model on every GPU, GiB: the framework's (CUDA
+/// context, allocator slack, framework buffers) and the NCCL communicators' of the process
+/// groups the layout creates.
+pub fn overheads(layout: &Layout, cluster: &Cluster) -> (f64, f64) {
+    let groups = [
+        layout.tp > 1,
+        layout.pp > 1,
+        layout.dp > 1,
+        layout.cp > 1,
+        layout.tp > 1 && layout.pp > 1,
+    ]
+    .iter()
+    .filter(|&&b| b)
+    .count() as f64;
+    (
+        cluster.spec.memory.framework_gib,
+        cluster.spec.memory.communicator_gib * groups,
+    )
 }
 
 /// What each GPU of each pipeline rank of `plan` holds at its peak, and whether it fits.
@@ -194,18 +223,10 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
     let (w, g, o) = bytes_per_param(layout, layout.grad_replicas());
     let (we, ge, oe) = bytes_per_param(layout, layout.expert_grad_replicas());
     let capacity = cluster.spec.gpu.memory_gib;
-    let groups = [
-        layout.tp > 1,
-        layout.pp > 1,
-        layout.dp > 1,
-        layout.cp > 1,
-        layout.tp > 1 && layout.pp > 1,
-    ]
-    .iter()
-    .filter(|&&b| b)
-    .count() as f64;
-    let overhead =
-        cluster.spec.memory.framework_gib + cluster.spec.memory.communicator_gib * groups;
+    let overhead = {
+        let (framework, communicators) = overheads(layout, cluster);
+        framework + communicators
+    };
     let ranks: Vec<RankMemory> = plan
         .stages
         .iter()
@@ -218,13 +239,14 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
             }
             if layout.fsdp() {
                 transient += if layout.pp > 1 {
-                    // under a pipeline FSDP holds the stage's gathered 16-bit weights for the
-                    // step and accumulates its unsharded gradients (in the reduction type)
-                    // until the last backward (see `Layout::fsdp_per_layer`)
-                    (s.params + s.expert_params) as f64 * (2.0 + layout.grad_reduce_dtype.bytes())
+                    // under a pipeline FSDP holds the stage's gathered weights (16-bit, or fp8
+                    // gathered in fp8) for the step and accumulates its unsharded gradients (in
+                    // the reduction type) until the last backward (see `Layout::fsdp_per_layer`)
+                    (s.params + s.expert_params) as f64
+                        * (layout.param_gather_dtype().bytes() + layout.grad_reduce_dtype.bytes())
                 } else {
                     // FSDP gathers the next layer's weights while the current one runs
-                    2.0 * 2.0 * plan.layer.params as f64
+                    2.0 * layout.param_gather_dtype().bytes() * plan.layer.params as f64
                 };
             }
             let rank_layers: f64 = placement
@@ -402,6 +424,36 @@ mod tests {
         let m = &r.ranks[0];
         let per_param = (m.weights_gib + m.gradients_gib + m.optimizer_gib) * GIB / m.params as f64;
         assert!((per_param - (6.0 + 12.0 / 8.0)).abs() < 1e-9);
+    }
+
+    /// Gradients reduced in 16 bits leave Megatron a 16-bit buffer and the distributed
+    /// optimizer an fp32 copy of its shard (2 + 2 + 4/dp + 12/dp, NeMo's performance recipes);
+    /// fp8 weights cost Transformer Engine's fp8 copy (2 + 1) unless they are kept in fp8
+    /// themselves (fp8 and the transpose: 2).
+    #[test]
+    fn gradient_reduction_and_fp8_weights_set_the_bytes_per_parameter() {
+        use crate::ops::Dtype;
+        let per_param = |dtype, reduce: Option<Dtype>, gather| {
+            let mut s = spec(8, 1, 8, 8);
+            s.zero = Some(1);
+            s.dtype = Some(dtype);
+            s.grad_reduce_dtype = reduce;
+            s.fp8_param_gather = Some(gather);
+            let (_, r) = report("llama2-7b", s);
+            let m = &r.ranks[0];
+            (m.weights_gib + m.gradients_gib + m.optimizer_gib) * GIB / m.params as f64
+        };
+        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} {b}");
+        close(per_param(Dtype::Bf16, None, false), 6.0 + 12.0 / 8.0);
+        close(
+            per_param(Dtype::Bf16, Some(Dtype::Bf16), false),
+            2.0 + 2.0 + 4.0 / 8.0 + 12.0 / 8.0,
+        );
+        close(per_param(Dtype::Fp8, None, false), 7.0 + 12.0 / 8.0);
+        close(
+            per_param(Dtype::Fp8, Some(Dtype::Bf16), true),
+            2.0 + 2.0 + 4.0 / 8.0 + 12.0 / 8.0,
+        );
     }
 
     #[test]

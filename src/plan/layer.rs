@@ -1064,6 +1064,49 @@ fn selective_recompute(
     calls
 }
 
+/// What op-level selective checkpointing (torchtitan's `selective_ac_option = "op"`, PyTorch's
+/// selective activation checkpointing) rebuilds of a dense layer whose forward is `fwd`: all of
+/// it but what the policy saves — the attention kernel's outputs (and so the context-parallel
+/// exchange feeding it), the tensor-parallel reduce-scatters' outputs, and every other matrix
+/// multiply's. Of q, k, v, out, gate, up, down (torchtitan's Llama runs them as seven) the 2nd,
+/// 4th and 6th are recomputed: the key projection (its share of the fused QKV GEMM), the
+/// output projection, and the gated MLP's up projection (an ungated MLP's down projection).
+/// Layouts with latent attention, experts or unfused attention are refused before a plan.
+fn op_selective_recompute(b: &mut Builder, arch: &Arch, d: &Dims, fwd: &[Call]) -> Vec<Call> {
+    let gated = arch.activation.is_gated();
+    let mut calls = Vec::new();
+    for c in fwd {
+        let op = b.queries[c.query as usize].op;
+        match c.label {
+            "qkv" => calls.push(b.call(
+                "k projection",
+                OpKind::Gemm,
+                Phase::Fwd,
+                d.gemm_dtype,
+                Some(Role::Qkv),
+                gemm(d.tokens, d.kv_heads * d.hd, d.d, 1),
+                Class::Compute,
+            )),
+            "mlp up" if gated => calls.push(b.call(
+                "mlp up (without the gate)",
+                OpKind::Gemm,
+                Phase::Fwd,
+                d.gemm_dtype,
+                Some(Role::MlpUp),
+                gemm(d.tokens, d.ffn, d.d, 1),
+                Class::Compute,
+            )),
+            "mlp up" => {}
+            "mlp down" if gated => {}
+            _ if op == OpKind::FlashAttention
+                || op == OpKind::ReduceScatter
+                || c.class == Class::CpComm => {}
+            _ => calls.push(c.clone()),
+        }
+    }
+    calls
+}
+
 /// One transformer layer: forward, backward, what its backward recomputes, its parameters;
 /// `dense`: a mixture's dense layer (its MLP of `ffn_hidden`, no experts).
 pub(super) fn layer_block(
@@ -1080,6 +1123,7 @@ pub(super) fn layer_block(
         Recompute::None => Vec::new(),
         Recompute::Full => fwd.clone(),
         Recompute::Selective => selective_recompute(b, arch, layout, d, &fwd, dense),
+        Recompute::SelectiveOp => op_selective_recompute(b, arch, d, &fwd),
     };
     let ((params, tensors), (expert_params, expert_tensors)) = if dense {
         (arch.dense_layer_params(d.t), (0, 0))
@@ -1101,7 +1145,7 @@ pub(super) fn layer_block(
             c.overlapped = true;
             c
         };
-        let gathered = params * d.act_bytes();
+        let gathered = params * layout.param_gather_dtype().bytes() as u64;
         fwd.push(beside(b, OpKind::AllGather, gathered));
         bwd.push(beside(b, OpKind::AllGather, gathered));
         let reduced = params * super::stage::grad_reduce_bytes(layout);
@@ -1359,5 +1403,61 @@ mod softmax_tests {
         // 128 columns: warps of 32 lanes, two rows each, four warps: 8 rows per block
         assert!(!fused(1, 4, 128, Dtype::Fp16));
         assert!(fused(1, 8, 128, Dtype::Fp16));
+    }
+}
+
+#[cfg(test)]
+mod op_checkpoint_tests {
+    use super::*;
+    use crate::ops::{GemmShape, Shape};
+    use crate::plan::Plan;
+    use crate::workload::{Layout, ParallelSpec};
+
+    /// torchtitan's op-level checkpointing of a Llama 3 8B layer recomputes the key, output
+    /// and gated-MLP up projections (the 2nd, 4th and 6th of its seven matmuls) and every
+    /// element-wise kernel, never the attention kernel nor the saved matmuls.
+    #[test]
+    fn op_level_checkpointing_recomputes_every_other_matmul_and_no_attention() {
+        let c = crate::hardware::dgx_h100_without_models();
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let spec = ParallelSpec {
+            tp: Some(1),
+            pp: Some(1),
+            dp: Some(8),
+            micro_batch: Some(1),
+            global_batch: Some(8),
+            recompute: Some(Recompute::SelectiveOp),
+            ..Default::default()
+        };
+        let layout = Layout::new(&spec, &a, &c).unwrap();
+        let plan = Plan::new(&a, &layout, &c);
+        let recompute = &plan.layer.recompute;
+        let labels: Vec<&str> = recompute.iter().map(|c| c.label).collect();
+        assert_eq!(
+            labels,
+            [
+                "input norm",
+                "k projection",
+                "rope q",
+                "rope k",
+                "attention out",
+                "residual add",
+                "post-attention norm",
+                "mlp up (without the gate)",
+                "activation",
+                "residual add"
+            ]
+        );
+        let widths: Vec<(u64, u64)> = recompute
+            .iter()
+            .filter_map(|c| match plan.queries[c.query as usize].shape {
+                Shape::Gemm(GemmShape { n, k, .. }) => Some((n, k)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(widths, [(1024, 4096), (4096, 4096), (14336, 4096)]);
+        assert!(recompute
+            .iter()
+            .all(|c| plan.queries[c.query as usize].phase == Phase::Fwd));
     }
 }

@@ -166,10 +166,6 @@ pub(super) fn stages(
 }
 
 /// 16-bit gradients and parameters travel over the data-parallel group.
-fn comm_bytes(layout: &Layout) -> u64 {
-    layout.activation_dtype().bytes() as u64
-}
-
 /// The routed experts a pipeline rank holds: reduced and sharded over the expert
 /// data-parallel group (dp·cp / ep ranks) instead of the whole data-parallel group.
 #[derive(Clone, Copy)]
@@ -190,9 +186,10 @@ fn bucketed(
     if params == 0 {
         return Vec::new();
     }
-    // gradients are reduced in their reduction type, parameters gathered in 16 bits
+    // gradients are reduced in their reduction type, parameters gathered in 16 bits (fp8
+    // under fp8 parameter gather)
     let bytes = if op == OpKind::AllGather {
-        comm_bytes(layout)
+        layout.param_gather_dtype().bytes() as u64
     } else {
         grad_reduce_bytes(layout)
     };

@@ -1743,3 +1743,36 @@ fn gradients_are_reduced_in_their_reduction_type() {
         .to_string()
         .contains("--grad-reduce-dtype"));
 }
+
+/// fp8 parameter gather halves the distributed optimizer's parameter all-gather (one byte per
+/// parameter) and is refused without fp8 training.
+#[test]
+fn fp8_parameter_gather_carries_one_byte_per_parameter() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    use crate::ops::Dtype::*;
+    let gathered = |dtype, fp8_param_gather| {
+        let s = ParallelSpec {
+            zero: Some(1),
+            dtype: Some(dtype),
+            fp8_param_gather: Some(fp8_param_gather),
+            ..spec(1, 1, 8, 1, 8)
+        };
+        let plan = crate::plan::Plan::new(&arch, &Layout::new(&s, &arch, &c).unwrap(), &c);
+        collective_bytes(&plan, &plan.stages[0].update, "dp parameter all-gather")
+            .iter()
+            .sum::<u64>()
+    };
+    assert_eq!(gathered(Fp8, false), 2 * gathered(Fp8, true));
+    assert_eq!(gathered(Fp8, false), gathered(Bf16, false));
+    let bf16 = ParallelSpec {
+        dtype: Some(Bf16),
+        fp8_param_gather: Some(true),
+        ..spec(1, 1, 8, 1, 8)
+    };
+    let e = Layout::new(&bf16, &arch, &c).unwrap_err().to_string();
+    assert!(
+        e.contains("--fp8-param-gather") && e.contains("--dtype fp8"),
+        "{e}"
+    );
+}

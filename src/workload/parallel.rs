@@ -33,6 +33,11 @@ crate::named_enum!(
         None => "none",
         /// The attention core (Korthikanti et al. 2022).
         Selective => "selective",
+        /// PyTorch's op-level selective activation checkpointing as torchtitan applies it
+        /// (`mode = "selective"`, `selective_ac_option = "op"`): a layer keeps its input, the
+        /// attention kernel's outputs and every other matrix multiply's output (the 1st, 3rd, …
+        /// of q, k, v, out, gate, up, down) and recomputes the rest in its backward.
+        SelectiveOp => "selective-op",
         /// Each layer's whole forward.
         Full => "full",
     }
@@ -242,6 +247,11 @@ pub struct ParallelSpec {
     /// fp8, fp16 under fp16; see `Layout::grad_reduce_dtype`).
     #[serde(default)]
     pub grad_reduce_dtype: Option<Dtype>,
+    /// Keep fp8 training's weights in fp8 and all-gather them in fp8 (Megatron's
+    /// `--fp8-param-gather`, NeMo's `fp8_param_gather`, torchtitan's
+    /// `enable_fsdp_float8_all_gather`); needs `dtype: fp8`.
+    #[serde(default)]
+    pub fp8_param_gather: Option<bool>,
     #[serde(default)]
     pub rules: Option<Rules>,
     /// Elements per data-parallel gradient bucket.
@@ -328,6 +338,7 @@ impl ParallelSpec {
             zero: over.zero.or(self.zero),
             dtype: over.dtype.or(self.dtype),
             grad_reduce_dtype: over.grad_reduce_dtype.or(self.grad_reduce_dtype),
+            fp8_param_gather: over.fp8_param_gather.or(self.fp8_param_gather),
             rules: over.rules.or(self.rules),
             dp_bucket_elements: over.dp_bucket_elements.or(self.dp_bucket_elements),
             schedule: over.schedule.or(self.schedule),
@@ -402,6 +413,9 @@ pub struct Layout {
     /// Composer's `mixed_precision: DEFAULT` in fp32 — unless a framework reduces in 16 bits
     /// (Composer's `PURE`); fp16 training reduces fp16 gradients.
     pub grad_reduce_dtype: Dtype,
+    /// fp8 training's weights kept and data-parallel-gathered in fp8 (see `ParallelSpec`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fp8_param_gather: bool,
     pub rules: Rules,
     pub dp_bucket_elements: u64,
     pub schedule: Schedule,
@@ -561,6 +575,12 @@ impl Layout {
             None if dtype == Dtype::Fp16 => Dtype::Fp16,
             None => Dtype::Fp32,
         };
+        let fp8_param_gather = spec.fp8_param_gather.unwrap_or(false);
+        if fp8_param_gather && dtype != Dtype::Fp8 {
+            return Err(LayoutError::Fp8ParamGatherNeedsFp8 {
+                dtype: dtype.name(),
+            });
+        }
         if !cluster.spec.gpu.supports(dtype) {
             return Err(LayoutError::DtypeUnsupported {
                 gpu: cluster.spec.gpu.name.clone(),
@@ -593,6 +613,7 @@ impl Layout {
             zero,
             dtype,
             grad_reduce_dtype,
+            fp8_param_gather,
             rules,
             dp_bucket_elements,
             schedule,
@@ -648,7 +669,7 @@ impl Layout {
     /// Whether the backward recomputes `module` (every module under full recomputation).
     pub fn recomputes(&self, module: RecomputeModule) -> bool {
         match self.recompute {
-            Recompute::None => false,
+            Recompute::None | Recompute::SelectiveOp => false,
             Recompute::Full => true,
             Recompute::Selective => self
                 .recompute_modules
@@ -693,6 +714,16 @@ impl Layout {
 
     /// What activations, gradients and every kernel but the GEMMs are held in: the training
     /// type, 16 bits (bf16) under an fp8 recipe, which runs only the GEMMs in fp8.
+    /// The type the data-parallel parameter all-gathers (distributed optimizer, FSDP) carry:
+    /// fp8 under `fp8_param_gather`, else the activations' 16 bits.
+    pub fn param_gather_dtype(&self) -> Dtype {
+        if self.fp8_param_gather {
+            Dtype::Fp8
+        } else {
+            self.activation_dtype()
+        }
+    }
+
     pub fn activation_dtype(&self) -> Dtype {
         if self.dtype == Dtype::Fp8 {
             Dtype::Bf16
@@ -1046,7 +1077,36 @@ fn recompute_modules(
         } else {
             Recompute::None
         };
-        return Ok((spec.recompute.unwrap_or(default), None));
+        let recompute = spec.recompute.unwrap_or(default);
+        // which matrix multiplies are every other one is known for a dense layer with its
+        // query, key and value projections (torchtitan's Llama); not for latents or experts
+        if recompute == Recompute::SelectiveOp {
+            let other = if arch.mla.is_some() {
+                Some("latent attention")
+            } else if arch.moe.is_some() {
+                Some("experts")
+            } else if arch.attention != crate::workload::AttentionImpl::Flash {
+                Some("unfused attention")
+            } else {
+                None
+            };
+            let why = match other {
+                Some(what) => format!(
+                    "costed for dense layers with query, key and value projections and a fused \
+                     attention kernel (torchtitan's Llama), not for {}'s {what}: use \
+                     --recompute selective (with --recompute-modules) or full",
+                    arch.name
+                ),
+                None if rules == Rules::Paper => "the paper's rules recompute whole layers: use \
+                                                  --rules megatron or --recompute full"
+                    .into(),
+                None => String::new(),
+            };
+            if !why.is_empty() {
+                return Err(LayoutError::SelectiveOp { why });
+            }
+        }
+        return Ok((recompute, None));
     };
     let refuse = |why: String| Err(LayoutError::RecomputeModules { why });
     match spec.recompute {
