@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp", "dp", "cp",
-           "cp_comm", "attention_kernel", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
+           "cp_comm", "attention_kernel", "cross_entropy", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
            "pipeline_layout", "micro_batch", "global_batch", "seq_len", "dtype", "recompute",
            "recompute_modules", "zero", "schedule",
            "vpp", "sequence_parallel", "tp_comm_overlap", "grad_reduce_dtype", "fp8_param_gather",
+           "fp8_library",
            "measured_step_s",
            "measured_memory_gib", "memory_scope", "expressible", "reason", "source"]
 
@@ -362,8 +363,12 @@ def torchtitan(ref, out):
                 # its attention is PyTorch SDPA, whose flash backend is FlashAttention-2 (the
                 # benchmark pages do not name the backend: an assumption)
                 attention_kernel="flash-attention-2",
+                # its loss is PyTorch's cross_entropy on the fp32 logits (train.py at 9dec370)
+                cross_entropy="pytorch",
                 micro_batch=mb, global_batch=row["global_batch_size"], seq_len=row["seq_len"],
                 dtype="bf16" if row["precision"] == "BF16" else "fp8", recompute=recompute, zero=3,
+                # torchtitan's float8 is torchao's
+                fp8_library="" if row["precision"] == "BF16" else "torchao",
                 schedule="interleaved" if "Interleaved" in sched else "1f1b",
                 vpp=vpp, pipeline_split=split, sequence_parallel=tp > 1,
                 tp_comm_overlap=1 if row["async_tp"] == "yes" else 0,

@@ -9,7 +9,8 @@ use std::fmt::Write;
 use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
-    Activation, Arch, CpComm, Dispatcher, Layout, NormKind, Position, Recompute, Rules, Schedule,
+    Activation, Arch, CpComm, Dispatcher, Fp8Library, Layout, NormKind, Position, Recompute, Rules,
+    Schedule,
 };
 
 crate::named_enum!(
@@ -320,7 +321,12 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     match l.dtype {
         Dtype::Fp16 => arg("--fp16".into()),
         Dtype::Bf16 => arg("--bf16".into()),
-        Dtype::Fp8 => arg("--bf16 --fp8-format hybrid".into()),
+        Dtype::Fp8 => {
+            if l.fp8_library != Fp8Library::TransformerEngine {
+                return Err(transformer_engine_only("megatron"));
+            }
+            arg("--bf16 --fp8-format hybrid".into())
+        }
         Dtype::Fp32 | Dtype::Tf32 => {}
     }
     if l.fp8_param_gather {
@@ -598,6 +604,9 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         Dtype::Bf16 => set("trainer.plugins", "bf16_mixed()".into()),
         Dtype::Fp16 => set("trainer.plugins", "fp16_mixed()".into()),
         Dtype::Fp8 => {
+            if l.fp8_library != Fp8Library::TransformerEngine {
+                return Err(transformer_engine_only("nemo"));
+            }
             set("trainer.plugins", "bf16_with_fp8_mixed()".into());
             // the plugin keeps fp8 weights unless told otherwise
             set(
@@ -753,6 +762,14 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             let _ = writeln!(out, "[model]\nname = \"{name}\"\nflavor = \"{flavor}\"");
             if l.dtype == Dtype::Fp8 {
                 let _ = writeln!(out, "converters = [\"float8\"]");
+                if l.fp8_library == Fp8Library::TransformerEngine {
+                    notes.push(
+                        "torchtitan's float8 is torchao's: the prediction costed Transformer \
+                         Engine's memory (fp8 weight caches, fp8 GEMM inputs kept): predict \
+                         with --fp8-library torchao"
+                            .into(),
+                    );
+                }
             }
             out.push('\n');
             if l.fp8_param_gather {
@@ -835,6 +852,14 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         text: out,
         notes,
     })
+}
+
+/// Megatron-LM and NeMo run fp8 with Transformer Engine.
+fn transformer_engine_only(target: &str) -> Error {
+    Error::Invalid(format!(
+        "{target}: Megatron-Core runs fp8 with Transformer Engine, not torchao: predict with \
+         --fp8-library transformer-engine"
+    ))
 }
 
 /// Megatron-LM and NeMo have no op-level selective checkpointing (torchtitan's).
@@ -1033,6 +1058,49 @@ mod tests {
             "{:?}",
             t.notes
         );
+    }
+
+    /// Megatron and NeMo run fp8 with Transformer Engine and refuse torchao's; torchtitan's
+    /// float8 is torchao's, and an export of Transformer Engine's costing says so; fp8
+    /// parameter gather is written for each.
+    #[test]
+    fn the_fp8_library_and_parameter_gather_are_exported_or_refused() {
+        use crate::workload::Fp8Library;
+        let with = |library, gather, zero| {
+            let s = ParallelSpec {
+                dtype: Some(Dtype::Fp8),
+                fp8_library: Some(library),
+                fp8_param_gather: Some(gather),
+                zero: Some(zero),
+                ..spec(1, 1, 8)
+            };
+            target("llama3-8b", s)
+        };
+        let (a, l) = with(Fp8Library::Torchao, false, 1);
+        for f in [Framework::Megatron, Framework::Nemo] {
+            let e = launch(f, &a, &l).unwrap_err().to_string();
+            assert!(e.contains("--fp8-library transformer-engine"), "{e}");
+        }
+        let (a, l) = with(Fp8Library::TransformerEngine, true, 1);
+        let m = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(m.contains("--fp8-param-gather"), "{m}");
+        let n = launch(Framework::Nemo, &a, &l).unwrap().text;
+        assert!(n.contains("fp8_param_gather = True"), "{n}");
+        let (a, l) = with(Fp8Library::TransformerEngine, false, 3);
+        let t = launch(Framework::Torchtitan, &a, &l).unwrap();
+        assert!(
+            t.notes.iter().any(|n| n.contains("--fp8-library torchao")),
+            "{:?}",
+            t.notes
+        );
+        let (a, l) = with(Fp8Library::Torchao, true, 3);
+        let t = launch(Framework::Torchtitan, &a, &l).unwrap();
+        assert!(
+            t.text.contains("enable_fsdp_float8_all_gather = true"),
+            "{}",
+            t.text
+        );
+        assert!(!t.notes.iter().any(|n| n.contains("fp8")), "{:?}", t.notes);
     }
 
     #[test]

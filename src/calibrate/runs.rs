@@ -28,7 +28,9 @@
 //! allgather, deepep, hybridep), `attention_kernel` (native or flash-attention-2: the kernel that
 //! ran the attention, default native), `grad_reduce_dtype` (fp32, bf16 or fp16: what the
 //! data-parallel gradients were reduced in, default fp32 for bf16 and fp8 runs, fp16 for fp16),
-//! `fp8_param_gather` (true/false: fp8 weights kept and gathered in fp8),
+//! `fp8_param_gather` (true/false: fp8 weights kept and gathered in fp8), `fp8_library`
+//! (transformer-engine or torchao), `cross_entropy`
+//! (vocab-parallel or pytorch: which loss the framework runs),
 //! `measured_memory_gib` and `memory_scope` (the peak memory the run reported, GiB, and what
 //! it counts: `allocator`, PyTorch's peak reserved memory as torchtitan prints it, or `device`,
 //! everything on the GPU as nvidia-smi shows it; compared with the memory projection), `source`.
@@ -106,6 +108,8 @@ struct Row {
     #[serde(default)]
     attention_kernel: String,
     #[serde(default)]
+    cross_entropy: String,
+    #[serde(default)]
     ep: Option<u64>,
     #[serde(default)]
     pipeline_split: String,
@@ -123,6 +127,8 @@ struct Row {
     grad_reduce_dtype: String,
     #[serde(default)]
     fp8_param_gather: String,
+    #[serde(default)]
+    fp8_library: String,
     #[serde(default)]
     framework: String,
     micro_batch: u64,
@@ -212,6 +218,10 @@ impl Row {
             "" => None,
             s => Some(s.parse().map_err(|e| format!("attention_kernel: {e}"))?),
         };
+        let cross_entropy = match self.cross_entropy.trim() {
+            "" => None,
+            s => Some(s.parse().map_err(|e| format!("cross_entropy: {e}"))?),
+        };
         let model = if self.model.contains('/')
             || self.model.ends_with(".yaml")
             || self.model.ends_with(".json")
@@ -278,6 +288,7 @@ impl Row {
                 cp: self.cp,
                 cp_comm,
                 attention_kernel,
+                cross_entropy,
                 ep: self.ep.filter(|&e| e > 1),
                 micro_batch: Some(self.micro_batch),
                 global_batch: Some(self.global_batch),
@@ -301,6 +312,10 @@ impl Row {
                     d => Some(d.parse().map_err(|e| format!("moe_dispatcher: {e}"))?),
                 },
                 fp8_param_gather: Some(flag("fp8_param_gather", &self.fp8_param_gather)?),
+                fp8_library: match self.fp8_library.trim() {
+                    "" => None,
+                    l => Some(l.parse().map_err(|e| format!("fp8_library: {e}"))?),
+                },
                 grad_reduce_dtype: match self.grad_reduce_dtype.trim() {
                     "" => None,
                     d => Some(d.parse().map_err(|e| format!("grad_reduce_dtype: {e}"))?),

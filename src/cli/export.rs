@@ -166,6 +166,8 @@ struct RowLayout {
     cp_comm: Option<CpComm>,
     #[serde(default)]
     attention_kernel: Option<AttentionKernel>,
+    #[serde(default)]
+    cross_entropy: Option<stepcast::workload::CrossEntropy>,
     #[serde(default = "one")]
     ep: u64,
     #[serde(default)]
@@ -183,6 +185,8 @@ struct RowLayout {
     grad_reduce_dtype: Option<Dtype>,
     #[serde(default)]
     fp8_param_gather: bool,
+    #[serde(default)]
+    fp8_library: Option<stepcast::workload::Fp8Library>,
     rules: Rules,
     dp_bucket_elements: u64,
     schedule: Schedule,
@@ -282,6 +286,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         cp: Some(r.cp),
         cp_comm: r.cp_comm,
         attention_kernel: r.attention_kernel,
+        cross_entropy: r.cross_entropy,
         ep: Some(r.ep),
         etp: r.etp,
         moe_a2a_overlap: Some(r.overlap.moe_a2a),
@@ -297,6 +302,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         dtype: Some(r.dtype),
         grad_reduce_dtype: r.grad_reduce_dtype,
         fp8_param_gather: Some(r.fp8_param_gather),
+        fp8_library: r.fp8_library,
         rules: Some(r.rules),
         dp_bucket_elements: Some(r.dp_bucket_elements),
         schedule: Some(r.schedule),

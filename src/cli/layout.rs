@@ -11,8 +11,8 @@ use serde::Deserialize;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::workload::{
-    Arch, AttentionKernel, CpComm, Dispatcher, Layout, ParallelSpec, Partition, Recompute,
-    RecomputeModule, Rules, Schedule,
+    Arch, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Fp8Library, Layout, ParallelSpec,
+    Partition, Recompute, RecomputeModule, Rules, Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -51,6 +51,12 @@ pub struct JobArgs {
     /// cluster file's achievable.flash_attention_2_* fraction of peak) [default: native].
     #[arg(long, value_parser = named::<AttentionKernel>())]
     pub attention_kernel: Option<AttentionKernel>,
+    /// Which cross-entropy computes the loss, for the memory it holds at the loss's backward:
+    /// vocab-parallel (Megatron's, in place on the fp32 logits) or pytorch (PyTorch's
+    /// cross_entropy on fp32 logits: torchtitan, Composer, Hugging Face) [default:
+    /// vocab-parallel].
+    #[arg(long, value_parser = named::<CrossEntropy>())]
+    pub cross_entropy: Option<CrossEntropy>,
     /// Expert parallelism for a mixture of experts: experts split over ep ranks of dp·cp.
     #[arg(long, allow_negative_numbers = true)]
     pub ep: Option<u64>,
@@ -124,6 +130,11 @@ pub struct JobArgs {
     /// enable_fsdp_float8_all_gather [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub fp8_param_gather: Option<bool>,
+    /// Which library runs fp8 training: transformer-engine (Megatron, NeMo: fp8 weight caches,
+    /// fp8 GEMM inputs kept for the backward) or torchao (torchtitan: 16-bit inputs kept)
+    /// [default: transformer-engine].
+    #[arg(long, value_parser = named::<Fp8Library>())]
+    pub fp8_library: Option<Fp8Library>,
     /// Composition rules: megatron (default) or paper (Zhang et al.'s tool).
     #[arg(long, value_parser = named::<Rules>())]
     pub rules: Option<Rules>,
@@ -269,6 +280,7 @@ impl JobArgs {
             cp: self.cp,
             cp_comm: self.cp_comm,
             attention_kernel: self.attention_kernel,
+            cross_entropy: self.cross_entropy,
             ep: self.ep,
             etp: self.etp,
             moe_imbalance: self.moe_imbalance,
@@ -286,6 +298,7 @@ impl JobArgs {
             dtype: self.dtype,
             grad_reduce_dtype: self.grad_reduce_dtype,
             fp8_param_gather: self.fp8_param_gather,
+            fp8_library: self.fp8_library,
             rules: self.rules,
             dp_bucket_elements: self.dp_bucket_elements,
             schedule: self.schedule,
@@ -531,10 +544,21 @@ pub fn describe(job: &Job) -> String {
         }
         None => l.recompute.to_string(),
     };
-    let attention = match l.attention_kernel {
-        AttentionKernel::Native => String::new(),
-        kernel => format!(", attention by {kernel}"),
+    let fp8 = match (l.fp8_library, l.fp8_param_gather) {
+        (Fp8Library::TransformerEngine, false) => "",
+        (Fp8Library::TransformerEngine, true) => " (weights in fp8)",
+        (Fp8Library::Torchao, false) => " (torchao)",
+        (Fp8Library::Torchao, true) => " (torchao, weights gathered in fp8)",
     };
+    let attention = fp8.to_string()
+        + &match l.attention_kernel {
+            AttentionKernel::Native => String::new(),
+            kernel => format!(", attention by {kernel}"),
+        }
+        + match l.cross_entropy {
+            CrossEntropy::VocabParallel => "",
+            CrossEntropy::Pytorch => ", PyTorch's cross-entropy",
+        };
     format!(
         "layout   tp {}{extra} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
          \x20        {}{attention}, recompute {recompute}, {partition} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",

@@ -158,11 +158,11 @@ pub enum LayoutError {
     #[error("--recompute-modules: {why}")]
     RecomputeModules { why: String },
 
-    #[error(
-        "--fp8-param-gather keeps fp8 training's weights in fp8, not {dtype}'s: add --dtype fp8 \
-         or drop it"
-    )]
-    Fp8ParamGatherNeedsFp8 { dtype: &'static str },
+    #[error("{flag} sets how fp8 training runs, not {dtype}'s: add --dtype fp8 or drop it")]
+    Fp8SettingNeedsFp8 {
+        flag: &'static str,
+        dtype: &'static str,
+    },
 
     #[error("--recompute selective-op: {why}")]
     SelectiveOp { why: String },
@@ -339,7 +339,7 @@ impl LayoutError {
             | PipelineLayoutMtp { .. } => "pipeline layout that does not fit",
             RecomputeModules { .. } => "recompute modules the model or rules cannot take",
             SelectiveOp { .. } => "op-level selective recomputation the model cannot take",
-            Fp8ParamGatherNeedsFp8 { .. } => "fp8 parameter gather without fp8 training",
+            Fp8SettingNeedsFp8 { .. } => "an fp8 setting without fp8 training",
             ParamGatherNeedsDistributedOptimizer => {
                 "parameter-gather overlap without a distributed optimizer"
             }

@@ -178,6 +178,14 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     if dropout {
         add("MLP dropout mask", h * rep, false);
     }
+    // Transformer Engine keeps the fp8 casts of the GEMM inputs for the backward
+    if layout.dtype == crate::ops::Dtype::Fp8
+        && layout.fp8_library == crate::workload::Fp8Library::TransformerEngine
+    {
+        for s in v.iter_mut().filter(|s| s.for_weight_grad) {
+            s.bytes /= 2.0;
+        }
+    }
     let recompute_working: f64 = v.iter().map(|s| s.bytes).sum();
     // output gradients the weight-gradient GEMMs read: of QKV, out-projection, MLP up, down
     let up_width = gate * ffn;
@@ -336,10 +344,16 @@ pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
     4.0 * sbh(arch, layout) * rep + 4.0 * tokens * arch.padded_vocab(layout.tp) as f64 / t
 }
 
-/// The 16-bit logits the LM head produces before the loss converts them to fp32: transient.
+/// What the loss holds besides the kept fp32 logits, at its peak: the 16-bit logits the LM
+/// head produced while Megatron's loss converts them, or the two fp32 gradients PyTorch's
+/// cross-entropy holds at once in its backward (`CrossEntropy`): transient.
 pub fn head_transient(arch: &Arch, layout: &Layout) -> f64 {
     let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
-    2.0 * tokens * arch.padded_vocab(layout.tp) as f64 / layout.tp as f64
+    let bytes = match layout.cross_entropy {
+        crate::workload::CrossEntropy::VocabParallel => 2.0,
+        crate::workload::CrossEntropy::Pytorch => 8.0,
+    };
+    bytes * tokens * arch.padded_vocab(layout.tp) as f64 / layout.tp as f64
 }
 
 #[cfg(test)]
@@ -427,6 +441,26 @@ mod tests {
                 + 2.0 * h
                 + 2.0 * 2.0 * h / t
         );
+    }
+
+    /// At the loss's backward Megatron's vocabulary-parallel cross-entropy holds the 16-bit
+    /// logits beside the kept fp32 ones (2 bytes a token and vocabulary entry), PyTorch's two
+    /// fp32 gradients (8), each rank its vocabulary share.
+    #[test]
+    fn pytorchs_cross_entropy_holds_two_fp32_gradients_of_the_logits() {
+        use crate::workload::CrossEntropy;
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let transient = |tp, ce| {
+            let mut l = layout(&a, tp, tp > 1, Recompute::None);
+            l.cross_entropy = ce;
+            head_transient(&a, &l)
+        };
+        let entries = 8192.0 * 128256.0;
+        assert_eq!(transient(1, CrossEntropy::VocabParallel), 2.0 * entries);
+        assert_eq!(transient(1, CrossEntropy::Pytorch), 8.0 * entries);
+        // (the vocabulary padded to a multiple of 128 · tp)
+        let padded = 8192.0 * a.padded_vocab(8) as f64;
+        assert_eq!(transient(8, CrossEntropy::Pytorch), 8.0 * padded / 8.0);
     }
 
     #[test]

@@ -92,13 +92,13 @@ fn bytes_per_param(layout: &Layout, replicas: u64) -> (f64, f64, f64) {
             1.0
         }
     };
-    // 16-bit weights and, training in fp8, Transformer Engine's fp8 copy; fp8 weights and the
-    // transpose Transformer Engine keeps for the backward under fp8 parameter gather
-    let weights = match (layout.dtype, layout.fp8_param_gather) {
-        (crate::ops::Dtype::Fp8, true) => 2.0,
-        (crate::ops::Dtype::Fp8, false) => 3.0,
-        _ => 2.0,
-    };
+    // 16-bit weights and, training in fp8 with Transformer Engine, the fp8 cast and transpose
+    // of each it caches across micro-batches; fp8 weights and their transpose under fp8
+    // parameter gather; torchao casts at each matmul and caches nothing
+    let te_caches = layout.dtype == crate::ops::Dtype::Fp8
+        && layout.fp8_library == crate::workload::Fp8Library::TransformerEngine
+        && !layout.fp8_param_gather;
+    let weights = if te_caches { 4.0 } else { 2.0 };
     // the paper's DeepSpeed fp16 keeps 16-bit gradients; FSDP's shards hold the parameters'
     // fp32; Megatron's gradient buffer holds the reduction type (fp32 under
     // `grad_reduce_in_fp32`, else the parameters' 16 bits, as NeMo's performance recipes run),
@@ -428,32 +428,60 @@ mod tests {
 
     /// Gradients reduced in 16 bits leave Megatron a 16-bit buffer and the distributed
     /// optimizer an fp32 copy of its shard (2 + 2 + 4/dp + 12/dp, NeMo's performance recipes);
-    /// fp8 weights cost Transformer Engine's fp8 copy (2 + 1) unless they are kept in fp8
-    /// themselves (fp8 and the transpose: 2).
+    /// fp8 weights cost Transformer Engine's cached fp8 cast and transpose (2 + 2) unless they
+    /// are kept in fp8 themselves (fp8 and the transpose: 2); torchao caches nothing.
     #[test]
     fn gradient_reduction_and_fp8_weights_set_the_bytes_per_parameter() {
-        use crate::ops::Dtype;
-        let per_param = |dtype, reduce: Option<Dtype>, gather| {
+        use crate::ops::Dtype::{self, *};
+        use crate::workload::Fp8Library::{self, *};
+        let per_param = |dtype, reduce: Option<Dtype>, gather, library: Option<Fp8Library>| {
             let mut s = spec(8, 1, 8, 8);
             s.zero = Some(1);
             s.dtype = Some(dtype);
             s.grad_reduce_dtype = reduce;
             s.fp8_param_gather = Some(gather);
+            s.fp8_library = library;
             let (_, r) = report("llama2-7b", s);
             let m = &r.ranks[0];
             (m.weights_gib + m.gradients_gib + m.optimizer_gib) * GIB / m.params as f64
         };
         let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} {b}");
-        close(per_param(Dtype::Bf16, None, false), 6.0 + 12.0 / 8.0);
+        let sharded = 12.0 / 8.0;
+        close(per_param(Bf16, None, false, None), 6.0 + sharded);
+        let bf16_grads = 2.0 + 2.0 + 4.0 / 8.0 + sharded;
+        close(per_param(Bf16, Some(Bf16), false, None), bf16_grads);
+        close(per_param(Fp8, None, false, None), 8.0 + sharded);
         close(
-            per_param(Dtype::Bf16, Some(Dtype::Bf16), false),
-            2.0 + 2.0 + 4.0 / 8.0 + 12.0 / 8.0,
+            per_param(Fp8, None, false, Some(TransformerEngine)),
+            8.0 + sharded,
         );
-        close(per_param(Dtype::Fp8, None, false), 7.0 + 12.0 / 8.0);
-        close(
-            per_param(Dtype::Fp8, Some(Dtype::Bf16), true),
-            2.0 + 2.0 + 4.0 / 8.0 + 12.0 / 8.0,
-        );
+        close(per_param(Fp8, Some(Bf16), true, None), bf16_grads);
+        close(per_param(Fp8, None, false, Some(Torchao)), 6.0 + sharded);
+    }
+
+    /// Transformer Engine keeps the fp8 casts of a layer's GEMM inputs for the backward (the
+    /// norm outputs before QKV and the MLP, the attention output, the activation output): 1
+    /// byte an element; torchao keeps them in 16 bits like bf16 training.
+    #[test]
+    fn transformer_engine_keeps_fp8_gemm_inputs() {
+        use crate::ops::Dtype::*;
+        use crate::workload::Fp8Library::*;
+        let layer = |dtype, library| {
+            let mut s = spec(1, 8, 1, 8);
+            s.dtype = Some(dtype);
+            s.fp8_library = library;
+            report("llama3-8b", s).1.layer
+        };
+        let bf16 = layer(Bf16, None);
+        let inputs: f64 = bf16
+            .stored
+            .iter()
+            .filter(|s| s.for_weight_grad)
+            .map(|s| s.bytes)
+            .sum();
+        assert!(inputs > 0.0);
+        assert_eq!(layer(Fp8, None).total(), bf16.total() - inputs / 2.0);
+        assert_eq!(layer(Fp8, Some(Torchao)).total(), bf16.total());
     }
 
     #[test]

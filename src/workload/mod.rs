@@ -12,7 +12,7 @@ pub use arch::{
     Activation, Arch, ArchSpec, AttentionImpl, CausalBlocks, MlaSpec, MoeSpec, NormKind, Position,
 };
 pub use parallel::{
-    AttentionKernel, CpComm, Dispatcher, Layout, Overlap, ParallelSpec, Partition, PipelineSplit,
-    Recompute, RecomputeModule, Rules, Schedule,
+    AttentionKernel, CpComm, CrossEntropy, Dispatcher, Fp8Library, Layout, Overlap, ParallelSpec,
+    Partition, PipelineSplit, Recompute, RecomputeModule, Rules, Schedule,
 };
 pub use routing::ExpertRouting;

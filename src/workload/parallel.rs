@@ -60,6 +60,20 @@ crate::named_enum!(
     }
 );
 
+impl Fp8Library {
+    /// The default, which layout records leave out.
+    pub fn is_transformer_engine(&self) -> bool {
+        *self == Fp8Library::TransformerEngine
+    }
+}
+
+impl CrossEntropy {
+    /// The default, which layout records leave out.
+    pub fn is_vocab_parallel(&self) -> bool {
+        *self == CrossEntropy::VocabParallel
+    }
+}
+
 impl Dispatcher {
     /// The default, which layout records leave out.
     pub fn is_alltoall(&self) -> bool {
@@ -103,6 +117,35 @@ crate::named_enum!(
         /// Zero-bubble ZB-H1 (Qi et al. 2024): the backward split into input and weight
         /// gradients, rank r running its weight gradients r micro-batches late.
         ZbH1 => "zb-h1",
+    }
+);
+
+crate::named_enum!(
+    /// Which library runs fp8 training: what it keeps of the weights and of the GEMM inputs.
+    pub enum Fp8Library {
+        /// NVIDIA's Transformer Engine (Megatron, NeMo): caches each weight's fp8 cast and its
+        /// transpose across micro-batches (2 bytes beside the 16-bit weight, unless the weights
+        /// are kept in fp8 themselves) and keeps the fp8 casts of the GEMM inputs for the
+        /// backward (1 byte an element instead of 2).
+        TransformerEngine => "transformer-engine",
+        /// PyTorch's torchao float8 (torchtitan): casts weights and inputs to fp8 at each matmul
+        /// and keeps the 16-bit inputs for the backward, where it casts them again.
+        Torchao => "torchao",
+    }
+);
+
+crate::named_enum!(
+    /// Which cross-entropy turns the logits into the loss: what it holds at the loss's
+    /// backward, the peak of the rank with the LM head.
+    pub enum CrossEntropy {
+        /// Megatron's vocabulary-parallel cross-entropy: it works on the fp32 logits in place
+        /// and keeps them for the backward (4 bytes a token and vocabulary entry) beside the
+        /// 16-bit logits they were converted from (2).
+        VocabParallel => "vocab-parallel",
+        /// PyTorch's `cross_entropy` on `logits.float()` (torchtitan, Composer, Hugging Face):
+        /// it keeps the fp32 log-softmax output (4), and its backward holds the loss's
+        /// gradient of that output and the log-softmax's gradient at once (4 + 4).
+        Pytorch => "pytorch",
     }
 );
 
@@ -192,6 +235,9 @@ pub struct ParallelSpec {
     /// Which kernel runs the attention (default native: what the models learned).
     #[serde(default)]
     pub attention_kernel: Option<AttentionKernel>,
+    /// Which cross-entropy computes the loss (default vocab-parallel, Megatron's).
+    #[serde(default)]
+    pub cross_entropy: Option<CrossEntropy>,
     /// Expert parallelism: the routed experts split over ep ranks of the data-parallel group.
     #[serde(default)]
     pub ep: Option<u64>,
@@ -252,6 +298,9 @@ pub struct ParallelSpec {
     /// `enable_fsdp_float8_all_gather`); needs `dtype: fp8`.
     #[serde(default)]
     pub fp8_param_gather: Option<bool>,
+    /// Which library runs fp8 training (default transformer-engine); needs `dtype: fp8`.
+    #[serde(default)]
+    pub fp8_library: Option<Fp8Library>,
     #[serde(default)]
     pub rules: Option<Rules>,
     /// Elements per data-parallel gradient bucket.
@@ -319,6 +368,7 @@ impl ParallelSpec {
             dp: over.dp.or(self.dp),
             cp: over.cp.or(self.cp),
             cp_comm: over.cp_comm.or(self.cp_comm),
+            cross_entropy: over.cross_entropy.or(self.cross_entropy),
             attention_kernel: over.attention_kernel.or(self.attention_kernel),
             ep: over.ep.or(self.ep),
             etp: over.etp.or(self.etp),
@@ -339,6 +389,7 @@ impl ParallelSpec {
             dtype: over.dtype.or(self.dtype),
             grad_reduce_dtype: over.grad_reduce_dtype.or(self.grad_reduce_dtype),
             fp8_param_gather: over.fp8_param_gather.or(self.fp8_param_gather),
+            fp8_library: over.fp8_library.or(self.fp8_library),
             rules: over.rules.or(self.rules),
             dp_bucket_elements: over.dp_bucket_elements.or(self.dp_bucket_elements),
             schedule: over.schedule.or(self.schedule),
@@ -372,6 +423,9 @@ pub struct Layout {
     pub cp_comm: CpComm,
     /// Which kernel runs the attention.
     pub attention_kernel: AttentionKernel,
+    /// Which cross-entropy computes the loss.
+    #[serde(skip_serializing_if = "CrossEntropy::is_vocab_parallel")]
+    pub cross_entropy: CrossEntropy,
     /// Expert-parallel degree (1 for a dense model): each rank holds experts / ep experts.
     pub ep: u64,
     /// Expert-tensor-parallel degree: each expert's MLP is split over etp ranks (tp unless
@@ -416,6 +470,10 @@ pub struct Layout {
     /// fp8 training's weights kept and data-parallel-gathered in fp8 (see `ParallelSpec`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fp8_param_gather: bool,
+    /// Which library runs fp8 training (Transformer Engine unless training in fp8 says
+    /// otherwise; see `Fp8Library`).
+    #[serde(skip_serializing_if = "Fp8Library::is_transformer_engine")]
+    pub fp8_library: Fp8Library,
     pub rules: Rules,
     pub dp_bucket_elements: u64,
     pub schedule: Schedule,
@@ -576,8 +634,13 @@ impl Layout {
             None => Dtype::Fp32,
         };
         let fp8_param_gather = spec.fp8_param_gather.unwrap_or(false);
-        if fp8_param_gather && dtype != Dtype::Fp8 {
-            return Err(LayoutError::Fp8ParamGatherNeedsFp8 {
+        if (fp8_param_gather || spec.fp8_library.is_some()) && dtype != Dtype::Fp8 {
+            return Err(LayoutError::Fp8SettingNeedsFp8 {
+                flag: if fp8_param_gather {
+                    "--fp8-param-gather"
+                } else {
+                    "--fp8-library"
+                },
                 dtype: dtype.name(),
             });
         }
@@ -593,6 +656,7 @@ impl Layout {
             dp,
             cp,
             cp_comm: spec.cp_comm.unwrap_or(CpComm::P2p),
+            cross_entropy: spec.cross_entropy.unwrap_or(CrossEntropy::VocabParallel),
             attention_kernel: spec.attention_kernel.unwrap_or(AttentionKernel::Native),
             ep,
             etp,
@@ -614,6 +678,7 @@ impl Layout {
             dtype,
             grad_reduce_dtype,
             fp8_param_gather,
+            fp8_library: spec.fp8_library.unwrap_or(Fp8Library::TransformerEngine),
             rules,
             dp_bucket_elements,
             schedule,
