@@ -1943,3 +1943,39 @@ fn calibrate_holds_the_memory_projection_against_the_runs() {
         "{text}"
     );
 }
+
+/// The settings that change how a run holds its memory are said in the layout header, and
+/// the memory they cost follows: NeMo's fp8 recipe (weights in fp8, gradients reduced in
+/// bf16) holds less than the same layout with Transformer Engine's defaults.
+#[test]
+fn the_header_says_how_fp8_gradients_and_the_loss_run() {
+    let predict = |extra: &str| {
+        let mut args: Vec<&str> = "predict --cluster dgx-h100 --model llama3-8b --tp 2 --dp 4 \
+                                   --micro-batch 1 --global-batch 32 --dtype fp8 \
+                                   --sequence-parallel"
+            .split_whitespace()
+            .collect();
+        args.extend(extra.split_whitespace());
+        let text = stepcast(&args);
+        assert!(text.status.success(), "{}", stderr(&text));
+        args.push("--json");
+        let json: serde_json::Value = serde_json::from_str(&stdout(&stepcast(&args))).unwrap();
+        (
+            stdout(&text),
+            json["memory"]["ranks"][0]["total_gib"].as_f64().unwrap(),
+        )
+    };
+    let (te, te_gib) = predict("");
+    assert!(te.contains("fp8, recompute none"), "{te}");
+    let (nemo, nemo_gib) = predict("--fp8-param-gather --grad-reduce-dtype bf16");
+    assert!(
+        nemo.contains("fp8 (weights in fp8), gradients reduced in bf16, recompute"),
+        "{nemo}"
+    );
+    assert!(nemo_gib < te_gib - 1.0, "{nemo_gib} {te_gib}");
+    let (titan, _) = predict("--fp8-library torchao --cross-entropy pytorch");
+    assert!(
+        titan.contains("fp8 (torchao), PyTorch's cross-entropy, recompute"),
+        "{titan}"
+    );
+}

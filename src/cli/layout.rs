@@ -550,12 +550,22 @@ pub fn describe(job: &Job) -> String {
         (Fp8Library::Torchao, false) => " (torchao)",
         (Fp8Library::Torchao, true) => " (torchao, weights gathered in fp8)",
     };
-    let attention = fp8.to_string()
-        + &match l.attention_kernel {
+    // the gradient reduction type where it is not the training type's default
+    let default_reduce = if l.dtype == Dtype::Fp16 {
+        Dtype::Fp16
+    } else {
+        Dtype::Fp32
+    };
+    let fp8 = if l.grad_reduce_dtype == default_reduce {
+        fp8.to_string()
+    } else {
+        format!("{fp8}, gradients reduced in {}", l.grad_reduce_dtype)
+    };
+    let attention =
+        fp8 + &match l.attention_kernel {
             AttentionKernel::Native => String::new(),
             kernel => format!(", attention by {kernel}"),
-        }
-        + match l.cross_entropy {
+        } + match l.cross_entropy {
             CrossEntropy::VocabParallel => "",
             CrossEntropy::Pytorch => ", PyTorch's cross-entropy",
         };
