@@ -551,12 +551,7 @@ pub fn describe(job: &Job) -> String {
         (Fp8Library::Torchao, true) => " (torchao, weights gathered in fp8)",
     };
     // the gradient reduction type where it is not the training type's default
-    let default_reduce = if l.dtype == Dtype::Fp16 {
-        Dtype::Fp16
-    } else {
-        Dtype::Fp32
-    };
-    let fp8 = if l.grad_reduce_dtype == default_reduce {
+    let fp8 = if l.grad_reduce_dtype == stepcast::workload::default_grad_reduce_dtype(l.dtype) {
         fp8.to_string()
     } else {
         format!("{fp8}, gradients reduced in {}", l.grad_reduce_dtype)

@@ -179,9 +179,7 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
         add("MLP dropout mask", h * rep, false);
     }
     // Transformer Engine keeps the fp8 casts of the GEMM inputs for the backward
-    if layout.dtype == crate::ops::Dtype::Fp8
-        && layout.fp8_library == crate::workload::Fp8Library::TransformerEngine
-    {
+    if layout.transformer_engine_fp8() {
         for s in v.iter_mut().filter(|s| s.for_weight_grad) {
             s.bytes /= 2.0;
         }
@@ -209,9 +207,7 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
             bytes: 2.0 * h * rep,
             for_weight_grad: false,
         }],
-        Recompute::SelectiveOp => {
-            op_checkpointed(layout, h * rep, [q, kv], s * b, heads, ffn, gate)
-        }
+        Recompute::SelectiveOp => op_checkpointed(layout, h, [q, kv], s * b, heads, ffn, gate),
     };
     // a backward that recomputes rebuilds one layer's intermediates at a time
     let rebuilds = full || layout.recompute == Recompute::SelectiveOp;
@@ -227,24 +223,23 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
 /// of its matrix multiplies — the query and value projections, the gated MLP's gate
 /// projection and its down projection (an ungated MLP's up projection), a row-parallel
 /// output at full width before its reduce-scatter; the attention kernel's output and fp32
-/// log-sum-exp; the sequence-parallel reduce-scatters' outputs. `sp_h`: elements of the
-/// hidden state on this rank, `q` and `kv` the query's and one of key and value's bytes,
+/// log-sum-exp; the sequence-parallel reduce-scatters' outputs. `h`: elements of the micro-batch's
+/// hidden state (s·b·h), `q` and `kv` the query's and one of key and value's bytes,
 /// `tokens` the micro-batch's, `heads` and `ffn` the query heads and MLP width on this rank,
 /// `gate` 2 for a gated MLP.
 fn op_checkpointed(
     layout: &Layout,
-    sp_h: f64,
+    h: f64,
     [q, kv]: [f64; 2],
     tokens: f64,
     heads: f64,
     ffn: f64,
     gate: f64,
 ) -> Vec<Stored> {
-    let t = layout.tp as f64;
-    let full_h = if layout.sequence_parallel {
-        sp_h * t
+    let sp_h = if layout.sequence_parallel {
+        h / layout.tp as f64
     } else {
-        sp_h
+        h
     };
     let mut kept = vec![
         ("layer input (checkpoint)", 2.0 * sp_h),
@@ -260,7 +255,7 @@ fn op_checkpointed(
             "MLP gate projection output (saved matmul)",
             2.0 * tokens * ffn,
         ));
-        kept.push(("MLP down projection output (saved matmul)", 2.0 * full_h));
+        kept.push(("MLP down projection output (saved matmul)", 2.0 * h));
     } else {
         kept.push((
             "MLP up projection output (saved matmul)",

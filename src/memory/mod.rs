@@ -95,9 +95,7 @@ fn bytes_per_param(layout: &Layout, replicas: u64) -> (f64, f64, f64) {
     // 16-bit weights and, training in fp8 with Transformer Engine, the fp8 cast and transpose
     // of each it caches across micro-batches; fp8 weights and their transpose under fp8
     // parameter gather; torchao casts at each matmul and caches nothing
-    let te_caches = layout.dtype == crate::ops::Dtype::Fp8
-        && layout.fp8_library == crate::workload::Fp8Library::TransformerEngine
-        && !layout.fp8_param_gather;
+    let te_caches = layout.transformer_engine_fp8() && !layout.fp8_param_gather;
     let weights = if te_caches { 4.0 } else { 2.0 };
     // the paper's DeepSpeed fp16 keeps 16-bit gradients; FSDP's shards hold the parameters'
     // fp32; Megatron's gradient buffer holds the reduction type (fp32 under

@@ -12,7 +12,8 @@ pub use arch::{
     Activation, Arch, ArchSpec, AttentionImpl, CausalBlocks, MlaSpec, MoeSpec, NormKind, Position,
 };
 pub use parallel::{
-    AttentionKernel, CpComm, CrossEntropy, Dispatcher, Fp8Library, Layout, Overlap, ParallelSpec,
-    Partition, PipelineSplit, Recompute, RecomputeModule, Rules, Schedule,
+    default_grad_reduce_dtype, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Fp8Library,
+    Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute, RecomputeModule, Rules,
+    Schedule,
 };
 pub use routing::ExpertRouting;

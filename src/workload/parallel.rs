@@ -630,8 +630,7 @@ impl Layout {
         let grad_reduce_dtype = match spec.grad_reduce_dtype {
             Some(Dtype::Fp8) => return Err(LayoutError::GradReduceFp8),
             Some(d) => d,
-            None if dtype == Dtype::Fp16 => Dtype::Fp16,
-            None => Dtype::Fp32,
+            None => default_grad_reduce_dtype(dtype),
         };
         let fp8_param_gather = spec.fp8_param_gather.unwrap_or(false);
         if (fp8_param_gather || spec.fp8_library.is_some()) && dtype != Dtype::Fp8 {
@@ -779,6 +778,12 @@ impl Layout {
 
     /// What activations, gradients and every kernel but the GEMMs are held in: the training
     /// type, 16 bits (bf16) under an fp8 recipe, which runs only the GEMMs in fp8.
+    /// Whether Transformer Engine runs fp8 training: it caches fp8 weight casts and keeps the
+    /// fp8 casts of GEMM inputs for the backward (`Fp8Library`).
+    pub fn transformer_engine_fp8(&self) -> bool {
+        self.dtype == Dtype::Fp8 && self.fp8_library == Fp8Library::TransformerEngine
+    }
+
     /// The type the data-parallel parameter all-gathers (distributed optimizer, FSDP) carry:
     /// fp8 under `fp8_param_gather`, else the activations' 16 bits.
     pub fn param_gather_dtype(&self) -> Dtype {
@@ -795,6 +800,16 @@ impl Layout {
         } else {
             self.dtype
         }
+    }
+}
+
+/// What gradients are reduced in unless told: fp32 when training in bf16 or fp8 (Megatron-LM,
+/// NeMo's `bf16_mixed`, torchtitan, Composer's DEFAULT), fp16 under fp16.
+pub fn default_grad_reduce_dtype(dtype: Dtype) -> Dtype {
+    if dtype == Dtype::Fp16 {
+        Dtype::Fp16
+    } else {
+        Dtype::Fp32
     }
 }
 
