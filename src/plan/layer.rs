@@ -21,8 +21,8 @@ use crate::ops::{
 };
 use crate::timing::Class;
 use crate::workload::{
-    Arch, AttentionImpl, CausalBlocks, CpComm, Dispatcher, Layout, MlaSpec, MoeSpec, NormKind,
-    Position, Recompute, Rules,
+    Arch, AttentionImpl, CausalBlocks, CpComm, Dispatcher, Fp8Library, Layout, MlaSpec, MoeSpec,
+    NormKind, Position, Recompute, Rules,
 };
 
 /// The sizes one rank works with.
@@ -53,6 +53,10 @@ pub(super) struct Dims {
     seq_sp: u64,
     /// GEMMs run in the training type (fp8 under an fp8 recipe); everything else in 16 bits.
     gemm_dtype: Dtype,
+    /// Who casts an fp8 GEMM's operands (see `fp8_casts`).
+    fp8_library: Fp8Library,
+    /// The weights are kept in fp8 (no per-micro-batch weight cast).
+    fp8_weights: bool,
     act: Dtype,
     heads: u64,
     kv_heads: u64,
@@ -93,6 +97,8 @@ impl Dims {
                 s
             },
             gemm_dtype: layout.dtype,
+            fp8_library: layout.fp8_library,
+            fp8_weights: layout.fp8_param_gather,
             act,
             heads: arch.heads / t,
             kv_heads: (arch.kv_heads / t).max(1),
@@ -523,9 +529,20 @@ struct PassCalls<'a> {
     b: &'a mut Builder,
     phase: Phase,
     calls: Vec<Call>,
+    /// Who casts fp8 GEMM operands, and whether the weights are fp8 already.
+    fp8: (Fp8Library, bool),
 }
 
-impl PassCalls<'_> {
+impl<'a> PassCalls<'a> {
+    fn new(b: &'a mut Builder, phase: Phase, d: &Dims) -> Self {
+        PassCalls {
+            b,
+            phase,
+            calls: Vec::new(),
+            fp8: (d.fp8_library, d.fp8_weights),
+        }
+    }
+
     fn compute(
         &mut self,
         label: &'static str,
@@ -534,10 +551,75 @@ impl PassCalls<'_> {
         role: Option<Role>,
         shape: Shape,
     ) {
+        if let (OpKind::Gemm, Dtype::Fp8, Shape::Gemm(g)) = (op, dtype, shape) {
+            let after_norm = self.calls.last().is_some_and(|c| {
+                matches!(
+                    self.b.queries[c.query as usize].op,
+                    OpKind::LayerNorm | OpKind::RmsNorm
+                )
+            });
+            let (library, fp8_weights) = self.fp8;
+            for (cast, cast_dtype, rows, width) in
+                fp8_casts(library, self.phase, &g, after_norm, fp8_weights)
+            {
+                let tokens = Shape::Tokens(TokenShape {
+                    batch: g.batch,
+                    seq: rows,
+                    width,
+                });
+                let c = self.b.call(
+                    cast,
+                    OpKind::Elementwise,
+                    self.phase,
+                    cast_dtype,
+                    None,
+                    tokens,
+                    Class::Compute,
+                );
+                self.calls.push(c);
+            }
+        }
         let c = self
             .b
             .call(label, op, self.phase, dtype, role, shape, Class::Compute);
         self.calls.push(c);
+    }
+}
+
+/// Label of the casts `fp8_casts` puts before an fp8 GEMM (recomputation finds them by it).
+pub(super) const FP8_CAST: &str = "fp8 cast";
+
+/// The kernels that cast an fp8 GEMM's operands, as (label, type, rows, width) of element-wise
+/// passes: a 16-bit pass reads 2 bytes and writes 2 per element (a cast with its transpose, or
+/// a scale then a cast), an fp8 one 1 and 1 (a transpose of an fp8 tensor). The GEMM models
+/// hold none of it (the importer takes TensorRT-LLM's quantization out of NVIDIA's fp8 rows).
+/// Transformer Engine (delayed scaling, amax recorded by the cast itself): forward, the input
+/// is cast with its transpose for the weight gradient, unless a norm before the GEMM wrote it
+/// in fp8 (LayerNormLinear); backward, the output gradient is cast with its transpose, and a
+/// norm-fused input is transposed. torchao (dynamic tensor-wise scaling): forward, the input
+/// is scaled and cast and so is the weight (unless it is gathered in fp8); backward, the output
+/// gradient is scaled and cast for the data gradient, and it and the input again column-major
+/// for the weight gradient.
+fn fp8_casts(
+    library: Fp8Library,
+    phase: Phase,
+    g: &GemmShape,
+    after_norm: bool,
+    fp8_weights: bool,
+) -> Vec<(&'static str, Dtype, u64, u64)> {
+    let input = (FP8_CAST, Dtype::Bf16, g.m, g.k);
+    let output_grad = (FP8_CAST, Dtype::Bf16, g.m, g.n);
+    let weight = (FP8_CAST, Dtype::Bf16, g.n, g.k);
+    match (library, phase) {
+        (Fp8Library::TransformerEngine, Phase::Fwd) if after_norm => vec![],
+        (Fp8Library::TransformerEngine, Phase::Fwd) => vec![input],
+        (Fp8Library::TransformerEngine, _) if after_norm => {
+            vec![output_grad, (FP8_CAST, Dtype::Fp8, g.m, g.k)]
+        }
+        (Fp8Library::TransformerEngine, _) => vec![output_grad],
+        (Fp8Library::Torchao, Phase::Fwd) if fp8_weights => vec![input],
+        (Fp8Library::Torchao, Phase::Fwd) => vec![input, weight],
+        (Fp8Library::Torchao, _) => vec![output_grad, output_grad, input],
     }
 }
 
@@ -556,11 +638,7 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool)
         OpKind::Gelu
     };
     let comm = tp_comm(b, d, phase);
-    let mut p = PassCalls {
-        b,
-        phase,
-        calls: Vec::new(),
-    };
+    let mut p = PassCalls::new(b, phase, d);
     p.compute("input norm", norm_op, d.act, None, d.tok_sp(d.d));
     let out_k = match &arch.mla {
         Some(m) => {
@@ -1060,8 +1138,28 @@ fn selective_recompute(
         };
         modules.iter().any(|&m| layout.recomputes(m))
     };
-    calls.extend(fwd.iter().filter(|c| recomputed(c.label)).cloned());
+    let kept = with_their_casts(fwd, |c| recomputed(c.label));
+    calls.extend(
+        fwd.iter()
+            .zip(kept)
+            .filter(|(_, k)| *k)
+            .map(|(c, _)| c.clone()),
+    );
     calls
+}
+
+/// Which of `fwd` a recomputation repeats when it repeats the calls `keep` picks: an fp8
+/// cast goes with the GEMM after it.
+fn with_their_casts(fwd: &[Call], keep: impl Fn(&Call) -> bool) -> Vec<bool> {
+    let mut kept = vec![false; fwd.len()];
+    let mut next = false;
+    for (i, c) in fwd.iter().enumerate().rev() {
+        if c.label != FP8_CAST {
+            next = keep(c);
+        }
+        kept[i] = next;
+    }
+    kept
 }
 
 /// What op-level selective checkpointing (torchtitan's `selective_ac_option = "op"`, PyTorch's
@@ -1074,8 +1172,14 @@ fn selective_recompute(
 /// Layouts with latent attention, experts or unfused attention are refused before a plan.
 fn op_selective_recompute(b: &mut Builder, arch: &Arch, d: &Dims, fwd: &[Call]) -> Vec<Call> {
     let gated = arch.activation.is_gated();
+    let saved = |c: &Call| match c.label {
+        "mlp up" => !gated,
+        "mlp down" => gated,
+        _ => false,
+    };
+    let kept = with_their_casts(fwd, |c| !saved(c));
     let mut calls = Vec::new();
-    for c in fwd {
+    for (c, _) in fwd.iter().zip(kept).filter(|(_, k)| *k) {
         let op = b.queries[c.query as usize].op;
         match c.label {
             "qkv" => calls.push(b.call(
@@ -1096,8 +1200,6 @@ fn op_selective_recompute(b: &mut Builder, arch: &Arch, d: &Dims, fwd: &[Call]) 
                 gemm(d.tokens, d.ffn, d.d, 1),
                 Class::Compute,
             )),
-            "mlp up" => {}
-            "mlp down" if gated => {}
             _ if op == OpKind::FlashAttention
                 || op == OpKind::ReduceScatter
                 || c.class == Class::CpComm => {}
@@ -1303,11 +1405,7 @@ pub(super) fn mtp_block(
     [embedding, layer, head]: [&Block; 3],
 ) -> Block {
     let bridge = |b: &mut Builder, phase| {
-        let mut p = PassCalls {
-            b,
-            phase,
-            calls: Vec::new(),
-        };
+        let mut p = PassCalls::new(b, phase, d);
         p.compute(
             "mtp embedding norm",
             OpKind::RmsNorm,
@@ -1407,17 +1505,14 @@ mod softmax_tests {
 }
 
 #[cfg(test)]
-mod op_checkpoint_tests {
+mod llama3_8b_layer_tests {
     use super::*;
     use crate::ops::{GemmShape, Shape};
     use crate::plan::Plan;
     use crate::workload::{Layout, ParallelSpec};
 
-    /// torchtitan's op-level checkpointing of a Llama 3 8B layer recomputes the key, output
-    /// and gated-MLP up projections (the 2nd, 4th and 6th of its seven matmuls) and every
-    /// element-wise kernel, never the attention kernel nor the saved matmuls.
-    #[test]
-    fn op_level_checkpointing_recomputes_every_other_matmul_and_no_attention() {
+    /// A Llama 3 8B layer on one H100 of eight data-parallel ranks, one sequence a step each.
+    fn plan(spec: ParallelSpec) -> Plan {
         let c = crate::hardware::dgx_h100_without_models();
         let a = Arch::resolve("llama3-8b").unwrap();
         let spec = ParallelSpec {
@@ -1426,11 +1521,20 @@ mod op_checkpoint_tests {
             dp: Some(8),
             micro_batch: Some(1),
             global_batch: Some(8),
+            ..spec
+        };
+        Plan::new(&a, &Layout::new(&spec, &a, &c).unwrap(), &c)
+    }
+
+    /// torchtitan's op-level checkpointing of a Llama 3 8B layer recomputes the key, output
+    /// and gated-MLP up projections (the 2nd, 4th and 6th of its seven matmuls) and every
+    /// element-wise kernel, never the attention kernel nor the saved matmuls.
+    #[test]
+    fn op_level_checkpointing_recomputes_every_other_matmul_and_no_attention() {
+        let plan = plan(ParallelSpec {
             recompute: Some(Recompute::SelectiveOp),
             ..Default::default()
-        };
-        let layout = Layout::new(&spec, &a, &c).unwrap();
-        let plan = Plan::new(&a, &layout, &c);
+        });
         let recompute = &plan.layer.recompute;
         let labels: Vec<&str> = recompute.iter().map(|c| c.label).collect();
         assert_eq!(
@@ -1459,5 +1563,80 @@ mod op_checkpoint_tests {
         assert!(recompute
             .iter()
             .all(|c| plan.queries[c.query as usize].phase == Phase::Fwd));
+    }
+
+    fn fp8_plan(library: Fp8Library, recompute: Recompute) -> Plan {
+        plan(ParallelSpec {
+            dtype: Some(Dtype::Fp8),
+            fp8_library: Some(library),
+            recompute: Some(recompute),
+            ..Default::default()
+        })
+    }
+
+    /// Each cast as (the GEMM it precedes, its type, its width).
+    fn casts(plan: &Plan, calls: &[Call]) -> Vec<(&'static str, Dtype, u64)> {
+        let mut out = Vec::new();
+        for (i, c) in calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.label == FP8_CAST)
+        {
+            let gemm = calls[i..].iter().find(|c| c.label != FP8_CAST).unwrap();
+            let q = &plan.queries[c.query as usize];
+            let Shape::Tokens(t) = q.shape else {
+                panic!("a cast over {:?}", q.shape)
+            };
+            out.push((gemm.label, q.dtype, t.width));
+        }
+        out
+    }
+
+    /// Transformer Engine casts the inputs no norm wrote in fp8 (the output projection's and
+    /// the MLP's down projection's), casts every output gradient with its transpose and
+    /// transposes the norm-fused inputs for the weight gradient.
+    #[test]
+    fn transformer_engine_casts_what_no_norm_wrote_in_fp8() {
+        let p = fp8_plan(Fp8Library::TransformerEngine, Recompute::None);
+        let (bf16, fp8) = (Dtype::Bf16, Dtype::Fp8);
+        assert_eq!(
+            casts(&p, &p.layer.fwd),
+            [("attention out", bf16, 4096), ("mlp down", bf16, 14336)]
+        );
+        assert_eq!(
+            casts(&p, &p.layer.bwd),
+            [
+                ("qkv", bf16, 6144),
+                ("qkv", fp8, 4096),
+                ("attention out", bf16, 4096),
+                ("mlp up", bf16, 28672),
+                ("mlp up", fp8, 4096),
+                ("mlp down", bf16, 4096),
+            ]
+        );
+        let lm_head = |p: &Plan| p.head.fwd.iter().all(|c| c.label != FP8_CAST);
+        assert!(lm_head(&p), "the output layer stays in 16 bits");
+    }
+
+    /// torchao scales and casts every input and weight in the forward; op-level checkpointing
+    /// recasts the inputs of the projections it recomputes, not the saved down projection's.
+    #[test]
+    fn torchao_casts_every_operand_and_recomputation_recasts_what_it_reruns() {
+        let p = fp8_plan(Fp8Library::Torchao, Recompute::SelectiveOp);
+        let fwd = casts(&p, &p.layer.fwd);
+        assert_eq!(fwd.len(), 8, "input and weight of four GEMMs: {fwd:?}");
+        assert_eq!(casts(&p, &p.layer.bwd).len(), 12);
+        let again: Vec<&str> = casts(&p, &p.layer.recompute).iter().map(|c| c.0).collect();
+        assert_eq!(
+            again,
+            [
+                "k projection",
+                "k projection",
+                "attention out",
+                "attention out",
+                "mlp up (without the gate)",
+                "mlp up (without the gate)"
+            ]
+        );
     }
 }

@@ -90,7 +90,9 @@ pub(super) fn read(
     let mut framework = None;
     for path in files_of(&source.join("gemm"), &system)? {
         framework = framework.or_else(|| framework_of(&path));
-        rows.extend(read_gemm(&path)?);
+        let mut gemms = read_gemm(&path)?;
+        strip_fp8_input_quantization(&mut gemms);
+        rows.extend(gemms);
     }
     for path in files_of(&source.join("context_attention"), &system)? {
         let (r, skipped) = read_attention(&path)?;
@@ -148,8 +150,9 @@ pub(super) fn read(
         },
         source: Provenance {
             description: format!(
-                "NVIDIA aiconfigurator perf database, {system}: forward GEMM, prefill attention \
-                 and single-node nccl-tests latencies"
+                "NVIDIA aiconfigurator perf database, {system}: forward GEMM (fp8 without \
+                 TensorRT-LLM's input quantization), prefill attention and single-node nccl-tests \
+                 latencies"
             ),
             repository: Some("https://github.com/ai-dynamo/aiconfigurator".to_string()),
             commit: Some("095f58a51c4ca8e61b66ec108d86f223f8d559ce".to_string()),
@@ -272,6 +275,62 @@ fn read_gemm(path: &Path) -> Result<Vec<Measurement>> {
         ));
     }
     Ok(out)
+}
+
+/// TensorRT-LLM's fp8 `Linear` quantizes its bf16 input inside the timed call (a dynamic
+/// per-tensor scale: an amax pass, then the cast), so an fp8 row is the GEMM plus a pass over
+/// X[m,k] that training frameworks fuse into the norm before the GEMM or run as casts of their
+/// own (costed in the plan). The pass is read off the data at each (m, k): at the narrowest n
+/// the GEMM only streams X, which an fp8 GEMM reads in half the bf16 one's bytes, so the pass
+/// is the fp8 row's time less half its bf16 twin's. Every fp8 row of that (m, k) loses it, and
+/// none falls below half its bf16 twin (fp8's peak and bytes are twice and half bf16's). The
+/// rows keep a note of what was taken off. Returns how many rows changed.
+fn strip_fp8_input_quantization(rows: &mut [Measurement]) -> usize {
+    use std::collections::HashMap;
+    let key = |q: &OpQuery| match q.shape {
+        Shape::Gemm(g) => Some((g.m, g.n, g.k)),
+        _ => None,
+    };
+    let bf16: HashMap<(u64, u64, u64), f64> = rows
+        .iter()
+        .filter(|r| r.query.dtype == Dtype::Bf16)
+        .filter_map(|r| key(&r.query).map(|k| (k, r.time_us)))
+        .collect();
+    // the pass of each (m, k), from its narrowest n with both types
+    let mut narrowest: HashMap<(u64, u64), (u64, f64)> = HashMap::new();
+    for r in rows.iter().filter(|r| r.query.dtype == Dtype::Fp8) {
+        let Some((m, n, k)) = key(&r.query) else {
+            continue;
+        };
+        let Some(twin) = bf16.get(&(m, n, k)) else {
+            continue;
+        };
+        let pass = (r.time_us - twin / 2.0).max(0.0);
+        let slot = narrowest.entry((m, k)).or_insert((n, pass));
+        if n < slot.0 {
+            *slot = (n, pass);
+        }
+    }
+    let mut changed = 0;
+    for r in rows.iter_mut().filter(|r| r.query.dtype == Dtype::Fp8) {
+        let Some((m, n, k)) = key(&r.query) else {
+            continue;
+        };
+        let (Some(twin), Some(&(_, pass))) = (bf16.get(&(m, n, k)), narrowest.get(&(m, k))) else {
+            continue;
+        };
+        let gemm = (r.time_us - pass).max(twin / 2.0);
+        if gemm < r.time_us {
+            r.note = format!(
+                "input quantization taken off: {:.1} µs measured, {:.1} µs of it the pass over X",
+                r.time_us,
+                r.time_us - gemm
+            );
+            r.time_us = gemm;
+            changed += 1;
+        }
+    }
+    changed
 }
 
 fn read_attention(path: &Path) -> Result<(Vec<Measurement>, usize)> {
@@ -421,6 +480,44 @@ mod tests {
         .collect();
         assert_eq!(pick_nccl(&files, None).unwrap().as_deref(), Some("2.29.2"));
         assert!(pick_nccl(&files, Some("2.1")).is_err());
+    }
+
+    fn gemm_row(dtype: Dtype, n: u64, time_us: f64) -> Measurement {
+        let shape = Shape::Gemm(GemmShape {
+            m: 8192,
+            n,
+            k: 4096,
+            batch: 1,
+        });
+        let query = OpQuery {
+            op: OpKind::Gemm,
+            phase: Phase::Fwd,
+            dtype,
+            role: None,
+            shape,
+        };
+        measured(query, time_us)
+    }
+
+    /// The pass over X is the narrowest fp8 row less half its bf16 twin; it comes off every
+    /// fp8 row of the same (m, k), never below half the bf16 twin, and bf16 rows stay.
+    #[test]
+    fn the_input_quantization_comes_off_the_fp8_rows() {
+        let mut rows = vec![
+            gemm_row(Dtype::Bf16, 32, 27.0),
+            gemm_row(Dtype::Fp8, 32, 106.0),
+            gemm_row(Dtype::Bf16, 4096, 344.0),
+            gemm_row(Dtype::Fp8, 4096, 282.0),
+            gemm_row(Dtype::Bf16, 64, 28.0),
+            gemm_row(Dtype::Fp8, 64, 100.0),
+        ];
+        assert_eq!(strip_fp8_input_quantization(&mut rows), 3);
+        let pass = 106.0 - 27.0 / 2.0;
+        assert_eq!(rows[1].time_us, 13.5);
+        assert_eq!(rows[3].time_us, 282.0 - pass);
+        assert_eq!(rows[5].time_us, 14.0, "floored at half its bf16 twin");
+        assert_eq!((rows[0].time_us, rows[2].time_us), (27.0, 344.0));
+        assert!(rows[3].note.contains("input quantization taken off"));
     }
 
     #[test]
