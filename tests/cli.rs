@@ -1829,11 +1829,7 @@ fn calibrate_says_what_each_parameter_at_a_bound_is_worth() {
     let (_ds, models) = trained(tmp.path());
     let cluster = dgx_a100_with_models(tmp.path(), &models);
     // steps far slower than any runtime within bounds makes them: parameters end at bounds
-    let mut runs = String::from(
-        "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,seq_len,dtype,\
-         recompute,zero,schedule,vpp,sequence_parallel,tp_comm_overlap,measured_step_s,\
-         expressible,reason\n",
-    );
+    let mut runs = format!("{RUN_COLUMNS},expressible,reason\n");
     for (family, model, step) in [
         ("llama2-7b", "llama2-7b", 40.0),
         ("llama2-13b", "llama2-13b", 75.0),
@@ -1864,6 +1860,11 @@ fn calibrate_says_what_each_parameter_at_a_bound_is_worth() {
         );
     }
 }
+
+/// The runs CSV columns every calibration test fills, up to the measured step time.
+const RUN_COLUMNS: &str = "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,\
+                           seq_len,dtype,recompute,zero,schedule,vpp,sequence_parallel,\
+                           tp_comm_overlap,measured_step_s";
 
 /// `calibrate --dry-run` of the runs CSV `runs` (written into `dir`) on `cluster`: its printed
 /// report and its JSON.
@@ -1896,11 +1897,7 @@ fn calibrate_holds_the_memory_projection_against_the_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let (_ds, models) = trained(tmp.path());
     let cluster = dgx_a100_with_models(tmp.path(), &models);
-    let mut runs = String::from(
-        "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,seq_len,dtype,\
-         recompute,zero,schedule,vpp,sequence_parallel,tp_comm_overlap,measured_step_s,\
-         measured_memory_gib,memory_scope,expressible,reason\n",
-    );
+    let mut runs = format!("{RUN_COLUMNS},measured_memory_gib,memory_scope,expressible,reason\n");
     // 40 GiB of PyTorch's reserved memory, 60 GiB on the device, nothing reported, and 16
     // sequences of 4,096 tokens of a 13B model without recomputation: far beyond 80 GiB
     for (family, micro_batch, seq, memory) in [

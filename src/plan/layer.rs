@@ -529,8 +529,10 @@ struct PassCalls<'a> {
     b: &'a mut Builder,
     phase: Phase,
     calls: Vec<Call>,
-    /// Who casts fp8 GEMM operands, and whether the weights are fp8 already.
-    fp8: (Fp8Library, bool),
+    /// Who casts fp8 GEMM operands (`Dims::fp8_library`).
+    fp8_library: Fp8Library,
+    /// The weights are fp8 already (`Dims::fp8_weights`).
+    fp8_weights: bool,
 }
 
 impl<'a> PassCalls<'a> {
@@ -539,7 +541,8 @@ impl<'a> PassCalls<'a> {
             b,
             phase,
             calls: Vec::new(),
-            fp8: (d.fp8_library, d.fp8_weights),
+            fp8_library: d.fp8_library,
+            fp8_weights: d.fp8_weights,
         }
     }
 
@@ -558,10 +561,14 @@ impl<'a> PassCalls<'a> {
                     OpKind::LayerNorm | OpKind::RmsNorm
                 )
             });
-            let (library, fp8_weights) = self.fp8;
-            for (cast, cast_dtype, rows, width) in
-                fp8_casts(library, self.phase, &g, after_norm, fp8_weights)
-            {
+            let casts = fp8_casts(
+                self.fp8_library,
+                self.phase,
+                &g,
+                after_norm,
+                self.fp8_weights,
+            );
+            for (cast, cast_dtype, rows, width) in casts {
                 let tokens = Shape::Tokens(TokenShape {
                     batch: g.batch,
                     seq: rows,
