@@ -84,11 +84,17 @@ def vtrain(ref, out):
         if i == 0:
             continue
         gpus, gb, mb, h, heads, layers, seq, tp, dp, pp, ms = row
-        name = f"vtrain-gpt-h{h}-l{layers}"
         # GPT-2 style as vTrain's validation configs build it: 4·h GELU MLP, LayerNorm, learned
-        # positions, biases, tied embeddings, dropout 0.1, Megatron's fused softmax attention
-        model = out.arch(name, layers, h, heads, heads, 4 * int(h), 50257, "layernorm", "gelu",
-                         "learned", True, True, seq, attention="unfused", dropout=True, tied=True)
+        # positions, biases, tied embeddings, dropout 0.1, Megatron's fused softmax attention.
+        # The vocabulary as vTrain's model (src/model/gpt_model.py @ f8dda84) builds it:
+        # GPT-2's 50,257 unpadded, vocab_size // tp rows per rank — odd at tp 1 (the head's
+        # GEMMs unaligned), 25,128 at tp 2; written as 50,256 with no padding for tp > 1.
+        vocab = 50257 // int(tp) * int(tp)
+        name = f"vtrain-gpt-h{h}-l{layers}"
+        arch = name + ("" if vocab == 50257 else f"-v{vocab}")
+        model = out.arch(arch, layers, h, heads, heads, 4 * int(h), vocab, "layernorm", "gelu",
+                         "learned", True, True, seq, attention="unfused", dropout=True, tied=True,
+                         extra="vocab_divisible_by: 1\n")
         out.add(set="vtrain", family=f"gpt-h{h}", label=f"{name} {gpus} GPUs tp{tp} pp{pp} dp{dp} "
                 f"mbs{mb} gbs{gb}", cluster="dgx-a100", model=model, framework="deepspeed",
                 tp=tp, pp=pp, dp=dp, cp=1, micro_batch=mb, global_batch=gb, seq_len=seq,

@@ -1976,3 +1976,82 @@ fn the_header_says_how_fp8_gradients_and_the_loss_run() {
         "{titan}"
     );
 }
+
+/// GPT-2's vocabulary left unpadded (`vocab_divisible_by: 1`) puts the head on GEMMs whose
+/// rows are 50,257 half-precision words long, not a multiple of 16 bytes: `--operators` says
+/// so on the head's calls and the step is slower than with Megatron's padding (50,304);
+/// a zero divisor is refused with the field named.
+#[test]
+fn an_unpadded_vocabulary_runs_the_head_on_unaligned_gemms() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arch = |name: &str, extra: &str| {
+        let path = tmp.path().join(format!("{name}.yaml"));
+        fs::write(
+            &path,
+            format!(
+                "name: {name}\nlayers: 4\nhidden: 1024\nheads: 16\nvocab: 50257\nnorm: layernorm\n\
+                 activation: gelu\nposition: learned\ntied_embeddings: true\n{extra}"
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let padded = arch("padded", "");
+    let unpadded = arch("unpadded", "vocab_divisible_by: 1\n");
+    let cluster = repo("hardware-profiles/dgx-a100.yaml");
+    let run = |model: &str, extra: &[&str]| {
+        let args = [
+            &[
+                "predict",
+                "--model",
+                model,
+                "--cluster",
+                &cluster,
+                "--tp",
+                "1",
+                "--dp",
+                "1",
+                "--micro-batch",
+                "2",
+                "--global-batch",
+                "2",
+                "--seq-len",
+                "1024",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let out = stepcast(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let step = |model: &str| -> f64 {
+        let v: serde_json::Value = serde_json::from_str(&run(model, &["--json"])).unwrap();
+        v["step_time_s"].as_f64().unwrap()
+    };
+    let unaligned = |model: &str| -> Vec<String> {
+        run(model, &["--operators", "--wide"])
+            .lines()
+            .filter(|l| l.contains("2-byte aligned"))
+            .map(|l| l.split('┆').nth(1).unwrap_or_default().trim().to_string())
+            .collect()
+    };
+    assert_eq!(unaligned(&unpadded), ["lm head", "lm head"]);
+    assert!(unaligned(&padded).is_empty());
+    assert!(step(&unpadded) > step(&padded) * 1.01);
+    let zero = arch("zero", "vocab_divisible_by: 0\n");
+    assert_user_error(
+        &stepcast(&[
+            "predict",
+            "--model",
+            &zero,
+            "--cluster",
+            &cluster,
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "1",
+        ]),
+        &["zero.yaml", "vocab_divisible_by"],
+    );
+}

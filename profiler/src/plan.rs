@@ -294,6 +294,7 @@ impl PlanSpec {
                     head_dim: None,
                     ffn_hidden: Some(ffn),
                     vocab: 50257,
+                    vocab_divisible_by: None,
                     norm: if rng.below(2) == 0 {
                         NormKind::Layernorm
                     } else {

@@ -115,7 +115,19 @@ pub struct Achievable {
     /// The same for its backward.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flash_attention_2_bwd: Option<f64>,
+    /// The share of the aligned speed a tensor-core GEMM keeps when its operands' rows are
+    /// only 2-byte aligned (a 16-bit matrix with an odd dimension); see `analytic::alignment`.
+    /// Default `GEMM_UNALIGNED`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_unaligned: Option<f64>,
 }
+
+/// What a GEMM on an odd 16-bit dimension keeps of the aligned speed when the cluster file
+/// does not say: half. Karpathy measured nanoGPT (GPT-2 124M, A100, bf16) about 25 % faster
+/// with the vocabulary padded from 50,257 to 50,304 (Feb 2023, "goes down a different kernel
+/// path with much higher occupancy"); the head's three GEMMs are about a quarter of that
+/// step, so unpadded they ran at about half speed.
+pub const GEMM_UNALIGNED: f64 = 0.5;
 
 impl Default for Achievable {
     /// Upper ends of what published kernels reach (cluster files state their GPU's, with
@@ -131,6 +143,7 @@ impl Default for Achievable {
             min_kernel_us: 2.0,
             flash_attention_2_fwd: None,
             flash_attention_2_bwd: None,
+            gemm_unaligned: None,
         }
     }
 }
@@ -145,6 +158,11 @@ impl Achievable {
             (_, _, Dtype::Fp8) => self.gemm_fp8,
             _ => self.gemm,
         }
+    }
+
+    /// See `gemm_unaligned`.
+    pub fn gemm_unaligned(&self) -> f64 {
+        self.gemm_unaligned.unwrap_or(GEMM_UNALIGNED)
     }
 }
 
@@ -440,6 +458,10 @@ impl ClusterSpec {
             if let Some(v) = v {
                 check_range(what, field, v, 0.05..=1.0, "of peak")?;
             }
+        }
+        if let Some(v) = a.gemm_unaligned {
+            let unit = "of the aligned GEMM's speed";
+            check_range(what, "achievable.gemm_unaligned", v, 0.05..=1.0, unit)?;
         }
         check_range(
             what,

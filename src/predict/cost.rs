@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::analytic::{network, roofline};
+use crate::analytic::{alignment, network, roofline};
 use crate::error::Result;
 use crate::hardware::{Calibration as FittedRuntime, Cluster, Runtime};
 use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
@@ -297,6 +297,16 @@ impl<'a> CostModel<'a> {
             )));
         }
         let spec = &self.cluster.spec;
+        let unaligned = spec.achievable.gemm_unaligned();
+        if let Some((bytes, kept)) = alignment::misaligned(q, unaligned) {
+            e.add_note(format!(
+                "operand rows only {bytes}-byte aligned: {:.0} % of the aligned speed \
+                 (achievable.gemm_unaligned {unaligned} at 2 bytes), {:.1} µs aligned",
+                100.0 * kept,
+                e.time_us
+            ));
+            e.time_us /= kept;
+        }
         if let Some(floor) = roofline::floor_us(q, &spec.gpu, &spec.achievable) {
             if e.time_us < floor {
                 let raised = format!(

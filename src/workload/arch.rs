@@ -6,6 +6,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH};
 
+/// Megatron-LM's and GPT-NeoX's `make_vocab_size_divisible_by`.
+pub const DEFAULT_VOCAB_DIVISOR: u64 = 128;
+/// The largest padding multiple taken (far past any framework's).
+const MAX_VOCAB_DIVISOR: u64 = 1 << 16;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NormKind {
@@ -150,6 +155,11 @@ pub struct ArchSpec {
     #[serde(default)]
     pub ffn_hidden: Option<u64>,
     pub vocab: u64,
+    /// The vocabulary is padded to a multiple of this times tp (Megatron's
+    /// `--make-vocab-size-divisible-by`, default 128); 1 keeps it as given (Hugging Face and
+    /// plain PyTorch models), so a head of 50,257 rows runs on odd, unaligned GEMMs.
+    #[serde(default)]
+    pub vocab_divisible_by: Option<u64>,
     pub norm: NormKind,
     pub activation: Activation,
     #[serde(default)]
@@ -215,6 +225,7 @@ pub struct Arch {
     pub head_dim: u64,
     pub ffn_hidden: u64,
     pub vocab: u64,
+    pub vocab_divisible_by: u64,
     pub qkv_bias: bool,
     pub qk_norm: bool,
     pub norm: NormKind,
@@ -242,6 +253,11 @@ impl ArchSpec {
             ("hidden", self.hidden, MAX_WIDTH),
             ("heads", self.heads, MAX_HEADS),
             ("vocab", self.vocab, MAX_VOCAB),
+            (
+                "vocab_divisible_by",
+                self.vocab_divisible_by.unwrap_or(1),
+                MAX_VOCAB_DIVISOR,
+            ),
             ("ffn_hidden", self.ffn_hidden.unwrap_or(1), MAX_WIDTH * 4),
             ("kv_heads", self.kv_heads.unwrap_or(1), MAX_HEADS),
             ("seq_len", self.seq_len.unwrap_or(1), MAX_SEQ_LEN),
@@ -363,6 +379,7 @@ impl ArchSpec {
             hidden: self.hidden,
             heads: self.heads,
             vocab: self.vocab,
+            vocab_divisible_by: self.vocab_divisible_by.unwrap_or(DEFAULT_VOCAB_DIVISOR),
             norm: self.norm,
             activation: self.activation,
             tied_embeddings: self.tied_embeddings,
@@ -387,9 +404,11 @@ impl Arch {
         }
     }
 
-    /// Vocabulary padded as Megatron and GPT-NeoX pad it: to a multiple of 128·tp.
+    /// Vocabulary padded as Megatron and GPT-NeoX pad it: to a multiple of
+    /// `vocab_divisible_by`·tp (128·tp unless the architecture says otherwise).
     pub fn padded_vocab(&self, tp: u64) -> u64 {
-        self.vocab.div_ceil(128 * tp) * 128 * tp
+        let multiple = self.vocab_divisible_by * tp;
+        self.vocab.div_ceil(multiple) * multiple
     }
 
     /// Parameters of one transformer layer with experts (the model's layers after its dense
@@ -571,6 +590,14 @@ mod tests {
     fn vocabulary_is_padded_to_128_tp() {
         let a = Arch::resolve("llemma-7b").unwrap();
         assert_eq!(a.padded_vocab(2) / 2, 25216);
+        // unpadded, only to a multiple of tp (Megatron with --make-vocab-size-divisible-by 1)
+        let gpt2 = Arch {
+            vocab: 50257,
+            vocab_divisible_by: 1,
+            ..a
+        };
+        assert_eq!(gpt2.padded_vocab(1), 50257);
+        assert_eq!(gpt2.padded_vocab(2) / 2, 25129);
     }
 
     #[test]

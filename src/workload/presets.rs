@@ -65,6 +65,7 @@ fn spec(
         head_dim: None,
         ffn_hidden: Some(ffn),
         vocab,
+        vocab_divisible_by: None,
         norm,
         activation,
         tied_embeddings: false,
