@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
     Activation, Arch, CpComm, Dispatcher, Fp8Library, Layout, NormKind, Position, Recompute, Rules,
-    Schedule,
+    Schedule, DEFAULT_VOCAB_DIVISOR,
 };
 
 crate::named_enum!(
@@ -318,6 +318,12 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         "--vocab-size {} --tokenizer-type NullTokenizer",
         a.vocab
     ));
+    if a.vocab_divisible_by != DEFAULT_VOCAB_DIVISOR {
+        arg(format!(
+            "--make-vocab-size-divisible-by {}",
+            a.vocab_divisible_by
+        ));
+    }
     match l.dtype {
         Dtype::Fp16 => arg("--fp16".into()),
         Dtype::Bf16 => arg("--bf16".into()),
@@ -387,8 +393,8 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     let mut notes = vec![format!(
         "--vocab-size {} with the NullTokenizer reproduces the costed embedding; with a real \
-         tokenizer Megatron pads its vocabulary to a multiple of 128 · tp",
-        a.vocab
+         tokenizer Megatron pads its vocabulary to a multiple of {} · tp",
+        a.vocab, a.vocab_divisible_by
     )];
     if l.recompute == Recompute::Selective && l.recompute_modules.is_none() {
         notes.push(
@@ -932,6 +938,27 @@ mod tests {
         }
         // the last argument has no continuation
         assert!(!text.trim_end().ends_with('\\'));
+        assert!(!text.contains("--make-vocab-size-divisible-by"), "{text}");
+    }
+
+    #[test]
+    fn an_unpadded_vocabulary_is_exported_with_its_divisor() {
+        let (a, l) = target("llama2-7b", spec(2, 1, 4));
+        let a = Arch {
+            vocab_divisible_by: 1,
+            ..a
+        };
+        let out = launch(Framework::Megatron, &a, &l).unwrap();
+        assert!(
+            out.text.contains("--make-vocab-size-divisible-by 1"),
+            "{}",
+            out.text
+        );
+        assert!(
+            out.notes.iter().any(|n| n.contains("a multiple of 1 · tp")),
+            "{:?}",
+            out.notes
+        );
     }
 
     #[test]
