@@ -26,11 +26,15 @@ exceeds its GPU's achievable fraction, when the memory projection's mean |error|
 peaks ("memory: SET") is more than one point above its threshold, or when more runs that ran
 are projected OOM than the file allows ("projected OOM: SET").
 
-Usage: eval-real-runs.py STEPCAST REFERENCE_DATA [--json OUT] [--check THRESHOLDS]"""
+Its work directory (the imported runs and each calibration's report) is removed at the end;
+--keep-work keeps it and prints where.
+
+Usage: eval-real-runs.py STEPCAST REFERENCE_DATA [--json OUT] [--check THRESHOLDS] [--keep-work]"""
 import csv
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -236,7 +240,19 @@ def main():
     json_out, thresholds = arg("--json"), arg("--check")
     if not (ref / "vtrain-a100-single-node").is_dir():
         sys.exit(f"error: reference data not found under {ref}")
+    # the work directory (the imported runs, each calibration's report) is removed at the end
+    # unless --keep-work asks to read it
     work = Path(tempfile.mkdtemp(prefix="stepcast-real-runs-"))
+    try:
+        evaluate(binary, ref, work, json_out, thresholds)
+    finally:
+        if "--keep-work" in sys.argv:
+            print(f"work files kept in {work}")
+        else:
+            shutil.rmtree(work)
+
+
+def evaluate(binary, ref, work, json_out, thresholds):
     subprocess.run([sys.executable, str(ROOT / "scripts/import-runs.py"), str(ref), str(work / "runs")],
                    check=True, capture_output=True)
     runs_csv = work / "runs" / "runs.csv"
