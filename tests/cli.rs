@@ -1979,7 +1979,8 @@ fn the_header_says_how_fp8_gradients_and_the_loss_run() {
 
 /// GPT-2's vocabulary left unpadded (`vocab_divisible_by: 1`) puts the head on GEMMs whose
 /// rows are 50,257 half-precision words long, not a multiple of 16 bytes: `--operators` says
-/// so on the head's calls and the step is slower than with Megatron's padding (50,304);
+/// so on the head's calls, the prediction warns, and the step is slower than with Megatron's
+/// padding (50,304);
 /// a zero divisor is refused with the field named.
 #[test]
 fn an_unpadded_vocabulary_runs_the_head_on_unaligned_gemms() {
@@ -2038,6 +2039,30 @@ fn an_unpadded_vocabulary_runs_the_head_on_unaligned_gemms() {
     };
     assert_eq!(unaligned(&unpadded), ["lm head", "lm head"]);
     assert!(unaligned(&padded).is_empty());
+    // and the prediction warns, naming the shapes and the fix
+    let warned = |model: &str| {
+        let out = stepcast(&[
+            "predict",
+            "--model",
+            model,
+            "--cluster",
+            &cluster,
+            "--tp",
+            "1",
+            "--dp",
+            "1",
+            "--micro-batch",
+            "2",
+            "--global-batch",
+            "2",
+            "--seq-len",
+            "1024",
+        ]);
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        all.lines()
+            .any(|l| l.contains("not a multiple of 16 bytes") && l.contains("n=50257"))
+    };
+    assert!(warned(&unpadded) && !warned(&padded));
     assert!(step(&unpadded) > step(&padded) * 1.01);
     let zero = arch("zero", "vocab_divisible_by: 0\n");
     assert_user_error(
