@@ -2000,53 +2000,9 @@ fn an_unpadded_vocabulary_runs_the_head_on_unaligned_gemms() {
     let padded = arch("padded", "");
     let unpadded = arch("unpadded", "vocab_divisible_by: 1\n");
     let cluster = repo("hardware-profiles/dgx-a100.yaml");
+    // what `predict` prints (warnings included) for the model, with `extra` flags
     let run = |model: &str, extra: &[&str]| {
-        let args = [
-            &[
-                "predict",
-                "--model",
-                model,
-                "--cluster",
-                &cluster,
-                "--tp",
-                "1",
-                "--dp",
-                "1",
-                "--micro-batch",
-                "2",
-                "--global-batch",
-                "2",
-                "--seq-len",
-                "1024",
-            ][..],
-            extra,
-        ]
-        .concat();
-        let out = stepcast(&args);
-        assert!(out.status.success(), "{}", stderr(&out));
-        stdout(&out)
-    };
-    let step = |model: &str| -> f64 {
-        let v: serde_json::Value = serde_json::from_str(&run(model, &["--json"])).unwrap();
-        v["step_time_s"].as_f64().unwrap()
-    };
-    let unaligned = |model: &str| -> Vec<String> {
-        run(model, &["--operators", "--wide"])
-            .lines()
-            .filter(|l| l.contains("2-byte aligned"))
-            .map(|l| l.split('┆').nth(1).unwrap_or_default().trim().to_string())
-            .collect()
-    };
-    assert_eq!(unaligned(&unpadded), ["lm head", "lm head"]);
-    assert!(unaligned(&padded).is_empty());
-    // and the prediction warns, naming the shapes and the fix
-    let warned = |model: &str| {
-        let out = stepcast(&[
-            "predict",
-            "--model",
-            model,
-            "--cluster",
-            &cluster,
+        let layout = [
             "--tp",
             "1",
             "--dp",
@@ -2057,9 +2013,35 @@ fn an_unpadded_vocabulary_runs_the_head_on_unaligned_gemms() {
             "2",
             "--seq-len",
             "1024",
-        ]);
-        let all = format!("{}{}", stdout(&out), stderr(&out));
-        all.lines()
+        ];
+        let args = [
+            &["predict", "--model", model, "--cluster", &cluster][..],
+            &layout,
+            extra,
+        ];
+        let out = stepcast(&args.concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        (stdout(&out), stderr(&out))
+    };
+    let step = |model: &str| -> f64 {
+        let v: serde_json::Value = serde_json::from_str(&run(model, &["--json"]).0).unwrap();
+        v["step_time_s"].as_f64().unwrap()
+    };
+    let unaligned = |model: &str| -> Vec<String> {
+        run(model, &["--operators", "--wide"])
+            .0
+            .lines()
+            .filter(|l| l.contains("2-byte aligned"))
+            .map(|l| l.split('┆').nth(1).unwrap_or_default().trim().to_string())
+            .collect()
+    };
+    assert_eq!(unaligned(&unpadded), ["lm head", "lm head"]);
+    assert!(unaligned(&padded).is_empty());
+    // and the prediction warns, naming the shapes and the fix
+    let warned = |model: &str| {
+        let (out, err) = run(model, &[]);
+        (out + &err)
+            .lines()
             .any(|l| l.contains("not a multiple of 16 bytes") && l.contains("n=50257"))
     };
     assert!(warned(&unpadded) && !warned(&padded));
