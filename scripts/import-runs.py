@@ -19,7 +19,7 @@ COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp"
            "recompute_modules", "zero", "schedule",
            "vpp", "sequence_parallel", "tp_comm_overlap", "grad_reduce_dtype", "fp8_param_gather",
            "fp8_library",
-           "measured_step_s",
+           "measured_step_s", "time_scope",
            "measured_memory_gib", "memory_scope", "expressible", "reason", "source"]
 
 
@@ -422,7 +422,9 @@ def neusight(ref, out):
                 micro_batch=mb, global_batch=gb, seq_len=row["seq_len"], dtype="fp32",
                 recompute="none", zero=0, schedule="1f1b", vpp=1, sequence_parallel=False,
                 tp_comm_overlap=0, measured_step_s=float(row["e2e_latency_ms"]) / 1e3, reason=reason,
-                source=f"e2e_labels_h100.csv row {i}")
+                # NeuSight times forward + backward (collect_label_distributed.py; its SOURCE.md:
+                # "optimizer step excluded"), so the prediction stops where the optimizer starts
+                time_scope="forward_backward", source=f"e2e_labels_h100.csv row {i}")
 
 
 def mpt(ref, out):

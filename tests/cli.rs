@@ -1941,6 +1941,30 @@ fn calibrate_holds_the_memory_projection_against_the_runs() {
     );
 }
 
+/// A run timed without its update (`time_scope` forward_backward, as NeuSight's labels) is
+/// compared with the step until the optimizer would start: the same layout predicts less
+/// than as a whole step, by at least the per-step host work, raw and calibrated.
+#[test]
+fn calibrate_compares_a_forward_backward_time_with_the_passes_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
+    let mut runs = format!("{RUN_COLUMNS},time_scope,expressible,reason\n");
+    for (family, scope) in [("a", "step"), ("b", "forward_backward"), ("c", "")] {
+        runs.push_str(&format!(
+            "s,{family},{family},{},llama2-7b,1,1,8,1,32,1024,bf16,none,1,1f1b,1,false,0,1.0,\
+             {scope},true,\n",
+            s(&cluster),
+        ));
+    }
+    let (_text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster);
+    let run = |i: usize, key: &str| report["runs"][i][key].as_f64().unwrap();
+    // 5 ms of per-step host work by default, besides the optimizer step
+    assert!(run(1, "raw_s") < run(0, "raw_s") - 0.005, "{report}");
+    assert!(run(1, "fitted_s") < run(0, "fitted_s"), "{report}");
+    assert_eq!(run(0, "raw_s"), run(2, "raw_s"));
+}
+
 /// The settings that change how a run holds its memory are said in the layout header, and
 /// the memory they cost follows: NeMo's fp8 recipe (weights in fp8, gradients reduced in
 /// bf16) holds less than the same layout with Transformer Engine's defaults.

@@ -39,6 +39,8 @@ pub struct Prepared {
     pub base: Runtime,
     /// Measured step, seconds.
     pub measured_s: f64,
+    /// What the measurement covers: the predicted time compared with it covers the same.
+    time_scope: runs::TimeScope,
     /// The memory projection beside what the run reported.
     pub memory: MemoryOutcome,
     /// Weight of the run in a fit: every source set counts the same however many rows it
@@ -67,12 +69,15 @@ impl Prepared {
             layout,
             base: cost.runtime(),
             measured_s: run.measured_s,
+            time_scope: run.time_scope,
             memory,
             weight: 1.0,
         })
     }
 
-    /// The step, seconds, under `runtime`.
+    /// The step, seconds, under `runtime` — or, for a run timed without its update
+    /// (`time_scope` forward_backward), the step until the optimizer would start: the passes
+    /// and the gradient reduction of the last rank to finish them.
     pub fn step_s(&self, runtime: &Runtime) -> f64 {
         let n = self.plan.queries.len();
         let times = QueryTimes::new(
@@ -83,9 +88,19 @@ impl Prepared {
             false,
             *runtime,
         );
-        match compose_step(&self.plan, &self.layout, &times) {
-            Ok((step, _)) => step.step_us / 1e6,
-            Err(_) => f64::NAN,
+        match (
+            compose_step(&self.plan, &self.layout, &times),
+            self.time_scope,
+        ) {
+            (Ok((_, Some((_, timeline)))), runs::TimeScope::ForwardBackward) => {
+                timeline.barrier_us / 1e6
+            }
+            // the paper's closed form has no timeline: its optimizer is the step's last term
+            (Ok((step, None)), runs::TimeScope::ForwardBackward) => {
+                (step.step_us - step.breakdown_us.optimizer) / 1e6
+            }
+            (Ok((step, _)), runs::TimeScope::Step) => step.step_us / 1e6,
+            (Err(_), _) => f64::NAN,
         }
     }
 

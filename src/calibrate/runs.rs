@@ -33,7 +33,10 @@
 //! (vocab-parallel or pytorch: which loss the framework runs),
 //! `measured_memory_gib` and `memory_scope` (the peak memory the run reported, GiB, and what
 //! it counts: `allocator`, PyTorch's peak reserved memory as torchtitan prints it, or `device`,
-//! everything on the GPU as nvidia-smi shows it; compared with the memory projection), `source`.
+//! everything on the GPU as nvidia-smi shows it; compared with the memory projection),
+//! `time_scope` (what `measured_step_s` times: `step`, the whole training step, the default, or
+//! `forward_backward`, the forward and backward passes with their gradient reduction and
+//! without the optimizer step or the loop's per-step work, as NeuSight's labels), `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -68,6 +71,20 @@ pub struct Run {
     pub framework: Option<String>,
     /// The peak memory the run reported, if it did.
     pub measured_memory: Option<MeasuredMemory>,
+    /// What `measured_s` times.
+    pub time_scope: TimeScope,
+}
+
+/// What a measured step time covers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeScope {
+    /// The whole training step: passes, gradient reduction, optimizer, the loop's own work.
+    #[default]
+    Step,
+    /// The forward and backward passes with their gradient reduction (until the optimizer
+    /// would start): what a benchmark that times `loss.backward()` and skips the update sees.
+    ForwardBackward,
 }
 
 /// A run's reported peak memory.
@@ -149,6 +166,8 @@ struct Row {
     measured_memory_gib: Option<f64>,
     #[serde(default)]
     memory_scope: String,
+    #[serde(default)]
+    time_scope: String,
 }
 
 fn flag(field: &str, v: &str) -> std::result::Result<bool, String> {
@@ -268,6 +287,16 @@ impl Row {
                 Some(MeasuredMemory { gib, scope })
             }
         };
+        let time_scope = match self.time_scope.trim() {
+            "" | "step" => TimeScope::Step,
+            "forward_backward" => TimeScope::ForwardBackward,
+            other => {
+                return Err(format!(
+                    "time_scope = {other:?}: give step (the whole training step) or \
+                     forward_backward (the passes and gradient reduction, no optimizer step)"
+                ))
+            }
+        };
         let on = self.tp_comm_overlap > 0.0;
         let framework = match self.framework.trim() {
             "" => None,
@@ -275,6 +304,7 @@ impl Row {
         };
         Ok(Run {
             framework,
+            time_scope,
             line,
             set: self.set,
             family: self.family,
@@ -430,6 +460,20 @@ mod tests {
         let (_d, path) = with_column("framework", &["a b"]);
         let e = load(&path).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("framework"), "{e}");
+    }
+
+    #[test]
+    fn the_time_scope_column_is_optional_and_checked() {
+        let (_d, path) = with_column("time_scope", &["forward_backward", "step", ""]);
+        let runs = load(&path).unwrap();
+        let scopes: Vec<TimeScope> = runs.iter().map(|r| r.time_scope).collect();
+        assert_eq!(
+            scopes,
+            [TimeScope::ForwardBackward, TimeScope::Step, TimeScope::Step]
+        );
+        let (_d, path) = with_column("time_scope", &["fwd"]);
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("time_scope"), "{e}");
     }
 
     #[test]
