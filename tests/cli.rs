@@ -1963,6 +1963,10 @@ fn calibrate_compares_a_forward_backward_time_with_the_passes_alone() {
     assert!(run(1, "raw_s") < run(0, "raw_s") - 0.005, "{report}");
     assert!(run(1, "fitted_s") < run(0, "fitted_s"), "{report}");
     assert_eq!(run(0, "raw_s"), run(2, "raw_s"));
+    // the report says which run was timed so
+    let scope = |i: usize| report["runs"][i].get("time_scope").cloned();
+    assert_eq!(scope(1), Some(serde_json::json!("forward_backward")));
+    assert_eq!((scope(0), scope(2)), (None, None));
 }
 
 /// The settings that change how a run holds its memory are said in the layout header, and

@@ -163,6 +163,9 @@ pub struct RunResult {
     pub label: String,
     /// Measured step, s.
     pub measured_s: f64,
+    /// What the measurement (and so each prediction beside it) covers, where not the step.
+    #[serde(skip_serializing_if = "is_whole_step")]
+    pub time_scope: runs::TimeScope,
     /// Predicted with the raw (default) runtime, s.
     pub raw_s: Option<f64>,
     /// Predicted with the runtime fitted on every run (this one included), s.
@@ -177,6 +180,10 @@ pub struct RunResult {
     /// Why the run was not predicted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_predicted: Option<String>,
+}
+
+fn is_whole_step(scope: &runs::TimeScope) -> bool {
+    *scope == runs::TimeScope::Step
 }
 
 /// Errors of one source set.
@@ -315,6 +322,7 @@ pub fn evaluate(
                 family: run.family.clone(),
                 label: run.label.clone(),
                 measured_s: run.measured_s,
+                time_scope: run.time_scope,
                 raw_s: Some(raw),
                 fitted_s: Some(p.step_s(&fitted.runtime)),
                 cross_validated_s: cv,
@@ -335,6 +343,7 @@ pub fn evaluate(
             family: run.family.clone(),
             label: run.label.clone(),
             measured_s: run.measured_s,
+            time_scope: run.time_scope,
             raw_s: None,
             fitted_s: None,
             cross_validated_s: None,
