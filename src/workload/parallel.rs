@@ -776,8 +776,6 @@ impl Layout {
         self.seq_len / self.cp
     }
 
-    /// What activations, gradients and every kernel but the GEMMs are held in: the training
-    /// type, 16 bits (bf16) under an fp8 recipe, which runs only the GEMMs in fp8.
     /// Whether Transformer Engine runs fp8 training: it caches fp8 weight casts and keeps the
     /// fp8 casts of GEMM inputs for the backward (`Fp8Library`).
     pub fn transformer_engine_fp8(&self) -> bool {
@@ -794,6 +792,8 @@ impl Layout {
         }
     }
 
+    /// What activations, gradients and every kernel but the GEMMs are held in: the training
+    /// type, 16 bits (bf16) under an fp8 recipe, which runs only the GEMMs in fp8.
     pub fn activation_dtype(&self) -> Dtype {
         if self.dtype == Dtype::Fp8 {
             Dtype::Bf16
