@@ -1564,7 +1564,8 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
             .unwrap();
     assert_eq!(json["calibrations"].as_array().map(Vec::len), Some(2));
     // predict picks the framework's entry, or says there is none and keeps the cluster's
-    let predict = |extra: &[&str]| {
+    // on `dp` GPUs at global batch `batch`
+    let predict_on = |dp: &str, batch: &str, extra: &[&str]| {
         let mut args = vec![
             "predict",
             "--cluster",
@@ -1576,11 +1577,11 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
             "--pp",
             "1",
             "--dp",
-            "4",
+            dp,
             "--micro-batch",
             "1",
             "--global-batch",
-            "32",
+            batch,
             "--seq-len",
             "2048",
         ];
@@ -1589,6 +1590,7 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
         assert!(out.status.success(), "{}", stderr(&out));
         stdout(&out)
     };
+    let predict = |extra: &[&str]| predict_on("4", "32", extra);
     let step = |text: &str| -> f64 {
         let line = text.lines().find(|l| l.starts_with("step time")).unwrap();
         line.split_whitespace().nth(2).unwrap().parse().unwrap()
@@ -1603,6 +1605,23 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
         "{general}"
     );
     assert!(step(&composer) > step(&general), "{composer}\n{general}");
+    // the fit records the range of its runs: inside it a prediction is silent, outside it
+    // says which dimensions lie beyond the runs, and the raw physics does not
+    assert!(!general.contains("outside the runs"), "{general}");
+    let beyond = predict_on("32", "64", &[]);
+    assert!(
+        beyond.contains(
+            "outside the runs the runtime was calibrated on: 32 GPUs on 4 nodes (runs: 4–8 GPUs \
+             on 1 node)"
+        ),
+        "{beyond}"
+    );
+    let raw = predict_on("32", "64", &["--no-calibration"]);
+    assert!(!raw.contains("outside the runs"), "{raw}");
+    assert!(
+        shown.contains("dgx-a100 fitted on 4–8 GPUs on 1 node, 6.74–13 B parameters, sequences of 2,048 tokens, bf16"),
+        "{shown}"
+    );
     let jax = predict(&["--framework", "jax"]);
     assert!(jax.contains("no calibration under jax") && step(&jax) == step(&general));
     // the same from a job file

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::hardware::{Cluster, Runtime, PARAMETERS};
+use crate::hardware::{Cluster, RunPoint, Runtime, PARAMETERS};
 use crate::plan::Plan;
 use crate::predict::compose::QueryTimes;
 use crate::predict::cost::CostModel;
@@ -46,6 +46,9 @@ pub struct Prepared {
     /// Weight of the run in a fit: every source set counts the same however many rows it
     /// has (set by `evaluate`).
     pub weight: f64,
+    /// Where the run lies (GPUs, model size, sequence, parallelism, type): a calibration
+    /// records the range of its runs.
+    pub point: RunPoint,
 }
 
 impl Prepared {
@@ -61,6 +64,7 @@ impl Prepared {
             run.measured_memory,
         );
         let flops_per_gpu = plan.model_flops_per_step / layout.world as f64;
+        let point = crate::predict::run_point(&arch, &layout, cluster);
         Ok(Prepared {
             index,
             peak_seconds: flops_per_gpu / cluster.spec.gpu.peak_flops(layout.dtype),
@@ -72,6 +76,7 @@ impl Prepared {
             time_scope: run.time_scope,
             memory,
             weight: 1.0,
+            point,
         })
     }
 

@@ -213,4 +213,15 @@ fn print_calibrations(c: &Calibrations) {
         "calibrations (calibration.yaml; a cluster file's models.calibration_from borrows one):"
     );
     println!("{t}");
+    // what each fit has seen: a prediction outside it says so
+    for e in &c.clusters {
+        if let Some(range) = &e.fitted_on.range {
+            let under = e
+                .framework
+                .as_ref()
+                .map(|f| format!(" under {f}"))
+                .unwrap_or_default();
+            println!("  {}{under} fitted on {}", e.cluster, range.summary());
+        }
+    }
 }

@@ -4,6 +4,7 @@
 mod cluster;
 #[cfg(test)]
 pub(crate) use cluster::dgx_h100_without_models;
+mod fitted_range;
 mod gpu;
 mod network;
 mod reliability;
@@ -11,6 +12,7 @@ mod runtime;
 mod software;
 
 pub use cluster::{Achievable, Cluster, ClusterSpec, Efficiency, MemoryOverheads, ModelsRef};
+pub use fitted_range::{FittedRange, RunPoint};
 pub use gpu::{GpuSpec, PeakTflops};
 pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};
 pub use reliability::{RecoveryLevel, Reliability, Storage};

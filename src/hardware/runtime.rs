@@ -304,6 +304,10 @@ pub struct FittedOn {
     pub sets: std::collections::BTreeMap<String, usize>,
     /// The model families (cross-validation groups).
     pub families: Vec<String>,
+    /// The range the runs span; a prediction outside it says so (absent from files written
+    /// before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<super::FittedRange>,
 }
 
 impl Calibration {
@@ -324,6 +328,7 @@ impl Calibration {
                 runs: 1,
                 sets: Default::default(),
                 families: vec![],
+                range: None,
             },
             raw: Default::default(),
             in_sample: Default::default(),

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::analytic::{alignment, network, roofline};
 use crate::error::Result;
-use crate::hardware::{Calibration as FittedRuntime, Cluster, Runtime};
+use crate::hardware::{Calibration as FittedRuntime, Cluster, FittedRange, Runtime};
 use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
 use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Role, Shape};
 use crate::regress::{Match, ModelSet, TrainedModel};
@@ -142,6 +142,8 @@ pub struct CostModel<'a> {
     runtime: Runtime,
     /// How the runtime was calibrated (none: the cluster's defaults).
     calibrated: Option<String>,
+    /// The range of the runs the calibration was fitted on, where its file records it.
+    calibrated_range: Option<FittedRange>,
     cache: Mutex<HashMap<OpQuery, Estimate>>,
     calibrations: Mutex<HashMap<(OpKind, bool), Option<Calibration>>>,
 }
@@ -167,6 +169,7 @@ impl<'a> CostModel<'a> {
                  {dir}/calibration.yaml does not hold"
             ))
         };
+        let calibrated_range = found.as_ref().and_then(|(c, _)| c.fitted_on.range.clone());
         let calibrated = found
             .map(|(c, borrowed)| summary(c, borrowed, cluster))
             .or_else(missing);
@@ -176,6 +179,7 @@ impl<'a> CostModel<'a> {
             collectives: None,
             runtime,
             calibrated,
+            calibrated_range,
             models,
             cache: Mutex::new(HashMap::new()),
             calibrations: Mutex::new(HashMap::new()),
@@ -230,6 +234,7 @@ impl<'a> CostModel<'a> {
             Some((c, borrowed)) => {
                 self.runtime = c.runtime;
                 self.calibrated = Some(summary(c, borrowed, cluster));
+                self.calibrated_range = c.fitted_on.range.clone();
             }
             None => {
                 let why = format!(
@@ -249,6 +254,7 @@ impl<'a> CostModel<'a> {
     pub fn with_runtime(mut self, runtime: Runtime) -> Self {
         self.runtime = runtime;
         self.calibrated = None;
+        self.calibrated_range = None;
         self
     }
 
@@ -261,6 +267,11 @@ impl<'a> CostModel<'a> {
     /// How the runtime was calibrated ("calibrated on N runs (…)"), or none for the defaults.
     pub fn calibration_summary(&self) -> Option<&str> {
         self.calibrated.as_deref()
+    }
+
+    /// The range of the runs the runtime was calibrated on, where known.
+    pub fn calibration_range(&self) -> Option<&FittedRange> {
+        self.calibrated_range.as_ref()
     }
 
     /// The runtime steps are composed under (see `hardware::Runtime`).

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::analytic::alignment;
 use crate::error::{Error, Result};
-use crate::hardware::{Cluster, Runtime};
+use crate::hardware::{Cluster, RunPoint, Runtime};
 use crate::plan::{Call, Plan, StageRole};
 use crate::schedule::{simulate_with, PipelineWork, Timeline, Unobserved};
 use crate::timing::{Breakdown, Class};
@@ -250,8 +250,53 @@ pub fn predict(
         stages: stage_reports(&plan, &step, &costed.estimates),
         memory,
         out_of_coverage: out_of_coverage(&plan, &costed.estimates),
-        warnings: warnings(&plan, layout, cluster, cost, &costed.estimates),
+        warnings: warnings(&plan, layout, cluster, cost, &costed.estimates)
+            .into_iter()
+            .chain(beyond_calibration(arch, layout, cluster, cost))
+            .collect(),
         timeline,
+    })
+}
+
+/// Where a run of `arch` under `layout` on `cluster` lies in the dimensions a calibration's
+/// fit depends on.
+pub fn run_point(arch: &Arch, layout: &Layout, cluster: &Cluster) -> RunPoint {
+    RunPoint {
+        gpus: layout.world,
+        nodes: layout
+            .world
+            .div_ceil(u64::from(cluster.spec.gpus_per_node).max(1)),
+        params: arch.total_params(),
+        seq_len: layout.seq_len,
+        tp: layout.tp,
+        pp: layout.pp,
+        cp: layout.cp,
+        ep: layout.ep,
+        dtype: layout.dtype.to_string(),
+    }
+}
+
+/// A warning where the prediction lies outside the runs its calibration was fitted on: the
+/// fit's cross-validated error was measured on those runs, not on this one.
+fn beyond_calibration(
+    arch: &Arch,
+    layout: &Layout,
+    cluster: &Cluster,
+    cost: &CostModel,
+) -> Option<String> {
+    if layout.rules == Rules::Paper {
+        return None;
+    }
+    let outside = cost
+        .calibration_range()?
+        .outside(&run_point(arch, layout, cluster));
+    (!outside.is_empty()).then(|| {
+        format!(
+            "outside the runs the runtime was calibrated on: {}; its cross-validated error \
+             was measured on those runs, not on this one (`--no-calibration` shows the raw \
+             physics)",
+            outside.join(", ")
+        )
     })
 }
 

@@ -1,0 +1,290 @@
+//! The range of the runs a calibration was fitted on. A runtime fitted on single-node steps of
+//! sub-billion-parameter models has measured nothing about 1,024 GPUs or 70 B parameters, and
+//! its cross-validated error says nothing about them either; a prediction outside the range
+//! says so instead of passing the fit's error off as its own.
+
+use serde::{Deserialize, Serialize};
+
+/// Where one run, or one prediction, lies in the dimensions a runtime's fit depends on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPoint {
+    pub gpus: u64,
+    /// Nodes the GPUs span (collectives across them cross the network).
+    pub nodes: u64,
+    /// Model parameters (all of them, tp = 1).
+    pub params: u64,
+    pub seq_len: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub cp: u64,
+    pub ep: u64,
+    /// The training type's name (fp16, bf16, fp8, …).
+    pub dtype: String,
+}
+
+/// The smallest box holding every run of a fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FittedRange {
+    /// Fewest and most GPUs of a run.
+    pub gpus: [u64; 2],
+    /// Fewest and most nodes of a run.
+    pub nodes: [u64; 2],
+    /// Smallest and largest model, billions of parameters.
+    pub params_billions: [f64; 2],
+    /// Shortest and longest sequence, tokens.
+    pub seq_len: [u64; 2],
+    /// Largest degree of each parallelism any run used.
+    pub max_tp: u64,
+    pub max_pp: u64,
+    pub max_cp: u64,
+    pub max_ep: u64,
+    /// The training types of the runs.
+    pub dtypes: Vec<String>,
+}
+
+/// How far beyond the runs' smallest and largest a model or a sequence may lie and still count
+/// as inside: a factor, not a tolerance for noise (a 7 B model beside runs of 8–70 B is the
+/// same regime; half the shortest sequence is not).
+const SIZE_MARGIN: f64 = 1.25;
+
+fn billions(params: u64) -> f64 {
+    params as f64 / 1e9
+}
+
+/// A count with thousands separated, as the reports print them.
+fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn span(lo: u64, hi: u64) -> String {
+    if lo == hi {
+        count(lo)
+    } else {
+        format!("{}–{}", count(lo), count(hi))
+    }
+}
+
+fn params_span(lo: f64, hi: f64) -> String {
+    let b = |v: f64| {
+        if v < 10.0 {
+            format!("{v:.2}")
+        } else {
+            format!("{v:.0}")
+        }
+    };
+    if b(lo) == b(hi) {
+        format!("{} B", b(lo))
+    } else {
+        format!("{}–{} B", b(lo), b(hi))
+    }
+}
+
+impl FittedRange {
+    /// The range of `points`; none without any.
+    pub fn of(points: &[RunPoint]) -> Option<FittedRange> {
+        let first = points.first()?;
+        let mut r = FittedRange {
+            gpus: [first.gpus; 2],
+            nodes: [first.nodes; 2],
+            params_billions: [billions(first.params); 2],
+            seq_len: [first.seq_len; 2],
+            max_tp: 0,
+            max_pp: 0,
+            max_cp: 0,
+            max_ep: 0,
+            dtypes: Vec::new(),
+        };
+        for p in points {
+            let widen_u =
+                |range: &mut [u64; 2], v: u64| *range = [range[0].min(v), range[1].max(v)];
+            widen_u(&mut r.gpus, p.gpus);
+            widen_u(&mut r.nodes, p.nodes);
+            widen_u(&mut r.seq_len, p.seq_len);
+            let b = billions(p.params);
+            r.params_billions = [r.params_billions[0].min(b), r.params_billions[1].max(b)];
+            r.max_tp = r.max_tp.max(p.tp);
+            r.max_pp = r.max_pp.max(p.pp);
+            r.max_cp = r.max_cp.max(p.cp);
+            r.max_ep = r.max_ep.max(p.ep);
+            if !r.dtypes.contains(&p.dtype) {
+                r.dtypes.push(p.dtype.clone());
+            }
+        }
+        r.dtypes.sort();
+        Some(r)
+    }
+
+    /// What of `p` lies outside the range, each as "what it is (the runs': their range)";
+    /// empty inside it.
+    pub fn outside(&self, p: &RunPoint) -> Vec<String> {
+        let mut out = Vec::new();
+        let beyond = |v: u64, [lo, hi]: [u64; 2]| v < lo || v > hi;
+        if beyond(p.gpus, self.gpus) || beyond(p.nodes, self.nodes) {
+            out.push(format!(
+                "{} GPUs on {} node{} (runs: {} GPUs on {} node{})",
+                count(p.gpus),
+                count(p.nodes),
+                if p.nodes == 1 { "" } else { "s" },
+                span(self.gpus[0], self.gpus[1]),
+                span(self.nodes[0], self.nodes[1]),
+                if self.nodes[1] == 1 { "" } else { "s" },
+            ));
+        }
+        let b = billions(p.params);
+        let [lo, hi] = self.params_billions;
+        if b < lo / SIZE_MARGIN || b > hi * SIZE_MARGIN {
+            out.push(format!(
+                "{} parameters (runs: {})",
+                params_span(b, b),
+                params_span(lo, hi)
+            ));
+        }
+        let (s, [lo, hi]) = (p.seq_len as f64, self.seq_len.map(|v| v as f64));
+        if s < lo / SIZE_MARGIN || s > hi * SIZE_MARGIN {
+            out.push(format!(
+                "sequences of {} tokens (runs: {})",
+                count(p.seq_len),
+                span(self.seq_len[0], self.seq_len[1])
+            ));
+        }
+        for (name, v, max) in [
+            ("tp", p.tp, self.max_tp),
+            ("pp", p.pp, self.max_pp),
+            ("cp", p.cp, self.max_cp),
+            ("ep", p.ep, self.max_ep),
+        ] {
+            if v > max {
+                out.push(format!("{name} {v} (runs: at most {max})"));
+            }
+        }
+        if !self.dtypes.contains(&p.dtype) {
+            out.push(format!("{} (runs: {})", p.dtype, self.dtypes.join(", ")));
+        }
+        out
+    }
+
+    /// The range in one line, for `models show`.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![
+            format!(
+                "{} GPUs on {} node{}",
+                span(self.gpus[0], self.gpus[1]),
+                span(self.nodes[0], self.nodes[1]),
+                if self.nodes[1] == 1 { "" } else { "s" }
+            ),
+            format!(
+                "{} parameters",
+                params_span(self.params_billions[0], self.params_billions[1])
+            ),
+            format!(
+                "sequences of {} tokens",
+                span(self.seq_len[0], self.seq_len[1])
+            ),
+        ];
+        for (name, max) in [
+            ("tp", self.max_tp),
+            ("pp", self.max_pp),
+            ("cp", self.max_cp),
+            ("ep", self.max_ep),
+        ] {
+            if max > 1 {
+                parts.push(format!("{name} ≤ {max}"));
+            }
+        }
+        parts.push(self.dtypes.join(", "));
+        parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(gpus: u64, params: u64, seq_len: u64, tp: u64, dtype: &str) -> RunPoint {
+        RunPoint {
+            gpus,
+            nodes: gpus.div_ceil(8),
+            params,
+            seq_len,
+            tp,
+            pp: 1,
+            cp: 1,
+            ep: 1,
+            dtype: dtype.into(),
+        }
+    }
+
+    #[test]
+    fn a_point_inside_the_runs_is_inside_and_each_way_out_is_named() {
+        let runs = [
+            point(2, 350_000_000, 1024, 1, "fp16"),
+            point(8, 8_000_000_000, 8192, 8, "bf16"),
+            point(4, 1_300_000_000, 2048, 2, "fp16"),
+        ];
+        let r = FittedRange::of(&runs).unwrap();
+        assert_eq!(r.gpus, [2, 8]);
+        assert_eq!(r.nodes, [1, 1]);
+        assert_eq!(r.seq_len, [1024, 8192]);
+        assert_eq!(r.max_tp, 8);
+        assert_eq!(r.dtypes, ["bf16", "fp16"]);
+        for p in &runs {
+            assert!(r.outside(p).is_empty(), "{:?}", r.outside(p));
+        }
+        let far = RunPoint {
+            pp: 8,
+            cp: 2,
+            ..point(1024, 70_000_000_000, 32768, 8, "fp8")
+        };
+        let why = r.outside(&far).join("; ");
+        for expected in [
+            "1,024 GPUs on 128 nodes (runs: 2–8 GPUs on 1 node)",
+            "70 B parameters (runs: 0.35–8.00 B)",
+            "sequences of 32,768 tokens (runs: 1,024–8,192)",
+            "pp 8 (runs: at most 1)",
+            "cp 2 (runs: at most 1)",
+            "fp8 (runs: bf16, fp16)",
+        ] {
+            assert!(why.contains(expected), "{why}");
+        }
+        assert!(!why.contains("tp 8"), "{why}");
+        // fewer GPUs than any run is outside too: the fit's host and overlap were not seen there
+        assert_eq!(
+            r.outside(&point(1, 1_000_000_000, 2048, 1, "fp16")).len(),
+            1
+        );
+        // sizes within a factor 1.25 of the runs' count as inside, beyond it not
+        assert!(r
+            .outside(&point(8, 9_900_000_000, 820, 1, "bf16"))
+            .is_empty());
+        assert_eq!(
+            r.outside(&point(8, 10_100_000_000, 810, 1, "bf16")).len(),
+            2
+        );
+        assert!(FittedRange::of(&[]).is_none());
+    }
+
+    #[test]
+    fn the_range_reads_in_one_line_and_survives_its_file() {
+        let r = FittedRange::of(&[
+            point(8, 7_000_000_000, 4096, 2, "bf16"),
+            point(64, 70_000_000_000, 4096, 8, "bf16"),
+        ])
+        .unwrap();
+        assert_eq!(
+            r.summary(),
+            "8–64 GPUs on 1–8 nodes, 7.00–70 B parameters, sequences of 4,096 tokens, tp ≤ 8, bf16"
+        );
+        let text = serde_norway::to_string(&r).unwrap();
+        let back: FittedRange = serde_norway::from_str(&text).unwrap();
+        assert_eq!(back, r);
+    }
+}
