@@ -19,7 +19,9 @@ use crate::hardware::{Cluster, Runtime};
 use crate::memory::{project, Verdict};
 use crate::plan::Plan;
 use crate::predict::cost::CostModel;
-use crate::predict::{calibration_for, compose_step, estimate, runtime_for, StepMetrics};
+use crate::predict::{
+    beyond_calibration, calibration_for, compose_step, estimate, runtime_for, StepMetrics,
+};
 use crate::workload::parallel::divisors;
 use crate::workload::{Arch, ExpertRouting, Layout, ParallelSpec, Recompute, Rules, Schedule};
 
@@ -251,6 +253,10 @@ pub struct SearchReport {
     /// rules), and how it was calibrated (none: the cluster's defaults).
     pub runtime: Runtime,
     pub calibration: Option<String>,
+    /// Where the best layout lies outside the runs that calibration was fitted on, the
+    /// prediction's warning saying so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub beyond_calibration: Option<String>,
 }
 
 impl SearchReport {
@@ -497,6 +503,10 @@ pub fn search_watched(
     });
     // the rules every layout was costed under (the base spec's, as `Layout::new` reads them)
     let rules = req.base.rules.unwrap_or(Rules::Megatron);
+    let beyond_calibration = rows
+        .first()
+        .filter(|r| r.status == Status::Predicted)
+        .and_then(|r| beyond_calibration(req.arch, &r.layout, req.cluster, cost));
     Ok(SearchReport {
         enumerated: candidates.len(),
         pruned,
@@ -506,6 +516,7 @@ pub fn search_watched(
         rows,
         runtime: runtime_for(rules, cost),
         calibration: calibration_for(rules, cost),
+        beyond_calibration,
     })
 }
 

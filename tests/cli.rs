@@ -1564,10 +1564,10 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
             .unwrap();
     assert_eq!(json["calibrations"].as_array().map(Vec::len), Some(2));
     // predict picks the framework's entry, or says there is none and keeps the cluster's
-    // on `dp` GPUs at global batch `batch`
-    let predict_on = |dp: &str, batch: &str, extra: &[&str]| {
+    // `command` on `dp` GPUs at global batch `batch`
+    let on = |command: &'static str, dp: &'static str, batch: &'static str, extra: &[&str]| {
         let mut args = vec![
-            "predict",
+            command,
             "--cluster",
             s(&cluster),
             "--model",
@@ -1586,7 +1586,10 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
             "2048",
         ];
         args.extend_from_slice(extra);
-        let out = stepcast(&args);
+        stepcast(&args)
+    };
+    let predict_on = |dp: &'static str, batch: &'static str, extra: &[&str]| {
+        let out = on("predict", dp, batch, extra);
         assert!(out.status.success(), "{}", stderr(&out));
         stdout(&out)
     };
@@ -1618,6 +1621,33 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
     );
     let raw = predict_on("32", "64", &["--no-calibration"]);
     assert!(!raw.contains("outside the runs"), "{raw}");
+
+    // search says it of its best layout, export of the step in its headline
+    let searched = stepcast(&[
+        "search",
+        "--cluster",
+        s(&cluster),
+        "--model",
+        "llama2-7b",
+        "--gpus",
+        "32",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "2048",
+    ]);
+    assert!(
+        stdout(&searched).contains("warning: the best layout lies outside the runs"),
+        "{}",
+        stdout(&searched)
+    );
+    let exported = on("export", "32", "64", &["--format", "megatron"]);
+    assert!(
+        exported.status.success()
+            && stderr(&exported).contains("the predicted step in the headline lies outside"),
+        "{}",
+        stderr(&exported)
+    );
     assert!(
         shown.contains("dgx-a100 fitted on 4–8 GPUs on 1 node, 6.74–13 B parameters, sequences of 2,048 tokens, bf16"),
         "{shown}"

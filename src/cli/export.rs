@@ -14,7 +14,7 @@ use stepcast::export::{export, Framework, Target};
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::predict::cost::CostModel;
-use stepcast::predict::{predict, PredictOptions};
+use stepcast::predict::{beyond_calibration, predict, PredictOptions};
 use stepcast::workload::{
     Arch, AttentionKernel, CpComm, Layout, ParallelSpec, Partition, PipelineSplit, Recompute,
     Rules, Schedule,
@@ -126,6 +126,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     }
     for note in &launch.notes {
         eprintln!("note: {note}");
+    }
+    if let Some(w) = beyond_calibration(&job.arch, &job.layout, &job.cluster, &cost) {
+        eprintln!("warning: the predicted step in the headline lies {w}");
     }
     Ok(())
 }

@@ -491,6 +491,7 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
             super::output::runtime_line(report.calibration.as_deref(), &report.runtime)
         );
     }
+
     if report.predicted == 0 {
         return;
     }
@@ -599,6 +600,9 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
     }
     if let Some(best) = report.best() {
         println!("best: {}", predict_command(args, best));
+    }
+    if let Some(w) = &report.beyond_calibration {
+        println!("warning: the best layout lies {w}");
     }
     for (what, path) in [("CSV", &args.csv), ("JSON", &args.json)] {
         if let Some(p) = path {

@@ -278,7 +278,7 @@ pub fn run_point(arch: &Arch, layout: &Layout, cluster: &Cluster) -> RunPoint {
 
 /// A warning where the prediction lies outside the runs its calibration was fitted on: the
 /// fit's cross-validated error was measured on those runs, not on this one.
-fn beyond_calibration(
+pub fn beyond_calibration(
     arch: &Arch,
     layout: &Layout,
     cluster: &Cluster,
