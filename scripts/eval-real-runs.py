@@ -305,6 +305,14 @@ def evaluate(binary, ref, work, json_out, thresholds):
                 "expressible": s.get("expressible"), "predicted": len(pred), "raw": raw,
                 "calibrated": cal, "max_mfu_percent": mfu,
                 "achievable_mfu_percent": ACHIEVABLE_MFU[cluster], "memory": memory(pred)}
+            if not s["fitted"]:
+                # held out: runs beyond the range of the runs fitted on are extrapolations
+                beyond = [x for x in pred if x.get("beyond_fitted_runs")]
+                inside = [x for x in pred if not x.get("beyond_fitted_runs")]
+                err = lambda xs: stats([100 * (x["cross_validated_s"] / x["measured_s"] - 1)
+                                        for x in xs if x.get("cross_validated_s")])
+                table[f"{cluster} / {name}"]["beyond_fitted_runs"] = {
+                    "runs": len(beyond), "calibrated": err(beyond), "inside_calibrated": err(inside)}
             if name.startswith("mpt") and pred:
                 table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
             paired = fp8_speedups(pred) if name in ("dgxc", "flagperf") else {}
@@ -325,6 +333,14 @@ def evaluate(binary, ref, work, json_out, thresholds):
               f"{t['predicted']:5d}  {cells(t['raw'])}  {cells(t['calibrated'])}  {t['max_mfu_percent']:6.0f}%")
     print("calibrated: grouped cross-validation for the sets fitted on (leave one model family out), "
           "the fitted runtime for held-out sets; raw: the cluster's defaults")
+    print("held-out runs beyond the range of the runs fitted on (GPUs, nodes, model size, sequence, "
+          "parallel degrees, type: what predict warns about), calibrated mean |error| beyond / inside:")
+    for key, t in table.items():
+        b = t.get("beyond_fitted_runs")
+        if b and b["runs"]:
+            mean = lambda st: f"{st['mean_abs_percent']:.1f} %" if st else "–"
+            print(f"  {key:44} {b['runs']:4d} of {t['predicted']:4d}: {mean(b['calibrated'])} / "
+                  f"{mean(b['inside_calibrated'])}")
     for key, t in table.items():
         m, f = t.get("mosaicml_mfu"), t.get("monotone_floor")
         if m:

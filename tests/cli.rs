@@ -1892,7 +1892,7 @@ fn calibrate_says_what_each_parameter_at_a_bound_is_worth() {
             ));
         }
     }
-    let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster);
+    let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster, &[]);
     let at_bound = report["fitted"]["at_bound"].as_array().unwrap();
     let held = report["held_at_default"].as_array().unwrap();
     assert!(!at_bound.is_empty(), "{text}");
@@ -1910,22 +1910,68 @@ fn calibrate_says_what_each_parameter_at_a_bound_is_worth() {
     }
 }
 
+/// A held-out set's runs beyond the range of the runs fitted on are counted and named: their
+/// error is an extrapolation's.
+#[test]
+fn calibrate_names_held_out_runs_beyond_the_fitted_range() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
+    let mut runs = format!("{RUN_COLUMNS},expressible,reason\n");
+    for (set, family, dp, step) in [
+        ("fit", "llama2-7b", 4, 3.3),
+        ("fit", "llama2-7b", 8, 3.3),
+        ("fit", "llama2-13b", 4, 6.1),
+        ("fit", "llama2-13b", 8, 6.1),
+        ("far", "llama2-7b", 32, 3.4),
+        ("far", "llama2-7b", 8, 3.3),
+    ] {
+        runs.push_str(&format!(
+            "{set},{family},{family} dp{dp},{},{family},1,1,{dp},1,{},2048,bf16,none,1,1f1b,1,\
+             false,0,{step},true,\n",
+            s(&cluster),
+            dp * 8,
+        ));
+    }
+    let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster, &["--fit-sets", "fit"]);
+    assert!(
+        text.contains(
+            "far (held out): 1 of 2 runs lie outside the fitted runs' range (e.g. 32 GPUs on 4 \
+             nodes (runs: 4–8 GPUs on 1 node))"
+        ),
+        "{text}"
+    );
+    assert_eq!(report["sets"]["far"]["beyond_fitted_runs"], 1, "{report}");
+    assert_eq!(report["sets"]["fit"]["beyond_fitted_runs"], 0, "{report}");
+    let beyond: Vec<&serde_json::Value> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r.get("beyond_fitted_runs").is_some())
+        .collect();
+    assert!(
+        beyond.len() == 1 && beyond[0]["label"] == "llama2-7b dp32",
+        "{report}"
+    );
+}
+
 /// The runs CSV columns every calibration test fills, up to the measured step time.
 const RUN_COLUMNS: &str = "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,\
                            seq_len,dtype,recompute,zero,schedule,vpp,sequence_parallel,\
                            tp_comm_overlap,measured_step_s";
 
-/// `calibrate --dry-run` of the runs CSV `runs` (written into `dir`) on `cluster`: its printed
-/// report and its JSON.
+/// `calibrate --dry-run` of the runs CSV `runs` (written into `dir`) on `cluster`, with `extra`
+/// arguments: its printed report and its JSON.
 fn calibrate_dry_run(
     dir: &std::path::Path,
     runs: &str,
     cluster: &std::path::Path,
+    extra: &[&str],
 ) -> (String, serde_json::Value) {
     let csv = dir.join("runs.csv");
     fs::write(&csv, runs).unwrap();
     let json = dir.join("report.json");
-    let out = stepcast(&[
+    let mut args = vec![
         "calibrate",
         s(&csv),
         "--cluster",
@@ -1933,7 +1979,9 @@ fn calibrate_dry_run(
         "--dry-run",
         "--json",
         s(&json),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = stepcast(&args);
     assert!(out.status.success(), "{}", stderr(&out));
     let report = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
     (stdout(&out), report)
@@ -1962,7 +2010,7 @@ fn calibrate_holds_the_memory_projection_against_the_runs() {
             8 * micro_batch * 4,
         ));
     }
-    let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster);
+    let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster, &[]);
     let memory = |i: usize| &report["runs"][i]["memory"];
     let gib = |v: &serde_json::Value| v.as_f64().unwrap();
     // reserved memory holds neither the CUDA context nor NCCL's buffers: the one data-parallel
@@ -2006,7 +2054,7 @@ fn calibrate_compares_a_forward_backward_time_with_the_passes_alone() {
             s(&cluster),
         ));
     }
-    let (_text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster);
+    let (_text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster, &[]);
     let run = |i: usize, key: &str| report["runs"][i][key].as_f64().unwrap();
     // 5 ms of per-step host work by default, besides the optimizer step
     assert!(run(1, "raw_s") < run(0, "raw_s") - 0.005, "{report}");

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::hardware::{Cluster, RunPoint, Runtime, PARAMETERS};
+use crate::hardware::{Cluster, FittedRange, RunPoint, Runtime, PARAMETERS};
 use crate::plan::Plan;
 use crate::predict::compose::QueryTimes;
 use crate::predict::cost::CostModel;
@@ -185,6 +185,10 @@ pub struct RunResult {
     /// Why the run was not predicted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_predicted: Option<String>,
+    /// For a run of a set held out, where it lies outside the range of the runs fitted on
+    /// (what a prediction of it would warn): its error there is an extrapolation's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub beyond_fitted_runs: Vec<String>,
 }
 
 fn is_whole_step(scope: &runs::TimeScope) -> bool {
@@ -214,6 +218,8 @@ pub struct SetReport {
     pub projected_oom: usize,
     /// The memory projection against the peaks the runs reported (in their scope).
     pub memory: ErrorStats,
+    /// Predicted runs of a held-out set outside the range of the runs fitted on.
+    pub beyond_fitted_runs: usize,
 }
 
 /// A parameter the fit put at a bound, held at its default instead and the others refitted:
@@ -274,6 +280,7 @@ pub fn evaluate(
         .filter(|p| fits(&runs[p.index].set))
         .collect();
     let fitted = fit(&all, raw_runtime);
+    let fitted_range = FittedRange::of(&all.iter().map(|p| p.point.clone()).collect::<Vec<_>>());
     let in_sample = |r: &Runtime| ErrorStats::of(all.iter().map(|p| (p.step_s(r), p.measured_s)));
     let held_at_default = fitted
         .at_bound
@@ -337,6 +344,10 @@ pub fn evaluate(
                 ]),
                 memory: Some(p.memory),
                 not_predicted: None,
+                beyond_fitted_runs: match &fitted_range {
+                    Some(range) if !fits(&run.set) => range.outside(&p.point),
+                    _ => Vec::new(),
+                },
             }
         })
         .collect();
@@ -355,6 +366,7 @@ pub fn evaluate(
             mfu_percent: None,
             memory: None,
             not_predicted: Some(why.clone()),
+            beyond_fitted_runs: Vec::new(),
         });
     }
     results.sort_by_key(|r| r.line);
@@ -420,6 +432,10 @@ fn set_reports(
                     let m = r.memory?;
                     Some((m.comparable_gib?, m.measured_gib?))
                 })),
+                beyond_fitted_runs: of_set
+                    .iter()
+                    .filter(|r| !r.beyond_fitted_runs.is_empty())
+                    .count(),
             },
         );
     }

@@ -316,6 +316,19 @@ fn print_report(r: &Report) {
     }
     align_numbers(&mut t, 1);
     println!("{t}");
+    // a held-out set's error is an extrapolation's where its runs lie beyond the fitted ones
+    for (name, s) in r.sets.iter().filter(|(_, s)| s.beyond_fitted_runs > 0) {
+        let example = r
+            .runs
+            .iter()
+            .find(|run| &run.set == name && !run.beyond_fitted_runs.is_empty())
+            .map(|run| run.beyond_fitted_runs.join(", "))
+            .unwrap_or_default();
+        println!(
+            "{name} (held out): {} of {} runs lie outside the fitted runs' range (e.g. {example})",
+            s.beyond_fitted_runs, s.predicted
+        );
+    }
     let [raw, fit, cv] = r.overall;
     println!(
         "all {} runs: raw {:.1} % mean |error| (bias {:+.1} %), fitted {:.1} % ({:+.1} %), \

@@ -130,8 +130,9 @@ impl FittedRange {
         let beyond = |v: u64, [lo, hi]: [u64; 2]| v < lo || v > hi;
         if beyond(p.gpus, self.gpus) || beyond(p.nodes, self.nodes) {
             out.push(format!(
-                "{} GPUs on {} node{} (runs: {} GPUs on {} node{})",
+                "{} GPU{} on {} node{} (runs: {} GPUs on {} node{})",
                 count(p.gpus),
+                if p.gpus == 1 { "" } else { "s" },
                 count(p.nodes),
                 if p.nodes == 1 { "" } else { "s" },
                 span(self.gpus[0], self.gpus[1]),
