@@ -1621,6 +1621,16 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
     );
     let raw = predict_on("32", "64", &["--no-calibration"]);
     assert!(!raw.contains("outside the runs"), "{raw}");
+    // the interval carries the runtime's error on measured runs: the calibration's, or the raw
+    // physics' on the same runs
+    assert!(
+        general.contains("operator models and the calibration's error on its runs"),
+        "{general}"
+    );
+    assert!(
+        raw.contains("operator models and the raw physics' error on measured runs"),
+        "{raw}"
+    );
 
     // search says it of its best layout, export of the step in its headline
     let searched = stepcast(&[

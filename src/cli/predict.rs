@@ -167,8 +167,15 @@ fn print_prediction(
     }
     println!();
     println!(
-        "step time     {:.3} s   (80 % interval {:.3} – {:.3} s)",
-        p.metrics.step_time_s, p.interval_s[0], p.interval_s[1]
+        "step time     {:.3} s   (80 % interval {:.3} – {:.3} s{})",
+        p.metrics.step_time_s,
+        p.interval_s[0],
+        p.interval_s[1],
+        match (p.interval_runtime_sigma_log, &p.calibration) {
+            (None, _) => ": operator models only",
+            (Some(_), Some(_)) => ": operator models and the calibration's error on its runs",
+            (Some(_), None) => ": operator models and the raw physics' error on measured runs",
+        }
     );
     println!(
         "throughput    {:.0} tokens/s, {:.0} per GPU",

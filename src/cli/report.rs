@@ -100,10 +100,25 @@ fn caveats(p: &Prediction) -> String {
              (first order), the moves added in quadrature"
         }
     };
+    let covers = match (p.interval_runtime_sigma_log, &p.calibration) {
+        (Some(sigma), calibrated) => format!(
+            "the operator models' errors ({how}) and, added in quadrature, {} (σ {:.1} % of \
+             the step, from its mean |error|)",
+            if calibrated.is_some() {
+                "the calibrated runtime's cross-validated error on the runs it was fitted on"
+            } else {
+                "the raw physics' error on the runs its cluster was calibrated on"
+            },
+            100.0 * sigma
+        ),
+        (None, _) => format!(
+            "the operator models' errors only ({how}); what no operator model sees — \
+             framework overheads, contention, clocks — is not in it"
+        ),
+    };
     let _ = write!(
         s,
-        "<p class=\"note\">The 80 % interval covers the operator models' errors only ({how}); \
-         what no operator model sees — framework overheads, contention, clocks — is not in it.</p>"
+        "<p class=\"note\">The 80 % interval covers {covers}.</p>"
     );
     if !p.warnings.is_empty() {
         s.push_str("<h2>Warnings</h2><ul>");

@@ -208,6 +208,12 @@ pub fn framework_name(name: &str) -> Result<String, String> {
     }
 }
 
+/// The σ of ln(predicted / measured) of a normal spread with the same mean |error| as
+/// `stats` (E|x| = σ·√(2/π)).
+fn spread(stats: &crate::stats::ErrorStats) -> f64 {
+    (std::f64::consts::PI / 2.0).sqrt() * (stats.mean_abs_percent / 100.0).ln_1p()
+}
+
 /// A models directory's `calibration.yaml`: per cluster that uses the models (and per
 /// framework, where one was calibrated on its own runs), the runtime `stepcast calibrate`
 /// fitted to its measured runs.
@@ -337,6 +343,17 @@ impl Calibration {
             stepcast: "test".into(),
             created_at: "2026-11-24".into(),
         }
+    }
+
+    /// The fit's error on measured runs as the σ of ln(predicted / measured): cross-validated
+    /// where it was, else in sample (a single family).
+    pub fn sigma_log(&self) -> f64 {
+        spread(self.cross_validated.as_ref().unwrap_or(&self.in_sample))
+    }
+
+    /// The raw physics' (the cluster's default runtime's) error on the same runs, as σ.
+    pub fn raw_sigma_log(&self) -> f64 {
+        spread(&self.raw)
     }
 
     /// How predictions say they are calibrated: "calibrated on N runs, cross-validated x %".

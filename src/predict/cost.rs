@@ -144,6 +144,12 @@ pub struct CostModel<'a> {
     calibrated: Option<String>,
     /// The range of the runs the calibration was fitted on, where its file records it.
     calibrated_range: Option<FittedRange>,
+    /// The composed runtime's spread on measured runs, as σ of ln(predicted / measured): the
+    /// calibration's cross-validated error, or after `uncalibrated` the raw physics' error on
+    /// the same runs; none where no runs measured it.
+    runtime_sigma_log: Option<f64>,
+    /// The raw physics' error on the runs of the calibration found, as σ.
+    raw_sigma_log: Option<f64>,
     cache: Mutex<HashMap<OpQuery, Estimate>>,
     calibrations: Mutex<HashMap<(OpKind, bool), Option<Calibration>>>,
 }
@@ -170,6 +176,8 @@ impl<'a> CostModel<'a> {
             ))
         };
         let calibrated_range = found.as_ref().and_then(|(c, _)| c.fitted_on.range.clone());
+        let runtime_sigma_log = found.as_ref().map(|(c, _)| c.sigma_log());
+        let raw_sigma_log = found.as_ref().map(|(c, _)| c.raw_sigma_log());
         let calibrated = found
             .map(|(c, borrowed)| summary(c, borrowed, cluster))
             .or_else(missing);
@@ -180,6 +188,8 @@ impl<'a> CostModel<'a> {
             runtime,
             calibrated,
             calibrated_range,
+            runtime_sigma_log,
+            raw_sigma_log,
             models,
             cache: Mutex::new(HashMap::new()),
             calibrations: Mutex::new(HashMap::new()),
@@ -235,6 +245,8 @@ impl<'a> CostModel<'a> {
                 self.runtime = c.runtime;
                 self.calibrated = Some(summary(c, borrowed, cluster));
                 self.calibrated_range = c.fitted_on.range.clone();
+                self.runtime_sigma_log = Some(c.sigma_log());
+                self.raw_sigma_log = Some(c.raw_sigma_log());
             }
             None => {
                 let why = format!(
@@ -255,18 +267,30 @@ impl<'a> CostModel<'a> {
         self.runtime = runtime;
         self.calibrated = None;
         self.calibrated_range = None;
+        self.runtime_sigma_log = None;
         self
     }
 
     /// The same costs composed under the cluster's default runtime, not its calibration.
+    /// The interval then carries the raw physics' error on the calibration's runs instead.
     pub fn uncalibrated(self) -> Self {
         let runtime = self.cluster.spec.runtime;
-        self.with_runtime(runtime)
+        let raw = self.raw_sigma_log;
+        let mut uncalibrated = self.with_runtime(runtime);
+        uncalibrated.runtime_sigma_log = raw;
+        uncalibrated
     }
 
     /// How the runtime was calibrated ("calibrated on N runs (…)"), or none for the defaults.
     pub fn calibration_summary(&self) -> Option<&str> {
         self.calibrated.as_deref()
+    }
+
+    /// The composed runtime's error on measured runs as σ of ln(predicted / measured) (the
+    /// calibration's cross-validated error, or the raw physics' on the same runs; none where no
+    /// runs measured it): the part of a step's uncertainty no operator model carries.
+    pub fn runtime_sigma_log(&self) -> Option<f64> {
+        self.runtime_sigma_log
     }
 
     /// The range of the runs the runtime was calibrated on, where known.

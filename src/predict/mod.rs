@@ -109,6 +109,11 @@ pub struct Prediction {
     pub interval_s: [f64; 2],
     /// How the interval was found.
     pub interval_method: IntervalMethod,
+    /// The runtime's spread on measured runs (σ of ln(predicted / measured): the calibration's
+    /// cross-validated error, or under `--no-calibration` the raw physics' on the same runs),
+    /// included in the interval; none where no runs measured it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_runtime_sigma_log: Option<f64>,
     /// What the step spends its time on, seconds; the parts add up to the step.
     pub breakdown_s: Breakdown,
     /// The pipeline schedule the step was composed with.
@@ -232,6 +237,10 @@ pub fn predict(
     let (step, timeline) = compose_step(&plan, layout, &costed.times)?;
     let (low, high, interval_method) =
         interval(&costed, layout, &step, timeline.as_ref().map(|(w, _)| w))?;
+    let runtime_sigma_log = (layout.rules != Rules::Paper)
+        .then(|| cost.runtime_sigma_log())
+        .flatten();
+    let (low, high) = with_runtime_spread(step.step_us, low, high, runtime_sigma_log);
     let b = step.breakdown_us;
     Ok(Prediction {
         cluster: cluster.spec.name.clone(),
@@ -244,6 +253,7 @@ pub fn predict(
         metrics: StepMetrics::new(step.step_us, &b, &plan, layout, cluster),
         interval_s: [low / 1e6, high / 1e6],
         interval_method,
+        interval_runtime_sigma_log: runtime_sigma_log,
         schedule: layout.schedule.name(),
         breakdown_s: b.scaled(1e-6),
         sources_percent: sources(&plan, layout, &costed.estimates),
@@ -389,6 +399,21 @@ fn interval(
         }
     }
     Ok((step.step_us - down.sqrt(), step.step_us + up.sqrt(), method))
+}
+
+/// The operator models' interval widened by the runtime's spread on measured runs: what the
+/// runtime leaves unexplained (host, overlap, clocks) is independent of the operator models'
+/// errors, so the two 80 % half-widths add in quadrature on each side.
+fn with_runtime_spread(step_us: f64, low: f64, high: f64, sigma: Option<f64>) -> (f64, f64) {
+    let Some(sigma) = sigma.filter(|s| *s > 0.0) else {
+        return (low, high);
+    };
+    let down = step_us * (1.0 - (-Z80 * sigma).exp());
+    let up = step_us * ((Z80 * sigma).exp() - 1.0);
+    (
+        step_us - (step_us - low).hypot(down),
+        step_us + (high - step_us).hypot(up),
+    )
 }
 
 /// Every stage's forward and backward per micro-batch, and its per-step work.

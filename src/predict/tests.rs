@@ -1776,3 +1776,36 @@ fn fp8_parameter_gather_carries_one_byte_per_parameter() {
         "{e}"
     );
 }
+
+#[test]
+fn the_runtimes_spread_widens_the_interval_in_quadrature() {
+    // without a measured spread the operator models' interval stands
+    assert_eq!(with_runtime_spread(100.0, 95.0, 106.0, None), (95.0, 106.0));
+    assert_eq!(
+        with_runtime_spread(100.0, 95.0, 106.0, Some(0.0)),
+        (95.0, 106.0)
+    );
+    // a spread alone gives exp(±1.28σ); with the models' half-widths they add in quadrature
+    let (low, high) = with_runtime_spread(100.0, 100.0, 100.0, Some(0.1));
+    assert!((low - 100.0 * (-Z80 * 0.1f64).exp()).abs() < 1e-9, "{low}");
+    assert!((high - 100.0 * (Z80 * 0.1f64).exp()).abs() < 1e-9, "{high}");
+    let (low2, high2) = with_runtime_spread(100.0, 95.0, 106.0, Some(0.1));
+    assert!((100.0 - low2 - (5.0f64).hypot(100.0 - low)).abs() < 1e-9);
+    assert!((high2 - 100.0 - (6.0f64).hypot(high - 100.0)).abs() < 1e-9);
+}
+
+#[test]
+fn a_calibration_spread_is_its_mean_error_as_a_normal_sigma() {
+    let mut c = crate::hardware::Calibration::example("c", 30.0);
+    c.in_sample.mean_abs_percent = 4.0;
+    c.raw.mean_abs_percent = 20.0;
+    // one family: the in-sample error; with cross-validation, that one
+    let normal = (std::f64::consts::PI / 2.0).sqrt();
+    assert!((c.sigma_log() - normal * 1.04f64.ln()).abs() < 1e-12);
+    c.cross_validated = Some(crate::stats::ErrorStats {
+        mean_abs_percent: 8.0,
+        ..Default::default()
+    });
+    assert!((c.sigma_log() - normal * 1.08f64.ln()).abs() < 1e-12);
+    assert!((c.raw_sigma_log() - normal * 1.2f64.ln()).abs() < 1e-12);
+}
