@@ -61,11 +61,26 @@ FRAMEWORK_CALIBRATIONS = {
 ACHIEVABLE_MFU = {"dgx-a100": 95.0, "dgx-a100-40gb": 95.0, "dgx-h100": 87.0, "grand-teton-h100": 87.0}
 
 
+# z of a two-sided 80 % interval (as `predict` uses)
+Z80 = 1.2815515655446004
+
+
 def stats(errors):
     if not errors:
         return None
     return {"runs": len(errors), "mean_abs_percent": sum(abs(e) for e in errors) / len(errors),
             "max_abs_percent": max(abs(e) for e in errors), "bias_percent": sum(errors) / len(errors)}
+
+
+def coverage(pred, sigma):
+    """Share of runs whose calibrated prediction lies within the runtime's part of the 80 %
+    interval predict gives (exp(±1.28 σ)); the operator models' part, which widens it a little
+    more, is left out: a lower bound on the interval's coverage."""
+    cv = [x for x in pred if x.get("cross_validated_s")]
+    if not cv:
+        return None
+    inside = sum(abs(math.log(x["cross_validated_s"] / x["measured_s"])) <= Z80 * sigma for x in cv)
+    return {"runs": len(cv), "inside_percent": 100 * inside / len(cv), "sigma_log": sigma}
 
 
 def vtrain_layout(label):
@@ -270,6 +285,9 @@ def evaluate(binary, ref, work, json_out, thresholds):
             sys.exit(f"error: calibrating {cluster}: {out.stderr.strip()}")
         r = json.load(open(report))
         fitted = r["fitted"]["runtime"]
+        # the runtime's spread predict puts into its 80 % interval (`Calibration::sigma_log`)
+        spread = r["overall"][2] if r["overall"][2]["runs"] else r["overall"][1]
+        sigma = math.sqrt(math.pi / 2) * math.log1p(spread["mean_abs_percent"] / 100)
         under = f" under {framework}" if framework else ""
         print(f"== {cluster}{under}: fitted on {', '.join(fit_sets)} — launch {fitted['launch_us']:.0f} µs, "
               f"collective {fitted['collective_launch_us']:.0f} µs, in-situ {fitted['in_situ_efficiency']:.3f}, "
@@ -304,7 +322,8 @@ def evaluate(binary, ref, work, json_out, thresholds):
                 "cluster": cluster, "set": name, "fitted": s["fitted"], "rows": s["rows"],
                 "expressible": s.get("expressible"), "predicted": len(pred), "raw": raw,
                 "calibrated": cal, "max_mfu_percent": mfu,
-                "achievable_mfu_percent": ACHIEVABLE_MFU[cluster], "memory": memory(pred)}
+                "achievable_mfu_percent": ACHIEVABLE_MFU[cluster], "memory": memory(pred),
+                "interval_coverage": coverage(pred, sigma)}
             if not s["fitted"]:
                 # held out: runs beyond the range of the runs fitted on are extrapolations
                 beyond = [x for x in pred if x.get("beyond_fitted_runs")]
@@ -333,6 +352,14 @@ def evaluate(binary, ref, work, json_out, thresholds):
               f"{t['predicted']:5d}  {cells(t['raw'])}  {cells(t['calibrated'])}  {t['max_mfu_percent']:6.0f}%")
     print("calibrated: grouped cross-validation for the sets fitted on (leave one model family out), "
           "the fitted runtime for held-out sets; raw: the cluster's defaults")
+    print("runs inside predict's 80 % interval (its runtime part, exp(±1.28 σ), σ from the fit's "
+          "cross-validated error; about 80 % where the interval is honest, a held-out set's share "
+          "says how far that σ carries):")
+    for key, t in table.items():
+        c = t.get("interval_coverage")
+        if c:
+            label = key + ("" if t["fitted"] else " (held out)")
+            print(f"  {label:55} {c['inside_percent']:4.0f} % of {c['runs']:4d} (σ {100 * c['sigma_log']:.1f} %)")
     print("held-out runs beyond the range of the runs fitted on (GPUs, nodes, model size, sequence, "
           "parallel degrees, type: what predict warns about), calibrated mean |error| beyond / inside:")
     for key, t in table.items():

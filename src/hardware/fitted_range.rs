@@ -173,6 +173,26 @@ impl FittedRange {
         out
     }
 
+    /// Every span lowest first and the model sizes finite and positive; `what` names the
+    /// file and entry.
+    pub fn validate(&self, what: &str) -> Result<(), String> {
+        let spans = [
+            ("gpus", self.gpus.map(|v| v as f64)),
+            ("nodes", self.nodes.map(|v| v as f64)),
+            ("params_billions", self.params_billions),
+            ("seq_len", self.seq_len.map(|v| v as f64)),
+        ];
+        for (field, [lo, hi]) in spans {
+            if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi) {
+                return Err(format!(
+                    "{what}: fitted_on.range.{field} = [{lo}, {hi}] is not a range of runs (lowest \
+                     above 0 and not above highest)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The range in one line, for `models show`.
     pub fn summary(&self) -> String {
         let mut parts = vec![
@@ -287,5 +307,19 @@ mod tests {
         let text = serde_norway::to_string(&r).unwrap();
         let back: FittedRange = serde_norway::from_str(&text).unwrap();
         assert_eq!(back, r);
+        assert!(r.validate("f").is_ok());
+        let upside_down = FittedRange {
+            gpus: [64, 8],
+            ..r.clone()
+        };
+        assert!(upside_down
+            .validate("m/calibration.yaml (c)")
+            .unwrap_err()
+            .contains("m/calibration.yaml (c): fitted_on.range.gpus = [64, 8]"));
+        let nan = FittedRange {
+            params_billions: [f64::NAN, 1.0],
+            ..r
+        };
+        assert!(nan.validate("f").is_err());
     }
 }

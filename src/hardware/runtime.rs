@@ -231,8 +231,11 @@ impl Calibrations {
         const REFIT: &str = "write it again with `stepcast calibrate`";
         let c: Calibrations = crate::fsutil::parse_yaml(path, text).map_err(|e| e.hint(REFIT))?;
         for one in &c.clusters {
+            let what = format!("{} ({})", path.display(), one.cluster);
+            let range = |r: &super::FittedRange| r.validate(&what);
             one.runtime
-                .validate(&format!("{} ({})", path.display(), one.cluster))
+                .validate(&what)
+                .and_then(|()| one.fitted_on.range.as_ref().map_or(Ok(()), range))
                 .map_err(|m| {
                     crate::error::Error::Invalid(format!("{m} (a fitted file: {REFIT})"))
                 })?;
@@ -411,6 +414,22 @@ mod tests {
             err.contains("m/calibration.yaml (dgx-h100)")
                 && err.contains("runtime.step_overhead_ms = 97.8")
                 && err.contains("0 to 50 ms")
+                && err.contains("stepcast calibrate"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_calibration_with_an_upside_down_range_is_refused_with_the_fix() {
+        let shipped = include_str!("../../models/perlmutter/calibration.yaml");
+        let gpus = "      gpus:\n      - 2\n      - 8\n";
+        assert!(shipped.contains(gpus));
+        let text = shipped.replacen(gpus, "      gpus:\n      - 8\n      - 2\n", 1);
+        let err = Calibrations::parse(std::path::Path::new("m/calibration.yaml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("m/calibration.yaml (dgx-a100): fitted_on.range.gpus = [8, 2]")
                 && err.contains("stepcast calibrate"),
             "{err}"
         );
