@@ -491,7 +491,6 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
             super::output::runtime_line(report.calibration.as_deref(), &report.runtime)
         );
     }
-
     if report.predicted == 0 {
         return;
     }
