@@ -190,6 +190,23 @@ impl FittedRange {
                 ));
             }
         }
+        for (field, max) in [
+            ("max_tp", self.max_tp),
+            ("max_pp", self.max_pp),
+            ("max_cp", self.max_cp),
+            ("max_ep", self.max_ep),
+        ] {
+            if max == 0 {
+                return Err(format!(
+                    "{what}: fitted_on.range.{field} = 0: a run's parallel degree is at least 1"
+                ));
+            }
+        }
+        if self.dtypes.is_empty() {
+            return Err(format!(
+                "{what}: fitted_on.range.dtypes is empty: the runs had a training type"
+            ));
+        }
         Ok(())
     }
 
@@ -318,8 +335,21 @@ mod tests {
             .contains("m/calibration.yaml (c): fitted_on.range.gpus = [64, 8]"));
         let nan = FittedRange {
             params_billions: [f64::NAN, 1.0],
-            ..r
+            ..r.clone()
         };
         assert!(nan.validate("f").is_err());
+        let no_tp = FittedRange {
+            max_tp: 0,
+            ..r.clone()
+        };
+        assert!(no_tp.validate("f").unwrap_err().contains("max_tp = 0"));
+        let untyped = FittedRange {
+            dtypes: vec![],
+            ..r
+        };
+        assert!(untyped
+            .validate("f")
+            .unwrap_err()
+            .contains("dtypes is empty"));
     }
 }
