@@ -62,7 +62,7 @@ ACHIEVABLE_MFU = {"dgx-a100": 95.0, "dgx-a100-40gb": 95.0, "dgx-h100": 87.0, "gr
 
 
 # z of a two-sided 80 % interval (as `predict` uses)
-Z80 = 1.2815515655446004
+Z80 = 1.2816
 
 
 def stats(errors):
@@ -285,9 +285,8 @@ def evaluate(binary, ref, work, json_out, thresholds):
             sys.exit(f"error: calibrating {cluster}: {out.stderr.strip()}")
         r = json.load(open(report))
         fitted = r["fitted"]["runtime"]
-        # the runtime's spread predict puts into its 80 % interval (`Calibration::sigma_log`)
-        spread = r["overall"][2] if r["overall"][2]["runs"] else r["overall"][1]
-        sigma = math.sqrt(math.pi / 2) * math.log1p(spread["mean_abs_percent"] / 100)
+        # the runtime's spread predict puts into its 80 % interval (`hardware::spread`)
+        sigma = r["interval_sigma_log"]
         under = f" under {framework}" if framework else ""
         print(f"== {cluster}{under}: fitted on {', '.join(fit_sets)} — launch {fitted['launch_us']:.0f} µs, "
               f"collective {fitted['collective_launch_us']:.0f} µs, in-situ {fitted['in_situ_efficiency']:.3f}, "

@@ -1953,6 +1953,19 @@ fn calibrate_names_held_out_runs_beyond_the_fitted_range() {
     );
     assert_eq!(report["sets"]["far"]["beyond_fitted_runs"], 1, "{report}");
     assert_eq!(report["sets"]["fit"]["beyond_fitted_runs"], 0, "{report}");
+    // how many runs predict's widened interval holds, per set, and the spread it adds
+    let sigma = report["interval_sigma_log"].as_f64().unwrap();
+    assert!(sigma > 0.0 && sigma < 1.0, "{report}");
+    for set in ["fit", "far"] {
+        let inside = report["sets"][set]["inside_interval_percent"]
+            .as_f64()
+            .unwrap();
+        assert!((0.0..=100.0).contains(&inside), "{report}");
+    }
+    assert!(
+        text.contains("runs inside predict's 80 % interval"),
+        "{text}"
+    );
     let beyond: Vec<&serde_json::Value> = report["runs"]
         .as_array()
         .unwrap()

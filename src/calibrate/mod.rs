@@ -220,6 +220,10 @@ pub struct SetReport {
     pub memory: ErrorStats,
     /// Predicted runs of a held-out set outside the range of the runs fitted on.
     pub beyond_fitted_runs: usize,
+    /// Share of the set's runs whose cross-validated prediction lies within the calibration's
+    /// part of the 80 % interval `predict` gives, exp(±1.28σ), percent: about 80 where the
+    /// interval is honest (a lower bound: the operator models widen it a little more).
+    pub inside_interval_percent: Option<f64>,
 }
 
 /// A parameter the fit put at a bound, held at its default instead and the others refitted:
@@ -251,6 +255,9 @@ pub struct Report {
     pub sets: BTreeMap<String, SetReport>,
     /// Over every predicted run: raw, fitted in sample, cross-validated.
     pub overall: [ErrorStats; 3],
+    /// The spread a calibration written from this fit adds to `predict`'s interval (σ of
+    /// ln(predicted / measured); `hardware::spread` of the cross-validated error).
+    pub interval_sigma_log: f64,
     /// Per run.
     pub runs: Vec<RunResult>,
 }
@@ -376,8 +383,15 @@ pub fn evaluate(
         ErrorStats::of(fit_results().filter_map(|r| Some((r.fitted_s?, r.measured_s)))),
         ErrorStats::of(fit_results().filter_map(|r| Some((r.cross_validated_s?, r.measured_s)))),
     ];
+    // the spread a calibration written from this fit adds to predict's interval
+    let sigma = crate::hardware::spread(if overall[2].runs > 0 {
+        &overall[2]
+    } else {
+        &overall[1]
+    });
     Report {
-        sets: set_reports(runs, &results, &fits),
+        sets: set_reports(runs, &results, &fits, sigma),
+        interval_sigma_log: sigma,
         fitted,
         held_at_default,
         raw_runtime,
@@ -386,10 +400,26 @@ pub fn evaluate(
     }
 }
 
+/// Percent of `runs` whose cross-validated prediction lies within exp(±1.28σ) of the measured
+/// step; none without any.
+fn inside_interval(runs: &[&RunResult], sigma: f64) -> Option<f64> {
+    let errors: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| Some((r.cross_validated_s? / r.measured_s).ln().abs()))
+        .filter(|e| e.is_finite())
+        .collect();
+    let inside = errors
+        .iter()
+        .filter(|&&e| e <= crate::predict::Z80 * sigma)
+        .count();
+    (!errors.is_empty()).then(|| 100.0 * inside as f64 / errors.len() as f64)
+}
+
 fn set_reports(
     runs: &[Run],
     results: &[RunResult],
     fits: &dyn Fn(&str) -> bool,
+    sigma: f64,
 ) -> BTreeMap<String, SetReport> {
     let mut sets = BTreeMap::new();
     for set in runs.iter().map(|r| r.set.as_str()) {
@@ -436,8 +466,47 @@ fn set_reports(
                     .iter()
                     .filter(|r| !r.beyond_fitted_runs.is_empty())
                     .count(),
+                inside_interval_percent: inside_interval(&of_set, sigma),
             },
         );
     }
     sets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(measured_s: f64, cross_validated_s: Option<f64>) -> RunResult {
+        RunResult {
+            line: 2,
+            set: "s".into(),
+            family: "f".into(),
+            label: "r".into(),
+            measured_s,
+            time_scope: runs::TimeScope::Step,
+            raw_s: cross_validated_s,
+            fitted_s: cross_validated_s,
+            cross_validated_s,
+            mfu_percent: None,
+            memory: None,
+            not_predicted: None,
+            beyond_fitted_runs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_interval_holds_the_runs_within_its_spread() {
+        // σ 10 %: the band is exp(±0.128); 1.10 and 1/1.12 lie inside, 1.2 and 0.8 outside
+        let runs = [
+            run(1.0, Some(1.10)),
+            run(1.0, Some(1.0 / 1.12)),
+            run(1.0, Some(1.2)),
+            run(1.0, Some(0.8)),
+            run(1.0, None),
+        ];
+        let refs: Vec<&RunResult> = runs.iter().collect();
+        assert_eq!(inside_interval(&refs, 0.1), Some(50.0));
+        assert_eq!(inside_interval(&refs[4..], 0.1), None);
+    }
 }

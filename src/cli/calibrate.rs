@@ -329,6 +329,26 @@ fn print_report(r: &Report) {
             s.beyond_fitted_runs, s.predicted
         );
     }
+    // whether predict's interval, widened by this fit's error, holds what it claims
+    let inside: Vec<String> = r
+        .sets
+        .iter()
+        .filter_map(|(name, s)| {
+            let held_out = if s.fitted { "" } else { " (held out)" };
+            Some(format!(
+                "{name}{held_out} {:.0} %",
+                s.inside_interval_percent?
+            ))
+        })
+        .collect();
+    if !inside.is_empty() {
+        println!(
+            "runs inside predict's 80 % interval (its calibration part, σ {:.1} %; about 80 % \
+             where it is honest): {}",
+            100.0 * r.interval_sigma_log,
+            inside.join(", ")
+        );
+    }
     let [raw, fit, cv] = r.overall;
     println!(
         "all {} runs: raw {:.1} % mean |error| (bias {:+.1} %), fitted {:.1} % ({:+.1} %), \

@@ -209,8 +209,8 @@ pub fn framework_name(name: &str) -> Result<String, String> {
 }
 
 /// The σ of ln(predicted / measured) of a normal spread with the same mean |error| as
-/// `stats` (E|x| = σ·√(2/π)).
-fn spread(stats: &crate::stats::ErrorStats) -> f64 {
+/// `stats` (E|x| = σ·√(2/π)): what a calibration adds to a prediction's interval.
+pub fn spread(stats: &crate::stats::ErrorStats) -> f64 {
     (std::f64::consts::PI / 2.0).sqrt() * (stats.mean_abs_percent / 100.0).ln_1p()
 }
 

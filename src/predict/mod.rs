@@ -27,7 +27,7 @@ use cost::{CostModel, Estimate, Source};
 pub use metrics::StepMetrics;
 
 /// z of a two-sided 80 % interval.
-const Z80: f64 = 1.2816;
+pub const Z80: f64 = 1.2816;
 
 /// How a prediction may answer.
 #[derive(Debug, Clone, Copy, Default)]
