@@ -1978,6 +1978,46 @@ fn calibrate_names_held_out_runs_beyond_the_fitted_range() {
     );
 }
 
+/// The HTML report says what its interval covers: the calibration's error on its runs, the raw
+/// physics' under `--no-calibration`, the operator models alone under the paper's rules.
+#[test]
+fn the_report_says_what_the_interval_covers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let html = tmp.path().join("p.html");
+    let report = |extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "--cluster",
+            "dgx-h100",
+            "--model",
+            "llama2-13b",
+            "--tp",
+            "2",
+            "--dp",
+            "4",
+            "--micro-batch",
+            "1",
+            "--micro-batches",
+            "8",
+            "--html",
+            s(&html),
+        ];
+        args.extend_from_slice(extra);
+        let out = stepcast(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        fs::read_to_string(&html).unwrap()
+    };
+    let calibrated = report(&[]);
+    assert!(
+        calibrated.contains(
+            "the calibrated runtime's cross-validated error on the runs it was fitted on"
+        ),
+        "{calibrated}"
+    );
+    assert!(report(&["--no-calibration"]).contains("the raw physics' error on the runs"));
+    assert!(report(&["--rules", "paper"]).contains("the operator models' errors only"));
+}
+
 /// The runs CSV columns every calibration test fills, up to the measured step time.
 const RUN_COLUMNS: &str = "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,\
                            seq_len,dtype,recompute,zero,schedule,vpp,sequence_parallel,\
