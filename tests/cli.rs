@@ -1985,23 +1985,9 @@ fn the_report_says_what_the_interval_covers() {
     let tmp = tempfile::tempdir().unwrap();
     let html = tmp.path().join("p.html");
     let report = |extra: &[&str]| {
-        let mut args = vec![
-            "predict",
-            "--cluster",
-            "dgx-h100",
-            "--model",
-            "llama2-13b",
-            "--tp",
-            "2",
-            "--dp",
-            "4",
-            "--micro-batch",
-            "1",
-            "--micro-batches",
-            "8",
-            "--html",
-            s(&html),
-        ];
+        let layout = "--model llama2-13b --tp 2 --dp 4 --micro-batch 1 --micro-batches 8";
+        let mut args = vec!["predict", "--cluster", "dgx-h100", "--html", s(&html)];
+        args.extend(layout.split(' '));
         args.extend_from_slice(extra);
         let out = stepcast(&args);
         assert!(out.status.success(), "{}", stderr(&out));
