@@ -403,16 +403,18 @@ fn interval(
 
 /// The operator models' interval widened by the runtime's spread on measured runs: what the
 /// runtime leaves unexplained (host, overlap, clocks) is independent of the operator models'
-/// errors, so the two 80 % half-widths add in quadrature on each side.
+/// errors, so the two 80 % half-widths add in quadrature on each side — in log space, where
+/// both errors live (ln(actual / predicted)), so the low end stays above zero however wide.
 fn with_runtime_spread(step_us: f64, low: f64, high: f64, sigma: Option<f64>) -> (f64, f64) {
     let Some(sigma) = sigma.filter(|s| *s > 0.0) else {
         return (low, high);
     };
-    let down = step_us * (1.0 - (-Z80 * sigma).exp());
-    let up = step_us * ((Z80 * sigma).exp() - 1.0);
+    let spread = Z80 * sigma;
+    let down = (step_us / low.max(f64::MIN_POSITIVE)).ln().max(0.0);
+    let up = (high / step_us).ln().max(0.0);
     (
-        step_us - (step_us - low).hypot(down),
-        step_us + (high - step_us).hypot(up),
+        step_us * (-down.hypot(spread)).exp(),
+        step_us * up.hypot(spread).exp(),
     )
 }
 

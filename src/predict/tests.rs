@@ -1786,12 +1786,30 @@ fn the_runtimes_spread_widens_the_interval_in_quadrature() {
         (95.0, 106.0)
     );
     // a spread alone gives exp(±1.28σ); with the models' half-widths they add in quadrature
+    // in log space
     let (low, high) = with_runtime_spread(100.0, 100.0, 100.0, Some(0.1));
     assert!((low - 100.0 * (-Z80 * 0.1f64).exp()).abs() < 1e-9, "{low}");
     assert!((high - 100.0 * (Z80 * 0.1f64).exp()).abs() < 1e-9, "{high}");
     let (low2, high2) = with_runtime_spread(100.0, 95.0, 106.0, Some(0.1));
-    assert!((100.0 - low2 - (5.0f64).hypot(100.0 - low)).abs() < 1e-9);
-    assert!((high2 - 100.0 - (6.0f64).hypot(high - 100.0)).abs() < 1e-9);
+    let (d, u, z) = ((100.0f64 / 95.0).ln(), 1.06f64.ln(), Z80 * 0.1);
+    assert!((low2 - 100.0 * (-d.hypot(z)).exp()).abs() < 1e-9);
+    assert!((high2 - 100.0 * u.hypot(z).exp()).abs() < 1e-9);
+}
+
+proptest! {
+    /// However wide both parts, the interval holds the step, widens, and stays above zero.
+    #[test]
+    fn a_widened_interval_holds_the_step_and_stays_positive(
+        step in 1e-3f64..1e9,
+        down in 0.0f64..0.999,
+        up in 0.0f64..10.0,
+        sigma in 0.0f64..3.0,
+    ) {
+        let (low, high) = (step * (1.0 - down), step * (1.0 + up));
+        let (l, h) = with_runtime_spread(step, low, high, Some(sigma));
+        prop_assert!(l > 0.0 && l <= low * (1.0 + 1e-12) && l <= step);
+        prop_assert!(h >= high * (1.0 - 1e-12) && h >= step && h.is_finite());
+    }
 }
 
 #[test]
