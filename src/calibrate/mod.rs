@@ -258,6 +258,9 @@ pub struct Report {
     /// The spread a calibration written from this fit adds to `predict`'s interval (σ of
     /// ln(predicted / measured); `hardware::spread` of the cross-validated error).
     pub interval_sigma_log: f64,
+    /// The range of the runs fitted on (what a calibration written from this fit records).
+    #[serde(skip)]
+    pub fitted_range: Option<FittedRange>,
     /// Per run.
     pub runs: Vec<RunResult>,
 }
@@ -392,6 +395,7 @@ pub fn evaluate(
     Report {
         sets: set_reports(runs, &results, &fits, sigma),
         interval_sigma_log: sigma,
+        fitted_range,
         fitted,
         held_at_default,
         raw_runtime,

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::output::{align_numbers, table};
 use stepcast::calibrate::{evaluate, runs, Prepared, Report};
-use stepcast::hardware::{Calibration, Calibrations, Cluster, FittedOn, FittedRange};
+use stepcast::hardware::{Calibration, Calibrations, Cluster, FittedOn};
 use stepcast::predict::cost::CostModel;
 use stepcast::provenance::digest;
 use stepcast::regress::ModelSet;
@@ -256,7 +256,7 @@ fn calibration_of(
             runs: ok.len(),
             sets,
             families,
-            range: FittedRange::of(&ok.iter().map(|p| p.point.clone()).collect::<Vec<_>>()),
+            range: report.fitted_range.clone(),
         },
         raw: report.overall[0],
         in_sample: report.overall[1],

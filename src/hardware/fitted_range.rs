@@ -103,9 +103,8 @@ impl FittedRange {
             max_ep: 0,
             dtypes: Vec::new(),
         };
+        let widen_u = |range: &mut [u64; 2], v: u64| *range = [range[0].min(v), range[1].max(v)];
         for p in points {
-            let widen_u =
-                |range: &mut [u64; 2], v: u64| *range = [range[0].min(v), range[1].max(v)];
             widen_u(&mut r.gpus, p.gpus);
             widen_u(&mut r.nodes, p.nodes);
             widen_u(&mut r.seq_len, p.seq_len);

@@ -161,10 +161,8 @@ impl<'a> CostModel<'a> {
         // without one, the calibration its file borrows (`models.calibration_from`)
         let found = models
             .as_ref()
-            .and_then(|m| calibration_of(cluster, |name| m.calibrations.of(name)));
-        let runtime = found
-            .as_ref()
-            .map_or(cluster.spec.runtime, |(c, _)| c.runtime);
+            .and_then(|m| calibration_of(cluster, |name| m.calibrations.of(name)))
+            .map(|(c, borrowed)| (c.clone(), borrowed));
         // a borrowed name the models' calibrations lack (a typo, or models not calibrated yet)
         // is said, not silently replaced by the defaults
         let missing = || {
@@ -175,25 +173,34 @@ impl<'a> CostModel<'a> {
                  {dir}/calibration.yaml does not hold"
             ))
         };
-        let calibrated_range = found.as_ref().and_then(|(c, _)| c.fitted_on.range.clone());
-        let runtime_sigma_log = found.as_ref().map(|(c, _)| c.sigma_log());
-        let raw_sigma_log = found.as_ref().map(|(c, _)| c.raw_sigma_log());
-        let calibrated = found
-            .map(|(c, borrowed)| summary(c, borrowed, cluster))
-            .or_else(missing);
-        CostModel {
+        let calibrated = missing();
+        let mut cost = CostModel {
             cluster,
             transfer: Vec::new(),
             collectives: None,
-            runtime,
+            runtime: cluster.spec.runtime,
             calibrated,
-            calibrated_range,
-            runtime_sigma_log,
-            raw_sigma_log,
+            calibrated_range: None,
+            runtime_sigma_log: None,
+            raw_sigma_log: None,
             models,
             cache: Mutex::new(HashMap::new()),
             calibrations: Mutex::new(HashMap::new()),
+        };
+        if let Some((c, borrowed)) = found {
+            cost.compose_under(&c, borrowed);
         }
+        cost
+    }
+
+    /// Composes under calibration `c` (borrowed from another cluster or not): its runtime, how
+    /// predictions name it, the range of its runs and its spread on them.
+    fn compose_under(&mut self, c: &FittedRuntime, borrowed: bool) {
+        self.runtime = c.runtime;
+        self.calibrated = Some(summary(c, borrowed, self.cluster));
+        self.calibrated_range = c.fitted_on.range.clone();
+        self.runtime_sigma_log = Some(c.sigma_log());
+        self.raw_sigma_log = Some(c.raw_sigma_log());
     }
 
     /// The trained models, if any.
@@ -239,15 +246,10 @@ impl<'a> CostModel<'a> {
         let cluster = self.cluster;
         let found = self.models.as_ref().and_then(|m| {
             calibration_of(cluster, |name| m.calibrations.of_framework(name, framework))
+                .map(|(c, borrowed)| (c.clone(), borrowed))
         });
         match found {
-            Some((c, borrowed)) => {
-                self.runtime = c.runtime;
-                self.calibrated = Some(summary(c, borrowed, cluster));
-                self.calibrated_range = c.fitted_on.range.clone();
-                self.runtime_sigma_log = Some(c.sigma_log());
-                self.raw_sigma_log = Some(c.raw_sigma_log());
-            }
+            Some((c, borrowed)) => self.compose_under(&c, borrowed),
             None => {
                 let why = format!(
                     "no calibration under {framework} for {}",

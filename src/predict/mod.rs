@@ -260,10 +260,7 @@ pub fn predict(
         stages: stage_reports(&plan, &step, &costed.estimates),
         memory,
         out_of_coverage: out_of_coverage(&plan, &costed.estimates),
-        warnings: warnings(&plan, layout, cluster, cost, &costed.estimates)
-            .into_iter()
-            .chain(beyond_calibration(arch, layout, cluster, cost))
-            .collect(),
+        warnings: warnings(arch, &plan, layout, cluster, cost, &costed.estimates),
         timeline,
     })
 }
@@ -510,6 +507,7 @@ fn out_of_coverage(plan: &Plan, estimates: &[Estimate]) -> Vec<String> {
 }
 
 fn warnings(
+    arch: &Arch,
     plan: &Plan,
     layout: &Layout,
     cluster: &Cluster,
@@ -547,6 +545,7 @@ fn warnings(
             layout.tp, cluster.spec.gpus_per_node
         ));
     }
+    out.extend(beyond_calibration(arch, layout, cluster, cost));
     out
 }
 
