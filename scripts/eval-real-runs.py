@@ -91,26 +91,39 @@ def vtrain_layout(label):
 
 def vtrain_monotone_floor(rows):
     """How far vTrain's own measurements allow any predictor that never predicts less time for
-    more work to come: a pair of runs on the same model width, layout and GPUs where one does at
-    least the other's work in every dimension (layers, micro-batch size, micro-batches) yet ran
-    faster forces one of the two predictions off by at least tanh(log gap / 2). Returns the largest
-    such gap as the smallest possible max |error| (%) and how many ordered pairs violate. Runs
-    on either side of Megatron's fused-softmax test are not compared: with b·heads on a rank not
-    a multiple of 4 (vTrain's 16 heads over tp 8 at one sequence) the softmax runs as five
-    PyTorch kernels each way instead of one, more work than the sizes show."""
-    def key(label):
+    more work to come: a pair of runs on the same layout and GPUs where one does at least the
+    other's work in every dimension (layers, micro-batch size, micro-batches) yet ran faster
+    forces one of the two predictions off by at least tanh(log gap / 2). Returns, for pairs of
+    the same model width and then for pairs across widths too (the wider model runs the same
+    kernels, as many, each on larger operands: at least the narrower's work, the host's the
+    same), the largest such gap as the smallest possible max |error| (%), how many ordered pairs
+    violate, and the worst pair. Runs on either side of Megatron's fused-softmax test are not
+    compared: with b·heads on a rank not a multiple of 4 (vTrain's 16 heads over tp 8 at one
+    sequence) the softmax runs as five PyTorch kernels each way instead of one, more work than
+    the sizes show."""
+    def key(label, across_widths):
         h, layers, _, tp, pp, dp, mb, gb = vtrain_layout(label)
         fused_softmax = (16 // tp * mb) % 4 == 0
-        return (h, tp, pp, dp, fused_softmax), (layers, mb, gb // (mb * dp))
-    runs = [(*key(x["label"]), math.log(x["measured_s"])) for x in rows]
-    worst, pairs = 0.0, 0
-    for group, work, t in runs:
-        for group2, work2, t2 in runs:
-            if group == group2 and work != work2 and all(a >= b for a, b in zip(work, work2)) and t < t2:
-                pairs += 1
-                worst = max(worst, t2 - t)
-    # both at the harmonic mean of the two times: off by (r - 1) / (r + 1) = tanh(gap / 2)
-    return {"violating_pairs": pairs, "min_max_abs_percent": 100 * math.tanh(worst / 2)}
+        work = (layers, mb, gb // (mb * dp))
+        if across_widths:
+            return (tp, pp, dp, fused_softmax), (h, *work)
+        return (h, tp, pp, dp, fused_softmax), work
+
+    def floor(across_widths):
+        runs = [(*key(x["label"], across_widths), math.log(x["measured_s"]), x["label"]) for x in rows]
+        worst, pairs, example = 0.0, 0, None
+        for group, work, t, label in runs:
+            for group2, work2, t2, label2 in runs:
+                if group == group2 and work != work2 and all(a >= b for a, b in zip(work, work2)) \
+                        and t < t2:
+                    pairs += 1
+                    if t2 - t > worst:
+                        worst, example = t2 - t, (label, math.exp(t), label2, math.exp(t2))
+        # both at the harmonic mean of the two times: off by (r - 1) / (r + 1) = tanh(gap / 2)
+        return {"violating_pairs": pairs, "min_max_abs_percent": 100 * math.tanh(worst / 2),
+                "worst_pair": example}
+
+    return {**floor(False), "across_widths": floor(True)}
 
 
 def vtrain_decomposition(rows):
@@ -396,6 +409,13 @@ def evaluate(binary, ref, work, json_out, thresholds):
             print(f"{key}: {f['violating_pairs']} ordered pairs of runs where one does at least the other's "
                   f"work yet ran faster; no predictor monotone in work can keep its max |error| below "
                   f"{f['min_max_abs_percent']:.1f} %")
+            a = f["across_widths"]
+            if a["worst_pair"]:
+                more, t_more, less, t_less = a["worst_pair"]
+                print(f"{key}: across widths too (the wider model runs as many kernels, each on larger "
+                      f"operands): {a['violating_pairs']} pairs, max |error| floor "
+                      f"{a['min_max_abs_percent']:.1f} % (worst: {more} in {t_more:.3f} s against "
+                      f"{less} in {t_less:.3f} s)")
     print("memory projection on runs that ran (projected OOM: each wrong; reported peaks compared in "
           "their scope: torchtitan's PyTorch reserved memory, FlagPerf's device memory):")
     for key, t in table.items():
