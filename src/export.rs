@@ -126,7 +126,7 @@ fn megatron_core_refusals(framework: Framework, l: &Layout) -> Result<()> {
     }
     if uneven_ends(&l.stage_layers).is_none() {
         return refuse(&format!(
-            "stages of {:?} layers: Megatron-Core sets only the first and last stage apart; use \
+            "Megatron-Core sets only the first and last stage apart: stages of {:?} layers; use \
              --partition uniform",
             l.stage_layers
         ));

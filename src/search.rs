@@ -3,8 +3,9 @@
 //! is skipped by the rule `Layout::new` names (heads divisible by tp, layers ≥ pp, the global
 //! batch divisible by micro-batch × dp, …: one rulebook); one that runs but is never worth it by
 //! MoFa's pruning rules (§4.1: tp within a node, at least pp micro-batches, no FSDP with
-//! pipeline stages; for context parallelism, no context shard under 1,024 tokens); then by
-//! memory. The survivors are predicted in parallel and ranked by step
+//! pipeline stages; for context parallelism, no context shard under 1,024 tokens); for a
+//! search for one framework, by what that framework cannot run as costed (what `export`
+//! refuses); then by memory. The survivors are predicted in parallel and ranked by step
 //! time or by end-to-end run time.
 
 use std::collections::BTreeMap;
@@ -14,6 +15,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::export::{export, Framework, Target};
 use crate::fault::{checkpoint_bytes, Reliability, RunInputs, RunOutcome, Storage};
 use crate::hardware::{Cluster, Runtime};
 use crate::memory::{project, Verdict};
@@ -193,6 +195,9 @@ pub struct SearchRequest<'a> {
     pub run: Option<RunSpec>,
     /// Per-layer expert routing every layout is costed at (its loads follow each ep).
     pub routing: Option<&'a ExpertRouting>,
+    /// Only the layouts this framework runs as costed (those `export` takes), so the best
+    /// one can be launched.
+    pub framework: Option<Framework>,
 }
 
 crate::named_enum!(
@@ -242,7 +247,10 @@ impl SearchRow {
 pub struct SearchReport {
     pub enumerated: usize,
     /// Layouts skipped before anything was computed, by the rule they break.
-    pub pruned: BTreeMap<&'static str, usize>,
+    pub pruned: BTreeMap<String, usize>,
+    /// The framework every layout had to run on (`SearchRequest::framework`).
+    #[serde(rename = "for", skip_serializing_if = "Option::is_none")]
+    pub framework: Option<Framework>,
     /// Layouts the memory projection removed.
     pub pruned_memory: usize,
     pub predicted: usize,
@@ -361,8 +369,13 @@ fn product<'a, A, B>(a: &'a [A], b: &'a [B]) -> impl Iterator<Item = (&'a A, &'a
 }
 
 /// MoFa's pruning rules (§4.1) beyond what a layout needs to run: layouts that run but are
-/// never worth predicting.
-fn not_worth_it(layout: &Layout, cluster: &Cluster) -> Option<&'static str> {
+/// never worth predicting. FSDP with pipeline stages is kept for torchtitan, which runs it (its
+/// stages gather their parameters once a step, as the plan costs it).
+fn not_worth_it(
+    layout: &Layout,
+    cluster: &Cluster,
+    framework: Option<Framework>,
+) -> Option<&'static str> {
     if layout.tp > cluster.spec.gpus_per_node as u64 {
         return Some("tp > GPUs per node");
     }
@@ -372,7 +385,7 @@ fn not_worth_it(layout: &Layout, cluster: &Cluster) -> Option<&'static str> {
     if layout.micro_batches < layout.pp {
         return Some("fewer micro-batches than pp");
     }
-    if layout.zero == 3 && layout.pp > 1 {
+    if layout.zero == 3 && layout.pp > 1 && framework != Some(Framework::Torchtitan) {
         return Some("ZeRO-3 (FSDP) with pipeline stages");
     }
     if layout.cp > 1 && layout.local_seq_len() < 1024 {
@@ -380,6 +393,23 @@ fn not_worth_it(layout: &Layout, cluster: &Cluster) -> Option<&'static str> {
         return Some("context shard under 1,024 tokens");
     }
     None
+}
+
+/// Why `framework` cannot run `layout` as costed — `export`'s refusal, its problem without the
+/// fix (the same for every layout it refuses on that ground) — or `None` when it can.
+fn refused_by(framework: Framework, req: &SearchRequest, layout: &Layout) -> Option<String> {
+    let target = Target {
+        arch: req.arch,
+        layout,
+        gpus_per_node: req.cluster.spec.gpus_per_node as u64,
+        headline: String::new(),
+    };
+    let why = export(framework, &target).err()?.to_string();
+    let why = why
+        .strip_prefix(&format!("{}: ", framework.name()))
+        .unwrap_or(&why);
+    let problem = why.split_once(": ").map_or(why, |(problem, _fix)| problem);
+    Some(format!("{} cannot run it: {problem}", framework.name()))
 }
 
 /// Projects a layout's memory and, when it fits, predicts its step.
@@ -466,19 +496,28 @@ pub fn search_watched(
         routing.model_loads(req.arch, imbalance, 1, None)?;
     }
     let candidates = enumerate(req);
-    let mut pruned: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut pruned: BTreeMap<String, usize> = BTreeMap::new();
     let mut survivors = Vec::new();
     for spec in &candidates {
         let layout = Layout::new(spec, req.arch, req.cluster).and_then(|l| match req.routing {
             Some(r) => l.with_routing(r, req.arch),
             None => Ok(l),
         });
-        match layout {
-            Err(e) => *pruned.entry(e.rule()).or_default() += 1,
-            Ok(layout) => match not_worth_it(&layout, req.cluster) {
-                Some(rule) => *pruned.entry(rule).or_default() += 1,
-                None => survivors.push(layout),
+        let rule = match layout {
+            Err(e) => Some(e.rule().to_string()),
+            Ok(layout) => match not_worth_it(&layout, req.cluster, req.framework) {
+                Some(rule) => Some(rule.to_string()),
+                None => match req.framework.and_then(|f| refused_by(f, req, &layout)) {
+                    Some(rule) => Some(rule),
+                    None => {
+                        survivors.push(layout);
+                        None
+                    }
+                },
             },
+        };
+        if let Some(rule) = rule {
+            *pruned.entry(rule).or_default() += 1;
         }
     }
     progress.start("layouts", survivors.len() as u64);
@@ -514,6 +553,7 @@ pub fn search_watched(
         predicted,
         seconds: started.elapsed().as_secs_f64(),
         rows,
+        framework: req.framework,
         runtime: runtime_for(rules, cost),
         calibration: calibration_for(rules, cost),
         beyond_calibration,
@@ -540,6 +580,7 @@ mod tests {
             objective: Objective::Step,
             run: None,
             routing: None,
+            framework: None,
         }
     }
 
@@ -574,6 +615,53 @@ mod tests {
             "{:?}",
             r.pruned
         );
+    }
+
+    #[test]
+    fn a_search_for_a_framework_keeps_only_what_it_runs() {
+        let c = cluster();
+        let arch = Arch::resolve("llama2-13b").unwrap();
+        let cost = CostModel::new(&c, None);
+        let mut req = request(&arch, &c, 32, 64);
+        let all = search(&req, &cost).unwrap();
+        // unrestricted, the search ranks layouts Megatron-Core has no switch for
+        assert!(all
+            .rows
+            .iter()
+            .any(|r| r.layout.zero >= 2 || r.layout.schedule == Schedule::ZbH1));
+        for framework in [Framework::Megatron, Framework::Nemo, Framework::Torchtitan] {
+            req.framework = Some(framework);
+            let r = search(&req, &cost).unwrap();
+            assert_eq!(r.framework, Some(framework));
+            assert!(r.predicted > 0, "{framework}: {:?}", r.pruned);
+            // every layout that passed the rules exports, and the refusals are counted
+            for row in &r.rows {
+                let target = Target {
+                    arch: &arch,
+                    layout: &row.layout,
+                    gpus_per_node: 8,
+                    headline: String::new(),
+                };
+                assert!(export(framework, &target).is_ok(), "{framework}: {row:?}");
+            }
+            let refused: usize = r
+                .pruned
+                .iter()
+                .filter(|(rule, _)| rule.starts_with(&format!("{framework} cannot run it: ")))
+                .map(|(_, n)| n)
+                .sum();
+            assert!(refused > 0, "{framework}: {:?}", r.pruned);
+            assert_eq!(
+                r.enumerated,
+                r.pruned.values().sum::<usize>() + r.rows.len()
+            );
+        }
+        // torchtitan runs FSDP with pipeline stages, which MoFa's rule prunes for the others
+        let fsdp_pp =
+            |r: &SearchReport| r.rows.iter().any(|r| r.layout.zero == 3 && r.layout.pp > 1);
+        assert!(fsdp_pp(&search(&req, &cost).unwrap()));
+        req.framework = Some(Framework::Megatron);
+        assert!(!fsdp_pp(&search(&req, &cost).unwrap()));
     }
 
     #[test]

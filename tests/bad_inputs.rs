@@ -389,7 +389,7 @@ fn cases() -> Vec<Case> {
         search!("--gpus 8 --global-batch 64 --tokens -5", "--tokens = -5"),
         search!("--gpus 8 --global-batch 64 --tp-comm-overlap 2", "--tp-comm-overlap", "2"),
         search!("--gpus 8 --global-batch 64 --schedule 1f1b,2f2b", "2f2b"),
-        search!("--gpus 8 --global-batch 7 --micro-batch 2", "global batch 7", "no layout passed the rules", "micro-batch × dp"),
+        search!("--gpus 8 --global-batch 7 --micro-batch 2", "global batch 7", "passed the rules", "micro-batch × dp"),
         case("search --cluster {repo}/hardware-profiles/perlmutter.yaml --model llama2-7b --gpus 8 --global-batch 64 --dtype fp8", &[], &["A100", "fp8", "bf16"]),
         case("search --cluster {repo}/hardware-profiles/dgx-h100.yaml --model llama3-405b --gpus 8 --global-batch 8", &[], &["no layout of llama3-405b fits", "use more GPUs"]),
         // ---- ettr ----

@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{repo, stderr, stepcast};
+use common::{repo, stderr, stepcast, LLAMA2_13B_ON_32};
 
 fn chromium() -> PathBuf {
     if let Some(p) = std::env::var_os("STEPCAST_CHROMIUM") {
@@ -131,21 +131,14 @@ fn prediction_report_renders() {
 fn search_report_renders() {
     let html = keep_dir().join("search.html");
     let cluster = repo("hardware-profiles/dgx-h100.yaml");
-    let o = stepcast(&[
-        "search",
-        "--cluster",
-        &cluster,
-        "--model",
-        "llama2-13b",
-        "--gpus",
-        "32",
-        "--global-batch",
-        "64",
-        "--top",
-        "5",
-        "--html",
-        html.to_str().unwrap(),
-    ]);
+    let o = stepcast(
+        &[
+            &["search", "--cluster", &cluster][..],
+            &LLAMA2_13B_ON_32,
+            &["--top", "5", "--html", html.to_str().unwrap()],
+        ]
+        .concat(),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&html).unwrap();
     assert!(text.contains("Best configurations") && text.contains("Pruned"));

@@ -2,7 +2,10 @@
 
 mod common;
 
-use common::{assert_user_error, repo, stderr, stdout, stepcast};
+use common::{assert_user_error, repo, stderr, stdout, stepcast, LLAMA2_13B_ON_32};
+
+/// Llama 2 7B on one node at global batch 8.
+const LLAMA2_7B_ON_8: [&str; 6] = ["--model", "llama2-7b", "--gpus", "8", "--global-batch", "8"];
 
 fn search(extra: &[&str]) -> std::process::Output {
     let cluster = repo("hardware-profiles/dgx-h100.yaml");
@@ -16,20 +19,20 @@ fn search_ranks_layouts_and_writes_every_row() {
     let dir = tempfile::tempdir().unwrap();
     let csv_path = dir.path().join("all.csv");
     let json_path = dir.path().join("all.json");
-    let o = search(&[
-        "--model",
-        "llama2-13b",
-        "--gpus",
-        "32",
-        "--global-batch",
-        "64",
-        "--top",
-        "3",
-        "--csv",
-        csv_path.to_str().unwrap(),
-        "--json",
-        json_path.to_str().unwrap(),
-    ]);
+    let o = search(
+        &[
+            &LLAMA2_13B_ON_32[..],
+            &[
+                "--top",
+                "3",
+                "--csv",
+                csv_path.to_str().unwrap(),
+                "--json",
+                json_path.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(
@@ -107,6 +110,63 @@ fn end_to_end_objective_reports_the_run() {
 }
 
 #[test]
+fn a_search_for_a_framework_ends_in_its_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("all.json");
+    let o = search(
+        &[
+            &LLAMA2_13B_ON_32[..],
+            &["--for", "megatron", "--json", json_path.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("only layouts megatron runs as costed")
+            && text.contains("megatron cannot run it: Megatron-Core's distributed optimizer"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert_eq!(report["for"], "megatron");
+    assert!(report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["layout"]["zero"].as_u64().unwrap() <= 1));
+    // the printed export command launches the best layout
+    let export = text
+        .lines()
+        .find_map(|l| l.strip_prefix("export: stepcast "))
+        .unwrap()
+        .to_string();
+    let args: Vec<&str> = export.split_whitespace().collect();
+    let e = stepcast(&args);
+    assert!(e.status.success(), "{}", stderr(&e));
+    assert!(stdout(&e).contains("pretrain_gpt.py"));
+    // a framework whose every layout is refused says why, with exit 2
+    assert_user_error(
+        &search(
+            &[
+                &LLAMA2_7B_ON_8[..],
+                &["--dtype", "fp16", "--for", "torchtitan"],
+            ]
+            .concat(),
+        ),
+        &[
+            "passed the rules",
+            "torchtitan trains in bf16 or fp32",
+            "drop --for torchtitan",
+        ],
+    );
+    assert_user_error(
+        &search(&[&LLAMA2_7B_ON_8[..], &["--for", "composer"]].concat()),
+        &["composer"],
+    );
+}
+
+#[test]
 fn search_inputs_that_cannot_work_say_why() {
     assert_user_error(
         &search(&[
@@ -120,16 +180,7 @@ fn search_inputs_that_cannot_work_say_why() {
         &["no layout of llama3-405b fits", "smallest needs"],
     );
     assert_user_error(
-        &search(&[
-            "--model",
-            "llama2-7b",
-            "--gpus",
-            "8",
-            "--global-batch",
-            "8",
-            "--objective",
-            "e2e",
-        ]),
+        &search(&[&LLAMA2_7B_ON_8[..], &["--objective", "e2e"]].concat()),
         &["--tokens"],
     );
     assert_user_error(
@@ -144,18 +195,18 @@ fn search_inputs_that_cannot_work_say_why() {
         &["100000 GPUs"],
     );
     assert_user_error(
-        &search(&[
-            "--model",
-            "llama2-7b",
-            "--gpus",
-            "8",
-            "--global-batch",
-            "8",
-            "--tokens",
-            "1e9",
-            "--checkpoint-write-gb-per-s-per-node",
-            "-5",
-        ]),
+        &search(
+            &[
+                &LLAMA2_7B_ON_8[..],
+                &[
+                    "--tokens",
+                    "1e9",
+                    "--checkpoint-write-gb-per-s-per-node",
+                    "-5",
+                ],
+            ]
+            .concat(),
+        ),
         &["must be positive"],
     );
 }

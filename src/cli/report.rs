@@ -201,6 +201,13 @@ pub fn search_page(
         report.predicted,
         report.seconds
     );
+    if let Some(f) = report.framework {
+        let _ = write!(
+            s,
+            "<p>Only layouts {f} runs as costed (what <code>stepcast export --format {f}</code> \
+             takes).</p>"
+        );
+    }
     s.push_str("<h2>Best configurations</h2><table><tr>");
     for h in [
         "#",

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::named;
 use super::output::{align_numbers, table};
 use super::run::{duration, RunArgs};
+use stepcast::export::Framework;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::predict::cost::CostModel;
@@ -118,6 +119,11 @@ pub struct SearchArgs {
     /// framework's runs is used where there is one.
     #[arg(long, value_parser = stepcast::hardware::framework_name)]
     pub framework: Option<String>,
+    /// Only the layouts this framework runs as costed — megatron, nemo or torchtitan, what
+    /// `stepcast export --format` takes — so the best one can be launched (its export
+    /// command is printed beside its predict command).
+    #[arg(long = "for", value_name = "FRAMEWORK", value_parser = named::<Framework>())]
+    pub for_framework: Option<Framework>,
     /// Rank by step time, or by end-to-end run time (needs --tokens or --steps).
     #[arg(long, value_parser = named::<Objective>(), default_value = "step")]
     pub objective: Objective,
@@ -374,6 +380,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         objective: args.objective,
         run: run_spec,
         routing: routing.as_ref(),
+        framework: args.for_framework,
     };
     let bar = super::output::Bar::new();
     let report = search_watched(&req, &cost, &bar);
@@ -406,6 +413,26 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         stepcast::fsutil::write_atomic(path, super::stamp::document(&report, inputs)?.as_bytes())?;
     }
     print_report(&args, &report, &arch, &cluster);
+    if report.rows.is_empty() {
+        let rules: Vec<String> = report
+            .pruned
+            .iter()
+            .map(|(rule, n)| format!("{n} × {rule}"))
+            .collect();
+        let drop_for = report
+            .framework
+            .map(|f| format!(", or drop --for {f}"))
+            .unwrap_or_default();
+        anyhow::bail!(stepcast::Error::Invalid(format!(
+            "no layout of {} on {} GPUs at global batch {} passed the rules ({}): use values \
+             the rules allow, widen the search's lists (degrees, micro-batches, schedules, ZeRO \
+             stages){drop_for}",
+            arch.name,
+            args.gpus,
+            args.global_batch,
+            rules.join("; ")
+        )));
+    }
     if report.predicted == 0 {
         let closest = report
             .rows
@@ -424,14 +451,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
                     r.layout.zero
                 )
             })
-            .unwrap_or_else(|| {
-                let rules: Vec<String> = report
-                    .pruned
-                    .iter()
-                    .map(|(rule, n)| format!("{n} × {rule}"))
-                    .collect();
-                format!("; no layout passed the rules ({})", rules.join("; "))
-            });
+            .unwrap_or_default();
         anyhow::bail!(stepcast::Error::Invalid(format!(
             "no layout of {} fits {} × {} ({:.0} GiB) at global batch {}{closest}: use more GPUs, \
              a smaller batch or --allow-at-risk",
@@ -474,6 +494,9 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
             Objective::E2e => "end-to-end run time",
         }
     );
+    if let Some(f) = report.framework {
+        println!("only layouts {f} runs as costed (what `stepcast export --format {f}` takes)");
+    }
     println!(
         "{} layouts enumerated, {} pruned by the rules, {} by memory, {} predicted in {:.2} s",
         report.enumerated,
@@ -598,7 +621,16 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
         println!("{h}");
     }
     if let Some(best) = report.best() {
-        println!("best: {}", predict_command(args, best));
+        let predict = predict_command(args, best);
+        println!("best: {predict}");
+        if let Some(f) = report.framework {
+            let export = predict.replacen(
+                "stepcast predict",
+                &format!("stepcast export --format {f}"),
+                1,
+            );
+            println!("export: {export}");
+        }
     }
     if let Some(w) = &report.beyond_calibration {
         println!("warning: the best layout lies {w}");

@@ -7,6 +7,16 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Llama 2 13B on 32 GPUs at global batch 64: a search with hundreds of layouts.
+pub const LLAMA2_13B_ON_32: [&str; 6] = [
+    "--model",
+    "llama2-13b",
+    "--gpus",
+    "32",
+    "--global-batch",
+    "64",
+];
+
 pub fn stepcast(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stepcast"))
         .args(args)
