@@ -251,6 +251,8 @@ pub struct SearchReport {
     /// The framework every layout had to run on (`SearchRequest::framework`).
     #[serde(rename = "for", skip_serializing_if = "Option::is_none")]
     pub framework: Option<Framework>,
+    /// The frameworks that run the best layout as costed (what `export` takes).
+    pub best_runs_on: Vec<Framework>,
     /// Layouts the memory projection removed.
     pub pruned_memory: usize,
     pub predicted: usize,
@@ -542,10 +544,16 @@ pub fn search_watched(
     });
     // the rules every layout was costed under (the base spec's, as `Layout::new` reads them)
     let rules = req.base.rules.unwrap_or(Rules::Megatron);
-    let beyond_calibration = rows
-        .first()
-        .filter(|r| r.status == Status::Predicted)
-        .and_then(|r| beyond_calibration(req.arch, &r.layout, req.cluster, cost));
+    let best = rows.first().filter(|r| r.status == Status::Predicted);
+    let beyond_calibration =
+        best.and_then(|r| beyond_calibration(req.arch, &r.layout, req.cluster, cost));
+    let best_runs_on = best.map_or_else(Vec::new, |r| {
+        Framework::ALL
+            .iter()
+            .copied()
+            .filter(|&f| refused_by(f, req, &r.layout).is_none())
+            .collect()
+    });
     Ok(SearchReport {
         enumerated: candidates.len(),
         pruned,
@@ -554,6 +562,7 @@ pub fn search_watched(
         seconds: started.elapsed().as_secs_f64(),
         rows,
         framework: req.framework,
+        best_runs_on,
         runtime: runtime_for(rules, cost),
         calibration: calibration_for(rules, cost),
         beyond_calibration,
@@ -624,11 +633,26 @@ mod tests {
         let cost = CostModel::new(&c, None);
         let mut req = request(&arch, &c, 32, 64);
         let all = search(&req, &cost).unwrap();
-        // unrestricted, the search ranks layouts Megatron-Core has no switch for
+        // unrestricted, the search ranks layouts Megatron-Core has no switch for, and says
+        // which frameworks run its best
         assert!(all
             .rows
             .iter()
             .any(|r| r.layout.zero >= 2 || r.layout.schedule == Schedule::ZbH1));
+        let best = all.best().unwrap();
+        for &framework in Framework::ALL {
+            let target = Target {
+                arch: &arch,
+                layout: &best.layout,
+                gpus_per_node: 8,
+                headline: String::new(),
+            };
+            assert_eq!(
+                export(framework, &target).is_ok(),
+                all.best_runs_on.contains(&framework),
+                "{framework}"
+            );
+        }
         for framework in [Framework::Megatron, Framework::Nemo, Framework::Torchtitan] {
             req.framework = Some(framework);
             let r = search(&req, &cost).unwrap();

@@ -39,6 +39,11 @@ fn search_ranks_layouts_and_writes_every_row() {
         text.contains("layouts enumerated") && text.contains("best: stepcast predict"),
         "{text}"
     );
+    // it says which frameworks run the best layout as costed, or that none does
+    assert!(
+        text.contains("runs as costed on: ") || text.contains("note: none of megatron"),
+        "{text}"
+    );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
     let rows = report["rows"].as_array().unwrap();

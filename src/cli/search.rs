@@ -630,6 +630,19 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
                 1,
             );
             println!("export: {export}");
+        } else if report.best_runs_on.is_empty() {
+            let all: Vec<&str> = Framework::ALL.iter().map(|f| f.name()).collect();
+            println!(
+                "note: none of {} runs the best layout as costed (`stepcast export` says why); \
+                 --for FRAMEWORK ranks only the layouts one of them runs",
+                all.join(", ")
+            );
+        } else {
+            let on: Vec<&str> = report.best_runs_on.iter().map(|f| f.name()).collect();
+            println!(
+                "runs as costed on: {} (stepcast export --format …)",
+                on.join(", ")
+            );
         }
     }
     if let Some(w) = &report.beyond_calibration {
