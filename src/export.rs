@@ -9,8 +9,8 @@ use std::fmt::Write;
 use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
-    Activation, Arch, CpComm, Dispatcher, Fp8Library, Layout, NormKind, Position, Recompute, Rules,
-    Schedule, DEFAULT_VOCAB_DIVISOR,
+    Activation, Arch, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Fp8Library, Layout,
+    NormKind, ParallelSpec, Position, Recompute, Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
 };
 
 crate::named_enum!(
@@ -24,6 +24,26 @@ crate::named_enum!(
         Torchtitan => "torchtitan",
     }
 );
+
+impl Framework {
+    /// What the framework runs unless told otherwise, among the choices stepcast costs: a
+    /// layout given for it starts from these (its own settings win). Megatron-LM and NeMo
+    /// run what a layout defaults to already; torchtitan runs PyTorch's cross-entropy on the
+    /// fp32 logits, SDPA's flash backend (FlashAttention-2), context parallelism that
+    /// all-gathers the keys and values, and (training in `dtype` fp8) torchao's float8.
+    pub fn implied(self, dtype: Option<Dtype>) -> ParallelSpec {
+        match self {
+            Framework::Megatron | Framework::Nemo => ParallelSpec::default(),
+            Framework::Torchtitan => ParallelSpec {
+                cross_entropy: Some(CrossEntropy::Pytorch),
+                attention_kernel: Some(AttentionKernel::FlashAttention2),
+                cp_comm: Some(CpComm::AllGather),
+                fp8_library: (dtype == Some(Dtype::Fp8)).then_some(Fp8Library::Torchao),
+                ..ParallelSpec::default()
+            },
+        }
+    }
+}
 
 /// A layout as one framework takes it.
 #[derive(Debug, Clone, serde::Serialize)]

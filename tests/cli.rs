@@ -889,6 +889,49 @@ fn completions_and_man_pages_name_every_command() {
     );
 }
 
+/// A layout for torchtitan (`--framework torchtitan`, or exported for it) is costed as
+/// torchtitan runs by default — its cross-entropy, SDPA's FlashAttention-2, all-gather context
+/// parallelism — unless a flag says otherwise, and the prediction says so.
+#[test]
+fn a_frameworks_defaults_cost_its_layouts() {
+    let job: Vec<&str> =
+        "--cluster dgx-h100 --model llama3-8b --cp 2 --dp 4 --micro-batch 1 --global-batch 8 --zero 3"
+            .split_whitespace()
+            .collect();
+    let layout = |extra: &[&str]| {
+        let out = stepcast(&[&["predict"][..], &job, extra, &["--json"]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        p["layout"].clone()
+    };
+    let megatron = layout(&[]);
+    assert!(megatron.get("cross_entropy").is_none(), "{megatron}");
+    assert_eq!(megatron["cp_comm"], "p2p");
+    let titan = layout(&["--framework", "torchtitan"]);
+    assert_eq!(titan["cross_entropy"], "pytorch");
+    assert_eq!(titan["attention_kernel"], "flash-attention-2");
+    assert_eq!(titan["cp_comm"], "all-gather");
+    // a flag of the user's wins over the framework's default
+    let native = layout(&["--framework", "torchtitan", "--attention-kernel", "native"]);
+    assert_eq!(native["attention_kernel"], "native");
+    assert_eq!(native["cross_entropy"], "pytorch");
+    let text = stepcast(&[&["predict"][..], &job, &["--framework", "torchtitan"]].concat());
+    assert!(
+        stdout(&text).contains("costed as torchtitan runs by default: --cross-entropy pytorch"),
+        "{}",
+        stdout(&text)
+    );
+    // exported for torchtitan, the layout is costed and launched as torchtitan runs it
+    let out = stepcast(&[&["export", "--format", "torchtitan"][..], &job].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let toml = stdout(&out);
+    assert!(
+        toml.contains("context_parallel_rotate_method = \"allgather\"")
+            && toml.contains("cp 2 (all-gather)"),
+        "{toml}"
+    );
+}
+
 /// `export` turns the job flags, or a search's N-th best row, into each framework's launch,
 /// and refuses what a framework cannot run as costed.
 #[test]

@@ -150,6 +150,35 @@ fn a_search_for_a_framework_ends_in_its_launch() {
     let e = stepcast(&args);
     assert!(e.status.success(), "{}", stderr(&e));
     assert!(stdout(&e).contains("pretrain_gpt.py"));
+    // searched for torchtitan, the layouts are costed as it runs them, and the best line
+    // reproduces the step
+    let o = search(
+        &[
+            &LLAMA2_13B_ON_32[..],
+            &["--for", "torchtitan", "--seq-len", "8192"],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("costed as torchtitan runs by default"),
+        "{text}"
+    );
+    let best = text
+        .lines()
+        .find_map(|l| l.strip_prefix("best: stepcast "))
+        .unwrap()
+        .to_string();
+    assert!(best.contains("--cross-entropy pytorch"), "{best}");
+    let mut args: Vec<&str> = best.split_whitespace().collect();
+    args.push("--json");
+    let p = stepcast(&args);
+    assert!(p.status.success(), "{}", stderr(&p));
+    let p: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
+    let step = p["step_time_s"].as_f64().unwrap();
+    let row = text.lines().find(|l| l.starts_with("│ 1 ")).unwrap();
+    assert!(row.contains(&format!("{step:.3}")), "{row} vs {step}");
     // a framework whose every layout is refused says why, with exit 2
     assert_user_error(
         &search(

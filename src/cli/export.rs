@@ -65,7 +65,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             }
             from_search(path, args.rank, &args.job)?
         }
-        None => args.job.resolve()?,
+        None => args.job.resolve_for(args.format)?,
     };
     let models = super::layout::open_models(args.models.as_deref(), &job.cluster)?;
     let mut inputs = job.inputs.clone();

@@ -8,6 +8,7 @@ use clap::Args;
 use super::named;
 use serde::Deserialize;
 
+use stepcast::export::Framework;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::workload::{
@@ -220,7 +221,18 @@ pub struct Job {
 }
 
 impl JobArgs {
+    /// `resolve`, for a launch of `framework` when the job names none: the layout is costed
+    /// as that framework runs it by default.
+    pub fn resolve_for(&self, framework: Framework) -> anyhow::Result<Job> {
+        self.resolve_with(Some(framework))
+    }
+
     pub fn resolve(&self) -> anyhow::Result<Job> {
+        self.resolve_with(None)
+    }
+
+    /// `fallback`: the framework when neither the flags nor the job file name one.
+    fn resolve_with(&self, fallback: Option<Framework>) -> anyhow::Result<Job> {
         let (job, job_dir) = match &self.job {
             Some(path) => {
                 let job: JobFile = stepcast::fsutil::read_yaml(path).map_err(|e| {
@@ -319,6 +331,31 @@ impl JobArgs {
             moe_dispatcher: self.moe_dispatcher,
         };
         let spec = job.parallel.overridden_by(flags);
+        let framework = match (&self.framework, &job.framework) {
+            (Some(f), _) => Some(f.clone()),
+            (None, Some(f)) => Some(stepcast::hardware::framework_name(f).map_err(|e| {
+                stepcast::Error::Invalid(format!(
+                    "{}: framework: {e}",
+                    self.job
+                        .as_deref()
+                        .unwrap_or(Path::new("job file"))
+                        .display()
+                ))
+            })?),
+            (None, None) => fallback.map(|f| f.name().to_string()),
+        };
+        // a framework export knows starts the layout from what it runs by default
+        let implied = framework
+            .as_deref()
+            .and_then(|f| f.parse::<Framework>().ok())
+            .map(|f| (f, f.implied(spec.dtype)));
+        let implied_note = implied
+            .as_ref()
+            .and_then(|(f, defaults)| implied_note(*f, defaults, &spec, spec.cp.unwrap_or(1) > 1));
+        let spec = match &implied {
+            Some((_, defaults)) => defaults.clone().overridden_by(spec),
+            None => spec,
+        };
         let mut cluster = Cluster::load(&cluster_path)?;
         if let Some(nodes) = self.nodes.or(job.nodes) {
             cluster = cluster.with_nodes(nodes)?;
@@ -333,7 +370,7 @@ impl JobArgs {
             let routing = stepcast::workload::ExpertRouting::load(path)?;
             layout = layout.with_routing(&routing, &arch)?;
         }
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> = implied_note.into_iter().collect();
         if model.ends_with(".json") && spec.seq_len.is_none() {
             notes.push(format!(
                 "seq-len {} is a training length, not the config's context window: give \
@@ -353,19 +390,7 @@ impl JobArgs {
                 .iter()
                 .map(|p| super::stamp::file("moe routing", p)),
         );
-        let framework = match (&self.framework, &job.framework) {
-            (Some(f), _) => Some(f.clone()),
-            (None, Some(f)) => Some(stepcast::hardware::framework_name(f).map_err(|e| {
-                stepcast::Error::Invalid(format!(
-                    "{}: framework: {e}",
-                    self.job
-                        .as_deref()
-                        .unwrap_or(Path::new("job file"))
-                        .display()
-                ))
-            })?),
-            (None, None) => None,
-        };
+
         Ok(Job {
             cluster,
             arch,
@@ -375,6 +400,36 @@ impl JobArgs {
             framework,
         })
     }
+}
+
+/// What a framework's defaults set that the job left open, as a note ("torchtitan's defaults:
+/// …"), or `None` when the job set all of it.
+/// `context_parallel`: the job splits sequences (else the exchange's default is moot).
+pub(super) fn implied_note(
+    framework: Framework,
+    defaults: &ParallelSpec,
+    job: &ParallelSpec,
+    context_parallel: bool,
+) -> Option<String> {
+    let mut used = Vec::new();
+    if let (Some(ce), None) = (defaults.cross_entropy, job.cross_entropy) {
+        used.push(format!("--cross-entropy {ce}"));
+    }
+    if let (Some(k), None) = (defaults.attention_kernel, job.attention_kernel) {
+        used.push(format!("--attention-kernel {k}"));
+    }
+    if let (Some(c), None, true) = (defaults.cp_comm, job.cp_comm, context_parallel) {
+        used.push(format!("--cp-comm {c}"));
+    }
+    if let (Some(l), None) = (defaults.fp8_library, job.fp8_library) {
+        used.push(format!("--fp8-library {l}"));
+    }
+    (!used.is_empty()).then(|| {
+        format!(
+            "costed as {framework} runs by default: {} (a flag of yours overrides each)",
+            used.join(", ")
+        )
+    })
 }
 
 /// The models a prediction uses: `--models` or the cluster file's directory. A directory that

@@ -17,7 +17,7 @@ use stepcast::predict::{predict, PredictOptions, Prediction};
 use stepcast::search::{
     search_watched, Objective, SearchReport, SearchRequest, SearchRow, SearchSpace, Status,
 };
-use stepcast::workload::{Arch, AttentionKernel, ParallelSpec, Recompute, Rules, Schedule};
+use stepcast::workload::{Arch, AttentionKernel, CpComm, ParallelSpec, Recompute, Rules, Schedule};
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
@@ -312,6 +312,23 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if args.tp_comm_overlap == Some(true) {
         cmd += " --tp-comm-overlap";
     }
+    // what the layout was costed with beside Megatron's defaults (a framework's, --for)
+    let l = &r.layout;
+    if !l.cross_entropy.is_vocab_parallel() {
+        cmd += &format!(" --cross-entropy {}", l.cross_entropy);
+    }
+    if l.attention_kernel != AttentionKernel::Native {
+        cmd += &format!(" --attention-kernel {}", l.attention_kernel);
+    }
+    if l.cp > 1 && l.cp_comm != CpComm::P2p {
+        cmd += &format!(" --cp-comm {}", l.cp_comm);
+    }
+    if l.dtype == Dtype::Fp8 && !l.fp8_library.is_transformer_engine() {
+        cmd += &format!(" --fp8-library {}", l.fp8_library);
+    }
+    if let Some(f) = &args.framework {
+        cmd += &format!(" --framework {f}");
+    }
     cmd
 }
 
@@ -347,21 +364,39 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     } else {
         cost
     };
+    let base = ParallelSpec {
+        global_batch: Some(args.global_batch),
+        seq_len: args.seq_len,
+        dtype: args.dtype,
+        rules: Some(args.rules),
+        tp_comm_overlap: args.tp_comm_overlap,
+        attention_kernel: args.attention_kernel,
+        moe_imbalance: args.moe_imbalance,
+        moe_dispatcher: args.moe_dispatcher,
+        ..Default::default()
+    };
+    // searching for a framework export knows (--for, else --framework) costs what it runs
+    // by default
+    let framework = args
+        .for_framework
+        .or_else(|| args.framework.as_deref().and_then(|f| f.parse().ok()));
+    let (base, implied) = match framework {
+        Some(f) => {
+            let defaults = f.implied(args.dtype);
+            let context_parallel = args
+                .cp
+                .as_ref()
+                .map_or(seq >= 8192, |cps| cps.iter().any(|&c| c > 1));
+            let note = super::layout::implied_note(f, &defaults, &base, context_parallel);
+            (defaults.overridden_by(base), note)
+        }
+        None => (base, None),
+    };
     let req = SearchRequest {
         arch: &arch,
         cluster: &cluster,
         gpus: args.gpus,
-        base: ParallelSpec {
-            global_batch: Some(args.global_batch),
-            seq_len: args.seq_len,
-            dtype: args.dtype,
-            rules: Some(args.rules),
-            tp_comm_overlap: args.tp_comm_overlap,
-            attention_kernel: args.attention_kernel,
-            moe_imbalance: args.moe_imbalance,
-            moe_dispatcher: args.moe_dispatcher,
-            ..Default::default()
-        },
+        base,
         space: SearchSpace {
             tp: args.tp.clone(),
             pp: args.pp.clone(),
@@ -412,7 +447,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         stepcast::fsutil::write_atomic(path, super::stamp::document(&report, inputs)?.as_bytes())?;
     }
-    print_report(&args, &report, &arch, &cluster);
+    print_report(&args, &report, &arch, &cluster, implied.as_deref());
     if report.rows.is_empty() {
         let rules: Vec<String> = report
             .pruned
@@ -480,7 +515,14 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: &Cluster) {
+/// `implied`: what the layouts were costed with as the framework searched for runs by default.
+fn print_report(
+    args: &SearchArgs,
+    report: &SearchReport,
+    arch: &Arch,
+    cluster: &Cluster,
+    implied: Option<&str>,
+) {
     println!(
         "{} on {} × {} ({}), global batch {} × {} tokens, ranked by {}",
         arch.name,
@@ -496,6 +538,9 @@ fn print_report(args: &SearchArgs, report: &SearchReport, arch: &Arch, cluster: 
     );
     if let Some(f) = report.framework {
         println!("only layouts {f} runs as costed (what `stepcast export --format {f}` takes)");
+    }
+    if let Some(note) = implied {
+        println!("{note}");
     }
     println!(
         "{} layouts enumerated, {} pruned by the rules, {} by memory, {} predicted in {:.2} s",
