@@ -414,6 +414,24 @@ fn refused_by(framework: Framework, req: &SearchRequest, layout: &Layout) -> Opt
     Some(format!("{} cannot run it: {problem}", framework.name()))
 }
 
+/// The layout a candidate gives, or the rule that skips it: the rulebook's, MoFa's, or the
+/// framework searched for's refusal.
+fn candidate(req: &SearchRequest, spec: &ParallelSpec) -> std::result::Result<Layout, String> {
+    let layout = Layout::new(spec, req.arch, req.cluster)
+        .and_then(|l| match req.routing {
+            Some(r) => l.with_routing(r, req.arch),
+            None => Ok(l),
+        })
+        .map_err(|e| e.rule().to_string())?;
+    if let Some(rule) = not_worth_it(&layout, req.cluster, req.framework) {
+        return Err(rule.to_string());
+    }
+    match req.framework.and_then(|f| refused_by(f, req, &layout)) {
+        Some(rule) => Err(rule),
+        None => Ok(layout),
+    }
+}
+
 /// Projects a layout's memory and, when it fits, predicts its step.
 fn evaluate(req: &SearchRequest, cost: &CostModel, layout: Layout) -> Result<SearchRow> {
     let plan = Plan::new(req.arch, &layout, req.cluster);
@@ -501,25 +519,9 @@ pub fn search_watched(
     let mut pruned: BTreeMap<String, usize> = BTreeMap::new();
     let mut survivors = Vec::new();
     for spec in &candidates {
-        let layout = Layout::new(spec, req.arch, req.cluster).and_then(|l| match req.routing {
-            Some(r) => l.with_routing(r, req.arch),
-            None => Ok(l),
-        });
-        let rule = match layout {
-            Err(e) => Some(e.rule().to_string()),
-            Ok(layout) => match not_worth_it(&layout, req.cluster, req.framework) {
-                Some(rule) => Some(rule.to_string()),
-                None => match req.framework.and_then(|f| refused_by(f, req, &layout)) {
-                    Some(rule) => Some(rule),
-                    None => {
-                        survivors.push(layout);
-                        None
-                    }
-                },
-            },
-        };
-        if let Some(rule) = rule {
-            *pruned.entry(rule).or_default() += 1;
+        match candidate(req, spec) {
+            Ok(layout) => survivors.push(layout),
+            Err(rule) => *pruned.entry(rule).or_default() += 1,
         }
     }
     progress.start("layouts", survivors.len() as u64);

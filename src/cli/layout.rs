@@ -390,7 +390,6 @@ impl JobArgs {
                 .iter()
                 .map(|p| super::stamp::file("moe routing", p)),
         );
-
         Ok(Job {
             cluster,
             arch,
@@ -402,9 +401,9 @@ impl JobArgs {
     }
 }
 
-/// What a framework's defaults set that the job left open, as a note ("torchtitan's defaults:
-/// …"), or `None` when the job set all of it.
-/// `context_parallel`: the job splits sequences (else the exchange's default is moot).
+/// What a framework's defaults set that the job left open, as a note ("costed as torchtitan
+/// runs by default: …"), or `None` when the job set all of it. `context_parallel`: the job
+/// splits sequences (else the default exchange of keys and values is moot).
 pub(super) fn implied_note(
     framework: Framework,
     defaults: &ParallelSpec,
