@@ -641,34 +641,31 @@ mod tests {
             .rows
             .iter()
             .any(|r| r.layout.zero >= 2 || r.layout.schedule == Schedule::ZbH1));
-        let best = all.best().unwrap();
-        for &framework in Framework::ALL {
+        let exports = |framework: Framework, layout: &Layout| {
             let target = Target {
                 arch: &arch,
-                layout: &best.layout,
+                layout,
                 gpus_per_node: 8,
                 headline: String::new(),
             };
+            export(framework, &target).is_ok()
+        };
+        let best = all.best().unwrap();
+        for &framework in Framework::ALL {
             assert_eq!(
-                export(framework, &target).is_ok(),
+                exports(framework, &best.layout),
                 all.best_runs_on.contains(&framework),
                 "{framework}"
             );
         }
-        for framework in [Framework::Megatron, Framework::Nemo, Framework::Torchtitan] {
+        for &framework in Framework::ALL {
             req.framework = Some(framework);
             let r = search(&req, &cost).unwrap();
             assert_eq!(r.framework, Some(framework));
             assert!(r.predicted > 0, "{framework}: {:?}", r.pruned);
             // every layout that passed the rules exports, and the refusals are counted
             for row in &r.rows {
-                let target = Target {
-                    arch: &arch,
-                    layout: &row.layout,
-                    gpus_per_node: 8,
-                    headline: String::new(),
-                };
-                assert!(export(framework, &target).is_ok(), "{framework}: {row:?}");
+                assert!(exports(framework, &row.layout), "{framework}: {row:?}");
             }
             let refused: usize = r
                 .pruned
