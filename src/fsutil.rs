@@ -129,12 +129,58 @@ pub fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 
 /// Parses YAML text that came from `path` (named in the message on error).
 pub fn parse_yaml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
-    serde_norway::from_str(text).map_err(|e| Error::bad_file(path, e.to_string()))
+    serde_norway::from_str(text).map_err(|e| Error::bad_file(path, parse_message(&e)))
 }
 
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = read_to_string(path)?;
-    serde_json::from_str(&text).map_err(|e| Error::bad_file(path, e.to_string()))
+    serde_json::from_str(&text).map_err(|e| Error::bad_file(path, parse_message(&e)))
+}
+
+/// Longest quoted value a parse error repeats in full; a longer one is cut to its start.
+const QUOTED_CHARS_SHOWN: usize = 60;
+
+/// A parser's error as one readable line: the values it quotes from the file cut to their
+/// first characters, so a wrong file given as a YAML (a whole `/etc/passwd` is one string to
+/// YAML) names its first line instead of printing the file back.
+pub fn parse_message(error: &impl std::fmt::Display) -> String {
+    let text = error.to_string();
+    let mut out = String::with_capacity(text.len().min(512));
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '"' {
+            continue;
+        }
+        // a quoted value: up to the closing quote, escapes kept whole
+        let mut value = String::new();
+        let mut closed = false;
+        while let Some(v) = chars.next() {
+            if v == '\\' {
+                value.push(v);
+                if let Some(escaped) = chars.next() {
+                    value.push(escaped);
+                }
+                continue;
+            }
+            if v == '"' {
+                closed = true;
+                break;
+            }
+            value.push(v);
+        }
+        let n = value.chars().count();
+        if n > QUOTED_CHARS_SHOWN {
+            out.extend(value.chars().take(QUOTED_CHARS_SHOWN));
+            out.push_str(&format!("…\" ({n} characters)"));
+        } else {
+            out.push_str(&value);
+            if closed {
+                out.push('"');
+            }
+        }
+    }
+    out
 }
 
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock (civil-from-days, Howard Hinnant).
@@ -158,6 +204,24 @@ pub fn today_utc() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parse_error_cuts_long_quoted_values_and_keeps_short_ones() {
+        let long = format!(
+            "invalid type: string \"{}\", expected struct ArchSpec",
+            "ab".repeat(500)
+        );
+        let m = parse_message(&long);
+        assert!(m.starts_with("invalid type: string \"abab"), "{m}");
+        assert!(
+            m.contains("…\" (1000 characters), expected struct ArchSpec"),
+            "{m}"
+        );
+        assert!(m.len() < 140, "{m}");
+        let short = "unknown variant `x`, expected \"a \\\"b\\\"\" at line 2";
+        assert_eq!(parse_message(&short), short);
+        assert_eq!(parse_message(&"unclosed \"abc"), "unclosed \"abc");
+    }
 
     #[test]
     fn today_is_a_plausible_date() {

@@ -318,6 +318,8 @@ fn cases() -> Vec<Case> {
         arch!("name: a\nlayers: 32\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\n", "hidden"),
         arch!("name: a\nlayers: -32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\n", "layers"),
         arch!("[1, 2, 3]", "a.yaml"),
+        // a text file given as the model: YAML reads it as one string, quoted back cut short
+        arch!("root:x:0:0:root:/root:/bin/bash daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin bin:x:2:2:bin:/bin:/usr/sbin/nologin\n", "\"root:x:0:0:root", "(116 characters)", "expected struct ArchSpec"),
         // ---- Hugging Face config.json ----
         hf!("{not json", "not valid JSON"),
         hf!("{\"hidden_size\": 4096}", "model_type"),

@@ -118,7 +118,7 @@ pub fn check(
     for m in probe.ok_rows() {
         let e = cost.estimate(&m.query)?;
         // an estimate raised to the physical floor is not the model's own answer
-        if matches!(e.source, Source::Learned | Source::Derived) && !e.floored {
+        if matches!(e.source, Source::Learned | Source::Derived) && e.floored_from_us.is_none() {
             ratios
                 .entry((m.query.op, m.query.phase))
                 .or_default()

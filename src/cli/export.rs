@@ -234,7 +234,8 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
     let text = stepcast::fsutil::read_to_string(path)?;
     let file: SearchFile = serde_json::from_str(&text).map_err(|e| {
         bad(format!(
-            "not a search's JSON ({e}): write one with `stepcast search … --json FILE`"
+            "not a search's JSON ({}): write one with `stepcast search … --json FILE`",
+            stepcast::fsutil::parse_message(&e)
         ))
     })?;
     let predicted: Vec<&SearchRow> = file

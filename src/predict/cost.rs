@@ -70,9 +70,9 @@ pub struct Estimate {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub out_of_coverage: Vec<String>,
     /// Raised to the physical floor (roofline at the best achievable fraction of peak): the
-    /// model predicted faster than the GPU can run it.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub floored: bool,
+    /// model predicted this many µs, faster than the GPU can run it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floored_from_us: Option<f64>,
 }
 
 impl Estimate {
@@ -352,8 +352,8 @@ impl<'a> CostModel<'a> {
                     e.time_us
                 );
                 e.add_note(raised);
+                e.floored_from_us = Some(e.time_us);
                 e.time_us = floor;
-                e.floored = true;
             }
         }
         if let Some((fraction, slower)) = flash_attention_2_time_us(q, &spec.gpu, &spec.achievable)
@@ -529,7 +529,7 @@ impl<'a> CostModel<'a> {
                 eff.kernel_launch_us
             )),
             out_of_coverage: Vec::new(),
-            floored: false,
+            floored_from_us: None,
         }
     }
 
@@ -555,7 +555,7 @@ impl<'a> CostModel<'a> {
                         cal.factor, cal.from
                     )),
                     out_of_coverage: Vec::new(),
-                    floored: false,
+                    floored_from_us: None,
                 });
             }
         }
@@ -569,7 +569,7 @@ impl<'a> CostModel<'a> {
                 spec.efficiency.network * 100.0
             )),
             out_of_coverage: Vec::new(),
-            floored: false,
+            floored_from_us: None,
         })
     }
 
@@ -731,7 +731,7 @@ fn from_model(m: &TrainedModel, how: Match, q: &OpQuery) -> Estimate {
         model: m.key.to_string(),
         note: (!notes.is_empty()).then(|| notes.join("; ")),
         out_of_coverage: p.out_of_coverage,
-        floored: false,
+        floored_from_us: None,
     }
 }
 

@@ -313,9 +313,11 @@ fn refuse_unbacked(plan: &Plan, estimates: &[Estimate]) -> Result<()> {
         .queries
         .iter()
         .zip(estimates)
-        .filter(|(_, e)| matches!(e.source, Source::Roofline | Source::Analytic) || e.floored)
+        .filter(|(_, e)| {
+            matches!(e.source, Source::Roofline | Source::Analytic) || e.floored_from_us.is_some()
+        })
         .map(|(q, e)| {
-            let why = if e.floored {
+            let why = if e.floored_from_us.is_some() {
                 "raised to the physical floor"
             } else {
                 e.source.name()
@@ -518,12 +520,15 @@ fn warnings(
         .queries
         .iter()
         .zip(estimates)
-        .filter(|(_, e)| e.floored)
-        .map(|(q, e)| {
+        .filter_map(|(q, e)| Some((q, e, e.floored_from_us?)))
+        .map(|(q, e, predicted)| {
             format!(
-                "{q}: {} predicts faster than the GPU can run it (outside its training range, or \
-                 suspect data); raised to the physical floor, {:.1} µs",
-                e.model, e.time_us
+                "{q}: {} predicts {predicted:.1} µs, faster than the GPU can run it (outside its \
+                 training range, or suspect data); raised to the physical floor, {:.1} µs \
+                 (+{:.0} %)",
+                e.model,
+                e.time_us,
+                100.0 * (e.time_us / predicted - 1.0)
             )
         })
         .collect();

@@ -350,7 +350,8 @@ impl ModelSet {
         }
         let text = crate::fsutil::read_to_string(&path)?;
         super::model::check_versions(&path, &text)?;
-        serde_json::from_str(&text).map_err(|e| Error::bad_file(&path, e.to_string()))
+        serde_json::from_str(&text)
+            .map_err(|e| Error::bad_file(&path, crate::fsutil::parse_message(&e)))
     }
 
     /// The manifest, checked to describe the `models.bin` beside it (a training killed between

@@ -46,7 +46,10 @@ pub fn from_config_str(path: &Path, text: &str) -> Result<ArchSpec> {
     let v: Value = serde_json::from_str(text).map_err(|e| {
         Error::bad_file(
             path,
-            format!("not valid JSON ({e}): give the model's config.json as published"),
+            format!(
+                "not valid JSON ({}): give the model's config.json as published",
+                crate::fsutil::parse_message(&e)
+            ),
         )
     })?;
     Config { v: &v, path }.spec()
