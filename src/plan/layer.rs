@@ -241,9 +241,13 @@ fn tp_comm(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
 /// A layer's flash attention when `share` of the layers attend over a window of `w` tokens
 /// shorter than the sequence and the others globally. A causal query at position i sees
 /// min(i + 1, w) keys: s·w − w²/2 over the sequence, costed as the same work unmasked over
-/// w − w²/(2s) keys (FlashAttention skips the blocks outside the window). Alternating layers
-/// are costed at their mean: each call counted at its share of the layers (exact over an even
-/// number of Gemma 2 layers per stage).
+/// w − w²/(2s) keys (FlashAttention skips the blocks outside the window), in the shape the
+/// kernel runs it: each window of w queries against its band of keys, ⌈s/w⌉ windows a
+/// sequence as as many sequences of the batch — an attention shape the models were measured
+/// on, where one sequence of s queries over a hundred keys is not (an H100 model asked so
+/// answered 7 % of peak for a 128-token window). Alternating layers are costed at their mean:
+/// each call counted at its share of the layers (exact over an even number of Gemma 2 layers
+/// per stage).
 fn sliding_attention(
     global: Call,
     w: u64,
@@ -252,13 +256,14 @@ fn sliding_attention(
     mut k: impl FnMut(&'static str, OpKind, Option<Role>, Shape) -> Call,
 ) -> Vec<Call> {
     let keys = (w as f64 - (w * w) as f64 / (2.0 * d.s as f64)).ceil() as u64;
+    let windows = d.s.div_ceil(w);
     let mut local = k(
         "sliding-window attention",
         OpKind::FlashAttention,
         None,
         Shape::Attention(AttentionShape {
-            batch: d.b,
-            seq_q: d.s,
+            batch: d.b.saturating_mul(windows),
+            seq_q: w,
             seq_kv: keys.max(1),
             heads: d.heads,
             kv_heads: d.kv_heads,
@@ -816,7 +821,8 @@ fn mlp(p: &mut PassCalls, d: &Dims, ffn: u64, up_width: u64, act_op: OpKind) {
 /// A mixture-of-experts MLP as Megatron-Core's all-to-all token dispatcher runs it (dropless):
 /// the router GEMM and its top-k, the tokens permuted by expert and sent over the
 /// expert-parallel group, each of the rank's experts / ep experts as one GEMM pair on its
-/// tokens (a grouped GEMM is costed as that many GEMMs), the tokens sent back, unpermuted and
+/// tokens (a grouped GEMM is costed as that many GEMMs; `local_experts`), the tokens sent
+/// back, unpermuted and
 /// weighted, and the shared experts as a dense MLP on every token. Of the T·k routed tokens a
 /// rank computes, the busiest expert's share sets the pace: every local expert is costed at
 /// the busiest expert's tokens (imbalance × mean) — exact with one expert per rank, an upper
@@ -893,9 +899,52 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
     etp_collective(p, "moe etp all-gather", OpKind::AllGather);
     // tokens of the busiest local expert: imbalance × (T·k·ep / experts), T the tokens of the
     // expert-tensor-parallel group
-    let local = moe.experts / d.ep;
     let per_expert =
         (((etp_tokens * k * d.ep) as f64 / moe.experts as f64 * d.imbalance).ceil() as u64).max(1);
+    local_experts(p, arch, moe, d, per_expert, act_op);
+    if let Some(c) = waits_at.and_then(|i| p.calls.get_mut(i)) {
+        c.host_waits = true;
+    }
+    etp_collective(p, "moe etp reduce-scatter", OpKind::ReduceScatter);
+    dispatch(p, moe, d, Route::Combine);
+    p.compute("unpermute", OpKind::Elementwise, d.act, None, permuted);
+    let shared = moe.shared_ffn() / d.t;
+    if shared > 0 {
+        mlp(p, d, shared, arch.activation.up_width(shared), act_op);
+    }
+}
+
+/// The rank's experts on the tokens dispatched to them, `per_expert` each (the busiest
+/// expert's load): up (and gate), activation and down per local expert. The NCCL all-to-all
+/// delivers the tokens grouped by the rank that sent them; with several experts on a rank
+/// Megatron-Core sorts them by local expert for the grouped GEMM (`sort_chunks_by_idxs`, its
+/// "permutation 2") and unsorts the experts' output before the combine: a copy of every
+/// received token each way. The flex dispatchers (DeepEP, HybridEP) and the all-gather one
+/// permute by local expert once, as the plan's permute.
+fn local_experts(
+    p: &mut PassCalls,
+    arch: &Arch,
+    moe: &MoeSpec,
+    d: &Dims,
+    per_expert: u64,
+    act_op: OpKind,
+) {
+    let local = moe.experts / d.ep;
+    let sorts_received = d.dispatcher == Dispatcher::Alltoall && local > 1 && d.ep * d.etp > 1;
+    let received = Shape::Tokens(TokenShape {
+        batch: 1,
+        seq: per_expert.saturating_mul(local),
+        width: d.d,
+    });
+    if sorts_received {
+        p.compute(
+            "sort by local expert",
+            OpKind::Elementwise,
+            d.act,
+            None,
+            received,
+        );
+    }
     let ffn = (moe.expert_ffn / d.etp).max(1);
     let up_width = arch.activation.up_width(ffn);
     let before = p.calls.len();
@@ -927,15 +976,14 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
     for c in &mut p.calls[before..] {
         c.count = local as f64;
     }
-    if let Some(c) = waits_at.and_then(|i| p.calls.get_mut(i)) {
-        c.host_waits = true;
-    }
-    etp_collective(p, "moe etp reduce-scatter", OpKind::ReduceScatter);
-    dispatch(p, moe, d, Route::Combine);
-    p.compute("unpermute", OpKind::Elementwise, d.act, None, permuted);
-    let shared = moe.shared_ffn() / d.t;
-    if shared > 0 {
-        mlp(p, d, shared, arch.activation.up_width(shared), act_op);
+    if sorts_received {
+        p.compute(
+            "unsort by local expert",
+            OpKind::Elementwise,
+            d.act,
+            None,
+            received,
+        );
     }
 }
 
@@ -1137,9 +1185,14 @@ fn selective_recompute(
             "mlp up" | "activation" | "mlp down" => &[M::SharedExperts, M::Moe],
             "expert activation" => &[M::MoeAct, M::Moe],
             // (every expert-parallel collective is labelled "moe …")
-            "router" | "router top-k" | "permute" | "expert up" | "expert down" | "unpermute" => {
-                &[M::Moe]
-            }
+            "router"
+            | "router top-k"
+            | "permute"
+            | "sort by local expert"
+            | "expert up"
+            | "expert down"
+            | "unsort by local expert"
+            | "unpermute" => &[M::Moe],
             l if l.starts_with("moe ") => &[M::Moe],
             _ => &[],
         };

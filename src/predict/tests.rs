@@ -471,19 +471,39 @@ fn experts_are_planned_per_rank_and_imbalance_slows_the_step() {
         .bwd
         .iter()
         .any(|c| c.label == "moe token counts all-gather"));
+    // the all-to-all delivers tokens by sender: sorted by local expert before the two experts'
+    // GEMMs and unsorted after, every received token (2 · 4096) copied each way, both passes
+    let labels: Vec<_> = plan.layer.fwd.iter().map(|c| c.label).collect();
+    let at = |l: &str| labels.iter().position(|&x| x == l).unwrap();
+    assert!(at("moe all-to-all (dispatch)") < at("sort by local expert"));
+    assert!(at("sort by local expert") < at("expert up"));
+    assert!(at("expert down") < at("unsort by local expert"));
+    assert!(at("unsort by local expert") < at("moe all-to-all (combine)"));
+    let sorted = find("sort by local expert").unwrap();
+    assert!(matches!(plan.query(sorted).shape,
+        Shape::Tokens(t) if t.seq * t.batch == 2 * 4096 && t.width == 4096));
+    assert!(plan
+        .layer
+        .bwd
+        .iter()
+        .any(|c| c.label == "unsort by local expert"));
     assert_eq!(
         plan.layer.expert_params,
         2 * 3 * 4096 * 14336,
         "two experts of three 4096 × 14336 matrices"
     );
-    // no all-to-all without expert parallelism
+    // no all-to-all without expert parallelism, and nothing to sort; one expert a rank
+    // (ep 8) receives its tokens in order
     let solo = Layout::new(&moe_spec(1, None), &arch, &c).unwrap();
     let plan = crate::plan::Plan::new(&arch, &solo, &c);
     assert!(plan
         .layer
         .fwd
         .iter()
-        .all(|c| c.class != crate::timing::Class::EpComm));
+        .all(|c| c.class != crate::timing::Class::EpComm && !c.label.contains("sort")));
+    let one_each = Layout::new(&moe_spec(8, None), &arch, &c).unwrap();
+    let plan = crate::plan::Plan::new(&arch, &one_each, &c);
+    assert!(plan.layer.fwd.iter().all(|c| !c.label.contains("sort")));
     // the step grows with the router's imbalance, the model FLOPs do not
     let steps: Vec<Prediction> = [1.0, 1.5, 2.0, 4.0]
         .iter()
@@ -1019,23 +1039,26 @@ fn sliding_windows_are_costed_by_the_keys_each_query_sees() {
             .iter()
             .filter(|call| plan.query(call).op == OpKind::FlashAttention)
             .map(|call| match plan.query(call).shape {
-                Shape::Attention(a) => (call.label, a.seq_kv, a.causal, call.count),
+                Shape::Attention(a) => {
+                    (call.label, a.batch, a.seq_q, a.seq_kv, a.causal, call.count)
+                }
                 _ => unreachable!(),
             })
             .collect::<Vec<_>>()
     };
     // within the window nothing changes
     assert_eq!(attention(&mistral, 4096), attention(&global, 4096));
-    // 16k tokens: a causal query sees min(i + 1, 4096) keys, 4096 − 4096²/32768 on average
+    // 16k tokens: a causal query sees min(i + 1, 4096) keys, 4096 − 4096²/32768 on average,
+    // costed as the kernel runs it: four windows of 4,096 queries, each against its band
     assert_eq!(
         attention(&mistral, 16384),
-        [("sliding-window attention", 3584, false, 1.0)]
+        [("sliding-window attention", 4, 4096, 3584, false, 1.0)]
     );
     assert_eq!(
         attention(&alternating, 16384),
         [
-            ("sliding-window attention", 3584, false, 0.5),
-            ("attention", 16384, true, 0.5)
+            ("sliding-window attention", 4, 4096, 3584, false, 0.5),
+            ("attention", 1, 16384, 16384, true, 0.5)
         ]
     );
     let time = |arch: &Arch, seq| step(arch, &at(seq), &c).unwrap();
