@@ -30,8 +30,10 @@ echo "== importing into $out"
   --system h100_sxm --out "$out/ds-h100" >/dev/null
 "$bin" datasets import --format aiconfigurator "$ref/aiconfigurator-perf-db" \
   --system a100_sxm --out "$out/ds-a100" >/dev/null
+"$bin" datasets import --format aiconfigurator "$ref/aiconfigurator-perf-db" \
+  --system h200_sxm --out "$out/ds-h200" >/dev/null
 
-for cluster in perlmutter vista h100 a100; do
+for cluster in perlmutter vista h100 a100 h200; do
   echo
   echo "== $cluster: training (time of all models of the cluster)"
   start=$(date +%s%N)
@@ -57,6 +59,8 @@ python3 "$root/scripts/compare-manifests.py" "$root/models/h100-aiconfigurator/m
   "$out/models-h100/manifest.json"
 python3 "$root/scripts/compare-manifests.py" "$root/models/a100-aiconfigurator/manifest.json" \
   "$out/models-a100/manifest.json"
+python3 "$root/scripts/compare-manifests.py" "$root/models/h200-aiconfigurator/manifest.json" \
+  "$out/models-h200/manifest.json"
 
 echo
 echo "== the paper's bundled example (Llemma-7B, Perlmutter), component by component"

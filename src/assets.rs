@@ -17,6 +17,10 @@ pub const CLUSTERS: &[(&str, &str)] = &[
         include_str!("../hardware-profiles/dgx-h100.yaml"),
     ),
     (
+        "dgx-h200",
+        include_str!("../hardware-profiles/dgx-h200.yaml"),
+    ),
+    (
         "grand-teton-h100",
         include_str!("../hardware-profiles/grand-teton-h100.yaml"),
     ),
@@ -37,6 +41,10 @@ pub const MODELS: &[(&str, &[u8])] = &[
     (
         "h100-aiconfigurator",
         include_bytes!("../models/h100-aiconfigurator/models.bin"),
+    ),
+    (
+        "h200-aiconfigurator",
+        include_bytes!("../models/h200-aiconfigurator/models.bin"),
     ),
     (
         "perlmutter",

@@ -1840,6 +1840,64 @@ fn a_cluster_without_runs_composes_under_the_calibration_its_file_borrows() {
     );
 }
 
+/// The DGX H200 costs its kernels from NVIDIA's H200 measurements and composes them under the
+/// runtime fitted on the DGX H100's runs (same SM, NVLink and software), read from beside the
+/// H100's models; its 141 GB hold a layout the H100's 80 do not, and its memory-bound kernels
+/// run at its 4.8 TB/s.
+#[test]
+fn the_dgx_h200_borrows_the_h100_runtime_and_has_its_own_memory() {
+    let predict = |cluster: &str, extra: &[&str]| -> serde_json::Value {
+        let mut args: Vec<&str> =
+            "predict --model llama3-70b --tp 4 --pp 4 --dp 4 --micro-batch 1 \
+             --global-batch 256 --seq-len 8192 --sequence-parallel --vpp 5 --json --cluster"
+                .split_whitespace()
+                .collect();
+        args.push(cluster);
+        args.extend_from_slice(extra);
+        let out = stepcast(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let shipped = fs::read_to_string(repo("models/h100-aiconfigurator/calibration.yaml")).unwrap();
+    let fitted: f64 = shipped
+        .split("launch_us: ")
+        .nth(1)
+        .and_then(|t| t.lines().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (h100, h200) = (predict("dgx-h100", &[]), predict("dgx-h200", &[]));
+    let summary = h200["calibration"].as_str().unwrap();
+    assert!(
+        summary.starts_with("calibrated for dgx-h100 on ")
+            && summary.contains("borrowed by dgx-h200"),
+        "{summary}"
+    );
+    assert_eq!(h200["runtime"], h100["runtime"]);
+    assert_eq!(h200["runtime"]["launch_us"].as_f64(), Some(fitted));
+    // the file beside the checkout's H100 file lends the same
+    let from_file = predict(&repo("hardware-profiles/dgx-h200.yaml"), &[]);
+    assert_eq!(from_file["step_time_s"], h200["step_time_s"]);
+    assert_eq!(h100["memory"]["verdict"], "OOM");
+    assert_eq!(h200["memory"]["verdict"], "FITS");
+    // the norms come from the roofline at each GPU's HBM bandwidth: 3.35 against 4.8 TB/s
+    let norm_us = |p: &serde_json::Value| {
+        p["stages"][0]["fwd"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["label"] == "input norm")
+            .and_then(|c| c["estimate"]["time_us"].as_f64())
+            .unwrap()
+    };
+    assert!(
+        norm_us(&h200) < 0.8 * norm_us(&h100),
+        "{} {}",
+        norm_us(&h200),
+        norm_us(&h100)
+    );
+}
+
 /// `search` and `export` say which runtime composed their steps, as `predict` does: the
 /// calibration (here the one Perlmutter borrows), the cluster's defaults under
 /// `--no-calibration`, and none under the paper's rules (the isolated-kernel sum).
@@ -2278,4 +2336,38 @@ fn an_unpadded_vocabulary_runs_the_head_on_unaligned_gemms() {
         ]),
         &["zero.yaml", "vocab_divisible_by"],
     );
+}
+
+/// `--cluster`'s help names every built-in cluster (every file of `hardware-profiles/`), so a
+/// new one cannot be left out of it.
+#[test]
+fn the_cluster_flag_names_every_built_in_cluster() {
+    let mut names: Vec<String> = fs::read_dir(repo("hardware-profiles"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".yaml").map(String::from)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "{names:?}");
+    for command in ["predict", "search"] {
+        let help = stdout(&stepcast(&[command, "--help"]));
+        let line = help
+            .split("--cluster <CLUSTER>\n")
+            .nth(1)
+            .unwrap_or_default()
+            .split("\n\n")
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        for name in &names {
+            assert!(
+                line.contains(name.as_str()),
+                "{command}: {name} not in {line}"
+            );
+        }
+    }
 }

@@ -19,7 +19,7 @@ use stepcast::workload::{
 #[derive(Debug, Args)]
 pub struct JobArgs {
     /// Cluster file (e.g. hardware-profiles/perlmutter.yaml) or a built-in cluster by name:
-    /// dgx-a100, dgx-a100-40gb, dgx-h100, mi300x, perlmutter, vista.
+    /// dgx-a100, dgx-a100-40gb, dgx-h100, dgx-h200, grand-teton-h100, mi300x, perlmutter, vista.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// Architecture: a preset (llemma-7b, llama2-70b, gpt3-175b, …), a YAML architecture file

@@ -22,7 +22,7 @@ use stepcast::workload::{Arch, AttentionKernel, CpComm, ParallelSpec, Recompute,
 #[derive(Debug, Args)]
 pub struct SearchArgs {
     /// Cluster file (e.g. hardware-profiles/dgx-h100.yaml) or a built-in cluster by name:
-    /// dgx-a100, dgx-a100-40gb, dgx-h100, mi300x, perlmutter, vista.
+    /// dgx-a100, dgx-a100-40gb, dgx-h100, dgx-h200, grand-teton-h100, mi300x, perlmutter, vista.
     #[arg(long)]
     pub cluster: PathBuf,
     /// Architecture: a preset, a YAML architecture file or a Hugging Face config.json.

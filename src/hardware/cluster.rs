@@ -36,11 +36,12 @@ pub struct ModelsRef {
     /// Empty: every kernel. The backward/forward ratio of fused attention is always read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfer_kinds: Vec<String>,
-    /// The cluster (by name) whose calibration in `dir`'s `calibration.yaml` this one composes
-    /// under while it has none of its own: a cluster of the same GPU and models with no
-    /// published runs borrows the runtime fitted where runs were measured (its parameters —
-    /// the host's cost per kernel, sustained clocks, contention, per-step work — belong to the
-    /// GPU and the software, not the network). A calibration fitted for this cluster wins.
+    /// The cluster (by name) whose calibration this one composes under while it has none of
+    /// its own — found in `dir`'s `calibration.yaml`, else beside the named cluster's own models
+    /// (`Cluster::lender_calibrations`): a cluster with no published runs borrows the runtime
+    /// fitted where runs were measured on the same SM and software (its parameters — the
+    /// host's cost per kernel, sustained clocks, contention, per-step work — belong to them,
+    /// not to the network or the memory). A calibration fitted for this cluster wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration_from: Option<String>,
 }
@@ -319,6 +320,45 @@ impl Cluster {
         })
     }
 
+    /// The calibrations (`calibration.yaml`) beside the models of the cluster this file's
+    /// `models.calibration_from` names — the file of that name beside this one, else the
+    /// built-in cluster — so that a cluster of other models (an H200 beside the H100 whose
+    /// runs were measured) can borrow the runtime fitted there. None: the file borrows
+    /// nothing, or the lender's models hold no calibrations.
+    pub fn lender_calibrations(&self) -> Result<Option<super::Calibrations>> {
+        let Some(from) = self
+            .spec
+            .models
+            .as_ref()
+            .and_then(|m| m.calibration_from.as_ref())
+        else {
+            return Ok(None);
+        };
+        let beside = self
+            .path
+            .is_file()
+            .then(|| self.path.with_file_name(format!("{from}.yaml")))
+            .filter(|p| p.is_file());
+        let lender = Cluster::load(beside.as_deref().unwrap_or(Path::new(from)))?;
+        if let Some(name) = lender.builtin_models {
+            return match crate::assets::calibration(name) {
+                Some(yaml) => {
+                    let path = PathBuf::from(format!("<built-in models/{name}>/calibration.yaml"));
+                    super::Calibrations::parse(&path, yaml).map(Some)
+                }
+                None => Ok(None),
+            };
+        }
+        let Some(path) = lender.models_dir.map(|d| d.join("calibration.yaml")) else {
+            return Ok(None);
+        };
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text = crate::fsutil::read_to_string(&path)?;
+        super::Calibrations::parse(&path, &text).map(Some)
+    }
+
     /// The same cluster with `nodes` nodes for this job (`--nodes`), checked as the file's
     /// count is.
     pub fn with_nodes(mut self, nodes: i64) -> Result<Cluster> {
@@ -484,6 +524,39 @@ impl ClusterSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cluster borrows the calibration fitted for the cluster its file names from beside
+    /// that cluster's own models: the DGX H200 (its own H200 models, never calibrated) the DGX
+    /// H100's, from the file beside it or built in; a cluster that borrows nothing gets none.
+    #[test]
+    fn a_lender_is_found_beside_its_own_models() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for h200 in [
+            Cluster::load(&dir.join("hardware-profiles/dgx-h200.yaml")).expect("shipped"),
+            Cluster::load(Path::new("dgx-h200")).expect("built in"),
+        ] {
+            let lent = h200.lender_calibrations().expect("readable").expect("some");
+            assert!(lent.of("dgx-h100").is_some(), "{}", h200.path.display());
+            assert!(lent.of("dgx-h200").is_none());
+        }
+        let h100 = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).expect("shipped");
+        assert!(h100.lender_calibrations().expect("readable").is_none());
+        // a lender file beside the borrower wins over the built-in cluster of that name, and a
+        // lender whose models hold no calibration lends nothing
+        let tmp = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(dir.join("hardware-profiles/dgx-h200.yaml")).unwrap();
+        let models = dir.join("models/h200-aiconfigurator");
+        let text = text.replace("../models/h200-aiconfigurator", &models.to_string_lossy());
+        std::fs::write(tmp.path().join("borrower.yaml"), &text).unwrap();
+        std::fs::write(
+            tmp.path().join("dgx-h100.yaml"),
+            text.replace("name: dgx-h200", "name: dgx-h100")
+                .replace("  calibration_from: dgx-h100\n", ""),
+        )
+        .unwrap();
+        let borrower = Cluster::load(&tmp.path().join("borrower.yaml")).unwrap();
+        assert!(borrower.lender_calibrations().unwrap().is_none());
+    }
 
     #[test]
     fn the_shipped_dgx_a100_takes_its_collectives_from_a_dgx_a100() {

@@ -152,29 +152,52 @@ pub struct CostModel<'a> {
     raw_sigma_log: Option<f64>,
     cache: Mutex<HashMap<OpQuery, Estimate>>,
     calibrations: Mutex<HashMap<(OpKind, bool), Option<Calibration>>>,
+    /// The calibrations beside the models of the cluster `models.calibration_from` names,
+    /// where this cluster's own models hold none to compose under.
+    lent: Option<crate::hardware::Calibrations>,
 }
 
 impl<'a> CostModel<'a> {
     /// A cost model of `cluster` with these trained models (none: analytic only).
     pub fn new(cluster: &'a Cluster, models: Option<ModelSet>) -> Self {
         // a calibration fitted for this cluster takes precedence over the cluster's defaults;
-        // without one, the calibration its file borrows (`models.calibration_from`)
-        let found = models
-            .as_ref()
-            .and_then(|m| calibration_of(cluster, |name| m.calibrations.of(name)))
+        // without one, the calibration its file borrows (`models.calibration_from`), from these
+        // models' calibrations or else from those beside the lender's own models
+        let own = models.as_ref().map(|m| &m.calibrations);
+        let has_own = own.is_some_and(|c| calibration_of(cluster, |name| c.of(name)).is_some());
+        let (lent, unreadable) = match has_own || models.is_none() {
+            true => (None, None),
+            false => match cluster.lender_calibrations() {
+                Ok(lent) => (lent, None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+        };
+        let found = own
+            .and_then(|own| {
+                calibration_of(cluster, |name| {
+                    own.of(name).or_else(|| lent.as_ref()?.of(name))
+                })
+            })
             .map(|(c, borrowed)| (c.clone(), borrowed));
-        // a borrowed name the models' calibrations lack (a typo, or models not calibrated yet)
-        // is said, not silently replaced by the defaults
+        // a borrowed name no calibration holds (a typo, or models not calibrated yet) is
+        // said, not silently replaced by the defaults
         let missing = || {
             let from = cluster.spec.models.as_ref()?.calibration_from.as_ref()?;
             let dir = models.as_ref()?.dir.display();
-            Some(format!(
-                "the cluster's defaults: its models.calibration_from names '{from}', which \
-                 {dir}/calibration.yaml does not hold"
-            ))
+            Some(match &unreadable {
+                Some(why) => format!(
+                    "the cluster's defaults: its models.calibration_from names '{from}', whose \
+                     calibration could not be read: {why}"
+                ),
+                None => format!(
+                    "the cluster's defaults: its models.calibration_from names '{from}', which \
+                     neither {dir}/calibration.yaml nor {from}'s models hold"
+                ),
+            })
         };
         let calibrated = missing();
         let mut cost = CostModel {
+            lent,
             cluster,
             transfer: Vec::new(),
             collectives: None,
@@ -244,9 +267,14 @@ impl<'a> CostModel<'a> {
             return self;
         };
         let cluster = self.cluster;
+        let lent = self.lent.as_ref();
         let found = self.models.as_ref().and_then(|m| {
-            calibration_of(cluster, |name| m.calibrations.of_framework(name, framework))
-                .map(|(c, borrowed)| (c.clone(), borrowed))
+            calibration_of(cluster, |name| {
+                m.calibrations
+                    .of_framework(name, framework)
+                    .or_else(|| lent?.of_framework(name, framework))
+            })
+            .map(|(c, borrowed)| (c.clone(), borrowed))
         });
         match found {
             Some((c, borrowed)) => self.compose_under(&c, borrowed),
