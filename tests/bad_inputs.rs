@@ -283,6 +283,7 @@ fn cases() -> Vec<Case> {
         cluster!("name: dgx-h100" => "name: dgx-h100\ncolour: green", "colour"),
         cluster!("  dir: ../models/h100-aiconfigurator" => "  dir: ../no-models-here", "no-models-here", "stepcast train"),
         cluster!("  dir: ../models/h100-aiconfigurator" => "  dir: ../models/h100-aiconfigurator\n  calibration_from: dgx-h100", "models.calibration_from is 'dgx-h100'", "give the name of another cluster"),
+        cluster!("  dir: ../models/h100-aiconfigurator" => "  dir: ../models/h100-aiconfigurator\n  calibration_from: ../secrets/x", "models.calibration_from is '../secrets/x'", "give the name of another cluster"),
         cluster!("gpus_per_node: 8" => "efficiency: {compute: 0, memory: 0.8, kernel_launch_us: 4, network: 0.85}\ngpus_per_node: 8", "efficiency.compute = 0"),
         cluster!("gpus_per_node: 8" => "efficiency: {compute: 0.7, memory: 1.5, kernel_launch_us: 4, network: 0.85}\ngpus_per_node: 8", "efficiency.memory = 1.5"),
         cluster!("gpus_per_node: 8" => "efficiency: {compute: 0.7, memory: 0.8, kernel_launch_us: -4, network: 0.85}\ngpus_per_node: 8", "efficiency.kernel_launch_us = -4"),

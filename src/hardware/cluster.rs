@@ -337,9 +337,20 @@ impl Cluster {
         let beside = self
             .path
             .is_file()
-            .then(|| self.path.with_file_name(format!("{from}.yaml")))
-            .filter(|p| p.is_file());
-        let lender = Cluster::load(beside.as_deref().unwrap_or(Path::new(from)))?;
+            .then(|| self.path.with_file_name(format!("{from}.yaml")));
+        let lender = match beside.filter(|p| p.is_file()) {
+            Some(file) => Cluster::load(&file)?,
+            None => match crate::assets::cluster(from) {
+                Some(yaml) => Self::builtin(from, yaml)?,
+                None => {
+                    return Err(Error::Invalid(format!(
+                        "no cluster '{from}' beside {} nor built in ({})",
+                        self.path.display(),
+                        crate::assets::cluster_names().join(", ")
+                    )))
+                }
+            },
+        };
         if let Some(name) = lender.builtin_models {
             return match crate::assets::calibration(name) {
                 Some(yaml) => {
@@ -461,11 +472,16 @@ impl ClusterSpec {
                 ));
             }
             if let Some(from) = &m.calibration_from {
-                if from.trim().is_empty() || from == &self.name {
+                // a name, not a path: the lender is the file of that name beside this one
+                let name_like = !from.starts_with('.')
+                    && from
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+                if from.trim().is_empty() || from == &self.name || !name_like {
                     return Err(format!(
                         "{what}: models.calibration_from is '{from}': give the name of another \
-                         cluster whose calibration in the models directory this one borrows \
-                         (e.g. dgx-a100), or remove the line"
+                         cluster (a file beside this one or a built-in cluster, e.g. dgx-a100) \
+                         whose calibration this one borrows, or remove the line"
                     ));
                 }
             }

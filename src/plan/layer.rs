@@ -242,8 +242,8 @@ fn tp_comm(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
 /// shorter than the sequence and the others globally. A causal query at position i sees
 /// min(i + 1, w) keys: s·w − w²/2 over the sequence, costed as the same work unmasked over
 /// w − w²/(2s) keys (FlashAttention skips the blocks outside the window), in the shape the
-/// kernel runs it: each window of w queries against its band of keys, ⌈s/w⌉ windows a
-/// sequence as as many sequences of the batch — an attention shape the models were measured
+/// kernel runs it: each window of w queries against its band of keys, the ⌈s/w⌉ windows of a
+/// sequence as that many sequences of the batch — an attention shape the models were measured
 /// on, where one sequence of s queries over a hundred keys is not (an H100 model asked so
 /// answered 7 % of peak for a 128-token window). Alternating layers are costed at their mean:
 /// each call counted at its share of the layers (exact over an even number of Gemma 2 layers
@@ -822,13 +822,13 @@ fn mlp(p: &mut PassCalls, d: &Dims, ffn: u64, up_width: u64, act_op: OpKind) {
 /// the router GEMM and its top-k, the tokens permuted by expert and sent over the
 /// expert-parallel group, each of the rank's experts / ep experts as one GEMM pair on its
 /// tokens (a grouped GEMM is costed as that many GEMMs; `local_experts`), the tokens sent
-/// back, unpermuted and
-/// weighted, and the shared experts as a dense MLP on every token. Of the T·k routed tokens a
-/// rank computes, the busiest expert's share sets the pace: every local expert is costed at
-/// the busiest expert's tokens (imbalance × mean) — exact with one expert per rank, an upper
-/// bound with several — and the all-to-all carries the same factor more. With a capacity
-/// factor the busiest expert's load is cut at the capacity (dropped tokens are neither sent
-/// nor computed), or set to it when every expert's input is padded to capacity.
+/// back, unpermuted and weighted, and the shared experts as a dense MLP on every token. Of
+/// the T·k routed tokens a rank computes, the busiest expert's share sets the pace: every
+/// local expert is costed at the busiest expert's tokens (imbalance × mean) — exact with one
+/// expert per rank, an upper bound with several — and the all-to-all carries the same factor
+/// more. With a capacity factor the busiest expert's load is cut at the capacity (dropped
+/// tokens are neither sent nor computed), or set to it when every expert's input is padded
+/// to capacity.
 fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKind) {
     let k = moe.top_k;
     // the router and the dispatcher see the rank's sequence-parallel shard

@@ -165,12 +165,13 @@ impl<'a> CostModel<'a> {
         // models' calibrations or else from those beside the lender's own models
         let own = models.as_ref().map(|m| &m.calibrations);
         let has_own = own.is_some_and(|c| calibration_of(cluster, |name| c.of(name)).is_some());
-        let (lent, unreadable) = match has_own || models.is_none() {
-            true => (None, None),
-            false => match cluster.lender_calibrations() {
+        let (lent, unreadable) = if has_own || models.is_none() {
+            (None, None)
+        } else {
+            match cluster.lender_calibrations() {
                 Ok(lent) => (lent, None),
                 Err(e) => (None, Some(e.to_string())),
-            },
+            }
         };
         let found = own
             .and_then(|own| {
