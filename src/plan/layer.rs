@@ -930,7 +930,8 @@ fn local_experts(
     act_op: OpKind,
 ) {
     let local = moe.experts / d.ep;
-    let sorts_received = d.dispatcher == Dispatcher::Alltoall && local > 1 && d.ep * d.etp > 1;
+    // (also without expert parallelism: the chunks are then in order, and still copied)
+    let sorts_received = d.dispatcher == Dispatcher::Alltoall && local > 1;
     let received = Shape::Tokens(TokenShape {
         batch: 1,
         seq: per_expert.saturating_mul(local),

@@ -492,15 +492,21 @@ fn experts_are_planned_per_rank_and_imbalance_slows_the_step() {
         2 * 3 * 4096 * 14336,
         "two experts of three 4096 × 14336 matrices"
     );
-    // no all-to-all without expert parallelism, and nothing to sort; one expert a rank
-    // (ep 8) receives its tokens in order
+    // no all-to-all without expert parallelism, but the dispatcher still sorts the rank's
+    // (already ordered) chunks for its eight experts; one expert a rank (ep 8) has nothing to
+    // sort
     let solo = Layout::new(&moe_spec(1, None), &arch, &c).unwrap();
     let plan = crate::plan::Plan::new(&arch, &solo, &c);
     assert!(plan
         .layer
         .fwd
         .iter()
-        .all(|c| c.class != crate::timing::Class::EpComm && !c.label.contains("sort")));
+        .all(|c| c.class != crate::timing::Class::EpComm));
+    assert!(plan
+        .layer
+        .fwd
+        .iter()
+        .any(|c| c.label == "sort by local expert"));
     let one_each = Layout::new(&moe_spec(8, None), &arch, &c).unwrap();
     let plan = crate::plan::Plan::new(&arch, &one_each, &c);
     assert!(plan.layer.fwd.iter().all(|c| !c.label.contains("sort")));
