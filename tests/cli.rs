@@ -1875,6 +1875,17 @@ fn the_dgx_h200_borrows_the_h100_runtime_and_has_its_own_memory() {
     );
     assert_eq!(h200["runtime"], h100["runtime"]);
     assert_eq!(h200["runtime"]["launch_us"].as_f64(), Some(fitted));
+    // a framework's fit is borrowed the same way: the DGX H100's under Composer
+    let composer = predict("dgx-h200", &["--framework", "composer"]);
+    let said = composer["calibration"].as_str().unwrap();
+    assert!(
+        said.starts_with("calibrated for dgx-h100 under composer") && said.contains("borrowed"),
+        "{said}"
+    );
+    assert_eq!(
+        composer["runtime"],
+        predict("dgx-h100", &["--framework", "composer"])["runtime"]
+    );
     // the file beside the checkout's H100 file lends the same
     let from_file = predict(&repo("hardware-profiles/dgx-h200.yaml"), &[]);
     assert_eq!(from_file["step_time_s"], h200["step_time_s"]);
