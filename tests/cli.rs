@@ -2370,13 +2370,15 @@ fn the_cluster_flag_names_every_built_in_cluster() {
             .unwrap_or_default()
             .split("\n\n")
             .next()
-            .unwrap_or_default()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
+            .unwrap_or_default();
+        // whole names ("dgx-a100" is a prefix of "dgx-a100-40gb")
+        let listed: std::collections::BTreeSet<&str> = line
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .map(|w| w.trim_end_matches(['.', ')']))
+            .collect();
         for name in &names {
             assert!(
-                line.contains(name.as_str()),
+                listed.contains(name.as_str()),
                 "{command}: {name} not in {line}"
             );
         }
