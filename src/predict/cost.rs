@@ -164,22 +164,20 @@ impl<'a> CostModel<'a> {
         // without one, the calibration its file borrows (`models.calibration_from`), from these
         // models' calibrations or else from those beside the lender's own models
         let own = models.as_ref().map(|m| &m.calibrations);
-        let has_own = own.is_some_and(|c| calibration_of(cluster, |name| c.of(name)).is_some());
-        let (lent, unreadable) = if has_own || models.is_none() {
-            (None, None)
-        } else {
-            match cluster.lender_calibrations() {
-                Ok(lent) => (lent, None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        };
-        let found = own
-            .and_then(|own| {
-                calibration_of(cluster, |name| {
-                    own.of(name).or_else(|| lent.as_ref()?.of(name))
-                })
-            })
+        let mut found = own
+            .and_then(|own| calibration_of(cluster, |name| own.of(name)))
             .map(|(c, borrowed)| (c.clone(), borrowed));
+        let (mut lent, mut unreadable) = (None, None);
+        if found.is_none() && own.is_some() {
+            match cluster.lender_calibrations() {
+                Ok(calibrations) => lent = calibrations,
+                Err(e) => unreadable = Some(e.to_string()),
+            }
+            found = lent
+                .as_ref()
+                .and_then(|lent| calibration_of(cluster, |name| lent.of(name)))
+                .map(|(c, borrowed)| (c.clone(), borrowed));
+        }
         // a borrowed name no calibration holds (a typo, or models not calibrated yet) is
         // said, not silently replaced by the defaults
         let missing = || {
