@@ -151,8 +151,9 @@ impl FittedRange {
         let (s, [lo, hi]) = (p.seq_len as f64, self.seq_len.map(|v| v as f64));
         if s < lo / SIZE_MARGIN || s > hi * SIZE_MARGIN {
             out.push(format!(
-                "sequences of {} tokens (runs: {})",
+                "sequences of {} token{} (runs: {})",
                 count(p.seq_len),
+                if p.seq_len == 1 { "" } else { "s" },
                 span(self.seq_len[0], self.seq_len[1])
             ));
         }
@@ -305,6 +306,11 @@ mod tests {
         assert_eq!(
             r.outside(&point(8, 10_100_000_000, 810, 1, "bf16")).len(),
             2
+        );
+        // one token is a token, not "1 tokens"
+        assert_eq!(
+            r.outside(&point(8, 1_000_000_000, 1, 1, "bf16")),
+            ["sequences of 1 token (runs: 1,024–8,192)"]
         );
         assert!(FittedRange::of(&[]).is_none());
     }
