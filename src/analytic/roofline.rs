@@ -24,6 +24,24 @@ pub fn floor_us(
         .map(|t| t.max(achievable.min_kernel_us))
 }
 
+/// How much of a kernel's roofline is its arithmetic: 1 where its FLOPs at peak take at least
+/// as long as its bytes at full bandwidth (compute-bound), else the ratio of the two (0 for a
+/// kernel that only moves bytes, and for collectives). What sustained clocks slow: a
+/// memory-bound kernel waits on HBM, whose clock does not drop with the SMs'.
+pub fn compute_share(q: &OpQuery, gpu: &GpuSpec) -> f64 {
+    if q.op.is_collective() {
+        return 0.0;
+    }
+    let w = work(q.op, q.phase, &q.shape, q.dtype);
+    let compute = w.flops / gpu.peak_flops(q.dtype);
+    let memory = w.bytes / gpu.hbm_bytes_per_s();
+    if compute >= memory || memory <= 0.0 {
+        1.0
+    } else {
+        compute / memory
+    }
+}
+
 /// Roofline time at the cluster's achievable fractions of peak, plus one kernel launch.
 pub fn derated_time_us(q: &OpQuery, gpu: &GpuSpec, eff: &Efficiency) -> Option<f64> {
     time_at(q, gpu, eff.compute, eff.memory).map(|t| t + eff.kernel_launch_us)
@@ -83,5 +101,39 @@ mod tests {
         // 2·8192³ = 1.1e12 FLOP at 989.4 TFLOP/s = 1111 µs (NVIDIA measured 1,400 µs)
         let t = device_time_us(&q, &h100).unwrap();
         assert!((t - 1111.3).abs() < 1.0, "{t}");
+        assert_eq!(compute_share(&q, &h100), 1.0);
+    }
+
+    /// A residual add does 8 FLOPs an element where it moves 6 bytes: on an H100 (989 TFLOP/s
+    /// of bf16, 3.35 TB/s) its arithmetic is 8 / 6 · 3.35e12 / 989e12 ≈ 0.45 % of its roofline;
+    /// a collective has none.
+    #[test]
+    fn a_memory_bound_kernel_is_mostly_a_wait_on_memory() {
+        use crate::ops::TokenShape;
+        let h100 = GpuSpec::builtin("h100").unwrap();
+        let add = OpQuery {
+            op: OpKind::ResidualAdd,
+            phase: Phase::Fwd,
+            dtype: Dtype::Bf16,
+            role: None,
+            shape: Shape::Tokens(TokenShape {
+                batch: 1,
+                seq: 8192,
+                width: 4096,
+            }),
+        };
+        let share = compute_share(&add, &h100);
+        let expected = 8.0 / 6.0 * h100.hbm_bytes_per_s() / h100.peak_flops(Dtype::Bf16);
+        assert!((share - expected).abs() < 1e-12 && share < 0.01, "{share}");
+        let reduce = OpQuery {
+            op: OpKind::AllReduce,
+            shape: Shape::Collective(crate::ops::CollectiveShape {
+                bytes: 1 << 20,
+                nodes: 1,
+                gpus_per_node: 8,
+            }),
+            ..add
+        };
+        assert_eq!(compute_share(&reduce, &h100), 0.0);
     }
 }

@@ -18,8 +18,9 @@ pub struct Runtime {
     /// group's work object, the events and stream waits NCCL needs — µs.
     #[serde(default = "defaults::collective_launch_us")]
     pub collective_launch_us: f64,
-    /// Speed of compute kernels inside a training step relative to the same kernel benchmarked
-    /// alone (sustained-load clocks, caches and TLBs shared with the rest of the step), 0–1.
+    /// Speed of a kernel's arithmetic inside a training step relative to the same kernel
+    /// benchmarked alone (sustained-load clocks), 0–1; applied to the arithmetic share of each
+    /// kernel's roofline (`roofline::compute_share`), since HBM does not slow with the SMs.
     #[serde(default = "defaults::in_situ_efficiency")]
     pub in_situ_efficiency: f64,
     /// Slowdown of compute while a collective runs beside it (NCCL's SMs and HBM traffic):
@@ -115,7 +116,8 @@ pub const PARAMETERS: [Parameter; N_PARAMETERS] = [
         max: 1.0,
         unit: "",
         why: "microbenchmarks run short bursts at boost clocks; a step sustains power and \
-              thermal load, so clocks settle lower",
+              thermal load, so clocks settle lower — which slows a kernel's arithmetic, not \
+              its wait on HBM",
     },
     Parameter {
         name: "contention",

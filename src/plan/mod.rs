@@ -162,6 +162,10 @@ pub struct Stage {
 pub struct Plan {
     /// Every distinct operator query, each costed once.
     pub queries: Vec<OpQuery>,
+    /// Each query's share of arithmetic in its roofline on the cluster's GPU
+    /// (`roofline::compute_share`): how much sustained clocks slow it.
+    #[serde(skip)]
+    pub compute_share: Vec<f64>,
     /// The embedding lookup.
     pub embedding: Block,
     /// One transformer layer (with experts, in a mixture of experts).
@@ -251,7 +255,13 @@ impl Plan {
             mtp: mtp.as_ref(),
         };
         let stages = stage::stages(&mut b, arch, layout, &chunks, &blocks, groups);
+        let compute_share = b
+            .queries
+            .iter()
+            .map(|q| crate::analytic::roofline::compute_share(q, &cluster.spec.gpu))
+            .collect();
         Plan {
+            compute_share,
             queries: b.queries,
             embedding,
             layer: layer_block,

@@ -22,8 +22,8 @@ use crate::timing::{Attribution, Breakdown, Class, ClassTimes};
 /// toward.
 #[derive(Debug, Clone)]
 pub struct QueryTimes {
-    /// µs of one call of each query in a step: the isolated estimate, compute kernels slowed
-    /// by the runtime's in-situ efficiency.
+    /// µs of one call of each query in a step: the isolated estimate, its arithmetic share
+    /// slowed by the runtime's in-situ efficiency (collectives not at all).
     pub us: Vec<f64>,
     /// Kernels one call of each query launches (a GEMM's backward is two).
     pub kernels: Vec<f64>,
@@ -51,17 +51,12 @@ impl QueryTimes {
         attribute: bool,
         runtime: Runtime,
     ) -> QueryTimes {
+        // sustained clocks slow a kernel's arithmetic, not its wait on HBM
         let us = plan
-            .queries
+            .compute_share
             .iter()
             .zip(isolated_us)
-            .map(|(q, &t)| {
-                if q.op.is_collective() {
-                    t
-                } else {
-                    t / runtime.in_situ_efficiency
-                }
-            })
+            .map(|(&share, &t)| t * (1.0 + share * (1.0 / runtime.in_situ_efficiency - 1.0)))
             .collect();
         QueryTimes {
             us,
