@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 COLUMNS = ["set", "family", "label", "cluster", "model", "framework", "tp", "pp", "dp", "cp",
-           "cp_comm", "attention_kernel", "cross_entropy", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
+           "cp_comm", "attention_kernel", "cross_entropy", "elementwise", "ep", "etp", "moe_a2a_overlap", "moe_dispatcher", "pipeline_split",
            "pipeline_layout", "micro_batch", "global_batch", "seq_len", "dtype", "recompute",
            "recompute_modules", "zero", "schedule",
            "vpp", "sequence_parallel", "tp_comm_overlap", "grad_reduce_dtype", "fp8_param_gather",
@@ -375,6 +375,9 @@ def torchtitan(ref, out):
                 attention_kernel="flash-attention-2",
                 # its loss is PyTorch's cross_entropy on the fp32 logits (train.py at 9dec370)
                 cross_entropy="pytorch",
+                # without torch.compile its model code runs eagerly: the tomls' norm_type
+                # "rmsnorm" is PyTorch operations (models/norms.py), as are its RoPE and SwiGLU
+                elementwise="fused" if row["torch_compile"].startswith("yes") else "eager",
                 micro_batch=mb, global_batch=row["global_batch_size"], seq_len=row["seq_len"],
                 dtype="bf16" if row["precision"] == "BF16" else "fp8", recompute=recompute, zero=3,
                 # torchtitan's float8 is torchao's

@@ -9,8 +9,8 @@ use std::fmt::Write;
 use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
-    Activation, Arch, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Fp8Library, Layout,
-    NormKind, ParallelSpec, Position, Recompute, Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
+    Activation, Arch, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Elementwise, Fp8Library,
+    Layout, NormKind, ParallelSpec, Position, Recompute, Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
 };
 
 crate::named_enum!(
@@ -30,13 +30,15 @@ impl Framework {
     /// layout given for it starts from these (its own settings win). Megatron-LM and NeMo
     /// run what a layout defaults to already; torchtitan runs PyTorch's cross-entropy on the
     /// fp32 logits, SDPA's flash backend (FlashAttention-2), context parallelism that
-    /// all-gathers the keys and values, and (training in `dtype` fp8) torchao's float8.
+    /// all-gathers the keys and values, its model code eagerly (`[compile] enable = false`)
+    /// and (training in `dtype` fp8) torchao's float8.
     pub fn implied(self, dtype: Option<Dtype>) -> ParallelSpec {
         match self {
             Framework::Megatron | Framework::Nemo => ParallelSpec::default(),
             Framework::Torchtitan => ParallelSpec {
                 cross_entropy: Some(CrossEntropy::Pytorch),
                 attention_kernel: Some(AttentionKernel::FlashAttention2),
+                elementwise: Some(Elementwise::Eager),
                 cp_comm: Some(CpComm::AllGather),
                 fp8_library: (dtype == Some(Dtype::Fp8)).then_some(Fp8Library::Torchao),
                 ..ParallelSpec::default()
@@ -142,6 +144,12 @@ fn megatron_core_refusals(framework: Framework, l: &Layout) -> Result<()> {
         return refuse(
             "Megatron-Core's distributed optimizer is ZeRO 1; its FSDP options change with every \
              release: predict with --zero 1 (or 0) and export that",
+        );
+    }
+    if l.elementwise == Elementwise::Eager {
+        return refuse(
+            "Megatron-Core runs its norms, rotary embedding and activation as fused kernels, \
+             never PyTorch's eager operations: predict with --elementwise fused",
         );
     }
     if uneven_ends(&l.stage_layers).is_none() {
@@ -760,6 +768,12 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if l.stage_layers.iter().any(|&s| s != l.stage_layers[0]) {
         return refuse("torchtitan splits stages evenly here: use --partition uniform");
     }
+    if l.overlap.tp && l.elementwise == Elementwise::Eager {
+        return refuse(
+            "torchtitan's TP communication overlap (async tensor parallelism) needs \
+             torch.compile: predict with --elementwise fused, or without --tp-comm-overlap",
+        );
+    }
     let precision = match l.dtype {
         Dtype::Bf16 | Dtype::Fp8 => "bfloat16",
         Dtype::Fp32 | Dtype::Tf32 => "float32",
@@ -845,6 +859,11 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         Recompute::Selective | Recompute::SelectiveOp => "selective",
         Recompute::Full => "full",
     };
+    let _ = writeln!(
+        out,
+        "\n[compile]\nenable = {}",
+        l.elementwise == Elementwise::Fused
+    );
     let _ = writeln!(out, "\n[activation_checkpoint]\nmode = \"{mode}\"");
     if matches!(l.recompute, Recompute::Selective | Recompute::SelectiveOp) {
         let _ = writeln!(out, "selective_ac_option = \"op\"");
@@ -866,9 +885,8 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     if l.overlap.tp {
         notes.push(
-            "TP communication overlap is torchtitan's async tensor parallelism, which needs \
-             --compile.enable: add [parallelism] enable_async_tensor_parallel = true and \
-             [compile] enable = true"
+            "TP communication overlap is torchtitan's async tensor parallelism: add \
+             [parallelism] enable_async_tensor_parallel = true"
                 .into(),
         );
     }

@@ -221,6 +221,7 @@ fn cases() -> Vec<Case> {
         predict!("--global-batch 8 --fp8-library torchao", "--fp8-library", "add --dtype fp8"),
         predict!("--global-batch 8 --fp8-param-gather", "--fp8-param-gather", "add --dtype fp8"),
         predict!("--global-batch 8 --cross-entropy numpy", "--cross-entropy", "vocab-parallel"),
+        predict!("--global-batch 8 --elementwise compiled", "compiled", "fused", "eager"),
         predict!("--global-batch 8 --rules paper --recompute selective-op", "--recompute selective-op", "the paper's rules", "--rules megatron"),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model llama2-7b --dp 8 --global-batch 64 --moe-routing {tmp}/r.csv", &[("r.csv", "layer,imbalance\n0,1.5\n")], &["llama2-7b has no experts", "--moe-routing"]),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model {repo}/tests/data/mixtral-8x7b.yaml --dp 8 --ep 8 --global-batch 64 --moe-routing {tmp}/none.csv", &[], &["none.csv", "not found"]),

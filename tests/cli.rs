@@ -932,6 +932,73 @@ fn a_frameworks_defaults_cost_its_layouts() {
     );
 }
 
+/// PyTorch model code run without torch.compile (`--elementwise eager`, torchtitan's default)
+/// costs each operation of its norms, rotary embedding and SiLU-and-multiply as a kernel of
+/// its own: slower than the fused kernels, said on the layout line, exported as torchtitan's
+/// `[compile] enable = false`, refused for Megatron-Core and under the paper's rules.
+#[test]
+fn eager_elementwise_code_costs_its_passes_and_exports_as_such() {
+    let job: Vec<&str> =
+        "--cluster dgx-h100 --model llama3-8b --dp 8 --micro-batch 1 --global-batch 8 --zero 3"
+            .split_whitespace()
+            .collect();
+    let predict = |extra: &[&str]| {
+        let out = stepcast(&[&["predict"][..], &job, extra, &["--json"]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let fused = predict(&["--elementwise", "fused"]);
+    let eager = predict(&["--elementwise", "eager"]);
+    assert!(
+        fused["layout"].get("elementwise").is_none(),
+        "{}",
+        fused["layout"]
+    );
+    assert_eq!(eager["layout"]["elementwise"], "eager");
+    let step = |p: &serde_json::Value| p["step_time_s"].as_f64().unwrap();
+    assert!(
+        step(&eager) > 1.05 * step(&fused),
+        "{} {}",
+        step(&eager),
+        step(&fused)
+    );
+    // torchtitan's default, noted as such
+    let titan = predict(&["--framework", "torchtitan"]);
+    assert_eq!(titan["layout"]["elementwise"], "eager");
+    let text = stdout(&stepcast(
+        &[&["predict"][..], &job, &["--framework", "torchtitan"]].concat(),
+    ));
+    assert!(
+        text.contains("--elementwise eager") && text.contains("eager element-wise kernels"),
+        "{text}"
+    );
+    let export = |extra: &[&str]| stepcast(&[&["export"][..], &job, extra].concat());
+    let toml = stdout(&export(&["--format", "torchtitan"]));
+    assert!(toml.contains("[compile]\nenable = false"), "{toml}");
+    let toml = stdout(&export(&[
+        "--format",
+        "torchtitan",
+        "--elementwise",
+        "fused",
+    ]));
+    assert!(toml.contains("[compile]\nenable = true"), "{toml}");
+    let run = |line: &str| stepcast(&line.split_whitespace().collect::<Vec<_>>());
+    assert_user_error(
+        &run(
+            "export --format megatron --cluster dgx-h100 --model llama3-8b --dp 8 \
+              --global-batch 8 --elementwise eager",
+        ),
+        &["megatron", "--elementwise fused"],
+    );
+    assert_user_error(
+        &run(
+            "predict --cluster perlmutter --model llemma-7b --rules paper --tp 2 --pp 4 \
+              --dp 2 --micro-batch 4 --micro-batches 8 --elementwise eager",
+        ),
+        &["paper", "--elementwise eager"],
+    );
+}
+
 /// `export` turns the job flags, or a search's N-th best row, into each framework's launch,
 /// and refuses what a framework cannot run as costed.
 #[test]

@@ -170,7 +170,10 @@ fn a_search_for_a_framework_ends_in_its_launch() {
         .find_map(|l| l.strip_prefix("best: stepcast "))
         .unwrap()
         .to_string();
-    assert!(best.contains("--cross-entropy pytorch"), "{best}");
+    assert!(
+        best.contains("--cross-entropy pytorch") && best.contains("--elementwise eager"),
+        "{best}"
+    );
     let mut args: Vec<&str> = best.split_whitespace().collect();
     args.push("--json");
     let p = stepcast(&args);

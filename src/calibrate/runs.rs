@@ -30,7 +30,8 @@
 //! data-parallel gradients were reduced in, default fp32 for bf16 and fp8 runs, fp16 for fp16),
 //! `fp8_param_gather` (true/false: fp8 weights kept and gathered in fp8), `fp8_library`
 //! (transformer-engine or torchao), `cross_entropy`
-//! (vocab-parallel or pytorch: which loss the framework runs),
+//! (vocab-parallel or pytorch: which loss the framework runs), `elementwise` (fused or eager:
+//! PyTorch model code run without torch.compile, default fused),
 //! `measured_memory_gib` and `memory_scope` (the peak memory the run reported, GiB, and what
 //! it counts: `allocator`, PyTorch's peak reserved memory as torchtitan prints it, or `device`,
 //! everything on the GPU as nvidia-smi shows it; compared with the memory projection),
@@ -126,6 +127,8 @@ struct Row {
     attention_kernel: String,
     #[serde(default)]
     cross_entropy: String,
+    #[serde(default)]
+    elementwise: String,
     #[serde(default)]
     ep: Option<u64>,
     #[serde(default)]
@@ -241,6 +244,10 @@ impl Row {
             "" => None,
             s => Some(s.parse().map_err(|e| format!("cross_entropy: {e}"))?),
         };
+        let elementwise = match self.elementwise.trim() {
+            "" => None,
+            s => Some(s.parse().map_err(|e| format!("elementwise: {e}"))?),
+        };
         let model = if self.model.contains('/')
             || self.model.ends_with(".yaml")
             || self.model.ends_with(".json")
@@ -319,6 +326,7 @@ impl Row {
                 cp_comm,
                 attention_kernel,
                 cross_entropy,
+                elementwise,
                 ep: self.ep.filter(|&e| e > 1),
                 micro_batch: Some(self.micro_batch),
                 global_batch: Some(self.global_batch),
@@ -431,6 +439,21 @@ mod tests {
             })
             .collect();
         write(&format!("{header}{rows}"))
+    }
+
+    #[test]
+    fn the_elementwise_column_is_optional_and_checked() {
+        use crate::workload::Elementwise;
+        let (_d, path) = with_column("elementwise", &["eager", "fused", ""]);
+        let runs = load(&path).unwrap();
+        let got: Vec<_> = runs.iter().map(|r| r.spec.elementwise).collect();
+        assert_eq!(
+            got,
+            [Some(Elementwise::Eager), Some(Elementwise::Fused), None]
+        );
+        let (_d, path) = with_column("elementwise", &["compiled"]);
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("elementwise"), "{e}");
     }
 
     #[test]

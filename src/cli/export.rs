@@ -171,6 +171,8 @@ struct RowLayout {
     attention_kernel: Option<AttentionKernel>,
     #[serde(default)]
     cross_entropy: Option<stepcast::workload::CrossEntropy>,
+    #[serde(default)]
+    elementwise: Option<stepcast::workload::Elementwise>,
     #[serde(default = "one")]
     ep: u64,
     #[serde(default)]
@@ -291,6 +293,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         cp_comm: r.cp_comm,
         attention_kernel: r.attention_kernel,
         cross_entropy: r.cross_entropy,
+        elementwise: r.elementwise,
         ep: Some(r.ep),
         etp: r.etp,
         moe_a2a_overlap: Some(r.overlap.moe_a2a),

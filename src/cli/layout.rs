@@ -12,8 +12,8 @@ use stepcast::export::Framework;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::workload::{
-    Arch, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Fp8Library, Layout, ParallelSpec,
-    Partition, Recompute, RecomputeModule, Rules, Schedule,
+    Arch, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Elementwise, Fp8Library, Layout,
+    ParallelSpec, Partition, Recompute, RecomputeModule, Rules, Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -58,6 +58,12 @@ pub struct JobArgs {
     /// vocab-parallel].
     #[arg(long, value_parser = named::<CrossEntropy>())]
     pub cross_entropy: Option<CrossEntropy>,
+    /// How the model code's RMSNorm, rotary embedding and SiLU-and-multiply run: fused
+    /// (Megatron-Core and Transformer Engine kernels, or PyTorch code under torch.compile) or
+    /// eager (PyTorch code without torch.compile, torchtitan's default: each operation a
+    /// kernel and a pass over memory, fp32 where the code casts) [default: fused].
+    #[arg(long, value_parser = named::<Elementwise>())]
+    pub elementwise: Option<Elementwise>,
     /// Expert parallelism for a mixture of experts: experts split over ep ranks of dp·cp.
     #[arg(long, allow_negative_numbers = true)]
     pub ep: Option<u64>,
@@ -293,6 +299,7 @@ impl JobArgs {
             cp_comm: self.cp_comm,
             attention_kernel: self.attention_kernel,
             cross_entropy: self.cross_entropy,
+            elementwise: self.elementwise,
             ep: self.ep,
             etp: self.etp,
             moe_imbalance: self.moe_imbalance,
@@ -416,6 +423,9 @@ pub(super) fn implied_note(
     }
     if let (Some(k), None) = (defaults.attention_kernel, job.attention_kernel) {
         used.push(format!("--attention-kernel {k}"));
+    }
+    if let (Some(e), None) = (defaults.elementwise, job.elementwise) {
+        used.push(format!("--elementwise {e}"));
     }
     if let (Some(c), None, true) = (defaults.cp_comm, job.cp_comm, context_parallel) {
         used.push(format!("--cp-comm {c}"));
@@ -617,6 +627,9 @@ pub fn describe(job: &Job) -> String {
         } + match l.cross_entropy {
             CrossEntropy::VocabParallel => "",
             CrossEntropy::Pytorch => ", PyTorch's cross-entropy",
+        } + match l.elementwise {
+            Elementwise::Fused => "",
+            Elementwise::Eager => ", eager element-wise kernels",
         };
     format!(
         "layout   tp {}{extra} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\

@@ -111,6 +111,10 @@ pub struct SearchArgs {
     /// learned) or flash-attention-2 (held to FA2's fraction of peak on Hopper) [default: native].
     #[arg(long, value_parser = super::named::<AttentionKernel>())]
     pub attention_kernel: Option<AttentionKernel>,
+    /// How every layout's RMSNorm, rotary embedding and SiLU-and-multiply run: fused (Megatron,
+    /// or PyTorch under torch.compile) or eager (PyTorch without it) [default: fused].
+    #[arg(long, value_parser = super::named::<stepcast::workload::Elementwise>())]
+    pub elementwise: Option<stepcast::workload::Elementwise>,
     /// Compose with the cluster's default runtime (raw physics), not the calibration fitted
     /// to measured runs.
     #[arg(long)]
@@ -320,6 +324,9 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if l.attention_kernel != AttentionKernel::Native {
         cmd += &format!(" --attention-kernel {}", l.attention_kernel);
     }
+    if !l.elementwise.is_fused() {
+        cmd += &format!(" --elementwise {}", l.elementwise);
+    }
     if l.cp > 1 && l.cp_comm != CpComm::P2p {
         cmd += &format!(" --cp-comm {}", l.cp_comm);
     }
@@ -371,6 +378,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         rules: Some(args.rules),
         tp_comm_overlap: args.tp_comm_overlap,
         attention_kernel: args.attention_kernel,
+        elementwise: args.elementwise,
         moe_imbalance: args.moe_imbalance,
         moe_dispatcher: args.moe_dispatcher,
         ..Default::default()

@@ -223,6 +223,12 @@ pub enum LayoutError {
     CpUnderPaperRules,
 
     #[error(
+        "the paper's rules cost its tool's operator list, fused: drop --elementwise eager or \
+         use --rules megatron"
+    )]
+    EagerUnderPaperRules,
+
+    #[error(
         "{model} has no experts: drop the expert settings (--ep, --etp, --moe-dispatcher, \
          --moe-imbalance, --moe-routing, --moe-capacity-factor, --moe-a2a-overlap), or give a \
          mixture-of-experts model"
@@ -359,6 +365,7 @@ impl LayoutError {
             CpNeedsFlashAttention { .. } | CpUnderPaperRules => {
                 "context parallelism without fused attention or under the paper's rules"
             }
+            EagerUnderPaperRules => "eager element-wise kernels under the paper's rules",
             BucketSize(_) => "bucket size out of range",
         }
     }

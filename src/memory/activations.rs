@@ -8,7 +8,9 @@
 use serde::Serialize;
 
 use crate::plan::megatron_fuses_softmax;
-use crate::workload::{Activation, Arch, AttentionImpl, Layout, Recompute, Rules};
+use crate::workload::{
+    Activation, Arch, AttentionImpl, Elementwise, Layout, NormKind, Recompute, Rules,
+};
 
 /// One stored tensor.
 #[derive(Debug, Clone, Serialize)]
@@ -76,8 +78,22 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
         }
     };
     let full = layout.recompute == Recompute::Full;
+    // an eager RMSNorm (`plan::layer::eager_kernels`) keeps what autograd needs of its
+    // operations: the fp32 copy of its input (4 bytes) and the 16-bit scaled output the
+    // weight multiplies (2); its 16-bit input is kept by nothing
+    let eager = layout.elementwise == Elementwise::Eager;
+    let eager_norm = if eager && arch.norm == NormKind::Rmsnorm {
+        (4.0 + 2.0 - 2.0) * h * rep
+    } else {
+        0.0
+    };
     add("input norm input", 2.0 * h * rep, false);
     add("QKV input (norm output)", 2.0 * h * rep, true);
+    add(
+        "input norm fp32 copy and scaled output (eager)",
+        eager_norm,
+        false,
+    );
     match arch.attention {
         AttentionImpl::Unfused => {
             add("Q and K", q + kv, false);
@@ -128,6 +144,11 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     }
     add("post-attention norm input", 2.0 * h * rep, false);
     add("MLP input (norm output)", 2.0 * h * rep, true);
+    add(
+        "post-attention norm fp32 copy and scaled output (eager)",
+        eager_norm,
+        false,
+    );
     // the MLP every token runs: the dense one, or the shared experts
     let ffn = match &arch.moe {
         None => ffn,
@@ -146,6 +167,10 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
             2.0 * s * b * ffn,
             true,
         );
+        // run eagerly, the multiply keeps SiLU's output besides the up projection's
+        if eager && arch.activation.is_gated() {
+            add("SiLU output (eager)", 2.0 * s * b * ffn, false);
+        }
     }
     if let Some(m) = &arch.moe {
         // the busiest expert's share of the k routed copies of every token, after the
@@ -287,13 +312,17 @@ fn rebuilt(arch: &Arch, layout: &Layout, what: &str) -> bool {
         | "attention dropout mask"
         | "attention dropout output"
         | "softmax log-sum-exp (fp32)" => &[M::CoreAttn],
-        "QKV input (norm output)" | "MLP input (norm output)" => &[M::Layernorm],
+        "QKV input (norm output)"
+        | "MLP input (norm output)"
+        | "input norm fp32 copy and scaled output (eager)"
+        | "post-attention norm fp32 copy and scaled output (eager)" => &[M::Layernorm],
         "Q, K and V" if arch.mla.is_some() => &[M::MlaUpProj],
         "GELU input"
         | "squared-ReLU input"
         | "SwiGLU input (gate and up)"
         | "GeGLU input (gate and up)"
-        | "MLP down input (activation output)" => {
+        | "MLP down input (activation output)"
+        | "SiLU output (eager)" => {
             if arch.moe.is_none() {
                 &[M::Mlp]
             } else {
@@ -555,6 +584,29 @@ mod tests {
             (acts.total() - expected).abs() < 1.0,
             "{} {expected}",
             acts.total()
+        );
+    }
+
+    /// Run eagerly, each RMSNorm keeps its fp32 input copy and 16-bit scaled output (4 + 2
+    /// bytes an element where a fused one keeps its 16-bit input, 2) and the gated MLP SiLU's
+    /// output (2 bytes a row element of the MLP); recomputation frees them with the rest.
+    #[test]
+    fn eager_norms_and_activation_keep_their_intermediates() {
+        let a = crate::workload::Arch::resolve("llama2-70b").unwrap();
+        let with = |recompute, elementwise| {
+            let mut l = layout(&a, 8, true, recompute);
+            l.elementwise = elementwise;
+            layer(&a, &l).total()
+        };
+        let (s, h, ffn) = (4096.0, 8192.0, 28672.0);
+        let extra = (2.0 * 4.0 * s * h + 2.0 * s * ffn) / 8.0;
+        let (fused, eager) = (Elementwise::Fused, Elementwise::Eager);
+        let gained = with(Recompute::None, eager) - with(Recompute::None, fused);
+        assert!((gained - extra).abs() < 1.0, "{gained} {extra}");
+        assert_eq!(with(Recompute::Full, eager), with(Recompute::Full, fused));
+        assert_eq!(
+            with(Recompute::SelectiveOp, eager),
+            with(Recompute::SelectiveOp, fused)
         );
     }
 }

@@ -21,8 +21,8 @@ use crate::ops::{
 };
 use crate::timing::Class;
 use crate::workload::{
-    Arch, AttentionImpl, CausalBlocks, CpComm, Dispatcher, Fp8Library, Layout, MlaSpec, MoeSpec,
-    NormKind, Position, Recompute, Rules,
+    Arch, AttentionImpl, CausalBlocks, CpComm, Dispatcher, Elementwise, Fp8Library, Layout,
+    MlaSpec, MoeSpec, NormKind, Position, Recompute, Rules,
 };
 
 /// The sizes one rank works with.
@@ -66,6 +66,9 @@ pub(super) struct Dims {
     /// Whether attention skips the causally masked blocks: not under the paper's rules (its data
     /// times attention without a causal mask) nor for a kernel that computes them.
     causal: bool,
+    /// RMSNorm, RoPE and the gated activation run as PyTorch's separate operations
+    /// (`eager_kernels`).
+    eager: bool,
     sequence_parallel: bool,
     rules: Rules,
     groups: Groups,
@@ -111,6 +114,7 @@ impl Dims {
             vocab_rank: arch.padded_vocab(t) / t,
             // a kernel handed a bias or mask tensor computes the masked blocks too
             causal: layout.rules != Rules::Paper && arch.causal_blocks == CausalBlocks::Skipped,
+            eager: layout.elementwise == Elementwise::Eager,
             sequence_parallel: layout.sequence_parallel,
             rules: layout.rules,
             groups,
@@ -538,6 +542,8 @@ struct PassCalls<'a> {
     fp8_library: Fp8Library,
     /// The weights are fp8 already (`Dims::fp8_weights`).
     fp8_weights: bool,
+    /// Norms, RoPE and gated activations as PyTorch's separate operations (`Dims::eager`).
+    eager: bool,
 }
 
 impl<'a> PassCalls<'a> {
@@ -548,6 +554,7 @@ impl<'a> PassCalls<'a> {
             calls: Vec::new(),
             fp8_library: d.fp8_library,
             fp8_weights: d.fp8_weights,
+            eager: d.eager,
         }
     }
 
@@ -591,11 +598,98 @@ impl<'a> PassCalls<'a> {
                 self.calls.push(c);
             }
         }
+        if self.eager {
+            if let Some(kernels) = eager_kernels(op, self.phase, dtype, shape) {
+                for (kind, kind_dtype, kernel_shape) in kernels {
+                    let c = self.b.call(
+                        label,
+                        kind,
+                        self.phase,
+                        kind_dtype,
+                        None,
+                        kernel_shape,
+                        Class::Compute,
+                    );
+                    self.calls.push(c);
+                }
+                return;
+            }
+        }
         let c = self
             .b
             .call(label, op, self.phase, dtype, role, shape, Class::Compute);
         self.calls.push(c);
     }
+}
+
+/// The kernels eager PyTorch runs for a fused element-wise op of `dtype` over `shape` (token
+/// rows × width), read in torchtitan's model code: RMSNorm as `x.float()`, `pow(2)`,
+/// `mean(-1)`, `+ eps`, `rsqrt`, the scale, `type_as(x)` and the weight, and autograd's
+/// kernels for each in the backward; RoPE as `x.float()`, the complex multiply and
+/// `type_as`; the gated activation as SiLU then the multiply. `None` for every other op (a
+/// LayerNorm or GELU is one PyTorch kernel either way). Each is costed as the learned
+/// element-wise kernel that moves the same bytes a row: a pass reading and writing one tensor
+/// (`Elementwise`, 2 tensors of its type) or reading two and writing one (`ResidualAdd`, 3); a
+/// cast between 16 and 32 bits moves 2 + 4 bytes, as a 16-bit pass of three tensors; a
+/// reduction reads its 32-bit input, 4 bytes, as a 16-bit pass of two; the per-row scalars
+/// (`+ eps`, `rsqrt` and their gradients) are one-column kernels. Under fp32 training the
+/// casts do not run.
+fn eager_kernels(
+    op: OpKind,
+    phase: Phase,
+    dtype: Dtype,
+    shape: Shape,
+) -> Option<Vec<(OpKind, Dtype, Shape)>> {
+    use OpKind::{Elementwise as Pass, ResidualAdd as Binary};
+    let Shape::Tokens(t) = shape else {
+        return None;
+    };
+    let sixteen = matches!(dtype, Dtype::Bf16 | Dtype::Fp16);
+    let (fp32, x16) = (Dtype::Fp32, if sixteen { dtype } else { Dtype::Bf16 });
+    // a kernel over the rows at the op's width, and a per-row one
+    let full = |kind, dt| Some((kind, dt, shape));
+    let row = || {
+        let column = TokenShape { width: 1, ..t };
+        Some((Pass, fp32, Shape::Tokens(column)))
+    };
+    let cast = || sixteen.then_some((Binary, dtype, shape));
+    let kernels = match (op, phase) {
+        (OpKind::RmsNorm, Phase::Fwd) => vec![
+            cast(),
+            full(Pass, fp32),  // pow(2)
+            full(Pass, x16),   // mean(-1): reads 4 bytes
+            row(),             // + eps
+            row(),             // rsqrt
+            full(Pass, fp32),  // x · rstd
+            cast(),            // type_as(x)
+            full(Pass, dtype), // · weight
+        ],
+        (OpKind::RmsNorm, Phase::Bwd) => vec![
+            full(Pass, dtype),   // grad · weight
+            full(Binary, dtype), // grad · output, for the weight's gradient
+            full(Pass, dtype),   // its sum over the rows
+            cast(),              // type_as's backward
+            full(Pass, fp32),    // grad · rstd
+            full(Binary, fp32),  // grad · x, for rstd's gradient
+            full(Pass, x16),     // its sum over the row
+            row(),               // rsqrt's backward
+            row(),               // + eps's backward
+            full(Pass, x16),     // mean's backward: the row's gradient spread over it
+            full(Binary, fp32),  // pow's backward: grad · x
+            full(Pass, fp32),    // · 2
+            full(Binary, fp32),  // x's two gradients summed
+            cast(),              // x.float()'s backward
+        ],
+        (OpKind::Rope, _) => vec![cast(), full(Pass, fp32), cast()],
+        (OpKind::Swiglu, Phase::Fwd) => vec![full(Pass, dtype), full(Binary, dtype)],
+        (OpKind::Swiglu, Phase::Bwd) => vec![
+            full(Binary, dtype), // the gate's gradient: grad · up
+            full(Binary, dtype), // the up projection's: grad · SiLU(gate)
+            full(Binary, dtype), // SiLU's backward
+        ],
+        _ => return None,
+    };
+    Some(kernels.into_iter().flatten().collect())
 }
 
 /// Label of the casts `fp8_casts` puts before an fp8 GEMM (recomputation finds them by it).
@@ -1381,15 +1475,9 @@ pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
         NormKind::Rmsnorm => OpKind::RmsNorm,
     };
     let mut pass = |phase| {
-        let mut calls = vec![b.call(
-            "final norm",
-            norm_op,
-            phase,
-            d.act,
-            None,
-            d.tok_sp(d.d),
-            Class::Compute,
-        )];
+        let mut norm = PassCalls::new(b, phase, d);
+        norm.compute("final norm", norm_op, d.act, None, d.tok_sp(d.d));
+        let mut calls = norm.calls;
         calls.extend(head_comm(b, d, phase));
         calls.extend([
             // Megatron keeps the output layer out of the fp8 recipe: 16-bit under fp8
@@ -1699,5 +1787,81 @@ mod llama3_8b_layer_tests {
                 "mlp up (without the gate)"
             ]
         );
+    }
+
+    /// Bytes an element moves in all through `label`'s calls of `width` in `calls`, and how
+    /// many kernels they are.
+    fn traffic(plan: &Plan, calls: &[Call], label: &str, width: u64) -> (f64, usize) {
+        let of_width = |c: &&Call| {
+            matches!(plan.queries[c.query as usize].shape,
+                Shape::Tokens(t) if t.width == width)
+        };
+        let picked: Vec<_> = calls
+            .iter()
+            .filter(|c| c.label == label)
+            .filter(of_width)
+            .collect();
+        let bytes: f64 = picked
+            .iter()
+            .map(|c| {
+                let q = &plan.queries[c.query as usize];
+                crate::ops::work::work(q.op, q.phase, &q.shape, q.dtype).bytes
+            })
+            .sum();
+        // one micro-batch of one 8,192-token sequence
+        (bytes / (8192 * width) as f64, picked.len())
+    }
+
+    /// Run eagerly, torchtitan's RMSNorm is six kernels over its rows forward moving 36 bytes
+    /// an element (a fused one: 4) and two per-row ones, its backward twelve and two moving 86
+    /// (fused: 6); RoPE three each way, 20
+    /// bytes; the gated MLP's SiLU and multiply 10 bytes forward, 18 back (fused: 6 and 10).
+    /// Each call keeps the fused op's label, so recomputation finds them as before.
+    #[test]
+    fn eager_code_runs_each_pytorch_operation_as_its_own_pass() {
+        use crate::workload::Elementwise;
+        let fused = plan(ParallelSpec::default());
+        let eager = plan(ParallelSpec {
+            elementwise: Some(Elementwise::Eager),
+            recompute: Some(Recompute::Full),
+            ..Default::default()
+        });
+        let (fwd, bwd) = (&eager.layer.fwd, &eager.layer.bwd);
+        assert_eq!(traffic(&eager, fwd, "input norm", 4096), (36.0, 6));
+        assert_eq!(
+            traffic(&fused, &fused.layer.fwd, "input norm", 4096),
+            (4.0, 1)
+        );
+        assert_eq!(traffic(&eager, bwd, "input norm", 4096), (86.0, 12));
+        assert_eq!(
+            traffic(&fused, &fused.layer.bwd, "input norm", 4096),
+            (6.0, 1)
+        );
+        // and the per-row scalars (+ eps, rsqrt): two one-column kernels each way
+        assert_eq!(traffic(&eager, fwd, "input norm", 1).1, 2);
+        assert_eq!(traffic(&eager, bwd, "input norm", 1).1, 2);
+        assert_eq!(traffic(&eager, fwd, "rope q", 4096), (20.0, 3));
+        assert_eq!(traffic(&eager, bwd, "rope k", 1024), (20.0, 3));
+        assert_eq!(traffic(&eager, fwd, "activation", 14336), (10.0, 2));
+        assert_eq!(traffic(&eager, bwd, "activation", 14336), (18.0, 3));
+        assert_eq!(
+            traffic(&fused, &fused.layer.fwd, "activation", 14336),
+            (6.0, 1)
+        );
+        // the head's final norm too, and a full recomputation reruns every eager kernel
+        assert_eq!(
+            traffic(&eager, &eager.head.fwd, "final norm", 4096),
+            (36.0, 6)
+        );
+        assert_eq!(eager.layer.recompute.len(), fwd.len());
+        // the matmuls and the attention are what they were
+        let heavy = |p: &Plan, calls: &[Call]| -> Vec<crate::ops::OpQuery> {
+            calls
+                .iter()
+                .map(|c| p.queries[c.query as usize])
+                .filter(|q| matches!(q.op, OpKind::Gemm | OpKind::FlashAttention))
+                .collect()
+        };
+        assert_eq!(heavy(&eager, fwd), heavy(&fused, &fused.layer.fwd));
     }
 }

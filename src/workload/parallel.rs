@@ -74,6 +74,13 @@ impl CrossEntropy {
     }
 }
 
+impl Elementwise {
+    /// The default, which layout records leave out.
+    pub fn is_fused(&self) -> bool {
+        *self == Elementwise::Fused
+    }
+}
+
 impl Dispatcher {
     /// The default, which layout records leave out.
     pub fn is_alltoall(&self) -> bool {
@@ -164,6 +171,21 @@ crate::named_enum!(
 );
 
 crate::named_enum!(
+    /// How the model code's element-wise work — RMSNorm, rotary embedding, the gated MLP's
+    /// activation — reaches the GPU.
+    pub enum Elementwise {
+        /// Fused kernels: Megatron-Core's and Transformer Engine's, or PyTorch model code under
+        /// `torch.compile` (Inductor fuses each into one or two kernels).
+        Fused => "fused",
+        /// PyTorch model code run eagerly (torchtitan's default, `[compile] enable = false`):
+        /// each PyTorch operation of its RMSNorm (cast to fp32, square, mean, rsqrt, scale,
+        /// cast back, weight), of its complex-number rotary embedding and of its SiLU-and-multiply
+        /// is a kernel of its own, a pass over memory, in fp32 where the code casts.
+        Eager => "eager",
+    }
+);
+
+crate::named_enum!(
     /// Which kernel runs the fused attention.
     pub enum AttentionKernel {
         /// The attention the cluster's models learned (NVIDIA's measured kernels on H100:
@@ -238,6 +260,9 @@ pub struct ParallelSpec {
     /// Which cross-entropy computes the loss (default vocab-parallel, Megatron's).
     #[serde(default)]
     pub cross_entropy: Option<CrossEntropy>,
+    /// How the norms, rotary embedding and gated activation run (default fused).
+    #[serde(default)]
+    pub elementwise: Option<Elementwise>,
     /// Expert parallelism: the routed experts split over ep ranks of the data-parallel group.
     #[serde(default)]
     pub ep: Option<u64>,
@@ -369,6 +394,7 @@ impl ParallelSpec {
             cp: over.cp.or(self.cp),
             cp_comm: over.cp_comm.or(self.cp_comm),
             cross_entropy: over.cross_entropy.or(self.cross_entropy),
+            elementwise: over.elementwise.or(self.elementwise),
             attention_kernel: over.attention_kernel.or(self.attention_kernel),
             ep: over.ep.or(self.ep),
             etp: over.etp.or(self.etp),
@@ -426,6 +452,9 @@ pub struct Layout {
     /// Which cross-entropy computes the loss.
     #[serde(skip_serializing_if = "CrossEntropy::is_vocab_parallel")]
     pub cross_entropy: CrossEntropy,
+    /// How the norms, rotary embedding and gated activation run.
+    #[serde(skip_serializing_if = "Elementwise::is_fused")]
+    pub elementwise: Elementwise,
     /// Expert-parallel degree (1 for a dense model): each rank holds experts / ep experts.
     pub ep: u64,
     /// Expert-tensor-parallel degree: each expert's MLP is split over etp ranks (tp unless
@@ -518,6 +547,9 @@ impl Layout {
         let micro_batches = micro_batches(spec, micro_batch, dp)?;
         let seq_len = bounded("seq-len", spec.seq_len.unwrap_or(arch.seq_len), MAX_SEQ_LEN)?;
         check_context_parallel(arch, rules, cp, seq_len)?;
+        if paper && spec.elementwise == Some(Elementwise::Eager) {
+            return Err(LayoutError::EagerUnderPaperRules);
+        }
         // (etp = tp on a dense model is no setting at all, as a search's rows record it)
         let etp = match spec.etp {
             Some(e) if arch.moe.is_none() && e != tp => {
@@ -656,6 +688,7 @@ impl Layout {
             cp,
             cp_comm: spec.cp_comm.unwrap_or(CpComm::P2p),
             cross_entropy: spec.cross_entropy.unwrap_or(CrossEntropy::VocabParallel),
+            elementwise: spec.elementwise.unwrap_or(Elementwise::Fused),
             attention_kernel: spec.attention_kernel.unwrap_or(AttentionKernel::Native),
             ep,
             etp,
