@@ -31,14 +31,20 @@ impl Framework {
     /// run what a layout defaults to already; torchtitan runs PyTorch's cross-entropy on the
     /// fp32 logits, SDPA's flash backend (FlashAttention-2), context parallelism that
     /// all-gathers the keys and values, its model code eagerly (`[compile] enable = false`)
-    /// and (training in `dtype` fp8) torchao's float8.
-    pub fn implied(self, dtype: Option<Dtype>) -> ParallelSpec {
+    /// unless `job` overlaps TP communication (async tensor parallelism needs `torch.compile`),
+    /// and (training in fp8) torchao's float8.
+    pub fn implied(self, job: &ParallelSpec) -> ParallelSpec {
+        let dtype = job.dtype;
         match self {
             Framework::Megatron | Framework::Nemo => ParallelSpec::default(),
             Framework::Torchtitan => ParallelSpec {
                 cross_entropy: Some(CrossEntropy::Pytorch),
                 attention_kernel: Some(AttentionKernel::FlashAttention2),
-                elementwise: Some(Elementwise::Eager),
+                elementwise: Some(if job.tp_comm_overlap == Some(true) {
+                    Elementwise::Fused
+                } else {
+                    Elementwise::Eager
+                }),
                 cp_comm: Some(CpComm::AllGather),
                 fp8_library: (dtype == Some(Dtype::Fp8)).then_some(Fp8Library::Torchao),
                 ..ParallelSpec::default()

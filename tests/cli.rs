@@ -983,6 +983,16 @@ fn eager_elementwise_code_costs_its_passes_and_exports_as_such() {
     ]));
     assert!(toml.contains("[compile]\nenable = true"), "{toml}");
     let run = |line: &str| stepcast(&line.split_whitespace().collect::<Vec<_>>());
+    // torchtitan's async tensor parallelism needs torch.compile: a layout overlapping TP
+    // communication is costed and exported compiled, and refused eager
+    let tp = "export --format torchtitan --cluster dgx-h100 --model llama3-8b --tp 2 --dp 4 \
+              --global-batch 8 --zero 3 --sequence-parallel --tp-comm-overlap";
+    let toml = stdout(&run(tp));
+    assert!(toml.contains("[compile]\nenable = true"), "{toml}");
+    assert_user_error(
+        &run(&format!("{tp} --elementwise eager")),
+        &["torch.compile", "--elementwise fused"],
+    );
     assert_user_error(
         &run(
             "export --format megatron --cluster dgx-h100 --model llama3-8b --dp 8 \

@@ -355,7 +355,7 @@ impl JobArgs {
         let implied = framework
             .as_deref()
             .and_then(|f| f.parse::<Framework>().ok())
-            .map(|f| (f, f.implied(spec.dtype)));
+            .map(|f| (f, f.implied(&spec)));
         let implied_note = implied
             .as_ref()
             .and_then(|(f, defaults)| implied_note(*f, defaults, &spec, spec.cp.unwrap_or(1) > 1));

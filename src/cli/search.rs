@@ -390,7 +390,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         .or_else(|| args.framework.as_deref().and_then(|f| f.parse().ok()));
     let (base, implied) = match framework {
         Some(f) => {
-            let defaults = f.implied(args.dtype);
+            let defaults = f.implied(&base);
             let context_parallel = args
                 .cp
                 .as_ref()
