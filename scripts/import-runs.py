@@ -346,9 +346,9 @@ def torchtitan(ref, out):
         sched = row["pp_schedule"]
         ac = row["activation_checkpointing"]
         # torchtitan's "selective" is op-level at the benchmarks' tomls (selective_ac_option =
-        # "op"); "selective layer" (every other layer checkpointed whole) has no uniform
-        # equivalent and is costed as Megatron's selective recomputation
-        recompute = ("full" if ac.startswith("full") else "selective" if ac.startswith("selective layer")
+        # "op"); "selective layer" checkpoints every other layer whole (selective_ac_option =
+        # "2", the layer-level choice its docs and tomls name)
+        recompute = ("full" if ac.startswith("full") else "selective-layer" if ac.startswith("selective layer")
                      else "selective-op" if ac.startswith("selective") else "none")
         local = int(row["local_batch_size"])
         # with a pipeline the local batch is split into as many micro-batches as there are

@@ -378,7 +378,9 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     match l.recompute {
         Recompute::None => {}
-        Recompute::SelectiveOp => return Err(no_op_level_checkpointing("megatron")),
+        Recompute::SelectiveOp | Recompute::SelectiveLayer => {
+            return Err(no_op_level_checkpointing("megatron"))
+        }
         Recompute::Selective => {
             arg("--recompute-granularity selective".into());
             if let Some(modules) = &l.recompute_modules {
@@ -622,7 +624,9 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         }
     }
     match l.recompute {
-        Recompute::SelectiveOp => return Err(no_op_level_checkpointing("nemo")),
+        Recompute::SelectiveOp | Recompute::SelectiveLayer => {
+            return Err(no_op_level_checkpointing("nemo"))
+        }
         Recompute::None => set("model.config.recompute_granularity", "None".into()),
         Recompute::Selective => {
             set("model.config.recompute_granularity", "\"selective\"".into());
@@ -862,7 +866,7 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     let mode = match l.recompute {
         Recompute::None => "none",
-        Recompute::Selective | Recompute::SelectiveOp => "selective",
+        Recompute::Selective | Recompute::SelectiveOp | Recompute::SelectiveLayer => "selective",
         Recompute::Full => "full",
     };
     let _ = writeln!(
@@ -871,8 +875,15 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         l.elementwise == Elementwise::Fused
     );
     let _ = writeln!(out, "\n[activation_checkpoint]\nmode = \"{mode}\"");
-    if matches!(l.recompute, Recompute::Selective | Recompute::SelectiveOp) {
-        let _ = writeln!(out, "selective_ac_option = \"op\"");
+    match l.recompute {
+        Recompute::Selective | Recompute::SelectiveOp => {
+            let _ = writeln!(out, "selective_ac_option = \"op\"");
+        }
+        // every 2nd layer checkpointed whole
+        Recompute::SelectiveLayer => {
+            let _ = writeln!(out, "selective_ac_option = \"2\"");
+        }
+        Recompute::None | Recompute::Full => {}
     }
     if l.recompute == Recompute::Selective {
         notes.push(
@@ -912,12 +923,13 @@ fn transformer_engine_only(target: &str) -> Error {
     ))
 }
 
-/// Megatron-LM and NeMo have no op-level selective checkpointing (torchtitan's).
+/// Megatron-LM and NeMo have neither of torchtitan's selective checkpointings (op-level, or
+/// every other layer: Megatron's `--recompute-method block` recomputes a stage's first layers).
 fn no_op_level_checkpointing(target: &str) -> Error {
     Error::Invalid(format!(
-        "{target}: Megatron-Core has no op-level selective checkpointing (--recompute \
-         selective-op is torchtitan's): export --recompute selective (the attention core, \
-         or --recompute-modules) or full"
+        "{target}: Megatron-Core has no op-level or every-other-layer selective checkpointing \
+         (--recompute selective-op and selective-layer are torchtitan's): export --recompute \
+         selective (the attention core, or --recompute-modules) or full"
     ))
 }
 

@@ -223,6 +223,8 @@ fn cases() -> Vec<Case> {
         predict!("--global-batch 8 --cross-entropy numpy", "--cross-entropy", "vocab-parallel"),
         predict!("--global-batch 8 --elementwise compiled", "compiled", "fused", "eager"),
         predict!("--global-batch 8 --rules paper --recompute selective-op", "--recompute selective-op", "the paper's rules", "--rules megatron"),
+        predict!("--global-batch 8 --rules paper --recompute selective-layer", "--recompute selective-layer", "the paper's rules", "--rules megatron"),
+        case("export --format megatron --cluster dgx-h100 --model llama2-7b --dp 8 --global-batch 64 --recompute selective-layer", &[], &["megatron", "selective-layer", "torchtitan's"]),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model llama2-7b --dp 8 --global-batch 64 --moe-routing {tmp}/r.csv", &[("r.csv", "layer,imbalance\n0,1.5\n")], &["llama2-7b has no experts", "--moe-routing"]),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model {repo}/tests/data/mixtral-8x7b.yaml --dp 8 --ep 8 --global-batch 64 --moe-routing {tmp}/none.csv", &[], &["none.csv", "not found"]),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model {repo}/tests/data/mixtral-8x7b.yaml --dp 8 --ep 8 --global-batch 64 --moe-routing {tmp}/r.csv", &[("r.csv", "layer,tokens\n0,1\n")], &["r.csv", "header layer,tokens", "layer,expert,tokens"]),

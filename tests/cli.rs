@@ -1009,6 +1009,22 @@ fn eager_elementwise_code_costs_its_passes_and_exports_as_such() {
     );
 }
 
+/// torchtitan's layer-level selective checkpointing (`--recompute selective-layer`) exports as
+/// its every-second-layer option.
+#[test]
+fn layer_level_checkpointing_exports_as_torchtitans_every_second_layer() {
+    let run = |line: &str| stepcast(&line.split_whitespace().collect::<Vec<_>>());
+    // torchtitan's layer-level checkpointing, every 2nd layer
+    let toml = stdout(&run(
+        "export --format torchtitan --cluster dgx-h100 --model llama3-8b \
+                            --dp 8 --global-batch 8 --zero 3 --recompute selective-layer",
+    ));
+    assert!(
+        toml.contains("mode = \"selective\"\nselective_ac_option = \"2\""),
+        "{toml}"
+    );
+}
+
 /// `export` turns the job flags, or a search's N-th best row, into each framework's launch,
 /// and refuses what a framework cannot run as costed.
 #[test]

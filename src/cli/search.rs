@@ -205,6 +205,7 @@ fn recompute_name(r: Recompute) -> &'static str {
         Recompute::None => "none",
         Recompute::Selective => "selective",
         Recompute::SelectiveOp => "selective-op",
+        Recompute::SelectiveLayer => "selective-layer",
         Recompute::Full => "full",
     }
 }

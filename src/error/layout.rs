@@ -164,8 +164,11 @@ pub enum LayoutError {
         dtype: &'static str,
     },
 
-    #[error("--recompute selective-op: {why}")]
-    SelectiveOp { why: String },
+    #[error("--recompute {granularity}: {why}")]
+    SelectiveOp {
+        granularity: &'static str,
+        why: String,
+    },
 
     #[error("--pipeline-layout \"{layout}\": {message}")]
     PipelineLayout { layout: String, message: String },
@@ -344,7 +347,7 @@ impl LayoutError {
             | PipelineLayoutChunks { .. }
             | PipelineLayoutMtp { .. } => "pipeline layout that does not fit",
             RecomputeModules { .. } => "recompute modules the model or rules cannot take",
-            SelectiveOp { .. } => "op-level selective recomputation the model cannot take",
+            SelectiveOp { .. } => "torchtitan's selective recomputation the model cannot take",
             Fp8SettingNeedsFp8 { .. } => "an fp8 setting without fp8 training",
             ParamGatherNeedsDistributedOptimizer => {
                 "parameter-gather overlap without a distributed optimizer"

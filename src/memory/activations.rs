@@ -233,12 +233,35 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
             for_weight_grad: false,
         }],
         Recompute::SelectiveOp => op_checkpointed(layout, h, [q, kv], s * b, heads, ffn, gate),
+        // every other layer keeps all of it, the rest their input: half of each per layer
+        Recompute::SelectiveLayer => v
+            .into_iter()
+            .map(|s| Stored {
+                bytes: s.bytes / 2.0,
+                ..s
+            })
+            .chain([Stored {
+                what: "layer input (checkpoint, every other layer)",
+                bytes: h * rep,
+                for_weight_grad: false,
+            }])
+            .collect(),
     };
     // a backward that recomputes rebuilds one layer's intermediates at a time
-    let rebuilds = full || layout.recompute == Recompute::SelectiveOp;
+    let rebuilds = full
+        || matches!(
+            layout.recompute,
+            Recompute::SelectiveOp | Recompute::SelectiveLayer
+        );
+    let for_weight_grad = match layout.recompute {
+        Recompute::Full => 0.0,
+        // what the split backward holds of the layers that stored everything
+        Recompute::SelectiveLayer => (gemm_inputs + out_grads) / 2.0,
+        _ => gemm_inputs + out_grads,
+    };
     LayerActivations {
         stored,
-        for_weight_grad: if full { 0.0 } else { gemm_inputs + out_grads },
+        for_weight_grad,
         recompute_working: if rebuilds { recompute_working } else { 0.0 },
     }
 }
@@ -607,6 +630,21 @@ mod tests {
         assert_eq!(
             with(Recompute::SelectiveOp, eager),
             with(Recompute::SelectiveOp, fused)
+        );
+    }
+
+    /// Checkpointing every other layer stores, per layer, half of what a layer keeps without
+    /// recomputation and half of a checkpointed layer's input.
+    #[test]
+    fn every_other_layer_stores_the_mean_of_both_kinds() {
+        let a = crate::workload::Arch::resolve("llama2-70b").unwrap();
+        let total = |r| layer(&a, &layout(&a, 8, true, r));
+        let half = total(Recompute::SelectiveLayer);
+        let mean = (total(Recompute::None).total() + total(Recompute::Full).total()) / 2.0;
+        assert!((half.total() - mean).abs() < 1.0, "{} {mean}", half.total());
+        assert_eq!(
+            half.recompute_working,
+            total(Recompute::Full).recompute_working
         );
     }
 }

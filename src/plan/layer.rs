@@ -1379,6 +1379,14 @@ pub(super) fn layer_block(
     let recompute = match layout.recompute {
         Recompute::None => Vec::new(),
         Recompute::Full => fwd.clone(),
+        // every other layer recomputes its forward: half of one per layer
+        Recompute::SelectiveLayer => fwd
+            .iter()
+            .map(|c| Call {
+                count: c.count / 2.0,
+                ..c.clone()
+            })
+            .collect(),
         Recompute::Selective => selective_recompute(b, arch, layout, d, &fwd, dense),
         Recompute::SelectiveOp => op_selective_recompute(b, arch, d, &fwd),
     };
@@ -1787,6 +1795,23 @@ mod llama3_8b_layer_tests {
                 "mlp up (without the gate)"
             ]
         );
+    }
+
+    /// torchtitan's layer-level checkpointing recomputes every other layer's forward whole:
+    /// half a forward per layer, call by call.
+    #[test]
+    fn every_other_layer_recomputes_half_a_forward_per_layer() {
+        let p = plan(ParallelSpec {
+            recompute: Some(Recompute::SelectiveLayer),
+            ..Default::default()
+        });
+        assert_eq!(p.layer.recompute.len(), p.layer.fwd.len());
+        for (r, f) in p.layer.recompute.iter().zip(&p.layer.fwd) {
+            assert_eq!(
+                (r.label, r.query, r.count),
+                (f.label, f.query, f.count / 2.0)
+            );
+        }
     }
 
     /// Bytes an element moves in all through `label`'s calls of `width` in `calls`, and how

@@ -38,6 +38,10 @@ crate::named_enum!(
         /// attention kernel's outputs and every other matrix multiply's output (the 1st, 3rd, …
         /// of q, k, v, out, gate, up, down) and recomputes the rest in its backward.
         SelectiveOp => "selective-op",
+        /// Every other layer's whole forward, the rest storing everything (torchtitan's
+        /// layer-level selective checkpointing, `selective_ac_option = "2"`): per layer, half a
+        /// full recomputation and the mean of what the two kinds of layer keep.
+        SelectiveLayer => "selective-layer",
         /// Each layer's whole forward.
         Full => "full",
     }
@@ -766,7 +770,7 @@ impl Layout {
     /// Whether the backward recomputes `module` (every module under full recomputation).
     pub fn recomputes(&self, module: RecomputeModule) -> bool {
         match self.recompute {
-            Recompute::None | Recompute::SelectiveOp => false,
+            Recompute::None | Recompute::SelectiveOp | Recompute::SelectiveLayer => false,
             Recompute::Full => true,
             Recompute::Selective => self
                 .recompute_modules
@@ -1216,8 +1220,19 @@ fn recompute_modules(
                 None => String::new(),
             };
             if !why.is_empty() {
-                return Err(LayoutError::SelectiveOp { why });
+                return Err(LayoutError::SelectiveOp {
+                    granularity: "selective-op",
+                    why,
+                });
             }
+        }
+        if recompute == Recompute::SelectiveLayer && rules == Rules::Paper {
+            return Err(LayoutError::SelectiveOp {
+                granularity: "selective-layer",
+                why: "the paper's rules recompute every layer: use --rules megatron or \
+                      --recompute full"
+                    .into(),
+            });
         }
         return Ok((recompute, None));
     };
