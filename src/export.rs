@@ -379,7 +379,7 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     match l.recompute {
         Recompute::None => {}
         Recompute::SelectiveOp | Recompute::SelectiveLayer => {
-            return Err(no_op_level_checkpointing("megatron"))
+            return Err(no_torchtitan_checkpointing("megatron"))
         }
         Recompute::Selective => {
             arg("--recompute-granularity selective".into());
@@ -625,7 +625,7 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     match l.recompute {
         Recompute::SelectiveOp | Recompute::SelectiveLayer => {
-            return Err(no_op_level_checkpointing("nemo"))
+            return Err(no_torchtitan_checkpointing("nemo"))
         }
         Recompute::None => set("model.config.recompute_granularity", "None".into()),
         Recompute::Selective => {
@@ -925,7 +925,7 @@ fn transformer_engine_only(target: &str) -> Error {
 
 /// Megatron-LM and NeMo have neither of torchtitan's selective checkpointings (op-level, or
 /// every other layer: Megatron's `--recompute-method block` recomputes a stage's first layers).
-fn no_op_level_checkpointing(target: &str) -> Error {
+fn no_torchtitan_checkpointing(target: &str) -> Error {
     Error::Invalid(format!(
         "{target}: Megatron-Core has no op-level or every-other-layer selective checkpointing \
          (--recompute selective-op and selective-layer are torchtitan's): export --recompute \

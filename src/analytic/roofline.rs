@@ -29,16 +29,10 @@ pub fn floor_us(
 /// kernel that only moves bytes, and for collectives). What sustained clocks slow: a
 /// memory-bound kernel waits on HBM, whose clock does not drop with the SMs'.
 pub fn compute_share(q: &OpQuery, gpu: &GpuSpec) -> f64 {
-    if q.op.is_collective() {
-        return 0.0;
-    }
-    let w = work(q.op, q.phase, &q.shape, q.dtype);
-    let compute = w.flops / gpu.peak_flops(q.dtype);
-    let memory = w.bytes / gpu.hbm_bytes_per_s();
-    if compute >= memory || memory <= 0.0 {
-        1.0
-    } else {
-        compute / memory
+    match parts_at(q, gpu, 1.0, 1.0) {
+        None => 0.0,
+        Some((compute, memory)) if compute >= memory || memory <= 0.0 => 1.0,
+        Some((compute, memory)) => compute / memory,
     }
 }
 
@@ -48,13 +42,26 @@ pub fn derated_time_us(q: &OpQuery, gpu: &GpuSpec, eff: &Efficiency) -> Option<f
 }
 
 fn time_at(q: &OpQuery, gpu: &GpuSpec, compute_fraction: f64, memory_fraction: f64) -> Option<f64> {
+    parts_at(q, gpu, compute_fraction, memory_fraction)
+        .map(|(compute, memory)| compute.max(memory) * 1e6)
+}
+
+/// A kernel's FLOPs at `compute_fraction` of peak and its bytes at `memory_fraction` of HBM
+/// bandwidth, seconds each (`None` for collectives): the two sides of its roofline.
+fn parts_at(
+    q: &OpQuery,
+    gpu: &GpuSpec,
+    compute_fraction: f64,
+    memory_fraction: f64,
+) -> Option<(f64, f64)> {
     if q.op.is_collective() {
         return None;
     }
     let w = work(q.op, q.phase, &q.shape, q.dtype);
-    let compute = w.flops / (gpu.peak_flops(q.dtype) * compute_fraction);
-    let memory = w.bytes / (gpu.hbm_bytes_per_s() * memory_fraction);
-    Some(compute.max(memory) * 1e6)
+    Some((
+        w.flops / (gpu.peak_flops(q.dtype) * compute_fraction),
+        w.bytes / (gpu.hbm_bytes_per_s() * memory_fraction),
+    ))
 }
 
 /// The analytic time of any call: a kernel at peak, a collective on the tiered network model

@@ -165,7 +165,7 @@ pub enum LayoutError {
     },
 
     #[error("--recompute {granularity}: {why}")]
-    SelectiveOp {
+    TorchtitanRecompute {
         granularity: &'static str,
         why: String,
     },
@@ -347,7 +347,9 @@ impl LayoutError {
             | PipelineLayoutChunks { .. }
             | PipelineLayoutMtp { .. } => "pipeline layout that does not fit",
             RecomputeModules { .. } => "recompute modules the model or rules cannot take",
-            SelectiveOp { .. } => "torchtitan's selective recomputation the model cannot take",
+            TorchtitanRecompute { .. } => {
+                "torchtitan's selective recomputation the model cannot take"
+            }
             Fp8SettingNeedsFp8 { .. } => "an fp8 setting without fp8 training",
             ParamGatherNeedsDistributedOptimizer => {
                 "parameter-gather overlap without a distributed optimizer"

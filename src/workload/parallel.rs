@@ -1220,14 +1220,14 @@ fn recompute_modules(
                 None => String::new(),
             };
             if !why.is_empty() {
-                return Err(LayoutError::SelectiveOp {
+                return Err(LayoutError::TorchtitanRecompute {
                     granularity: "selective-op",
                     why,
                 });
             }
         }
         if recompute == Recompute::SelectiveLayer && rules == Rules::Paper {
-            return Err(LayoutError::SelectiveOp {
+            return Err(LayoutError::TorchtitanRecompute {
                 granularity: "selective-layer",
                 why: "the paper's rules recompute every layer: use --rules megatron or \
                       --recompute full"
