@@ -9,8 +9,9 @@ use std::fmt::Write;
 use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
-    Activation, Arch, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Elementwise, Fp8Library,
-    Layout, NormKind, ParallelSpec, Position, Recompute, Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
+    Activation, Arch, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher,
+    Elementwise, Fp8Library, Layout, NormKind, ParallelSpec, Position, Recompute, Rules, Schedule,
+    DEFAULT_VOCAB_DIVISOR,
 };
 
 crate::named_enum!(
@@ -408,6 +409,15 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if l.overlap.moe_a2a {
         arg("--overlap-moe-expert-parallel-comm".into());
     }
+    if let Some((implementation, scopes)) = cuda_graph_settings(&l.cuda_graphs) {
+        // captured dropout needs Transformer Engine's graph-safe RNG tracker
+        arg(format!(
+            "--cuda-graph-impl {implementation} --te-rng-tracker"
+        ));
+        if !scopes.is_empty() {
+            arg(format!("--cuda-graph-scope {}", scopes.join(" ")));
+        }
+    }
     arg(format!("--ddp-bucket-size {}", l.dp_bucket_elements));
     let mut text = String::new();
     let _ = writeln!(text, "#!/bin/sh\n# {}", t.headline);
@@ -453,6 +463,20 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         text,
         notes,
     })
+}
+
+/// Megatron-Core's CUDA graph implementation and scopes for a layout's captured parts: whole
+/// layers are its own (`local`) graphs, parts of a layer Transformer Engine's partial ones.
+/// `None` without graphs.
+fn cuda_graph_settings(scopes: &[CudaGraphScope]) -> Option<(&'static str, Vec<&'static str>)> {
+    match scopes {
+        [] => None,
+        [CudaGraphScope::Layer] => Some(("local", Vec::new())),
+        parts => Some((
+            "transformer_engine",
+            parts.iter().map(|s| s.name()).collect(),
+        )),
+    }
 }
 
 /// The NeMo 2.0 recipe closest to `arch`, and whether it is the same model.
@@ -644,6 +668,20 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             set("model.config.recompute_num_layers", "1".into());
         }
     }
+    if let Some((implementation, scopes)) = cuda_graph_settings(&l.cuda_graphs) {
+        set(
+            "model.config.cuda_graph_impl",
+            format!("\"{implementation}\""),
+        );
+        set("model.config.use_te_rng_tracker", "True".into());
+        if !scopes.is_empty() {
+            let names: Vec<String> = scopes.iter().map(|s| format!("\"{s}\"")).collect();
+            set(
+                "model.config.cuda_graph_scope",
+                format!("[{}]", names.join(", ")),
+            );
+        }
+    }
     match l.dtype {
         Dtype::Bf16 => set("trainer.plugins", "bf16_mixed()".into()),
         Dtype::Fp16 => set("trainer.plugins", "fp16_mixed()".into()),
@@ -748,6 +786,11 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         return refuse(
             "torchtitan's mixture-of-experts models are its own (DeepSeek-V3, Llama 4) flavors: \
              export this layout for megatron or nemo",
+        );
+    }
+    if !l.cuda_graphs.is_empty() {
+        return refuse(
+            "torchtitan has no CUDA graph option for training: predict without --cuda-graphs",
         );
     }
     let schedule =
@@ -995,6 +1038,46 @@ mod tests {
         // the last argument has no continuation
         assert!(!text.trim_end().ends_with('\\'));
         assert!(!text.contains("--make-vocab-size-divisible-by"), "{text}");
+    }
+
+    /// Whole layers are Megatron-Core's own graphs, parts Transformer Engine's, with their
+    /// scopes; torchtitan has no CUDA graphs to export.
+    #[test]
+    fn cuda_graphs_export_as_megatron_core_sets_them() {
+        use CudaGraphScope::{Attn, Layer, Mlp};
+        let with = |scopes: &[CudaGraphScope]| {
+            target(
+                "llama3-8b",
+                ParallelSpec {
+                    cuda_graphs: Some(scopes.to_vec()),
+                    ..spec(1, 1, 8)
+                },
+            )
+        };
+        let (a, l) = with(&[Mlp, Attn]);
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(
+            text.contains("--cuda-graph-impl transformer_engine --te-rng-tracker")
+                && text.contains("--cuda-graph-scope attn mlp"),
+            "{text}"
+        );
+        let nemo = launch(Framework::Nemo, &a, &l).unwrap().text;
+        assert!(
+            nemo.contains("recipe.model.config.cuda_graph_impl = \"transformer_engine\"")
+                && nemo.contains("recipe.model.config.cuda_graph_scope = [\"attn\", \"mlp\"]")
+                && nemo.contains("recipe.model.config.use_te_rng_tracker = True"),
+            "{nemo}"
+        );
+        let (a, l) = with(&[Layer]);
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(text.contains("--cuda-graph-impl local") && !text.contains("--cuda-graph-scope"));
+        let e = launch(Framework::Torchtitan, &a, &l)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CUDA graph"), "{e}");
+        let (a, l) = target("llama3-8b", spec(1, 1, 8));
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(!text.contains("cuda-graph"), "{text}");
     }
 
     #[test]

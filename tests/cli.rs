@@ -2477,3 +2477,72 @@ fn the_cluster_flag_names_every_built_in_cluster() {
         }
     }
 }
+
+/// CUDA graphs (`--cuda-graphs`, or `cuda_graphs:` in a job file) replay a captured part of
+/// each layer with one launch: a host-bound step (a small model, short sequences, tp 8) gets
+/// faster, a device-bound one does not; the layout line says so; the job file's scopes are
+/// overridden by the flag; a dropless mixture's whole expert block is refused with the fix.
+#[test]
+fn cuda_graphs_take_the_host_off_a_host_bound_step() {
+    let job: Vec<&str> = "--cluster dgx-h100 --model llama3-8b --tp 8 --micro-batch 1 \
+                          --global-batch 8 --seq-len 1024 --sequence-parallel"
+        .split_whitespace()
+        .collect();
+    let predict = |extra: &[&str]| {
+        let out = stepcast(&[&["predict"][..], &job, extra, &["--json"]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let step = |p: &serde_json::Value| p["step_time_s"].as_f64().unwrap();
+    let host = |p: &serde_json::Value| p["breakdown_s"]["host"].as_f64().unwrap();
+    let eager = predict(&[]);
+    let graphed = predict(&["--cuda-graphs", "attn,mlp"]);
+    assert!(eager["layout"].get("cuda_graphs").is_none());
+    assert_eq!(
+        graphed["layout"]["cuda_graphs"],
+        serde_json::json!(["attn", "mlp"])
+    );
+    assert!(
+        host(&graphed) < 0.5 * host(&eager),
+        "{} {}",
+        host(&graphed),
+        host(&eager)
+    );
+    assert!(step(&graphed) < step(&eager));
+    // the device's work is the same: compute unchanged
+    assert_eq!(
+        eager["breakdown_s"]["compute"].as_f64(),
+        graphed["breakdown_s"]["compute"].as_f64()
+    );
+    let text = stdout(&stepcast(
+        &[&["predict"][..], &job, &["--cuda-graphs", "layer"]].concat(),
+    ));
+    assert!(text.contains("CUDA graphs (layer)"), "{text}");
+    // a job file's scopes, overridden by the flag
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("job.yaml");
+    fs::write(
+        &file,
+        "cluster: dgx-h100\nmodel: llama3-8b\nparallel:\n  tp: 8\n  micro_batch: 1\n  \
+         global_batch: 8\n  seq_len: 1024\n  sequence_parallel: true\n  cuda_graphs: [attn, mlp]\n",
+    )
+    .unwrap();
+    let out = stepcast(&["predict", "--job", s(&file), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let from_job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(step(&from_job), step(&graphed));
+    let out = stepcast(&[
+        "predict",
+        "--job",
+        s(&file),
+        "--cuda-graphs",
+        "none",
+        "--json",
+    ]);
+    let off: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(step(&off), step(&eager));
+    assert_user_error(
+        &stepcast(&[&["predict"][..], &job, &["--cuda-graphs", "moe_router"]].concat()),
+        &["--cuda-graphs", "experts", "drop it"],
+    );
+}

@@ -304,3 +304,31 @@ fn ettr_reproduces_mofa_and_refuses_impossible_inputs() {
     ]);
     assert_user_error(&o, &["recovering"]);
 }
+
+/// `search --cuda-graphs` costs every layout with those parts captured; the best line and the
+/// export command carry them, and the export sets Megatron-Core's graphs.
+#[test]
+fn search_with_cuda_graphs_carries_them_to_the_best_line_and_the_export() {
+    let o = search(
+        &[
+            &LLAMA2_13B_ON_32[..],
+            &["--cuda-graphs", "attn,mlp", "--for", "megatron"],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let line = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+            .to_string()
+    };
+    let best = line("best: stepcast ");
+    assert!(best.contains("--cuda-graphs attn,mlp"), "{best}");
+    let export = line("export: stepcast ");
+    let e = stepcast(&export.split_whitespace().collect::<Vec<_>>());
+    assert!(e.status.success(), "{}", stderr(&e));
+    let script = stdout(&e);
+    assert!(script.contains("--cuda-graph-scope attn mlp"), "{script}");
+}

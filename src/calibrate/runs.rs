@@ -31,7 +31,9 @@
 //! `fp8_param_gather` (true/false: fp8 weights kept and gathered in fp8), `fp8_library`
 //! (transformer-engine or torchao), `cross_entropy`
 //! (vocab-parallel or pytorch: which loss the framework runs), `elementwise` (fused or eager:
-//! PyTorch model code run without torch.compile, default fused),
+//! PyTorch model code run without torch.compile, default fused), `cuda_graphs` (the parts of
+//! each layer captured in CUDA graphs joined by `+`, e.g. `attn+moe_router+moe_preprocess`, or
+//! `layer`; default none),
 //! `measured_memory_gib` and `memory_scope` (the peak memory the run reported, GiB, and what
 //! it counts: `allocator`, PyTorch's peak reserved memory as torchtitan prints it, or `device`,
 //! everything on the GPU as nvidia-smi shows it; compared with the memory projection),
@@ -142,6 +144,8 @@ struct Row {
     #[serde(default)]
     recompute_modules: String,
     #[serde(default)]
+    cuda_graphs: String,
+    #[serde(default)]
     moe_dispatcher: String,
     #[serde(default)]
     grad_reduce_dtype: String,
@@ -223,15 +227,8 @@ impl Row {
                 ))
             }
         };
-        let recompute_modules = match self.recompute_modules.trim() {
-            "" => None,
-            list => Some(
-                list.split([' ', '+'])
-                    .filter(|m| !m.is_empty())
-                    .map(|m| m.parse().map_err(|e| format!("recompute_modules: {e}")))
-                    .collect::<std::result::Result<Vec<_>, String>>()?,
-            ),
-        };
+        let recompute_modules = joined("recompute_modules", &self.recompute_modules)?;
+        let cuda_graphs = joined("cuda_graphs", &self.cuda_graphs)?;
         let cp_comm = match self.cp_comm.trim() {
             "" => None,
             s => Some(s.parse().map_err(|e| format!("cp_comm: {e}"))?),
@@ -345,6 +342,7 @@ impl Row {
                 pipeline_layout: Some(self.pipeline_layout.trim().to_string())
                     .filter(|l| !l.is_empty()),
                 recompute_modules,
+                cuda_graphs,
                 moe_dispatcher: match self.moe_dispatcher.trim() {
                     "" => None,
                     d => Some(d.parse().map_err(|e| format!("moe_dispatcher: {e}"))?),
@@ -395,6 +393,26 @@ pub fn load(path: &Path) -> Result<Vec<Run>> {
         ));
     }
     Ok(runs)
+}
+
+/// A column of names joined by `+` (or spaces): `None` when empty; a name that does not
+/// parse names the column.
+fn joined<T: std::str::FromStr>(
+    column: &str,
+    value: &str,
+) -> std::result::Result<Option<Vec<T>>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let names: Vec<&str> = value.split([' ', '+']).filter(|m| !m.is_empty()).collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    names
+        .into_iter()
+        .map(|m| m.parse().map_err(|e| format!("{column}: {e}")))
+        .collect::<std::result::Result<Vec<T>, String>>()
+        .map(Some)
 }
 
 #[cfg(test)]
@@ -454,6 +472,32 @@ mod tests {
         let (_d, path) = with_column("elementwise", &["compiled"]);
         let e = load(&path).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("elementwise"), "{e}");
+    }
+
+    /// `cuda_graphs` joins scopes by `+` (or spaces); empty is none; a bad one names the column.
+    #[test]
+    fn the_cuda_graphs_column_is_optional_and_checked() {
+        use crate::workload::CudaGraphScope::{Attn, Layer, MoePreprocess, MoeRouter};
+        let (_d, path) = with_column(
+            "cuda_graphs",
+            &["attn+moe_router+moe_preprocess", "layer", ""],
+        );
+        let got: Vec<_> = load(&path)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.spec.cuda_graphs)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                Some(vec![Attn, MoeRouter, MoePreprocess]),
+                Some(vec![Layer]),
+                None
+            ]
+        );
+        let (_d, path) = with_column("cuda_graphs", &["full"]);
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("cuda_graphs"), "{e}");
     }
 
     #[test]

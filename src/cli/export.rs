@@ -210,6 +210,8 @@ struct RowLayout {
     #[serde(default)]
     recompute_modules: Option<Vec<stepcast::workload::RecomputeModule>>,
     #[serde(default)]
+    cuda_graphs: Vec<stepcast::workload::CudaGraphScope>,
+    #[serde(default)]
     moe_dispatcher: Option<stepcast::workload::Dispatcher>,
     #[serde(default)]
     routing_file: Option<std::path::PathBuf>,
@@ -325,6 +327,7 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         moe_pad_to_capacity: r.moe_capacity.map(|(_, pad)| pad),
         pipeline_layout: r.pipeline_layout,
         recompute_modules: r.recompute_modules,
+        cuda_graphs: (!r.cuda_graphs.is_empty()).then_some(r.cuda_graphs),
         moe_dispatcher: r.moe_dispatcher,
     };
     let cluster = Cluster::load(&cluster_name)?;

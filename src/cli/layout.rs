@@ -12,8 +12,8 @@ use stepcast::export::Framework;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::workload::{
-    Arch, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Elementwise, Fp8Library, Layout,
-    ParallelSpec, Partition, Recompute, RecomputeModule, Rules, Schedule,
+    Arch, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher, Elementwise,
+    Fp8Library, Layout, ParallelSpec, Partition, Recompute, RecomputeModule, Rules, Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -118,6 +118,12 @@ pub struct JobArgs {
     /// --recompute selective) [default: core_attn].
     #[arg(long, value_parser = named::<RecomputeModule>(), value_delimiter = ',')]
     pub recompute_modules: Option<Vec<RecomputeModule>>,
+    /// Parts of each layer captured in CUDA graphs, the host replaying each part with one
+    /// graph launch instead of issuing its kernels (Megatron-Core's --cuda-graph-scope): none,
+    /// layer (the whole layer, --cuda-graph-impl local), or any of attn, mlp, moe, moe_router,
+    /// moe_preprocess (Transformer Engine's partial graphs) [default: none].
+    #[arg(long, value_parser = named::<CudaGraphScope>(), value_delimiter = ',')]
+    pub cuda_graphs: Option<Vec<CudaGraphScope>>,
     #[arg(long, value_parser = named::<Partition>())]
     pub partition: Option<Partition>,
     /// Optimizer sharding over data parallelism: 0, 1 (distributed optimizer), 2, 3 (FSDP).
@@ -335,6 +341,7 @@ impl JobArgs {
             mtp_layers: self.mtp_layers,
             pipeline_layout: self.pipeline_layout.clone(),
             recompute_modules: self.recompute_modules.clone(),
+            cuda_graphs: self.cuda_graphs.clone(),
             moe_dispatcher: self.moe_dispatcher,
         };
         let spec = job.parallel.overridden_by(flags);
@@ -630,7 +637,7 @@ pub fn describe(job: &Job) -> String {
         } + match l.elementwise {
             Elementwise::Fused => "",
             Elementwise::Eager => ", eager element-wise kernels",
-        };
+        } + &cuda_graphs_note(&l.cuda_graphs);
     format!(
         "layout   tp {}{extra} · pp {} · dp {} = {}; micro-batch {} × {} per step = global batch {} × {} tokens\n\
          \x20        {}{attention}, recompute {recompute}, {partition} {:?}, ZeRO {}{}, schedule {}{chunks}{notes}",
@@ -652,4 +659,13 @@ pub fn describe(job: &Job) -> String {
         },
         l.schedule.name(),
     )
+}
+
+/// The layout line's note on CUDA graphs ("" without).
+fn cuda_graphs_note(scopes: &[CudaGraphScope]) -> String {
+    if scopes.is_empty() {
+        return String::new();
+    }
+    let names: Vec<&str> = scopes.iter().map(|s| s.name()).collect();
+    format!(", CUDA graphs ({})", names.join(", "))
 }

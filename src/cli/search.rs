@@ -115,6 +115,14 @@ pub struct SearchArgs {
     /// or PyTorch under torch.compile) or eager (PyTorch without it) [default: fused].
     #[arg(long, value_parser = super::named::<stepcast::workload::Elementwise>())]
     pub elementwise: Option<stepcast::workload::Elementwise>,
+    /// Parts of each layer every layout captures in CUDA graphs (none, layer, or any of attn,
+    /// mlp, moe, moe_router, moe_preprocess) [default: none].
+    #[arg(
+        long,
+        value_parser = super::named::<stepcast::workload::CudaGraphScope>(),
+        value_delimiter = ','
+    )]
+    pub cuda_graphs: Option<Vec<stepcast::workload::CudaGraphScope>>,
     /// Compose with the cluster's default runtime (raw physics), not the calibration fitted
     /// to measured runs.
     #[arg(long)]
@@ -328,6 +336,10 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if !l.elementwise.is_fused() {
         cmd += &format!(" --elementwise {}", l.elementwise);
     }
+    if !l.cuda_graphs.is_empty() {
+        let names: Vec<&str> = l.cuda_graphs.iter().map(|s| s.name()).collect();
+        cmd += &format!(" --cuda-graphs {}", names.join(","));
+    }
     if l.cp > 1 && l.cp_comm != CpComm::P2p {
         cmd += &format!(" --cp-comm {}", l.cp_comm);
     }
@@ -380,6 +392,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         tp_comm_overlap: args.tp_comm_overlap,
         attention_kernel: args.attention_kernel,
         elementwise: args.elementwise,
+        cuda_graphs: args.cuda_graphs.clone(),
         moe_imbalance: args.moe_imbalance,
         moe_dispatcher: args.moe_dispatcher,
         ..Default::default()

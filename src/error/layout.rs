@@ -158,6 +158,9 @@ pub enum LayoutError {
     #[error("--recompute-modules: {why}")]
     RecomputeModules { why: String },
 
+    #[error("--cuda-graphs: {why}")]
+    CudaGraphs { why: String },
+
     #[error("{flag} sets how fp8 training runs, not {dtype}'s: add --dtype fp8 or drop it")]
     Fp8SettingNeedsFp8 {
         flag: &'static str,
@@ -347,6 +350,7 @@ impl LayoutError {
             | PipelineLayoutChunks { .. }
             | PipelineLayoutMtp { .. } => "pipeline layout that does not fit",
             RecomputeModules { .. } => "recompute modules the model or rules cannot take",
+            CudaGraphs { .. } => "CUDA graph scopes the model or rules cannot take",
             TorchtitanRecompute { .. } => {
                 "torchtitan's selective recomputation the model cannot take"
             }

@@ -15,14 +15,14 @@
 //! the attention runs as ring attention (see `ring_attention`).
 
 use super::groups::Groups;
-use super::{Block, Builder, Call};
+use super::{Block, Builder, Call, Issue};
 use crate::ops::{
     AttentionShape, Dtype, GemmShape, LookupShape, OpKind, Phase, Role, Shape, TokenShape,
 };
 use crate::timing::Class;
 use crate::workload::{
-    Arch, AttentionImpl, CausalBlocks, CpComm, Dispatcher, Elementwise, Fp8Library, Layout,
-    MlaSpec, MoeSpec, NormKind, Position, Recompute, Rules,
+    Arch, AttentionImpl, CausalBlocks, CpComm, CudaGraphScope, Dispatcher, Elementwise, Fp8Library,
+    Layout, MlaSpec, MoeSpec, NormKind, Position, Recompute, Rules,
 };
 
 /// The sizes one rank works with.
@@ -69,6 +69,8 @@ pub(super) struct Dims {
     /// RMSNorm, RoPE and the gated activation run as PyTorch's separate operations
     /// (`eager_kernels`).
     eager: bool,
+    /// The parts of a layer captured in CUDA graphs (`mark_graphs`).
+    graphs: Vec<CudaGraphScope>,
     sequence_parallel: bool,
     rules: Rules,
     groups: Groups,
@@ -115,6 +117,7 @@ impl Dims {
             // a kernel handed a bias or mask tensor computes the masked blocks too
             causal: layout.rules != Rules::Paper && arch.causal_blocks == CausalBlocks::Skipped,
             eager: layout.elementwise == Elementwise::Eager,
+            graphs: layout.cuda_graphs.clone(),
             sequence_parallel: layout.sequence_parallel,
             rules: layout.rules,
             groups,
@@ -773,11 +776,15 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool)
         None,
         d.tok_sp(d.d),
     );
+    let attention_end = p.calls.len();
     p.compute("post-attention norm", norm_op, d.act, None, d.tok_sp(d.d));
-    match &arch.moe {
-        Some(moe) if !dense => experts(&mut p, arch, moe, d, act_op),
-        _ => mlp(&mut p, d, d.ffn, up_width, act_op),
-    }
+    let moe_parts = match &arch.moe {
+        Some(moe) if !dense => Some(experts(&mut p, arch, moe, d, act_op)),
+        _ => {
+            mlp(&mut p, d, d.ffn, up_width, act_op);
+            None
+        }
+    };
     p.calls.extend(comm);
     p.compute(
         "residual add",
@@ -790,7 +797,58 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool)
     if phase == Phase::Bwd && d.rules == Rules::Megatron {
         backward_extras(&mut p, arch, d, up_width, dense);
     }
-    p.calls
+    let mut calls = p.calls;
+    mark_graphs(&mut calls, &d.graphs, attention_end, moe_parts);
+    calls
+}
+
+/// Where a mixture's expert block's captured parts end in a layer's call list: the router
+/// (with its norm and the shared experts) and the dispatcher's preprocessing.
+#[derive(Clone, Copy)]
+struct MoeParts {
+    router_end: usize,
+    preprocess_end: usize,
+}
+
+/// Marks the calls of a layer pass that CUDA graphs capture (`scopes`): the attention block
+/// runs up to `attention_end`, the MLP or expert block from there to the end (a mixture's
+/// router and preprocessing ending at `moe`'s marks). Each maximal run of captured calls is
+/// one graph: its first call carries the graph's launch, the rest issue nothing.
+fn mark_graphs(
+    calls: &mut [Call],
+    scopes: &[CudaGraphScope],
+    attention_end: usize,
+    moe: Option<MoeParts>,
+) {
+    if scopes.is_empty() {
+        return;
+    }
+    let has = |s: CudaGraphScope| scopes.contains(&s);
+    let captured = |i: usize| {
+        if has(CudaGraphScope::Layer) {
+            return true;
+        }
+        if i < attention_end {
+            return has(CudaGraphScope::Attn);
+        }
+        match moe {
+            None => has(CudaGraphScope::Mlp),
+            Some(_) if has(CudaGraphScope::Moe) => true,
+            Some(m) if i < m.router_end => has(CudaGraphScope::MoeRouter),
+            Some(m) if i < m.preprocess_end => has(CudaGraphScope::MoePreprocess),
+            Some(_) => false,
+        }
+    };
+    let mut previous = false;
+    for (i, c) in calls.iter_mut().enumerate() {
+        let now = captured(i);
+        c.issue = match (now, previous) {
+            (false, _) => Issue::Eager,
+            (true, false) => Issue::GraphLaunch,
+            (true, true) => Issue::InGraph,
+        };
+        previous = now;
+    }
 }
 
 /// The fused QKV projection, the query and key norms, RoPE.
@@ -923,7 +981,7 @@ fn mlp(p: &mut PassCalls, d: &Dims, ffn: u64, up_width: u64, act_op: OpKind) {
 /// more. With a capacity factor the busiest expert's load is cut at the capacity (dropped
 /// tokens are neither sent nor computed), or set to it when every expert's input is padded
 /// to capacity.
-fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKind) {
+fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKind) -> MoeParts {
     let k = moe.top_k;
     // the router and the dispatcher see the rank's sequence-parallel shard
     let routed_tokens = d.b * d.seq_sp;
@@ -941,6 +999,15 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         None,
         d.tok_sp(moe.experts),
     );
+    // Megatron-Core computes the shared experts with the router, unless they overlap the
+    // dispatch (which stepcast does not cost); so they run there when the router's graph
+    // captures them, and after the combine otherwise (the order eager steps were fitted on)
+    let shared = moe.shared_ffn() / d.t;
+    let shared_in_router = d.graphs.contains(&CudaGraphScope::MoeRouter);
+    if shared > 0 && shared_in_router {
+        mlp(p, d, shared, arch.activation.up_width(shared), act_op);
+    }
+    let router_end = p.calls.len();
     let permuted = Shape::Tokens(TokenShape {
         batch: d.b,
         seq: d.seq_sp * k,
@@ -977,6 +1044,8 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
         (false, true) => Some(p.calls.len() - 1),
         (false, false) => Some(p.calls.len()),
     };
+    // a graph captures the preprocessing up to the read-back
+    let preprocess_end = waits_at.unwrap_or(p.calls.len());
     dispatch(p, moe, d, Route::Dispatch);
     // the expert-tensor-parallel group gathers its members' routed tokens (and
     // reduce-scatters the experts' output back)
@@ -1002,9 +1071,12 @@ fn experts(p: &mut PassCalls, arch: &Arch, moe: &MoeSpec, d: &Dims, act_op: OpKi
     etp_collective(p, "moe etp reduce-scatter", OpKind::ReduceScatter);
     dispatch(p, moe, d, Route::Combine);
     p.compute("unpermute", OpKind::Elementwise, d.act, None, permuted);
-    let shared = moe.shared_ffn() / d.t;
-    if shared > 0 {
+    if shared > 0 && !shared_in_router {
         mlp(p, d, shared, arch.activation.up_width(shared), act_op);
+    }
+    MoeParts {
+        router_end,
+        preprocess_end,
     }
 }
 
@@ -1364,6 +1436,23 @@ fn op_selective_recompute(b: &mut Builder, arch: &Arch, d: &Dims, fwd: &[Call]) 
     calls
 }
 
+/// What selective recomputation rebuilds, issued as the backward issues it: a call whose
+/// forward a CUDA graph captures is rebuilt inside the backward's graph, launching none of
+/// its own (the rest one by one).
+fn in_graph(mut calls: Vec<Call>, fwd: &[Call]) -> Vec<Call> {
+    for c in &mut calls {
+        let captured = fwd
+            .iter()
+            .any(|f| f.query == c.query && f.issue != Issue::Eager);
+        c.issue = if captured {
+            Issue::InGraph
+        } else {
+            Issue::Eager
+        };
+    }
+    calls
+}
+
 /// One transformer layer: forward, backward, what its backward recomputes, its parameters;
 /// `dense`: a mixture's dense layer (its MLP of `ffn_hidden`, no experts).
 pub(super) fn layer_block(
@@ -1387,8 +1476,11 @@ pub(super) fn layer_block(
                 ..c.clone()
             })
             .collect(),
-        Recompute::Selective => selective_recompute(b, arch, layout, d, &fwd, dense),
-        Recompute::SelectiveOp => op_selective_recompute(b, arch, d, &fwd),
+        // what a captured part rebuilds runs inside the backward's graph
+        Recompute::Selective => {
+            in_graph(selective_recompute(b, arch, layout, d, &fwd, dense), &fwd)
+        }
+        Recompute::SelectiveOp => in_graph(op_selective_recompute(b, arch, d, &fwd), &fwd),
     };
     let ((params, tensors), (expert_params, expert_tensors)) = if dense {
         (arch.dense_layer_params(d.t), (0, 0))
@@ -1888,5 +1980,195 @@ mod llama3_8b_layer_tests {
                 .collect()
         };
         assert_eq!(heavy(&eager, fwd), heavy(&fused, &fused.layer.fwd));
+    }
+}
+
+#[cfg(test)]
+mod cuda_graph_tests {
+    use super::*;
+    use crate::plan::Plan;
+    use crate::workload::{Layout, ParallelSpec};
+
+    fn plan(model: &str, spec: ParallelSpec) -> Plan {
+        let c = crate::hardware::dgx_h100_without_models();
+        let a = match model {
+            "mixtral-8x7b" => crate::workload::presets::mixtral_8x7b(),
+            name => Arch::resolve(name).unwrap(),
+        };
+        Plan::new(&a, &Layout::new(&spec, &a, &c).unwrap(), &c)
+    }
+
+    fn issues(calls: &[Call]) -> Vec<(&'static str, Issue)> {
+        calls.iter().map(|c| (c.label, c.issue)).collect()
+    }
+
+    fn graphs(scopes: &[CudaGraphScope]) -> Option<Vec<CudaGraphScope>> {
+        Some(scopes.to_vec())
+    }
+
+    fn llama(spec: ParallelSpec) -> Plan {
+        plan(
+            "llama3-8b",
+            ParallelSpec {
+                dp: Some(8),
+                global_batch: Some(8),
+                ..spec
+            },
+        )
+    }
+
+    /// Each graph's first call and how many calls it captures.
+    fn graph_runs(calls: &[Call]) -> Vec<(&'static str, usize)> {
+        let mut runs: Vec<(&'static str, usize)> = Vec::new();
+        for c in calls {
+            match c.issue {
+                Issue::GraphLaunch => runs.push((c.label, 1)),
+                Issue::InGraph => runs.last_mut().expect("a graph launched first").1 += 1,
+                Issue::Eager => {}
+            }
+        }
+        runs
+    }
+
+    /// Without graphs every call is issued by itself; the attention scope captures the layer
+    /// up to the first residual add (one graph each pass) and leaves the MLP block eager; a
+    /// whole-layer graph captures every call of a pass in one launch.
+    #[test]
+    fn a_scope_captures_its_block_in_one_graph_a_pass() {
+        let eager = llama(ParallelSpec::default());
+        assert!(eager.layer.fwd.iter().all(|c| c.issue == Issue::Eager));
+        let attn = llama(ParallelSpec {
+            cuda_graphs: graphs(&[CudaGraphScope::Attn]),
+            ..Default::default()
+        });
+        for pass in [&attn.layer.fwd, &attn.layer.bwd] {
+            let runs = graph_runs(pass);
+            assert_eq!(runs.len(), 1, "{:?}", issues(pass));
+            assert_eq!(runs[0].0, "input norm");
+            let first_residual = pass.iter().position(|c| c.label == "residual add").unwrap();
+            assert_eq!(runs[0].1, first_residual + 1, "{:?}", issues(pass));
+            assert!(pass[first_residual + 1..]
+                .iter()
+                .all(|c| c.issue == Issue::Eager));
+        }
+        let layer = llama(ParallelSpec {
+            cuda_graphs: graphs(&[CudaGraphScope::Layer]),
+            ..Default::default()
+        });
+        for pass in [&layer.layer.fwd, &layer.layer.bwd] {
+            assert_eq!(graph_runs(pass), [("input norm", pass.len())]);
+        }
+        // attn and mlp together are one graph: the blocks run back to back
+        let both = llama(ParallelSpec {
+            cuda_graphs: graphs(&[CudaGraphScope::Attn, CudaGraphScope::Mlp]),
+            ..Default::default()
+        });
+        assert_eq!(
+            graph_runs(&both.layer.fwd),
+            [("input norm", both.layer.fwd.len())]
+        );
+    }
+
+    /// Full recomputation replays the forward's graph before the backward's (a launch of its
+    /// own); selective recomputation rebuilds the attention core inside the backward's graph.
+    #[test]
+    fn recomputation_replays_the_forward_graph_or_runs_inside_the_backward_one() {
+        let full = llama(ParallelSpec {
+            cuda_graphs: graphs(&[CudaGraphScope::Layer]),
+            recompute: Some(Recompute::Full),
+            ..Default::default()
+        });
+        assert_eq!(graph_runs(&full.layer.recompute).len(), 1);
+        let selective = llama(ParallelSpec {
+            cuda_graphs: graphs(&[CudaGraphScope::Attn]),
+            recompute: Some(Recompute::Selective),
+            ..Default::default()
+        });
+        let rc = &selective.layer.recompute;
+        assert!(!rc.is_empty());
+        assert!(
+            rc.iter().all(|c| c.issue == Issue::InGraph),
+            "{:?}",
+            issues(rc)
+        );
+        // an MLP module rebuilt outside any captured part is issued as before
+        let mlp = llama(ParallelSpec {
+            cuda_graphs: graphs(&[CudaGraphScope::Attn]),
+            recompute_modules: Some(vec![crate::workload::RecomputeModule::Mlp]),
+            ..Default::default()
+        });
+        assert!(mlp.layer.recompute.iter().all(|c| c.issue == Issue::Eager));
+    }
+
+    /// A dropless mixture's router and preprocessing extend the attention's graph up to the
+    /// permutation, where the host reads the token counts back; the dispatch, the experts and
+    /// the combine are issued one by one. The shared experts join the router's graph.
+    #[test]
+    fn partial_moe_graphs_stop_where_the_host_reads_the_token_counts() {
+        let spec = |scopes: &[CudaGraphScope]| ParallelSpec {
+            ep: Some(8),
+            dp: Some(8),
+            global_batch: Some(8),
+            cuda_graphs: graphs(scopes),
+            ..Default::default()
+        };
+        use CudaGraphScope::{Attn, MoePreprocess, MoeRouter};
+        let p = plan("mixtral-8x7b", spec(&[Attn, MoeRouter, MoePreprocess]));
+        let fwd = &p.layer.fwd;
+        let runs = graph_runs(fwd);
+        assert_eq!(runs.len(), 1, "{:?}", issues(fwd));
+        let permute = fwd.iter().position(|c| c.label == "permute").unwrap();
+        assert_eq!(runs[0].1, permute + 1);
+        let waits = fwd.iter().position(|c| c.host_waits).unwrap();
+        assert_eq!(waits, permute + 1, "the read-back follows the graph");
+        // the router alone: the attention's graph, then a second one
+        let router = plan("mixtral-8x7b", spec(&[Attn, MoeRouter]));
+        let runs = graph_runs(&router.layer.fwd);
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].0, "input norm");
+        let top_k = router
+            .layer
+            .fwd
+            .iter()
+            .position(|c| c.label == "router top-k");
+        assert_eq!(Some(runs[0].1 - 1), top_k);
+        let no_attention = plan("mixtral-8x7b", spec(&[MoeRouter]));
+        assert_eq!(
+            graph_runs(&no_attention.layer.fwd)[0].0,
+            "post-attention norm"
+        );
+        // shared experts run inside the router's graph, after the combine without it
+        let mut shared = crate::workload::presets::mixtral_8x7b();
+        if let Some(m) = shared.moe.as_mut() {
+            m.shared_experts = 1;
+        }
+        let c = crate::hardware::dgx_h100_without_models();
+        let build = |scopes: &[CudaGraphScope]| {
+            Plan::new(
+                &shared,
+                &Layout::new(&spec(scopes), &shared, &c).unwrap(),
+                &c,
+            )
+        };
+        let labels =
+            |p: &Plan| -> Vec<&'static str> { p.layer.fwd.iter().map(|c| c.label).collect() };
+        let graphed = build(&[MoeRouter]);
+        let up = labels(&graphed)
+            .iter()
+            .position(|&l| l == "mlp up")
+            .unwrap();
+        let top_k = labels(&graphed)
+            .iter()
+            .position(|&l| l == "router top-k")
+            .unwrap();
+        assert_eq!(up, top_k + 1);
+        assert_eq!(graphed.layer.fwd[up].issue, Issue::InGraph);
+        let eager = build(&[Attn]);
+        let up = labels(&eager).iter().position(|&l| l == "mlp up").unwrap();
+        let unpermute = labels(&eager)
+            .iter()
+            .position(|&l| l == "unpermute")
+            .unwrap();
+        assert!(up > unpermute);
     }
 }

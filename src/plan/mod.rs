@@ -60,6 +60,32 @@ pub struct Call {
     /// the tokens per expert to the host to size the all-to-all and the grouped GEMM). The
     /// host cannot run ahead across it, so the kernels after it start as the host issues them.
     pub host_waits: bool,
+    /// How the host issues its kernels: one by one, or replayed inside a CUDA graph.
+    #[serde(skip_serializing_if = "Issue::is_eager")]
+    pub issue: Issue,
+}
+
+/// How the host issues a call's kernels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Issue {
+    /// Each kernel from eager PyTorch: the runtime's `launch_us` a kernel
+    /// (`collective_launch_us` a collective).
+    #[default]
+    Eager,
+    /// The first call of a part captured in a CUDA graph: the host replays the whole part
+    /// with one graph launch, costed as one eager operator's issue (a Python call into the
+    /// framework's graphed callable and one `cudaGraphLaunch`), once per block it runs in.
+    GraphLaunch,
+    /// Inside a captured part after its first call: the graph's launch issued it.
+    InGraph,
+}
+
+impl Issue {
+    /// The default, which plan records leave out.
+    pub fn is_eager(&self) -> bool {
+        *self == Issue::Eager
+    }
 }
 
 /// A part of the model every rank that holds it runs once per micro-batch (per layer, for
@@ -447,6 +473,7 @@ impl Builder {
             overlapped: false,
             beside_kernel: false,
             host_waits: false,
+            issue: Issue::Eager,
         }
     }
 

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::hardware::Runtime;
 use crate::ops::OpKind;
-use crate::plan::{Call, Plan, QueryId};
+use crate::plan::{Call, Issue, Plan, QueryId};
 use crate::timing::{Attribution, Breakdown, Class, ClassTimes};
 
 /// What each of a plan's queries costs inside a step, and which cost factor (model) it counts
@@ -206,7 +206,12 @@ pub fn cost_keeping_lanes<'a>(
         } else {
             times.runtime.launch_us
         };
-        let host_us = calls_made * launch;
+        // a captured part costs the host one graph launch per run, as one eager operator
+        let host_us = match call.issue {
+            Issue::Eager => calls_made * launch,
+            Issue::GraphLaunch => runs * times.runtime.launch_us,
+            Issue::InGraph => 0.0,
+        };
         issue_us += host_us;
         if follow_lanes {
             lanes.push(Lane {
@@ -500,7 +505,55 @@ mod tests {
             overlapped: false,
             beside_kernel: false,
             host_waits: false,
+            issue: crate::plan::Issue::Eager,
         }
+    }
+
+    /// Eager calls cost the host each kernel's launch (a collective's own); a CUDA graph
+    /// costs one launch per run of its first call, whatever it captures, and nothing after.
+    #[test]
+    fn a_graph_costs_the_host_one_launch_per_run() {
+        let mut t = times([100.0, 300.0, 50.0]);
+        t.runtime.launch_us = 10.0;
+        t.runtime.collective_launch_us = 40.0;
+        let gemm = |issue| Call {
+            count: 3.0,
+            issue,
+            ..call(0, Class::Compute)
+        };
+        let backward = |issue| Call {
+            issue,
+            ..call(1, Class::Compute)
+        };
+        let rs = |issue| Call {
+            issue,
+            ..call(2, Class::TpComm)
+        };
+        let issue =
+            |calls: &[Call]| cost(calls.iter().map(|c| (c, 1.0)), &t, &whole, false).issue_us;
+        // 3 GEMMs + 2 backward kernels at 10 µs, a collective at 40 µs
+        let eager = [gemm(Issue::Eager), backward(Issue::Eager), rs(Issue::Eager)];
+        assert_eq!(issue(&eager), 30.0 + 20.0 + 40.0);
+        // one graph from the GEMMs on: launched per run of its first call (3 of them)
+        let graphed = [
+            gemm(Issue::GraphLaunch),
+            backward(Issue::InGraph),
+            rs(Issue::InGraph),
+        ];
+        assert_eq!(issue(&graphed), 30.0);
+        let graphed = [
+            backward(Issue::GraphLaunch),
+            rs(Issue::InGraph),
+            gemm(Issue::Eager),
+        ];
+        assert_eq!(issue(&graphed), 10.0 + 30.0);
+        // the device's time is the same either way
+        let device = |calls: &[Call]| {
+            cost(calls.iter().map(|c| (c, 1.0)), &t, &whole, false)
+                .parts
+                .total()
+        };
+        assert_eq!(device(&eager), device(&graphed));
     }
 
     #[test]

@@ -13,8 +13,8 @@ pub use arch::{
     DEFAULT_VOCAB_DIVISOR,
 };
 pub use parallel::{
-    default_grad_reduce_dtype, AttentionKernel, CpComm, CrossEntropy, Dispatcher, Elementwise,
-    Fp8Library, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute,
+    default_grad_reduce_dtype, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher,
+    Elementwise, Fp8Library, Layout, Overlap, ParallelSpec, Partition, PipelineSplit, Recompute,
     RecomputeModule, Rules, Schedule,
 };
 pub use routing::ExpertRouting;

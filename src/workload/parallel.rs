@@ -114,6 +114,32 @@ crate::named_enum!(
 );
 
 crate::named_enum!(
+    /// A part of each transformer layer captured in a CUDA graph (Megatron-Core's
+    /// `--cuda-graph-scope`, NeMo's `cuda_graph_scope`): the host replays the part's kernels,
+    /// collectives included, with one graph launch instead of issuing each.
+    pub enum CudaGraphScope {
+        /// Nothing captured: every kernel issued from eager PyTorch (the default; alone).
+        None => "none",
+        /// The whole layer, forward and backward (Megatron-Core's `--cuda-graph-impl local`):
+        /// static shapes only, so a mixture's experts need a padded capacity.
+        Layer => "layer",
+        /// The attention block: input norm, projections, attention, output projection, its
+        /// TP communication and the residual add (Transformer Engine's partial graphs).
+        Attn => "attn",
+        /// A dense layer's MLP block: its norm, MLP, TP communication and residual add.
+        Mlp => "mlp",
+        /// A mixture's whole expert block: static shapes only (a padded capacity).
+        Moe => "moe",
+        /// A mixture's norm, router and top-k, and its shared experts (which Megatron-Core
+        /// computes there unless they overlap the dispatch).
+        MoeRouter => "moe_router",
+        /// The dispatcher's preprocessing up to the point where dropless routing reads the
+        /// token counts back (their all-gather and the permutation); needs moe_router.
+        MoePreprocess => "moe_preprocess",
+    }
+);
+
+crate::named_enum!(
     /// How the micro-batches of a step flow through the pipeline stages.
     pub enum Schedule {
         /// The paper's closed form, (m − 1 + pp) · (slowest forward + slowest backward), not
@@ -310,6 +336,9 @@ pub struct ParallelSpec {
     /// core_attn).
     #[serde(default)]
     pub recompute_modules: Option<Vec<RecomputeModule>>,
+    /// The parts of each layer captured in CUDA graphs (default none: eager issue).
+    #[serde(default)]
+    pub cuda_graphs: Option<Vec<CudaGraphScope>>,
     #[serde(default)]
     pub partition: Option<Partition>,
     /// 0: replicated optimizer; 1: optimizer states sharded over dp (distributed optimizer);
@@ -414,6 +443,7 @@ impl ParallelSpec {
             sequence_parallel: over.sequence_parallel.or(self.sequence_parallel),
             recompute: over.recompute.or(self.recompute),
             recompute_modules: over.recompute_modules.or(self.recompute_modules),
+            cuda_graphs: over.cuda_graphs.or(self.cuda_graphs),
             partition: over.partition.or(self.partition),
             zero: over.zero.or(self.zero),
             dtype: over.dtype.or(self.dtype),
@@ -490,6 +520,9 @@ pub struct Layout {
     /// What selective recomputation rebuilds when given (none: the attention core).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recompute_modules: Option<Vec<RecomputeModule>>,
+    /// The parts of each layer captured in CUDA graphs, sorted (empty: none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cuda_graphs: Vec<CudaGraphScope>,
     pub partition: Partition,
     pub zero: u8,
     pub dtype: Dtype,
@@ -588,6 +621,7 @@ impl Layout {
             MAX_MICRO_BATCH_TOKENS,
         )?;
         let (recompute, recompute_modules) = recompute_modules(spec, arch, rules)?;
+        let cuda_graphs = cuda_graphs(spec, arch, rules, moe_capacity)?;
         let zero = spec.zero.unwrap_or(1);
         if zero > 3 {
             return Err(LayoutError::ZeroStage { zero });
@@ -709,6 +743,7 @@ impl Layout {
             sequence_parallel,
             recompute,
             recompute_modules,
+            cuda_graphs,
             partition,
             zero,
             dtype,
@@ -1273,6 +1308,84 @@ fn recompute_modules(
     Ok((Recompute::Selective, Some(modules)))
 }
 
+/// The parts of each layer captured in CUDA graphs, checked against the model: a scope needs
+/// what it captures (a dense MLP, experts), `moe_preprocess` the router's graph it extends,
+/// and a capture of the experts static shapes — dropless routing sizes the all-to-all and
+/// the expert GEMMs from token counts it reads back to the host every micro-batch, which a
+/// graph cannot replay (Megatron-Core refuses `moe` and whole-layer graphs for dropless MoE).
+fn cuda_graphs(
+    spec: &ParallelSpec,
+    arch: &Arch,
+    rules: Rules,
+    moe_capacity: Option<(f64, bool)>,
+) -> Result<Vec<CudaGraphScope>, LayoutError> {
+    let Some(given) = &spec.cuda_graphs else {
+        return Ok(Vec::new());
+    };
+    let refuse = |why: String| Err(LayoutError::CudaGraphs { why });
+    if given.is_empty() {
+        return refuse("give at least one scope, e.g. attn, or none".into());
+    }
+    if given.contains(&CudaGraphScope::None) {
+        if given.len() > 1 {
+            return refuse("none captures nothing: give it alone".into());
+        }
+        return Ok(Vec::new());
+    }
+    if rules == Rules::Paper {
+        return refuse(
+            "the paper's rules cost its tool's eager GPT-NeoX step: use --rules megatron".into(),
+        );
+    }
+    let mut scopes = given.clone();
+    scopes.sort();
+    scopes.dedup();
+    let has = |s: CudaGraphScope| scopes.contains(&s);
+    if has(CudaGraphScope::Layer) && scopes.len() > 1 {
+        return refuse("layer captures the whole layer already: give it alone".into());
+    }
+    let moe = arch.moe.as_ref();
+    for &s in &scopes {
+        let missing = match s {
+            CudaGraphScope::Moe | CudaGraphScope::MoeRouter | CudaGraphScope::MoePreprocess
+                if moe.is_none() =>
+            {
+                "experts"
+            }
+            CudaGraphScope::Mlp if moe.is_some_and(|m| m.dense_layers == 0) => "a dense MLP",
+            _ => continue,
+        };
+        return refuse(format!(
+            "{s} captures {missing}, which {} has not: drop it",
+            arch.name
+        ));
+    }
+    if has(CudaGraphScope::MoePreprocess) && !has(CudaGraphScope::MoeRouter) {
+        return refuse(
+            "moe_preprocess extends the router's graph: give moe_router,moe_preprocess".into(),
+        );
+    }
+    if has(CudaGraphScope::Moe) && (has(CudaGraphScope::MoeRouter)) {
+        return refuse("moe captures the router and the preprocessing already: drop them".into());
+    }
+    let static_experts = matches!(moe_capacity, Some((_, true)));
+    let whole_experts = has(CudaGraphScope::Moe) || (has(CudaGraphScope::Layer) && moe.is_some());
+    if whole_experts && !static_experts {
+        return refuse(format!(
+            "{} is not padded to a capacity: dropless routing reads its token counts back to \
+             the host every micro-batch, which a graph cannot replay; capture \
+             attn,moe_router,moe_preprocess, or pad the experts' input (--moe-capacity-factor F \
+             --moe-pad-to-capacity)",
+            if has(CudaGraphScope::Moe) {
+                "moe".to_string()
+            } else {
+                format!("layer on {}'s experts", arch.name)
+            }
+        ));
+    }
+    Ok(scopes)
+}
+
 /// Which communication runs beside the compute: the flags, else the rules' defaults.
 fn overlap(
     spec: &ParallelSpec,
@@ -1447,6 +1560,57 @@ mod tests {
             partition_layers(5, 2, Partition::Uniform).unwrap(),
             vec![3, 2]
         );
+    }
+
+    /// What `--cuda-graphs` refuses, and how it normalises what it takes.
+    #[test]
+    fn cuda_graph_scopes_are_checked_against_the_model() {
+        use CudaGraphScope::*;
+        let cluster = crate::hardware::dgx_h100_without_models();
+        let dense = Arch::resolve("llama3-8b").unwrap();
+        let moe = crate::workload::presets::mixtral_8x7b();
+        let layout = |arch: &Arch, scopes: &[CudaGraphScope], extra: ParallelSpec| {
+            let spec = ParallelSpec {
+                dp: Some(8),
+                ep: arch.moe.is_some().then_some(8),
+                global_batch: Some(8),
+                cuda_graphs: Some(scopes.to_vec()),
+                ..extra
+            };
+            Layout::new(&spec, arch, &cluster)
+        };
+        let why = |r: Result<Layout, LayoutError>| match r {
+            Err(LayoutError::CudaGraphs { why }) => why,
+            other => panic!("{other:?}"),
+        };
+        let ok = |r: Result<Layout, LayoutError>| r.unwrap().cuda_graphs;
+        let none = ParallelSpec::default;
+        assert_eq!(ok(layout(&dense, &[Mlp, Attn, Attn], none())), [Attn, Mlp]);
+        assert!(ok(layout(&dense, &[None], none())).is_empty());
+        assert!(why(layout(&dense, &[None, Attn], none())).contains("alone"));
+        assert!(why(layout(&dense, &[Layer, Attn], none())).contains("whole layer"));
+        assert!(why(layout(&dense, &[MoeRouter], none())).contains("experts"));
+        assert!(why(layout(&moe, &[Mlp], none())).contains("dense MLP"));
+        assert!(why(layout(&moe, &[MoePreprocess], none())).contains("moe_router"));
+        assert!(why(layout(&moe, &[Moe, MoeRouter], none())).contains("already"));
+        // whole expert blocks need static shapes
+        assert!(why(layout(&moe, &[Moe], none())).contains("capacity"));
+        assert!(why(layout(&moe, &[Layer], none())).contains("capacity"));
+        let padded = || ParallelSpec {
+            moe_capacity_factor: Some(1.25),
+            moe_pad_to_capacity: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(ok(layout(&moe, &[Layer], padded())), [Layer]);
+        assert_eq!(
+            ok(layout(&moe, &[Attn, MoeRouter, MoePreprocess], none())),
+            [Attn, MoeRouter, MoePreprocess]
+        );
+        let paper = ParallelSpec {
+            rules: Some(Rules::Paper),
+            ..Default::default()
+        };
+        assert!(why(layout(&dense, &[Attn], paper)).contains("paper"));
     }
 
     proptest! {
