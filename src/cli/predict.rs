@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::layout::{describe, rules_name, JobArgs};
 use super::output::{align_numbers, table};
+use stepcast::plan::Issue;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, OperatorReport, PredictOptions, Prediction};
 
@@ -349,12 +350,18 @@ fn print_prediction(
     }
 }
 
-/// An operator's note: where its number came from, and whether the host waits before it.
+/// An operator's note: where its number came from, whether the host waits before it, and
+/// whether a CUDA graph issues it.
 fn operator_note(o: &OperatorReport) -> String {
     let wait = o
         .host_waits
         .then_some("the host waits for the device before issuing it (no issuing ahead)");
-    [o.estimate.note.as_deref(), wait]
+    let graph = match o.issue {
+        Issue::Eager => None,
+        Issue::GraphLaunch => Some("launches the CUDA graph of its part (one issue for all)"),
+        Issue::InGraph => Some("in a CUDA graph (issued by its launch)"),
+    };
+    [o.estimate.note.as_deref(), wait, graph]
         .into_iter()
         .flatten()
         .collect::<Vec<_>>()

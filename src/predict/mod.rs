@@ -51,6 +51,9 @@ pub struct OperatorReport {
     pub estimate: Estimate,
     /// The host waits for the device before issuing it (`plan::Call::host_waits`).
     pub host_waits: bool,
+    /// How the host issues it: one by one, or inside a CUDA graph (`plan::Issue`).
+    #[serde(skip_serializing_if = "crate::plan::Issue::is_eager")]
+    pub issue: crate::plan::Issue,
 }
 
 /// One pipeline rank's share of the step.
@@ -463,6 +466,7 @@ fn stage_reports(plan: &Plan, step: &Step, estimates: &[Estimate]) -> Vec<StageR
                 count: c.count * n,
                 estimate: estimates[c.query as usize].clone(),
                 host_waits: c.host_waits,
+                issue: c.issue,
             })
             .collect()
     };

@@ -182,6 +182,37 @@ proptest! {
         }
     }
 
+    /// CUDA graphs only take work off the host: capturing parts of each layer never slows a
+    /// step, and the device's compute is the same.
+    #[test]
+    fn cuda_graphs_never_slow_a_step(
+        tp in prop::sample::select(vec![1u64, 2, 4, 8]),
+        pp in prop::sample::select(vec![1u64, 2, 4]),
+        dp in 1u64..5,
+        mb in 1u64..3,
+        m in 1u64..9,
+        seq in prop::sample::select(vec![512u64, 2048, 8192]),
+        recompute in prop::sample::select(vec![Recompute::None, Recompute::Selective, Recompute::Full]),
+        scopes in prop::sample::select(vec![
+            vec![crate::workload::CudaGraphScope::Attn],
+            vec![crate::workload::CudaGraphScope::Mlp],
+            vec![crate::workload::CudaGraphScope::Layer],
+        ]),
+        model in prop::sample::select(vec!["llama2-7b", "gpt3-15b", "llama3-8b"]),
+    ) {
+        let c = cluster();
+        let arch = Arch::resolve(model).unwrap();
+        let eager = ParallelSpec {
+            seq_len: Some(seq),
+            recompute: Some(recompute),
+            ..spec(tp, pp, dp, mb, m)
+        };
+        let graphed = ParallelSpec { cuda_graphs: Some(scopes), ..eager.clone() };
+        if let (Ok(a), Ok(b)) = (step(&arch, &eager, &c), step(&arch, &graphed, &c)) {
+            prop_assert!(b <= a * (1.0 + 1e-12), "eager {} graphed {}", a, b);
+        }
+    }
+
     #[test]
     fn any_layout_gives_a_result_or_a_clear_error(
         tp in 0u64..20, pp in 0u64..140, dp in 0u64..300, mb in 0u64..9,
