@@ -2518,6 +2518,11 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
         &[&["predict"][..], &job, &["--cuda-graphs", "layer"]].concat(),
     ));
     assert!(text.contains("CUDA graphs (layer)"), "{text}");
+    // no calibration run replayed graphs: the prediction says it lies outside them
+    assert!(
+        text.contains("CUDA graphs (runs: every kernel issued eagerly)"),
+        "{text}"
+    );
     // a job file's scopes, overridden by the flag
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("job.yaml");

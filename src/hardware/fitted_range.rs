@@ -20,6 +20,8 @@ pub struct RunPoint {
     pub ep: u64,
     /// The training type's name (fp16, bf16, fp8, …).
     pub dtype: String,
+    /// Parts of each layer ran captured in CUDA graphs (the host's issue cost differs).
+    pub cuda_graphs: bool,
 }
 
 /// The smallest box holding every run of a fit.
@@ -41,6 +43,10 @@ pub struct FittedRange {
     pub max_ep: u64,
     /// The training types of the runs.
     pub dtypes: Vec<String>,
+    /// Whether any run captured parts of its layers in CUDA graphs (left out when none did,
+    /// as in every file written before the field existed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cuda_graphs: bool,
 }
 
 /// How far beyond the runs' smallest and largest a model or a sequence may lie and still count
@@ -102,6 +108,7 @@ impl FittedRange {
             max_cp: 0,
             max_ep: 0,
             dtypes: Vec::new(),
+            cuda_graphs: false,
         };
         let widen_u = |range: &mut [u64; 2], v: u64| *range = [range[0].min(v), range[1].max(v)];
         for p in points {
@@ -117,6 +124,7 @@ impl FittedRange {
             if !r.dtypes.contains(&p.dtype) {
                 r.dtypes.push(p.dtype.clone());
             }
+            r.cuda_graphs |= p.cuda_graphs;
         }
         r.dtypes.sort();
         Some(r)
@@ -169,6 +177,9 @@ impl FittedRange {
         }
         if !self.dtypes.contains(&p.dtype) {
             out.push(format!("{} (runs: {})", p.dtype, self.dtypes.join(", ")));
+        }
+        if p.cuda_graphs && !self.cuda_graphs {
+            out.push("CUDA graphs (runs: every kernel issued eagerly)".into());
         }
         out
     }
@@ -239,6 +250,9 @@ impl FittedRange {
             }
         }
         parts.push(self.dtypes.join(", "));
+        if self.cuda_graphs {
+            parts.push("CUDA graphs".into());
+        }
         parts.join(", ")
     }
 }
@@ -258,6 +272,7 @@ mod tests {
             cp: 1,
             ep: 1,
             dtype: dtype.into(),
+            cuda_graphs: false,
         }
     }
 
@@ -313,6 +328,22 @@ mod tests {
             ["sequences of 1 token (runs: 1,024–8,192)"]
         );
         assert!(FittedRange::of(&[]).is_none());
+        // a step whose layers replay CUDA graphs, beside runs that issued every kernel
+        let graphed = RunPoint {
+            cuda_graphs: true,
+            ..runs[0].clone()
+        };
+        assert_eq!(
+            r.outside(&graphed),
+            ["CUDA graphs (runs: every kernel issued eagerly)"]
+        );
+        let with = FittedRange::of(&[graphed.clone(), runs[1].clone()]).unwrap();
+        assert!(with.cuda_graphs && with.outside(&graphed).is_empty());
+        assert!(
+            with.summary().ends_with("CUDA graphs"),
+            "{}",
+            with.summary()
+        );
     }
 
     #[test]

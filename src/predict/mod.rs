@@ -283,6 +283,7 @@ pub fn run_point(arch: &Arch, layout: &Layout, cluster: &Cluster) -> RunPoint {
         cp: layout.cp,
         ep: layout.ep,
         dtype: layout.dtype.to_string(),
+        cuda_graphs: !layout.cuda_graphs.is_empty(),
     }
 }
 
