@@ -1312,7 +1312,8 @@ fn recompute_modules(
 /// what it captures (a dense MLP, experts), `moe_preprocess` the router's graph it extends,
 /// and a capture of the experts static shapes — dropless routing sizes the all-to-all and
 /// the expert GEMMs from token counts it reads back to the host every micro-batch, which a
-/// graph cannot replay (Megatron-Core refuses `moe` and whole-layer graphs for dropless MoE).
+/// graph cannot replay (Megatron-Core's `moe` scope and its whole-layer graphs need static
+/// shapes: NVIDIA's DeepSeek-V3 guide, its MoE CUDA-graph tests skip dropless `moe`).
 fn cuda_graphs(
     spec: &ParallelSpec,
     arch: &Arch,
@@ -1365,7 +1366,7 @@ fn cuda_graphs(
             "moe_preprocess extends the router's graph: give moe_router,moe_preprocess".into(),
         );
     }
-    if has(CudaGraphScope::Moe) && (has(CudaGraphScope::MoeRouter)) {
+    if has(CudaGraphScope::Moe) && has(CudaGraphScope::MoeRouter) {
         return refuse("moe captures the router and the preprocessing already: drop them".into());
     }
     let static_experts = matches!(moe_capacity, Some((_, true)));
