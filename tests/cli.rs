@@ -2497,6 +2497,48 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
     let host = |p: &serde_json::Value| p["breakdown_s"]["host"].as_f64().unwrap();
     let eager = predict(&[]);
     let graphed = predict(&["--cuda-graphs", "attn,mlp"]);
+    // the eager prediction says what graphs would save, as `--cuda-graphs layer` costs it
+    let advice = &eager["cuda_graphs_advice"];
+    assert_eq!(advice["scopes"], serde_json::json!(["layer"]));
+    let layer = predict(&["--cuda-graphs", "layer"]);
+    assert_eq!(
+        advice["step_time_s"].as_f64(),
+        layer["step_time_s"].as_f64()
+    );
+    assert!(
+        (advice["saved_s"].as_f64().unwrap() - (step(&eager) - step(&layer))).abs() < 1e-9,
+        "{advice}"
+    );
+    assert!(
+        graphed.get("cuda_graphs_advice").is_none(),
+        "only for eager steps"
+    );
+    let text = stdout(&stepcast(&[&["predict"][..], &job].concat()));
+    assert!(
+        text.contains("cuda graphs") && text.contains("(--cuda-graphs layer) would take it from"),
+        "{text}"
+    );
+    // a device-bound step (long sequences, 8 GPUs of data parallelism) gets no advice
+    let long = stepcast(&[
+        "predict",
+        "--cluster",
+        "dgx-h100",
+        "--model",
+        "llama3-8b",
+        "--dp",
+        "8",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "32",
+        "--json",
+    ]);
+    let long: serde_json::Value = serde_json::from_slice(&long.stdout).unwrap();
+    assert!(
+        long.get("cuda_graphs_advice").is_none(),
+        "{}",
+        long["breakdown_s"]
+    );
     assert!(eager["layout"].get("cuda_graphs").is_none());
     assert_eq!(
         graphed["layout"]["cuda_graphs"],
