@@ -169,8 +169,8 @@ const GRAPHS_ADVICE_SHARE: f64 = 0.02;
 /// Where a Megatron-Core step issued eagerly would be at least 2 % shorter with its layers in
 /// CUDA graphs: the widest capture the model allows (whole layers; for dropless experts the
 /// attention, router and preprocessing, and any dense layers' MLP), costed the same way.
-/// None under the paper's rules, for torchtitan (no graphs to turn on), or when the step is not
-/// held up by the host.
+/// None under the paper's rules, for a framework other than Megatron-LM or NeMo (torchtitan,
+/// Composer: no graphs to turn on), or when the step is not held up by the host.
 fn graphs_advice(
     job: &super::layout::Job,
     cluster: &stepcast::hardware::Cluster,
@@ -179,10 +179,9 @@ fn graphs_advice(
 ) -> anyhow::Result<Option<GraphsAdvice>> {
     use stepcast::workload::{CudaGraphScope as S, Rules};
     let l = &job.layout;
-    if !l.cuda_graphs.is_empty()
-        || l.rules != Rules::Megatron
-        || job.framework.as_deref() == Some("torchtitan")
-    {
+    // Megatron-Core's switch: no other framework stepcast knows turns graphs on for training
+    let megatron_core = matches!(job.framework.as_deref(), None | Some("megatron" | "nemo"));
+    if !l.cuda_graphs.is_empty() || l.rules != Rules::Megatron || !megatron_core {
         return Ok(None);
     }
     let scopes = match &job.arch.moe {
