@@ -2513,6 +2513,11 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
         graphed.get("cuda_graphs_advice").is_none(),
         "only for eager steps"
     );
+    let composer = predict(&["--framework", "composer"]);
+    assert!(
+        composer.get("cuda_graphs_advice").is_none(),
+        "Composer has no graphs to turn on"
+    );
     let text = stdout(&stepcast(&[&["predict"][..], &job].concat()));
     assert!(
         text.contains("cuda graphs") && text.contains("(--cuda-graphs layer) would take it from"),
