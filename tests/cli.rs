@@ -2480,8 +2480,9 @@ fn the_cluster_flag_names_every_built_in_cluster() {
 
 /// CUDA graphs (`--cuda-graphs`, or `cuda_graphs:` in a job file) replay a captured part of
 /// each layer with one launch: a host-bound step (a small model, short sequences, tp 8) gets
-/// faster, a device-bound one does not; the layout line says so; the job file's scopes are
-/// overridden by the flag; a dropless mixture's whole expert block is refused with the fix.
+/// faster with the device's work unchanged; the layout line says so; an eager host-bound step
+/// says what graphs would save, a device-bound one does not; the job file's scopes are
+/// overridden by the flag; a scope the model cannot take is refused with the fix.
 #[test]
 fn cuda_graphs_take_the_host_off_a_host_bound_step() {
     let job: Vec<&str> = "--cluster dgx-h100 --model llama3-8b --tp 8 --micro-batch 1 \
@@ -2497,6 +2498,32 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
     let host = |p: &serde_json::Value| p["breakdown_s"]["host"].as_f64().unwrap();
     let eager = predict(&[]);
     let graphed = predict(&["--cuda-graphs", "attn,mlp"]);
+    assert!(eager["layout"].get("cuda_graphs").is_none());
+    assert_eq!(
+        graphed["layout"]["cuda_graphs"],
+        serde_json::json!(["attn", "mlp"])
+    );
+    assert!(
+        host(&graphed) < 0.5 * host(&eager),
+        "{} {}",
+        host(&graphed),
+        host(&eager)
+    );
+    assert!(step(&graphed) < step(&eager));
+    // the device's work is the same: compute unchanged
+    assert_eq!(
+        eager["breakdown_s"]["compute"].as_f64(),
+        graphed["breakdown_s"]["compute"].as_f64()
+    );
+    let text = stdout(&stepcast(
+        &[&["predict"][..], &job, &["--cuda-graphs", "layer"]].concat(),
+    ));
+    assert!(text.contains("CUDA graphs (layer)"), "{text}");
+    // no calibration run replayed graphs: the prediction says it lies outside them
+    assert!(
+        text.contains("CUDA graphs (runs: every kernel issued eagerly)"),
+        "{text}"
+    );
     // the eager prediction says what graphs would save, as `--cuda-graphs layer` costs it
     let advice = &eager["cuda_graphs_advice"];
     assert_eq!(advice["scopes"], serde_json::json!(["layer"]));
@@ -2524,51 +2551,16 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
         "{text}"
     );
     // a device-bound step (long sequences, 8 GPUs of data parallelism) gets no advice
-    let long = stepcast(&[
-        "predict",
-        "--cluster",
-        "dgx-h100",
-        "--model",
-        "llama3-8b",
-        "--dp",
-        "8",
-        "--micro-batch",
-        "1",
-        "--global-batch",
-        "32",
-        "--json",
-    ]);
+    let long: Vec<&str> = "predict --cluster dgx-h100 --model llama3-8b --dp 8 --micro-batch 1 \
+                           --global-batch 32 --json"
+        .split_whitespace()
+        .collect();
+    let long = stepcast(&long);
     let long: serde_json::Value = serde_json::from_slice(&long.stdout).unwrap();
     assert!(
         long.get("cuda_graphs_advice").is_none(),
         "{}",
         long["breakdown_s"]
-    );
-    assert!(eager["layout"].get("cuda_graphs").is_none());
-    assert_eq!(
-        graphed["layout"]["cuda_graphs"],
-        serde_json::json!(["attn", "mlp"])
-    );
-    assert!(
-        host(&graphed) < 0.5 * host(&eager),
-        "{} {}",
-        host(&graphed),
-        host(&eager)
-    );
-    assert!(step(&graphed) < step(&eager));
-    // the device's work is the same: compute unchanged
-    assert_eq!(
-        eager["breakdown_s"]["compute"].as_f64(),
-        graphed["breakdown_s"]["compute"].as_f64()
-    );
-    let text = stdout(&stepcast(
-        &[&["predict"][..], &job, &["--cuda-graphs", "layer"]].concat(),
-    ));
-    assert!(text.contains("CUDA graphs (layer)"), "{text}");
-    // no calibration run replayed graphs: the prediction says it lies outside them
-    assert!(
-        text.contains("CUDA graphs (runs: every kernel issued eagerly)"),
-        "{text}"
     );
     // a job file's scopes, overridden by the flag
     let tmp = tempfile::tempdir().unwrap();
