@@ -332,3 +332,27 @@ fn search_with_cuda_graphs_carries_them_to_the_best_line_and_the_export() {
     let script = stdout(&e);
     assert!(script.contains("--cuda-graph-scope attn mlp"), "{script}");
 }
+
+/// A search whose best layout waits on the host says what CUDA graphs would save it (one
+/// short sequence a micro-batch); given `--cuda-graphs` it does not.
+#[test]
+fn a_host_bound_best_layout_gets_the_cuda_graph_advice() {
+    let small: Vec<&str> = "--model llama2-7b --gpus 8 --micro-batch 1 --global-batch 64 \
+                            --seq-len 256 --for megatron"
+        .split_whitespace()
+        .collect();
+    let o = search(&small);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cuda graphs"))
+        .unwrap_or_else(|| panic!("no advice in {text}"));
+    assert!(
+        line.contains("the best layout's kernels") && line.contains("--cuda-graphs"),
+        "{line}"
+    );
+    let o = search(&[&small[..], &["--cuda-graphs", "layer"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("cuda graphs "), "{}", stdout(&o));
+}

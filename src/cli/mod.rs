@@ -7,6 +7,7 @@ mod datasets;
 mod docs;
 mod eval;
 mod export;
+mod graphs;
 mod layout;
 mod memory;
 mod models;

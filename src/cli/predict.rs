@@ -76,7 +76,14 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             strict: args.strict,
         },
     )?;
-    let graphs = graphs_advice(&job, cluster, &cost, &prediction)?;
+    let graphs = super::graphs::advice(
+        &job.arch,
+        &job.layout,
+        cluster,
+        &cost,
+        job.framework.as_deref(),
+        prediction.metrics.step_time_s,
+    )?;
     let title = format!(
         "{} on {}: tp {} pp {} dp {}, {} micro-batches of {}",
         prediction.model,
@@ -122,15 +129,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     } else {
         print_prediction(&prediction, &job, models_dir.as_deref(), args.operators);
         if let Some(g) = &graphs {
-            println!(
-                "cuda graphs   the host issues this step's kernels one by one: capturing {} \
-                 (--cuda-graphs {}) would take it from {:.3} to {:.3} s (−{:.1} %)",
-                g.scopes.join(", "),
-                g.scopes.join(","),
-                prediction.metrics.step_time_s,
-                g.step_time_s,
-                100.0 * g.saved_s / prediction.metrics.step_time_s
-            );
+            println!("cuda graphs   {}", g.describe("this step"));
         }
         if let Some((o, save_s)) = &run {
             let steps = (o.training_s / prediction.metrics.step_time_s).round();
@@ -150,67 +149,6 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// What CUDA graphs would save a step whose kernels are all issued eagerly.
-#[derive(Debug, serde::Serialize)]
-struct GraphsAdvice {
-    /// The scopes costed: the whole layer, or for dropless experts what a graph can replay.
-    scopes: Vec<&'static str>,
-    /// The step with them, s.
-    step_time_s: f64,
-    /// Time saved, s.
-    saved_s: f64,
-}
-
-/// Smallest saving worth a line: 2 % of the step.
-const GRAPHS_ADVICE_SHARE: f64 = 0.02;
-
-/// Where a Megatron-Core step issued eagerly would be at least 2 % shorter with its layers in
-/// CUDA graphs: the widest capture the model allows (whole layers; for dropless experts the
-/// attention, router and preprocessing, and any dense layers' MLP), costed the same way.
-/// None under the paper's rules, for a framework other than Megatron-LM or NeMo (torchtitan,
-/// Composer: no graphs to turn on), or when the step is not held up by the host.
-fn graphs_advice(
-    job: &super::layout::Job,
-    cluster: &stepcast::hardware::Cluster,
-    cost: &CostModel,
-    prediction: &Prediction,
-) -> anyhow::Result<Option<GraphsAdvice>> {
-    use stepcast::workload::{CudaGraphScope as S, Rules};
-    let l = &job.layout;
-    // Megatron-Core's switch: no other framework stepcast knows turns graphs on for training
-    let megatron_core = matches!(job.framework.as_deref(), None | Some("megatron" | "nemo"));
-    if !l.cuda_graphs.is_empty() || l.rules != Rules::Megatron || !megatron_core {
-        return Ok(None);
-    }
-    let scopes = match &job.arch.moe {
-        Some(m) if !matches!(l.moe_capacity, Some((_, true))) => {
-            let mut s = vec![S::Attn];
-            if m.dense_layers > 0 {
-                s.push(S::Mlp);
-            }
-            s.extend([S::MoeRouter, S::MoePreprocess]);
-            s
-        }
-        _ => vec![S::Layer],
-    };
-    let mut graphed = l.clone();
-    graphed.cuda_graphs = scopes.clone();
-    let with = predict(
-        &job.arch,
-        &graphed,
-        cluster,
-        cost,
-        PredictOptions::default(),
-    )?;
-    let (step, step_with) = (prediction.metrics.step_time_s, with.metrics.step_time_s);
-    let saved = step - step_with;
-    Ok((saved >= GRAPHS_ADVICE_SHARE * step).then(|| GraphsAdvice {
-        scopes: scopes.iter().map(|s| s.name()).collect(),
-        step_time_s: step_with,
-        saved_s: saved,
-    }))
 }
 
 fn print_prediction(

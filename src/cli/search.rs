@@ -470,6 +470,17 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         stepcast::fsutil::write_atomic(path, super::stamp::document(&report, inputs)?.as_bytes())?;
     }
     print_report(&args, &report, &arch, &cluster, implied.as_deref());
+    if let (Some((i, best)), None) = (full.first(), &args.cuda_graphs) {
+        let framework = args
+            .for_framework
+            .map(|f| f.name())
+            .or(args.framework.as_deref());
+        let layout = &report.rows[*i].layout;
+        let step = best.metrics.step_time_s;
+        if let Some(g) = super::graphs::advice(&arch, layout, &cluster, &cost, framework, step)? {
+            println!("cuda graphs   {}", g.describe("the best layout"));
+        }
+    }
     if report.rows.is_empty() {
         let rules: Vec<String> = report
             .pruned
