@@ -27,7 +27,11 @@ impl Advice {
         format!(
             "the host issues {what}'s kernels one by one: capturing {} (--cuda-graphs {}) would \
              take it from {} to {} s (−{:.1} %)",
-            self.scopes.join(", "),
+            if self.scopes == ["layer"] {
+                "whole layers".to_string()
+            } else {
+                self.scopes.join(", ")
+            },
             self.scopes.join(","),
             seconds(self.eager_s),
             seconds(self.step_time_s),
