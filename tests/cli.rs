@@ -4,7 +4,7 @@ mod common;
 
 use std::fs;
 
-use common::{assert_user_error, repo, stderr, stdout, stepcast, write_dataset};
+use common::{assert_user_error, json_of, repo, stderr, stdout, stepcast, write_dataset};
 
 fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
@@ -899,9 +899,9 @@ fn a_frameworks_defaults_cost_its_layouts() {
             .split_whitespace()
             .collect();
     let layout = |extra: &[&str]| {
-        let out = stepcast(&[&["predict"][..], &job, extra, &["--json"]].concat());
-        assert!(out.status.success(), "{}", stderr(&out));
-        let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let p = json_of(&stepcast(
+            &[&["predict"][..], &job, extra, &["--json"]].concat(),
+        ));
         p["layout"].clone()
     };
     let megatron = layout(&[]);
@@ -943,9 +943,9 @@ fn eager_elementwise_code_costs_its_passes_and_exports_as_such() {
             .split_whitespace()
             .collect();
     let predict = |extra: &[&str]| {
-        let out = stepcast(&[&["predict"][..], &job, extra, &["--json"]].concat());
-        assert!(out.status.success(), "{}", stderr(&out));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        json_of(&stepcast(
+            &[&["predict"][..], &job, extra, &["--json"]].concat(),
+        ))
     };
     let fused = predict(&["--elementwise", "fused"]);
     let eager = predict(&["--elementwise", "eager"]);
@@ -2490,9 +2490,9 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
         .split_whitespace()
         .collect();
     let predict = |extra: &[&str]| {
-        let out = stepcast(&[&["predict"][..], &job, extra, &["--json"]].concat());
-        assert!(out.status.success(), "{}", stderr(&out));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        json_of(&stepcast(
+            &[&["predict"][..], &job, extra, &["--json"]].concat(),
+        ))
     };
     let step = |p: &serde_json::Value| p["step_time_s"].as_f64().unwrap();
     let host = |p: &serde_json::Value| p["breakdown_s"]["host"].as_f64().unwrap();
@@ -2555,8 +2555,7 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
                            --global-batch 32 --json"
         .split_whitespace()
         .collect();
-    let long = stepcast(&long);
-    let long: serde_json::Value = serde_json::from_slice(&long.stdout).unwrap();
+    let long = json_of(&stepcast(&long));
     assert!(
         long.get("cuda_graphs_advice").is_none(),
         "{}",
@@ -2571,19 +2570,16 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
          global_batch: 8\n  seq_len: 1024\n  sequence_parallel: true\n  cuda_graphs: [attn, mlp]\n",
     )
     .unwrap();
-    let out = stepcast(&["predict", "--job", s(&file), "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let from_job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let from_job = json_of(&stepcast(&["predict", "--job", s(&file), "--json"]));
     assert_eq!(step(&from_job), step(&graphed));
-    let out = stepcast(&[
+    let off = json_of(&stepcast(&[
         "predict",
         "--job",
         s(&file),
         "--cuda-graphs",
         "none",
         "--json",
-    ]);
-    let off: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    ]));
     assert_eq!(step(&off), step(&eager));
     assert_user_error(
         &stepcast(&[&["predict"][..], &job, &["--cuda-graphs", "moe_router"]].concat()),
