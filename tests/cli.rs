@@ -1627,15 +1627,10 @@ fn a_timed_fused_adam_steps_megatrons_optimizer() {
     }
 }
 
-/// `calibrate --framework` fits one framework's runs alone and writes its own entry beside the
-/// cluster's; `predict --framework` (and a job file's `framework:`) picks it, says so, and
-/// says when a framework has none.
-#[test]
-fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_ds, models) = trained(tmp.path());
-    let cluster = dgx_a100_with_models(tmp.path(), &models);
-    // two families under each framework; composer's steps a quarter longer than megatron's
+/// A runs CSV on `cluster`: two families under each of two frameworks (llama2-7b and
+/// llama2-13b at dp 4 and 8, micro-batch 1, 2,048 tokens, bf16), composer's steps a quarter
+/// longer than megatron's; one set, `s`.
+fn runs_of_two_frameworks(cluster: &std::path::Path) -> String {
     let mut runs = String::from(
         "set,family,label,cluster,model,framework,tp,pp,dp,micro_batch,global_batch,seq_len,\
          dtype,recompute,zero,schedule,vpp,sequence_parallel,tp_comm_overlap,measured_step_s,\
@@ -1647,15 +1642,118 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
                 runs.push_str(&format!(
                     "s,{family},{model} {fw} dp{dp},{},{model},{fw},1,1,{dp},1,{},2048,bf16,none,\
                      1,1f1b,1,false,0,{},true,\n",
-                    s(&cluster),
+                    s(cluster),
                     dp * 8,
                     scale * if family == "llama2-7b" { 3.3 } else { 6.1 }
                 ));
             }
         }
     }
+    runs
+}
+
+/// `calibrate --check` fits and writes nothing: it judges each run as `predict` composes it
+/// now — under its framework's calibration where the cluster has one, else the cluster's,
+/// else the defaults — beside the raw physics, and marks the sets a calibration was fitted on
+/// (their error is in sample).
+#[test]
+fn calibrate_check_judges_runs_as_predict_composes_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
     let csv = tmp.path().join("runs.csv");
-    fs::write(&csv, runs).unwrap();
+    fs::write(&csv, runs_of_two_frameworks(&cluster)).unwrap();
+    let report = tmp.path().join("check.json");
+    let calibrate = |extra: &[&str]| {
+        let mut args = vec!["calibrate", s(&csv), "--cluster", s(&cluster)];
+        args.extend_from_slice(extra);
+        stepcast(&args)
+    };
+    let check = || {
+        let out = calibrate(&["--check", "--json", s(&report)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+        (stdout(&out), json)
+    };
+    // no calibration yet: every run under the cluster's defaults, the raw physics itself
+    let (text, json) = check();
+    assert!(
+        text.contains(
+            "4 runs: the cluster's defaults (no calibration under composer for dgx-a100)"
+        ) && text.contains("4 runs: the cluster's defaults (no calibration under megatron"),
+        "{text}"
+    );
+    assert_eq!(json["check"], true);
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 8);
+    assert!(runs.iter().all(|r| r["cross_validated_s"] == r["raw_s"]));
+    assert_eq!(json["sets"]["s"]["fitted"], false);
+    assert!(!models.join("calibration.yaml").exists());
+    // with a fit of composer's runs, those are composed under it, as `predict --framework
+    // composer` composes them; megatron's stay on the defaults (the cluster has no fit)
+    let fitted = calibrate(&["--framework", "composer"]);
+    assert!(fitted.status.success(), "{}", stderr(&fitted));
+    let (text, json) = check();
+    assert!(
+        text.contains("4 runs: calibrated for dgx-a100 under composer on 4 measured runs")
+            && text.contains("4 runs: the cluster's defaults (no calibration under megatron")
+            && text.contains("s (in sample)"),
+        "{text}"
+    );
+    let run = |label: &str| {
+        json["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["label"] == label)
+            .unwrap()
+            .clone()
+    };
+    let (composer, megatron) = (run("llama2-7b composer dp4"), run("llama2-7b megatron dp4"));
+    assert_eq!(megatron["cross_validated_s"], megatron["raw_s"]);
+    assert_ne!(composer["cross_validated_s"], composer["raw_s"]);
+    let predicted = json_of(&stepcast(&[
+        "predict",
+        "--cluster",
+        s(&cluster),
+        "--model",
+        "llama2-7b",
+        "--dp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "32",
+        "--seq-len",
+        "2048",
+        "--framework",
+        "composer",
+        "--json",
+    ]))["step_time_s"]
+        .as_f64()
+        .unwrap();
+    let checked = composer["cross_validated_s"].as_f64().unwrap();
+    assert!(
+        (checked / predicted - 1.0).abs() < 1e-9,
+        "{checked} {predicted}"
+    );
+    assert_eq!(json["sets"]["s"]["fitted"], true);
+    // a check fits nothing, so it takes no sets to fit on and writes no calibration
+    let refused = calibrate(&["--check", "--fit-sets", "s"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+}
+
+/// `calibrate --framework` fits one framework's runs alone and writes its own entry beside the
+/// cluster's; `predict --framework` (and a job file's `framework:`) picks it, says so, and
+/// says when a framework has none.
+#[test]
+fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
+    let csv = tmp.path().join("runs.csv");
+    fs::write(&csv, runs_of_two_frameworks(&cluster)).unwrap();
     let calibrate = |extra: &[&str]| {
         let mut args = vec!["calibrate", s(&csv), "--cluster", s(&cluster)];
         args.extend_from_slice(extra);

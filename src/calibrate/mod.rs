@@ -175,7 +175,9 @@ pub struct RunResult {
     pub raw_s: Option<f64>,
     /// Predicted with the runtime fitted on every run (this one included), s.
     pub fitted_s: Option<f64>,
-    /// Predicted with the runtime fitted without the run's family, s.
+    /// Predicted with the runtime fitted without the run's family (a held-out set's run:
+    /// with the runtime fitted on the others; under `--check`: the runtime `predict` uses
+    /// now), s.
     pub cross_validated_s: Option<f64>,
     /// MFU of the raw and the cross-validated prediction, percent.
     pub mfu_percent: Option<[f64; 2]>,
@@ -189,6 +191,27 @@ pub struct RunResult {
     /// (what a prediction of it would warn): its error there is an extrapolation's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub beyond_fitted_runs: Vec<String>,
+}
+
+impl RunResult {
+    /// The run's outcome with nothing predicted yet.
+    fn of(run: &Run) -> RunResult {
+        RunResult {
+            line: run.line,
+            set: run.set.clone(),
+            family: run.family.clone(),
+            label: run.label.clone(),
+            measured_s: run.measured_s,
+            time_scope: run.time_scope,
+            raw_s: None,
+            fitted_s: None,
+            cross_validated_s: None,
+            mfu_percent: None,
+            memory: None,
+            not_predicted: None,
+            beyond_fitted_runs: Vec::new(),
+        }
+    }
 }
 
 fn is_whole_step(scope: &runs::TimeScope) -> bool {
@@ -339,12 +362,6 @@ pub fn evaluate(
                 Some(p.step_s(&fitted.runtime))
             };
             RunResult {
-                line: run.line,
-                set: run.set.clone(),
-                family: run.family.clone(),
-                label: run.label.clone(),
-                measured_s: run.measured_s,
-                time_scope: run.time_scope,
                 raw_s: Some(raw),
                 fitted_s: Some(p.step_s(&fitted.runtime)),
                 cross_validated_s: cv,
@@ -353,32 +370,15 @@ pub fn evaluate(
                     cv.map_or(f64::NAN, |c| p.mfu_percent(c)),
                 ]),
                 memory: Some(p.memory),
-                not_predicted: None,
                 beyond_fitted_runs: match &fitted_range {
                     Some(range) if !fits(&run.set) => range.outside(&p.point),
                     _ => Vec::new(),
                 },
+                ..RunResult::of(run)
             }
         })
         .collect();
-    for (i, why) in not_predicted {
-        let run = &runs[*i];
-        results.push(RunResult {
-            line: run.line,
-            set: run.set.clone(),
-            family: run.family.clone(),
-            label: run.label.clone(),
-            measured_s: run.measured_s,
-            time_scope: run.time_scope,
-            raw_s: None,
-            fitted_s: None,
-            cross_validated_s: None,
-            mfu_percent: None,
-            memory: None,
-            not_predicted: Some(why.clone()),
-            beyond_fitted_runs: Vec::new(),
-        });
-    }
+    results.extend(unpredicted(runs, not_predicted));
     results.sort_by_key(|r| r.line);
     let fit_results = || results.iter().filter(|r| fits(&r.set));
     let overall = [
@@ -393,7 +393,7 @@ pub fn evaluate(
         &overall[1]
     });
     Report {
-        sets: set_reports(runs, &results, &fits, sigma),
+        sets: set_reports(runs, &results, &fits, &|_| Some(sigma)),
         interval_sigma_log: sigma,
         fitted_range,
         fitted,
@@ -404,17 +404,153 @@ pub fn evaluate(
     }
 }
 
+/// The runtime `predict` composes a run under now — its cluster's calibration, its
+/// framework's, or the one the cluster file borrows, else the cluster's defaults — as a check
+/// judges the run by.
+#[derive(Debug, Clone, Serialize)]
+pub struct Current {
+    /// The runtime.
+    pub runtime: Runtime,
+    /// Its spread on measured runs as σ of ln(predicted / measured) (the calibration's
+    /// cross-validated error), which `predict` puts into its interval; none for the defaults.
+    pub sigma_log: Option<f64>,
+    /// How `predict` names it ("calibrated for C on N runs …"); none for the defaults.
+    pub summary: Option<String>,
+    /// The source sets the calibration was fitted on: a run of one of them is judged in
+    /// sample.
+    pub fitted_sets: Vec<String>,
+    /// The range of the runs it was fitted on: a run of another set outside it is an
+    /// extrapolation (what `predict` warns).
+    #[serde(skip)]
+    pub range: Option<FittedRange>,
+}
+
+/// One runtime a check used, and on how many of the runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckedRuntime {
+    /// The runtime and how predictions name it.
+    #[serde(flatten)]
+    pub current: Current,
+    /// Runs composed under it.
+    pub runs: usize,
+}
+
+/// What `calibrate --check` found: the runs predicted as `predict` would predict them now,
+/// beside the raw physics; nothing fitted. A set's `cross_validated` and a run's
+/// `cross_validated_s` hold the prediction under the current runtime; a set is `fitted` when
+/// that runtime's calibration was fitted on runs of its name (its error is then in sample).
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Always true: tells a check's JSON from a fit's.
+    pub check: bool,
+    /// The runtimes the runs were composed under.
+    pub runtimes: Vec<CheckedRuntime>,
+    /// Per source set.
+    pub sets: BTreeMap<String, SetReport>,
+    /// Over every predicted run: raw, and under the current runtime.
+    pub overall: [ErrorStats; 2],
+    /// Per run.
+    pub runs: Vec<RunResult>,
+}
+
+/// Judges each prepared run under the runtime `current` gives it (what `predict` uses now)
+/// beside the raw physics, and reports the error per set; nothing is fitted. `not_predicted`
+/// lists (run index, why) of runs that could not be planned.
+pub fn check(
+    runs: &[Run],
+    prepared: &[Prepared],
+    not_predicted: &[(usize, String)],
+    current: &(dyn Fn(&Prepared) -> Current + Sync),
+) -> Check {
+    let judged: Vec<(RunResult, Current)> = prepared
+        .par_iter()
+        .map(|p| {
+            let run = &runs[p.index];
+            let now = current(p);
+            let raw = p.step_s(&p.base);
+            let calibrated = p.step_s(&now.runtime);
+            let in_sample = now.fitted_sets.contains(&run.set);
+            let result = RunResult {
+                raw_s: Some(raw),
+                cross_validated_s: Some(calibrated),
+                mfu_percent: Some([p.mfu_percent(raw), p.mfu_percent(calibrated)]),
+                memory: Some(p.memory),
+                beyond_fitted_runs: match &now.range {
+                    Some(range) if !in_sample => range.outside(&p.point),
+                    _ => Vec::new(),
+                },
+                ..RunResult::of(run)
+            };
+            (result, now)
+        })
+        .collect();
+    let mut runtimes: Vec<CheckedRuntime> = Vec::new();
+    let mut sigma_of_line: BTreeMap<usize, Option<f64>> = BTreeMap::new();
+    let mut in_sample: Vec<&str> = Vec::new();
+    for (r, now) in &judged {
+        sigma_of_line.insert(r.line, now.sigma_log);
+        if now.fitted_sets.contains(&r.set) {
+            in_sample.push(&r.set);
+        }
+        match runtimes
+            .iter_mut()
+            .find(|c| c.current.summary == now.summary && c.current.runtime == now.runtime)
+        {
+            Some(c) => c.runs += 1,
+            None => runtimes.push(CheckedRuntime {
+                current: now.clone(),
+                runs: 1,
+            }),
+        }
+    }
+    in_sample.sort_unstable();
+    in_sample.dedup();
+    let in_sample: Vec<String> = in_sample.into_iter().map(str::to_string).collect();
+    let mut results: Vec<RunResult> = judged.into_iter().map(|(r, _)| r).collect();
+    results.extend(unpredicted(runs, not_predicted));
+    results.sort_by_key(|r| r.line);
+    let predicted = || results.iter().filter(|r| r.raw_s.is_some());
+    let overall = [
+        ErrorStats::of(predicted().filter_map(|r| Some((r.raw_s?, r.measured_s)))),
+        ErrorStats::of(predicted().filter_map(|r| Some((r.cross_validated_s?, r.measured_s)))),
+    ];
+    let sigma = |r: &RunResult| sigma_of_line.get(&r.line).copied().flatten();
+    Check {
+        check: true,
+        runtimes,
+        sets: set_reports(
+            runs,
+            &results,
+            &|set| in_sample.iter().any(|s| s == set),
+            &sigma,
+        ),
+        overall,
+        runs: results,
+    }
+}
+
+/// The outcome of each run that could not be planned: (run index, why).
+fn unpredicted<'a>(
+    runs: &'a [Run],
+    not_predicted: &'a [(usize, String)],
+) -> impl Iterator<Item = RunResult> + 'a {
+    not_predicted.iter().map(|(i, why)| RunResult {
+        not_predicted: Some(why.clone()),
+        ..RunResult::of(&runs[*i])
+    })
+}
+
 /// Percent of `runs` whose cross-validated prediction lies within exp(±1.28σ) of the measured
-/// step; none without any.
-fn inside_interval(runs: &[&RunResult], sigma: f64) -> Option<f64> {
-    let errors: Vec<f64> = runs
+/// step, σ each run's (`sigma`: none leaves the run out); none without any.
+fn inside_interval(runs: &[&RunResult], sigma: &dyn Fn(&RunResult) -> Option<f64>) -> Option<f64> {
+    let errors: Vec<(f64, f64)> = runs
         .iter()
-        .filter_map(|r| Some((r.cross_validated_s? / r.measured_s).ln().abs()))
-        .filter(|e| e.is_finite())
+        .filter_map(|r| Some(((r.cross_validated_s? / r.measured_s).ln().abs(), sigma(r)?)))
+        .filter(|(e, _)| e.is_finite())
         .collect();
     let inside = errors
         .iter()
-        .filter(|&&e| e <= crate::predict::Z80 * sigma)
+        .filter(|&&(e, sigma)| e <= crate::predict::Z80 * sigma)
         .count();
     (!errors.is_empty()).then(|| 100.0 * inside as f64 / errors.len() as f64)
 }
@@ -423,7 +559,7 @@ fn set_reports(
     runs: &[Run],
     results: &[RunResult],
     fits: &dyn Fn(&str) -> bool,
-    sigma: f64,
+    sigma: &dyn Fn(&RunResult) -> Option<f64>,
 ) -> BTreeMap<String, SetReport> {
     let mut sets = BTreeMap::new();
     for set in runs.iter().map(|r| r.set.as_str()) {
@@ -510,7 +646,13 @@ mod tests {
             run(1.0, None),
         ];
         let refs: Vec<&RunResult> = runs.iter().collect();
-        assert_eq!(inside_interval(&refs, 0.1), Some(50.0));
-        assert_eq!(inside_interval(&refs[4..], 0.1), None);
+        assert_eq!(inside_interval(&refs, &|_| Some(0.1)), Some(50.0));
+        assert_eq!(inside_interval(&refs[4..], &|_| Some(0.1)), None);
+        // a run without a spread (composed under the defaults) is left out
+        assert_eq!(
+            inside_interval(&refs, &|r| (r.cross_validated_s != Some(1.2))
+                .then_some(0.1)),
+            Some(100.0 * 2.0 / 3.0)
+        );
     }
 }

@@ -9,7 +9,7 @@ use clap::Args;
 use rayon::prelude::*;
 
 use super::output::{align_numbers, table};
-use stepcast::calibrate::{evaluate, runs, Prepared, Report};
+use stepcast::calibrate::{evaluate, runs, Current, Prepared, Report, RunResult, SetReport};
 use stepcast::hardware::{Calibration, Calibrations, Cluster, FittedOn};
 use stepcast::predict::cost::CostModel;
 use stepcast::provenance::digest;
@@ -38,6 +38,11 @@ pub struct CalibrateArgs {
     /// Report only; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Fit nothing: predict every run as `predict` would now (under its cluster's
+    /// calibration, its framework's, or the one the cluster file borrows) and report the error
+    /// per set beside the raw physics; writes no calibration.
+    #[arg(long, conflicts_with_all = ["fit_sets", "out"])]
+    pub check: bool,
     /// Also write the whole report (every run, raw and cross-validated) as JSON.
     #[arg(long, value_name = "FILE.json")]
     pub json: Option<PathBuf>,
@@ -142,6 +147,23 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             args.cluster.display()
         )));
     }
+    if args.check {
+        let check = check_runs(&runs, &ok, &failed, &clusters)?;
+        print_check(&check);
+        if let Some(path) = &args.json {
+            let inputs = vec![
+                super::stamp::file("runs", &args.runs),
+                super::stamp::cluster(&target),
+                super::stamp::models(&target_models),
+            ];
+            stepcast::fsutil::write_atomic(
+                path,
+                super::stamp::document(&check, inputs)?.as_bytes(),
+            )?;
+            println!("report written to {}", path.display());
+        }
+        return Ok(());
+    }
     for set in &args.fit_sets {
         if !runs.iter().any(|r| &r.set == set) {
             anyhow::bail!(stepcast::Error::Invalid(format!(
@@ -206,6 +228,88 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         .unwrap_or_default();
     println!("calibration of {name}{under} written to {}", out.display());
     Ok(())
+}
+
+/// The runs judged under the runtime `predict` composes each under now: per cluster file and
+/// framework, the calibration the cluster's cost model finds (its own, its framework's, or the
+/// one its file borrows), else the cluster's defaults.
+fn check_runs(
+    runs: &[runs::Run],
+    prepared: &[Prepared],
+    failed: &[(usize, String)],
+    clusters: &HashMap<PathBuf, Cluster>,
+) -> anyhow::Result<stepcast::calibrate::Check> {
+    let mut current: HashMap<(PathBuf, Option<String>), Current> = HashMap::new();
+    for p in prepared {
+        let run = &runs[p.index];
+        let key = (run.cluster.clone(), run.framework.clone());
+        if current.contains_key(&key) {
+            continue;
+        }
+        let cluster = &clusters[&run.cluster];
+        let cost = CostModel::new(cluster, super::layout::open_models(None, cluster)?)
+            .with_framework(run.framework.as_deref());
+        current.insert(
+            key,
+            Current {
+                runtime: cost.runtime(),
+                sigma_log: cost.runtime_sigma_log(),
+                summary: cost.calibration_summary().map(str::to_string),
+                fitted_sets: cost.calibration_sets().to_vec(),
+                range: cost.calibration_range().cloned(),
+            },
+        );
+    }
+    let of = |p: &Prepared| {
+        let run = &runs[p.index];
+        current[&(run.cluster.clone(), run.framework.clone())].clone()
+    };
+    Ok(stepcast::calibrate::check(runs, prepared, failed, &of))
+}
+
+/// A check's report: the runtimes used, the error per set raw and as `predict` composes the
+/// runs now, the interval's coverage and the memory projection.
+fn print_check(c: &stepcast::calibrate::Check) {
+    println!("nothing fitted: each run predicted under the runtime predict composes it under now");
+    for r in &c.runtimes {
+        let now = &r.current;
+        // without a calibration the summary, if any, says which one is missing
+        let name = match (now.sigma_log, &now.summary) {
+            (Some(_), Some(summary)) => summary.clone(),
+            (_, Some(why)) => format!("the cluster's defaults ({why})"),
+            (_, None) => "the cluster's defaults (no calibration)".to_string(),
+        };
+        println!("  {} runs: {name}", r.runs);
+    }
+    let label = |name: &str, fitted: bool| {
+        if fitted {
+            format!("{name} (in sample)")
+        } else {
+            name.to_string()
+        }
+    };
+    println!("{}", sets_table(&c.sets, "", &label));
+    let inside: Vec<String> = c
+        .sets
+        .iter()
+        .filter_map(|(name, s)| Some(format!("{name} {:.0} %", s.inside_interval_percent?)))
+        .collect();
+    if !inside.is_empty() {
+        println!(
+            "runs inside predict's 80 % interval (its calibration part; about 80 % where it is \
+             honest): {}",
+            inside.join(", ")
+        );
+    }
+    print_beyond(&c.sets, &c.runs, "");
+    let [raw, now] = c.overall;
+    println!(
+        "all {} runs: raw {:.1} % mean |error| (bias {:+.1} %), as predict composes them now \
+         {:.1} % ({:+.1} %)",
+        raw.runs, raw.mean_abs_percent, raw.bias_percent, now.mean_abs_percent, now.bias_percent
+    );
+    print_memory(&c.sets);
+    print_unpredicted(&c.runs);
 }
 
 /// Whether a run's cluster is the one being calibrated: the same name and the same models.
@@ -277,58 +381,15 @@ fn calibration_of(
 }
 
 fn print_report(r: &Report) {
-    let mut t = table(&[
-        "set",
-        "rows",
-        "expressible",
-        "predicted",
-        "raw mean",
-        "raw max",
-        "raw bias",
-        "CV mean",
-        "CV max",
-        "CV bias",
-        "max MFU",
-    ]);
-    let pct = |v: f64| format!("{v:.1} %");
-    let signed = |v: f64| format!("{v:+.1} %");
-    for (name, s) in &r.sets {
-        t.add_row(vec![
-            if s.fitted {
-                name.clone()
-            } else {
-                format!("{name} (held out)")
-            },
-            s.rows.to_string(),
-            s.expressible.to_string(),
-            s.predicted.to_string(),
-            pct(s.raw.mean_abs_percent),
-            pct(s.raw.max_abs_percent),
-            signed(s.raw.bias_percent),
-            pct(s.cross_validated.mean_abs_percent),
-            pct(s.cross_validated.max_abs_percent),
-            signed(s.cross_validated.bias_percent),
-            format!(
-                "{:.0} / {:.0} %",
-                s.max_mfu_percent[0], s.max_mfu_percent[1]
-            ),
-        ]);
-    }
-    align_numbers(&mut t, 1);
-    println!("{t}");
-    // a held-out set's error is an extrapolation's where its runs lie beyond the fitted ones
-    for (name, s) in r.sets.iter().filter(|(_, s)| s.beyond_fitted_runs > 0) {
-        let example = r
-            .runs
-            .iter()
-            .find(|run| &run.set == name && !run.beyond_fitted_runs.is_empty())
-            .map(|run| run.beyond_fitted_runs.join(", "))
-            .unwrap_or_default();
-        println!(
-            "{name} (held out): {} of {} runs lie outside the fitted runs' range (e.g. {example})",
-            s.beyond_fitted_runs, s.predicted
-        );
-    }
+    let label = |name: &str, fitted: bool| {
+        if fitted {
+            name.to_string()
+        } else {
+            format!("{name} (held out)")
+        }
+    };
+    println!("{}", sets_table(&r.sets, "CV ", &label));
+    print_beyond(&r.sets, &r.runs, " (held out)");
     // whether predict's interval, widened by this fit's error, holds what it claims
     let inside: Vec<String> = r
         .sets
@@ -404,12 +465,79 @@ fn print_report(r: &Report) {
             );
         }
     }
-    print_memory(r);
-    let not: Vec<_> = r
-        .runs
-        .iter()
-        .filter(|x| x.not_predicted.is_some())
-        .collect();
+    print_memory(&r.sets);
+    print_unpredicted(&r.runs);
+}
+
+/// The error per set: rows, expressible, predicted, the raw physics' mean, max and bias, the
+/// judged prediction's (its columns headed `judged`: "CV " for a fit's cross-validation) and
+/// the highest MFU of each; `label` names a set by whether the runtime was fitted on it.
+fn sets_table(
+    sets: &BTreeMap<String, SetReport>,
+    judged: &str,
+    label: &dyn Fn(&str, bool) -> String,
+) -> comfy_table::Table {
+    let judged = [
+        format!("{judged}mean"),
+        format!("{judged}max"),
+        format!("{judged}bias"),
+    ];
+    let mut t = table(&[
+        "set",
+        "rows",
+        "expressible",
+        "predicted",
+        "raw mean",
+        "raw max",
+        "raw bias",
+        &judged[0],
+        &judged[1],
+        &judged[2],
+        "max MFU",
+    ]);
+    let pct = |v: f64| format!("{v:.1} %");
+    let signed = |v: f64| format!("{v:+.1} %");
+    for (name, s) in sets {
+        t.add_row(vec![
+            label(name, s.fitted),
+            s.rows.to_string(),
+            s.expressible.to_string(),
+            s.predicted.to_string(),
+            pct(s.raw.mean_abs_percent),
+            pct(s.raw.max_abs_percent),
+            signed(s.raw.bias_percent),
+            pct(s.cross_validated.mean_abs_percent),
+            pct(s.cross_validated.max_abs_percent),
+            signed(s.cross_validated.bias_percent),
+            format!(
+                "{:.0} / {:.0} %",
+                s.max_mfu_percent[0], s.max_mfu_percent[1]
+            ),
+        ]);
+    }
+    align_numbers(&mut t, 1);
+    t
+}
+
+/// Per set, how many runs lie outside the range of the runs the runtime was fitted on, with
+/// an example: its error there is an extrapolation's.
+fn print_beyond(sets: &BTreeMap<String, SetReport>, runs: &[RunResult], tag: &str) {
+    for (name, s) in sets.iter().filter(|(_, s)| s.beyond_fitted_runs > 0) {
+        let example = runs
+            .iter()
+            .find(|run| &run.set == name && !run.beyond_fitted_runs.is_empty())
+            .map(|run| run.beyond_fitted_runs.join(", "))
+            .unwrap_or_default();
+        println!(
+            "{name}{tag}: {} of {} runs lie outside the fitted runs' range (e.g. {example})",
+            s.beyond_fitted_runs, s.predicted
+        );
+    }
+}
+
+/// How many runs could not be planned, with the first one's reason.
+fn print_unpredicted(runs: &[RunResult]) {
+    let not: Vec<_> = runs.iter().filter(|x| x.not_predicted.is_some()).collect();
     if !not.is_empty() {
         println!(
             "not predicted: {} runs, e.g. line {}: {}",
@@ -422,9 +550,8 @@ fn print_report(r: &Report) {
 
 /// The memory projection on the runs: per set, how many it says do not fit (they ran), and
 /// its error on the peaks the runs reported. Silent where no set has either.
-fn print_memory(r: &Report) {
-    let sets: Vec<_> = r
-        .sets
+fn print_memory(sets: &BTreeMap<String, SetReport>) {
+    let sets: Vec<_> = sets
         .iter()
         .filter(|(_, s)| s.projected_oom > 0 || s.memory.runs > 0)
         .collect();

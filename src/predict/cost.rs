@@ -144,6 +144,8 @@ pub struct CostModel<'a> {
     calibrated: Option<String>,
     /// The range of the runs the calibration was fitted on, where its file records it.
     calibrated_range: Option<FittedRange>,
+    /// The source sets of the runs the calibration was fitted on (its file's `fitted_on.sets`).
+    calibrated_sets: Vec<String>,
     /// The composed runtime's spread on measured runs, as σ of ln(predicted / measured): the
     /// calibration's cross-validated error, or after `uncalibrated` the raw physics' error on
     /// the same runs; none where no runs measured it.
@@ -203,6 +205,7 @@ impl<'a> CostModel<'a> {
             runtime: cluster.spec.runtime,
             calibrated,
             calibrated_range: None,
+            calibrated_sets: Vec::new(),
             runtime_sigma_log: None,
             raw_sigma_log: None,
             models,
@@ -221,6 +224,7 @@ impl<'a> CostModel<'a> {
         self.runtime = c.runtime;
         self.calibrated = Some(summary(c, borrowed, self.cluster));
         self.calibrated_range = c.fitted_on.range.clone();
+        self.calibrated_sets = c.fitted_on.sets.keys().cloned().collect();
         self.runtime_sigma_log = Some(c.sigma_log());
         self.raw_sigma_log = Some(c.raw_sigma_log());
     }
@@ -296,6 +300,7 @@ impl<'a> CostModel<'a> {
         self.runtime = runtime;
         self.calibrated = None;
         self.calibrated_range = None;
+        self.calibrated_sets.clear();
         self.runtime_sigma_log = None;
         self
     }
@@ -325,6 +330,11 @@ impl<'a> CostModel<'a> {
     /// The range of the runs the runtime was calibrated on, where known.
     pub fn calibration_range(&self) -> Option<&FittedRange> {
         self.calibrated_range.as_ref()
+    }
+
+    /// The source sets of the runs the runtime was calibrated on (none for the defaults).
+    pub fn calibration_sets(&self) -> &[String] {
+        &self.calibrated_sets
     }
 
     /// The runtime steps are composed under (see `hardware::Runtime`).
