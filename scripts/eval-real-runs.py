@@ -10,7 +10,10 @@ split into BF16 and FP8, DGX Cloud, NeMo and torchtitan into dense runs and
 context-parallel ones (cp > 1), and NeMo into its two sources (the NeMo repository's 24.07 table,
 Megatron-Bridge's 25.09-26.08 tables). MPT (MosaicML's Composer with FSDP) is also predicted by a
 runtime fitted on Composer's runs alone (`calibrate --framework composer`, grouped
-cross-validation within them), reported as "mpt (composer runtime)".
+cross-validation within them), reported as "mpt (composer runtime)". A cluster with too few runs
+to fit a runtime of its own (the DGX H200: torchtitan's two H200 rows) is predicted as `predict`
+composes it now, under the calibration its cluster file borrows (`calibrate --check`), every
+set held out.
 
 It also prints the layouts two sets measured for the same model family on the same cluster
 ("measured by two sets"): how far apart two software stacks put the same run; and, where a set
@@ -57,8 +60,12 @@ FRAMEWORK_CALIBRATIONS = {
     ("dgx-a100-40gb", "composer"): ["mpt"],
     ("dgx-h100", "composer"): ["mpt"],
 }
+# clusters whose runs are too few to fit: predicted as `predict` composes them now (`calibrate
+# --check`: the calibration their cluster file borrows), every set held out
+CHECKED = ["dgx-h200"]
 # the best fraction of dense peak a GEMM reaches per cluster (the cluster files' achievable:)
-ACHIEVABLE_MFU = {"dgx-a100": 95.0, "dgx-a100-40gb": 95.0, "dgx-h100": 87.0, "grand-teton-h100": 87.0}
+ACHIEVABLE_MFU = {"dgx-a100": 95.0, "dgx-a100-40gb": 95.0, "dgx-h100": 87.0, "dgx-h200": 88.0,
+                  "grand-teton-h100": 87.0}
 
 
 # z of a two-sided 80 % interval (as `predict` uses)
@@ -77,7 +84,7 @@ def coverage(pred, sigma):
     interval predict gives (exp(±1.28 σ)); the operator models' part, which widens it a little
     more, is left out: a lower bound on the interval's coverage."""
     cv = [x for x in pred if x.get("cross_validated_s")]
-    if not cv:
+    if not cv or sigma is None:
         return None
     inside = sum(abs(math.log(x["cross_validated_s"] / x["measured_s"])) <= Z80 * sigma for x in cv)
     return {"runs": len(cv), "inside_percent": 100 * inside / len(cv), "sigma_log": sigma}
@@ -287,24 +294,34 @@ def evaluate(binary, ref, work, json_out, thresholds):
     table = {}
     jobs = [(cluster, None, fit_sets) for cluster, fit_sets in CALIBRATIONS.items()]
     jobs += [(cluster, fw, fit_sets) for (cluster, fw), fit_sets in FRAMEWORK_CALIBRATIONS.items()]
+    jobs += [(cluster, None, None) for cluster in CHECKED]
     for cluster, framework, fit_sets in jobs:
         report = work / f"{cluster}-{framework}.json"
+        how = ["--check"] if fit_sets is None else ["--fit-sets", ",".join(fit_sets), "--dry-run"]
         out = subprocess.run([binary, "calibrate", str(runs_csv), "--cluster",
-                              str(ROOT / "hardware-profiles" / f"{cluster}.yaml"), "--fit-sets",
-                              ",".join(fit_sets), "--dry-run", "--json", str(report)]
+                              str(ROOT / "hardware-profiles" / f"{cluster}.yaml"), *how,
+                              "--json", str(report)]
                              + (["--framework", framework] if framework else []),
                              capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"error: calibrating {cluster}: {out.stderr.strip()}")
         r = json.load(open(report))
-        fitted = r["fitted"]["runtime"]
-        # the runtime's spread predict puts into its 80 % interval (`hardware::spread`)
-        sigma = r["interval_sigma_log"]
         under = f" under {framework}" if framework else ""
-        print(f"== {cluster}{under}: fitted on {', '.join(fit_sets)} — launch {fitted['launch_us']:.0f} µs, "
-              f"collective {fitted['collective_launch_us']:.0f} µs, in-situ {fitted['in_situ_efficiency']:.3f}, "
-              f"contention {fitted['contention']:.2f}, per-step {fitted['step_overhead_ms']:.0f} ms"
-              + (f"; at a bound: {', '.join(r['fitted']['at_bound'])}" if r["fitted"]["at_bound"] else ""))
+        # the runtime's spread predict puts into its 80 % interval (`hardware::spread`); a
+        # check's runs may be composed under several runtimes, each with its own
+        spreads = {c.get("sigma_log") for c in r["runtimes"]} if fit_sets is None \
+            else {r["interval_sigma_log"]}
+        sigma = spreads.pop() if len(spreads) == 1 else None
+        if fit_sets is None:
+            print(f"== {cluster}: nothing fitted, as predict composes its runs now — "
+                  + "; ".join(f"{c['runs']} runs: {c.get('summary') or 'the defaults'}"
+                              for c in r["runtimes"]))
+        else:
+            fitted = r["fitted"]["runtime"]
+            print(f"== {cluster}{under}: fitted on {', '.join(fit_sets)} — launch {fitted['launch_us']:.0f} µs, "
+                  f"collective {fitted['collective_launch_us']:.0f} µs, in-situ {fitted['in_situ_efficiency']:.3f}, "
+                  f"contention {fitted['contention']:.2f}, per-step {fitted['step_overhead_ms']:.0f} ms"
+                  + (f"; at a bound: {', '.join(r['fitted']['at_bound'])}" if r["fitted"]["at_bound"] else ""))
         groups = {}
         for name, s in r["sets"].items():
             groups[name + (f" ({framework} runtime)" if framework else "")] = (
@@ -363,7 +380,8 @@ def evaluate(binary, ref, work, json_out, thresholds):
         print(f"{label:46} {t['rows']:5d} {t['expressible'] if t['expressible'] is not None else '':>5} "
               f"{t['predicted']:5d}  {cells(t['raw'])}  {cells(t['calibrated'])}  {t['max_mfu_percent']:6.0f}%")
     print("calibrated: grouped cross-validation for the sets fitted on (leave one model family out), "
-          "the fitted runtime for held-out sets; raw: the cluster's defaults")
+          "the fitted runtime for held-out sets, and on " + ", ".join(CHECKED) + " the calibration "
+          "predict composes under (its file borrows one); raw: the cluster's defaults")
     print("runs inside predict's 80 % interval (its runtime part, exp(±1.28 σ), σ from the fit's "
           "cross-validated error; about 80 % where the interval is honest, a held-out set's share "
           "says how far that σ carries):")

@@ -333,6 +333,11 @@ def torchtitan(ref, out):
             cluster = "grand-teton-h100"
         elif gpu.startswith("A100"):
             cluster = "dgx-a100"
+        elif gpu.startswith("H200"):
+            # WhiteFiber hosts: 8 H200 SXM on NVLink, a 400 Gb/s ConnectX-7 NIC per GPU, as a
+            # DGX H200 (NVLink 4 + NVSwitch on an HGX H200 board: the page does not say, an
+            # assumption)
+            cluster = "dgx-h200"
         else:
             cluster, reason = "", f"{gpu}: no cluster file"
         cp = int(row["cp"] or 1)
