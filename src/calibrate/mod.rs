@@ -414,10 +414,11 @@ pub struct Current {
     /// Its spread on measured runs as σ of ln(predicted / measured) (the calibration's
     /// cross-validated error), which `predict` puts into its interval; none for the defaults.
     pub sigma_log: Option<f64>,
-    /// How `predict` names it ("calibrated for C on N runs …"); none for the defaults.
+    /// How `predict` names it ("calibrated for C on N runs …"); for the defaults, why no
+    /// calibration applies where it says ("no calibration under composer for C").
     pub summary: Option<String>,
-    /// The source sets the calibration was fitted on: a run of one of them is judged in
-    /// sample.
+    /// The source sets of the cluster's runs the calibration was fitted on: a run of one of
+    /// them is judged in sample (none for a calibration borrowed from another cluster).
     pub fitted_sets: Vec<String>,
     /// The range of the runs it was fitted on: a run of another set outside it is an
     /// extrapolation (what `predict` warns).

@@ -144,7 +144,8 @@ pub struct CostModel<'a> {
     calibrated: Option<String>,
     /// The range of the runs the calibration was fitted on, where its file records it.
     calibrated_range: Option<FittedRange>,
-    /// The source sets of the runs the calibration was fitted on (its file's `fitted_on.sets`).
+    /// The source sets of this cluster's runs the calibration was fitted on (its file's
+    /// `fitted_on.sets`; none when it is borrowed from another cluster's runs).
     calibrated_sets: Vec<String>,
     /// The composed runtime's spread on measured runs, as σ of ln(predicted / measured): the
     /// calibration's cross-validated error, or after `uncalibrated` the raw physics' error on
@@ -224,7 +225,11 @@ impl<'a> CostModel<'a> {
         self.runtime = c.runtime;
         self.calibrated = Some(summary(c, borrowed, self.cluster));
         self.calibrated_range = c.fitted_on.range.clone();
-        self.calibrated_sets = c.fitted_on.sets.keys().cloned().collect();
+        self.calibrated_sets = if borrowed {
+            Vec::new()
+        } else {
+            c.fitted_on.sets.keys().cloned().collect()
+        };
         self.runtime_sigma_log = Some(c.sigma_log());
         self.raw_sigma_log = Some(c.raw_sigma_log());
     }
@@ -332,7 +337,8 @@ impl<'a> CostModel<'a> {
         self.calibrated_range.as_ref()
     }
 
-    /// The source sets of the runs the runtime was calibrated on (none for the defaults).
+    /// The source sets of this cluster's runs the runtime was calibrated on (none for the
+    /// defaults or a calibration borrowed from another cluster).
     pub fn calibration_sets(&self) -> &[String] {
         &self.calibrated_sets
     }
