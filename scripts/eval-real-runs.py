@@ -15,6 +15,10 @@ to fit a runtime of its own (the DGX H200: torchtitan's two H200 rows) is predic
 composes it now, under the calibration its cluster file borrows (`calibrate --check`), every
 set held out.
 
+For vTrain it also splits the error: per micro-batch and per step, per layer and outside the
+layers, the floors no predictor monotone in work can beat, and how much is one bias per layer
+shape (tensor-parallel degree, micro-batch size, width).
+
 It also prints the layouts two sets measured for the same model family on the same cluster
 ("measured by two sets"): how far apart two software stacks put the same run; and, where a set
 measured the same layout in bf16 and fp8 (DGX Cloud, FlagPerf H100), the step-time ratio
@@ -131,6 +135,30 @@ def vtrain_monotone_floor(rows):
                 "worst_pair": example}
 
     return {**floor(False), "across_widths": floor(True)}
+
+
+def vtrain_cells(rows):
+    """How much of vTrain's error is one bias per layer shape. A cell is a tensor-parallel
+    degree, micro-batch size and width: every kernel of a layer has the same shape across its
+    runs (layers, pipeline and data parallelism, micro-batches vary). Returns the cells, the
+    calibrated mean |error| left once each cell's own mean log error is taken off (what a
+    predictor right on average in every cell would reach), and the cells with the largest
+    mean error, signed (%)."""
+    cells = {}
+    for x in rows:
+        if not x.get("cross_validated_s"):
+            continue
+        h, _, _, tp, _, _, mb, _ = vtrain_layout(x["label"])
+        cells.setdefault((tp, mb, h), []).append(math.log(x["cross_validated_s"] / x["measured_s"]))
+    left, means = [], {}
+    for key, logs in cells.items():
+        mean = sum(logs) / len(logs)
+        means[key] = 100 * (math.exp(mean) - 1)
+        left += [abs(100 * (math.exp(e - mean) - 1)) for e in logs]
+    worst = sorted(means.items(), key=lambda kv: -abs(kv[1]))[:4]
+    return {"cells": len(cells), "mean_abs_percent_within_cells": sum(left) / len(left) if left else None,
+            "worst_cells": [{"tp": tp, "micro_batch": mb, "hidden": h, "mean_percent": m}
+                            for (tp, mb, h), m in worst]}
 
 
 def vtrain_decomposition(rows):
@@ -369,6 +397,7 @@ def evaluate(binary, ref, work, json_out, thresholds):
             if name == "vtrain" and pred:
                 table[f"{cluster} / {name}"]["monotone_floor"] = vtrain_monotone_floor(pred)
                 table[f"{cluster} / {name}"]["decomposition"] = vtrain_decomposition(pred)
+                table[f"{cluster} / {name}"]["cells"] = vtrain_cells(pred)
     head = f"{'cluster / set':46} {'rows':>5} {'expr':>5} {'pred':>5}  {'raw mean':>8} {'max':>6} {'bias':>7}  " \
            f"{'cal mean':>8} {'max':>6} {'bias':>7}  {'max MFU':>7}"
     print(head)
@@ -418,6 +447,13 @@ def evaluate(binary, ref, work, json_out, thresholds):
                               f"{d['outside_layers_median_ms'][0]:.1f} / "
                               f"{d['outside_layers_median_ms'][1]:.1f} ms"
                               for tp, d in t["decomposition"].items()))
+        c = t.get("cells")
+        if c and c["mean_abs_percent_within_cells"] is not None:
+            print(f"{key}: one bias per layer shape (tp, micro-batch size, width: {c['cells']} cells) "
+                  f"carries most of the error — {c['mean_abs_percent_within_cells']:.1f} % mean |error| "
+                  "left within the cells; largest cell biases "
+                  + ", ".join(f"tp {w['tp']} mbs {w['micro_batch']} h {w['hidden']} {w['mean_percent']:+.1f} %"
+                              for w in c["worst_cells"]))
         if t.get("fp8_speedup"):
             print(f"{key}: fp8 over bf16, same layout and software (step-time ratio, mean) — "
                   + "; ".join(f"{fam}: {d['measured']:.3f} measured, {d['raw']:.3f} raw, "
