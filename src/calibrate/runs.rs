@@ -158,14 +158,24 @@ struct Row {
     micro_batch: u64,
     global_batch: u64,
     seq_len: u64,
+    // the layout's settings: a column left out or empty takes `predict`'s default
+    #[serde(default)]
     dtype: String,
+    #[serde(default)]
     recompute: String,
-    zero: u8,
+    #[serde(default)]
+    zero: Option<u8>,
+    #[serde(default)]
     schedule: String,
-    vpp: u64,
+    #[serde(default)]
+    vpp: Option<u64>,
+    #[serde(default)]
     sequence_parallel: String,
-    tp_comm_overlap: f64,
+    #[serde(default)]
+    tp_comm_overlap: Option<f64>,
     measured_step_s: f64,
+    /// Empty or left out: expressible.
+    #[serde(default)]
     expressible: String,
     #[serde(default)]
     reason: String,
@@ -175,6 +185,17 @@ struct Row {
     memory_scope: String,
     #[serde(default)]
     time_scope: String,
+}
+
+/// A column's value parsed, or none where it is empty (the layout's default then holds).
+fn optional<T: std::str::FromStr>(column: &str, v: &str) -> std::result::Result<Option<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    match v.trim() {
+        "" => Ok(None),
+        v => v.parse().map(Some).map_err(|e| format!("{column}: {e}")),
+    }
 }
 
 fn flag(field: &str, v: &str) -> std::result::Result<bool, String> {
@@ -187,28 +208,21 @@ fn flag(field: &str, v: &str) -> std::result::Result<bool, String> {
 
 impl Row {
     fn into_run(self, line: usize, dir: &Path) -> std::result::Result<Run, String> {
-        let dtype: Dtype = self.dtype.parse().map_err(|e| format!("dtype: {e}"))?;
-        let recompute: Recompute = self
-            .recompute
-            .parse()
-            .map_err(|e| format!("recompute: {e}"))?;
-        let schedule: Schedule = self
-            .schedule
-            .parse()
-            .map_err(|e| format!("schedule: {e}"))?;
+        let dtype: Option<Dtype> = optional("dtype", &self.dtype)?;
+        let recompute: Option<Recompute> = optional("recompute", &self.recompute)?;
+        let schedule: Option<Schedule> = optional("schedule", &self.schedule)?;
         if !(self.measured_step_s.is_finite() && self.measured_step_s > 0.0) {
             return Err(format!(
                 "measured_step_s = {} is not a time: give the measured step in seconds",
                 self.measured_step_s
             ));
         }
-        if !(0.0..=1.0).contains(&self.tp_comm_overlap) {
-            return Err(format!(
-                "tp_comm_overlap = {}: give 0 (off) or 1 (on)",
-                self.tp_comm_overlap
-            ));
+        if let Some(v) = self.tp_comm_overlap.filter(|v| !(0.0..=1.0).contains(v)) {
+            return Err(format!("tp_comm_overlap = {v}: give 0 (off) or 1 (on)"));
         }
-        let not_expressible = (!flag("expressible", &self.expressible)?).then(|| {
+        let expressible =
+            self.expressible.trim().is_empty() || flag("expressible", &self.expressible)?;
+        let not_expressible = (!expressible).then(|| {
             if self.reason.is_empty() {
                 "marked not expressible".into()
             } else {
@@ -301,7 +315,7 @@ impl Row {
                 ))
             }
         };
-        let on = self.tp_comm_overlap > 0.0;
+        let on = self.tp_comm_overlap.map(|v| v > 0.0);
         let framework = match self.framework.trim() {
             "" => None,
             f => Some(crate::hardware::framework_name(f).map_err(|e| format!("framework: {e}"))?),
@@ -328,13 +342,16 @@ impl Row {
                 micro_batch: Some(self.micro_batch),
                 global_batch: Some(self.global_batch),
                 seq_len: Some(self.seq_len),
-                sequence_parallel: Some(flag("sequence_parallel", &self.sequence_parallel)?),
-                recompute: Some(recompute),
-                zero: Some(self.zero),
-                dtype: Some(dtype),
-                schedule: Some(schedule),
-                vpp: (self.vpp > 1).then_some(self.vpp),
-                tp_comm_overlap: Some(on),
+                sequence_parallel: match self.sequence_parallel.trim() {
+                    "" => None,
+                    v => Some(flag("sequence_parallel", v)?),
+                },
+                recompute,
+                zero: self.zero,
+                dtype,
+                schedule,
+                vpp: self.vpp.filter(|&v| v > 1),
+                tp_comm_overlap: on,
                 etp: self.etp,
                 moe_a2a_overlap: Some(flag("moe_a2a_overlap", &self.moe_a2a_overlap)?),
                 account_for_embedding_in_pipeline_split: Some(split_embedding),
@@ -445,6 +462,51 @@ mod tests {
         assert_eq!(runs[0].spec.tp_comm_overlap, Some(true));
         assert_eq!(runs[0].measured_s, 12.5);
         assert!(runs[0].not_expressible.is_none());
+    }
+
+    /// A user's runs need only the layout's degrees, batch, sequence and measured step: the
+    /// layout's other settings left out (or empty) take `predict`'s defaults, and the run is
+    /// expressible; a value given is still checked.
+    #[test]
+    fn the_layout_settings_are_optional_and_default_as_predict_does() {
+        let minimal = "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,seq_len,\
+                       measured_step_s\n";
+        let (_d, path) = write(&format!(
+            "{minimal}mine,llama3-8b,run,dgx-h100,llama3-8b,2,1,4,1,64,8192,7.9\n"
+        ));
+        let runs = load(&path).unwrap();
+        let spec = &runs[0].spec;
+        assert!(runs[0].not_expressible.is_none());
+        assert_eq!(
+            (
+                spec.dtype,
+                spec.recompute,
+                spec.zero,
+                spec.schedule,
+                spec.vpp
+            ),
+            (None, None, None, None, None)
+        );
+        assert_eq!((spec.sequence_parallel, spec.tp_comm_overlap), (None, None));
+        assert_eq!(
+            (spec.tp, spec.micro_batch, spec.seq_len),
+            (Some(2), Some(1), Some(8192))
+        );
+        // the same columns present but empty read the same
+        let (_d, path) = write(&format!(
+            "{HEADER}s,f,a,dgx-h100,llama2-7b,1,1,8,1,8,4096,,,,,,,,1.0,,\n"
+        ));
+        let run = &load(&path).unwrap()[0];
+        assert!(run.not_expressible.is_none() && run.spec.recompute.is_none());
+        assert!(run.spec.zero.is_none() && run.spec.tp_comm_overlap.is_none());
+        // and a value given is checked, naming its column
+        let (_d, path) = write(
+            &format!("{minimal}s,f,a,dgx-h100,llama2-7b,1,1,8,1,8,4096,1.0\n")
+                .replace("seq_len,", "seq_len,recompute,")
+                .replace(",4096,", ",4096,sometimes,"),
+        );
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("recompute"), "{e}");
     }
 
     /// Runs with an extra `column` after `model` holding each of `values`, one row each.
