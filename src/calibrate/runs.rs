@@ -173,6 +173,10 @@ struct Row {
     sequence_parallel: String,
     #[serde(default)]
     tp_comm_overlap: Option<f64>,
+    #[serde(default)]
+    overlap_grad_reduce: String,
+    #[serde(default)]
+    overlap_param_gather: String,
     measured_step_s: f64,
     /// Empty or left out: expressible.
     #[serde(default)]
@@ -352,6 +356,14 @@ impl Row {
                 schedule,
                 vpp: self.vpp.filter(|&v| v > 1),
                 tp_comm_overlap: on,
+                overlap_grad_reduce: match self.overlap_grad_reduce.trim() {
+                    "" => None,
+                    v => Some(flag("overlap_grad_reduce", v)?),
+                },
+                overlap_param_gather: match self.overlap_param_gather.trim() {
+                    "" => None,
+                    v => Some(flag("overlap_param_gather", v)?),
+                },
                 etp: self.etp,
                 moe_a2a_overlap: Some(flag("moe_a2a_overlap", &self.moe_a2a_overlap)?),
                 account_for_embedding_in_pipeline_split: Some(split_embedding),
@@ -499,6 +511,15 @@ mod tests {
         let run = &load(&path).unwrap()[0];
         assert!(run.not_expressible.is_none() && run.spec.recompute.is_none());
         assert!(run.spec.zero.is_none() && run.spec.tp_comm_overlap.is_none());
+        assert!(run.spec.overlap_grad_reduce.is_none() && run.spec.overlap_param_gather.is_none());
+        // a run launched without Megatron-LM's overlap flags says so
+        let (_d, path) = with_column("overlap_grad_reduce", &["false", "true", ""]);
+        let got: Vec<_> = load(&path)
+            .unwrap()
+            .iter()
+            .map(|r| r.spec.overlap_grad_reduce)
+            .collect();
+        assert_eq!(got, [Some(false), Some(true), None]);
         // and a value given is checked, naming its column
         let (_d, path) = write(
             &format!("{minimal}s,f,a,dgx-h100,llama2-7b,1,1,8,1,8,4096,1.0\n")

@@ -160,11 +160,15 @@ pub struct JobArgs {
     /// Model chunks per pipeline rank for the interleaved schedule.
     #[arg(long, allow_negative_numbers = true)]
     pub vpp: Option<u64>,
-    /// Reduce gradients bucket by bucket during the last backward [megatron default: true].
+    /// Reduce gradients bucket by bucket during the last backward [default under Megatron
+    /// rules: true, as NeMo's recipes and `export` set it; Megatron-LM's own flag is off unless
+    /// given: say false for a run without it].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_grad_reduce: Option<bool>,
     /// All-gather the distributed optimizer's parameters (FSDP's under a pipeline) during the
-    /// first forward [megatron default: true with zero 1–2, or zero 3 with pp > 1, and dp > 1].
+    /// first forward [default under Megatron rules: true with zero 1–2, or zero 3 with pp > 1,
+    /// and dp > 1, as NeMo's recipes and `export` set it; Megatron-LM's own flag is off unless
+    /// given].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_param_gather: Option<bool>,
     /// Pipeline sends on their own stream instead of blocking the sender [default: true for
