@@ -8,7 +8,7 @@
 pub mod fit;
 pub mod runs;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -457,13 +457,13 @@ pub struct Check {
 /// Judges each prepared run under the runtime `current` gives it (what `predict` uses now)
 /// beside the raw physics, and reports the error per set; nothing is fitted. `not_predicted`
 /// lists (run index, why) of runs that could not be planned.
-pub fn check(
+pub fn check<'c>(
     runs: &[Run],
     prepared: &[Prepared],
     not_predicted: &[(usize, String)],
-    current: &(dyn Fn(&Prepared) -> Current + Sync),
+    current: &(dyn Fn(&Prepared) -> &'c Current + Sync),
 ) -> Check {
-    let judged: Vec<(RunResult, Current)> = prepared
+    let judged: Vec<(RunResult, &Current)> = prepared
         .par_iter()
         .map(|p| {
             let run = &runs[p.index];
@@ -487,11 +487,11 @@ pub fn check(
         .collect();
     let mut runtimes: Vec<CheckedRuntime> = Vec::new();
     let mut sigma_of_line: BTreeMap<usize, Option<f64>> = BTreeMap::new();
-    let mut in_sample: Vec<&str> = Vec::new();
-    for (r, now) in &judged {
+    let mut in_sample: BTreeSet<String> = BTreeSet::new();
+    for &(ref r, now) in &judged {
         sigma_of_line.insert(r.line, now.sigma_log);
         if now.fitted_sets.contains(&r.set) {
-            in_sample.push(&r.set);
+            in_sample.insert(r.set.clone());
         }
         match runtimes
             .iter_mut()
@@ -504,9 +504,6 @@ pub fn check(
             }),
         }
     }
-    in_sample.sort_unstable();
-    in_sample.dedup();
-    let in_sample: Vec<String> = in_sample.into_iter().map(str::to_string).collect();
     let mut results: Vec<RunResult> = judged.into_iter().map(|(r, _)| r).collect();
     results.extend(unpredicted(runs, not_predicted));
     results.sort_by_key(|r| r.line);
@@ -519,12 +516,7 @@ pub fn check(
     Check {
         check: true,
         runtimes,
-        sets: set_reports(
-            runs,
-            &results,
-            &|set| in_sample.iter().any(|s| s == set),
-            &sigma,
-        ),
+        sets: set_reports(runs, &results, &|set| in_sample.contains(set), &sigma),
         overall,
         runs: results,
     }

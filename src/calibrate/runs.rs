@@ -202,6 +202,14 @@ where
     }
 }
 
+/// A true/false column, or none where it is empty (the layout's default then holds).
+fn optional_flag(column: &str, v: &str) -> std::result::Result<Option<bool>, String> {
+    match v.trim() {
+        "" => Ok(None),
+        v => flag(column, v).map(Some),
+    }
+}
+
 fn flag(field: &str, v: &str) -> std::result::Result<bool, String> {
     match v.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" => Ok(true),
@@ -247,22 +255,10 @@ impl Row {
         };
         let recompute_modules = joined("recompute_modules", &self.recompute_modules)?;
         let cuda_graphs = joined("cuda_graphs", &self.cuda_graphs)?;
-        let cp_comm = match self.cp_comm.trim() {
-            "" => None,
-            s => Some(s.parse().map_err(|e| format!("cp_comm: {e}"))?),
-        };
-        let attention_kernel = match self.attention_kernel.trim() {
-            "" => None,
-            s => Some(s.parse().map_err(|e| format!("attention_kernel: {e}"))?),
-        };
-        let cross_entropy = match self.cross_entropy.trim() {
-            "" => None,
-            s => Some(s.parse().map_err(|e| format!("cross_entropy: {e}"))?),
-        };
-        let elementwise = match self.elementwise.trim() {
-            "" => None,
-            s => Some(s.parse().map_err(|e| format!("elementwise: {e}"))?),
-        };
+        let cp_comm = optional("cp_comm", &self.cp_comm)?;
+        let attention_kernel = optional("attention_kernel", &self.attention_kernel)?;
+        let cross_entropy = optional("cross_entropy", &self.cross_entropy)?;
+        let elementwise = optional("elementwise", &self.elementwise)?;
         let model = if self.model.contains('/')
             || self.model.ends_with(".yaml")
             || self.model.ends_with(".json")
@@ -346,24 +342,21 @@ impl Row {
                 micro_batch: Some(self.micro_batch),
                 global_batch: Some(self.global_batch),
                 seq_len: Some(self.seq_len),
-                sequence_parallel: match self.sequence_parallel.trim() {
-                    "" => None,
-                    v => Some(flag("sequence_parallel", v)?),
-                },
+                sequence_parallel: optional_flag("sequence_parallel", &self.sequence_parallel)?,
                 recompute,
                 zero: self.zero,
                 dtype,
                 schedule,
                 vpp: self.vpp.filter(|&v| v > 1),
                 tp_comm_overlap: on,
-                overlap_grad_reduce: match self.overlap_grad_reduce.trim() {
-                    "" => None,
-                    v => Some(flag("overlap_grad_reduce", v)?),
-                },
-                overlap_param_gather: match self.overlap_param_gather.trim() {
-                    "" => None,
-                    v => Some(flag("overlap_param_gather", v)?),
-                },
+                overlap_grad_reduce: optional_flag(
+                    "overlap_grad_reduce",
+                    &self.overlap_grad_reduce,
+                )?,
+                overlap_param_gather: optional_flag(
+                    "overlap_param_gather",
+                    &self.overlap_param_gather,
+                )?,
                 etp: self.etp,
                 moe_a2a_overlap: Some(flag("moe_a2a_overlap", &self.moe_a2a_overlap)?),
                 account_for_embedding_in_pipeline_split: Some(split_embedding),
@@ -372,19 +365,10 @@ impl Row {
                     .filter(|l| !l.is_empty()),
                 recompute_modules,
                 cuda_graphs,
-                moe_dispatcher: match self.moe_dispatcher.trim() {
-                    "" => None,
-                    d => Some(d.parse().map_err(|e| format!("moe_dispatcher: {e}"))?),
-                },
+                moe_dispatcher: optional("moe_dispatcher", &self.moe_dispatcher)?,
                 fp8_param_gather: Some(flag("fp8_param_gather", &self.fp8_param_gather)?),
-                fp8_library: match self.fp8_library.trim() {
-                    "" => None,
-                    l => Some(l.parse().map_err(|e| format!("fp8_library: {e}"))?),
-                },
-                grad_reduce_dtype: match self.grad_reduce_dtype.trim() {
-                    "" => None,
-                    d => Some(d.parse().map_err(|e| format!("grad_reduce_dtype: {e}"))?),
-                },
+                fp8_library: optional("fp8_library", &self.fp8_library)?,
+                grad_reduce_dtype: optional("grad_reduce_dtype", &self.grad_reduce_dtype)?,
                 ..Default::default()
             },
             measured_s: self.measured_step_s,

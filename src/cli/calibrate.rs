@@ -262,7 +262,7 @@ fn check_runs(
     }
     let of = |p: &Prepared| {
         let run = &runs[p.index];
-        current[&(run.cluster.clone(), run.framework.clone())].clone()
+        &current[&(run.cluster.clone(), run.framework.clone())]
     };
     Ok(stepcast::calibrate::check(runs, prepared, failed, &of))
 }
