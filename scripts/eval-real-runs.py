@@ -215,6 +215,81 @@ def vtrain_decomposition(rows):
             for tp, d in sorted(per_tp.items())}
 
 
+def vtrain_composition(rows):
+    """What vTrain's ground truth is made of. Each of its iteration times is exactly a per-step
+    part plus the micro-batch count times a per-micro-batch part (no measured step lies that
+    close to a line), and the per-micro-batch part is the same, to the microsecond, at every
+    data-parallel degree: the rows compose a few hundred timings rather than measure 1,440
+    steps. Returns the largest distance of a step from its group's line (%, groups measured at
+    three micro-batch counts or more), the largest spread of the per-micro-batch part across
+    data-parallel degrees (ms), how many per-micro-batch and per-step timings the rows hold,
+    the calibrated error were either part predicted as measured (which part carries the
+    error), and the per-step part at pp 1 and dp 1 against the parameters a GPU holds
+    (least squares over the layouts: µs per million parameters and ms fixed, measured and
+    predicted)."""
+    groups = {}
+    for x in rows:
+        h, layers, _, tp, pp, dp, mb, gb = vtrain_layout(x["label"])
+        groups.setdefault((h, layers, tp, pp, dp, mb), []).append((gb // (mb * dp), x))
+
+    def line(points):
+        """Least-squares intercept and slope of (n, t) points."""
+        n = len(points)
+        mx, my = sum(p[0] for p in points) / n, sum(p[1] for p in points) / n
+        slope = sum((p[0] - mx) * (p[1] - my) for p in points) / sum((p[0] - mx) ** 2 for p in points)
+        return my - slope * mx, slope
+
+    residual, checked, lines = 0.0, 0, {}
+    for key, runs in groups.items():
+        if len({n for n, _ in runs}) < 2:
+            continue
+        measured = line([(n, x["measured_s"]) for n, x in runs])
+        predicted = line([(n, x["cross_validated_s"]) for n, x in runs]) \
+            if all(x.get("cross_validated_s") for _, x in runs) else None
+        lines[key] = (measured, predicted, runs)
+        if len(runs) >= 3:
+            checked += 1
+            a, b = measured
+            residual = max(residual, *(abs(100 * (a + b * n - x["measured_s"]) / x["measured_s"])
+                                       for n, x in runs))
+    per_micro_batch, per_step = {}, {}
+    for (h, layers, tp, pp, dp, mb), ((a, b), _, _) in lines.items():
+        per_micro_batch.setdefault((h, layers, tp, pp, mb), []).append(b)
+        per_step.setdefault((h, layers, tp, pp, dp), []).append(a)
+    spread = max((max(v) - min(v) for v in per_micro_batch.values()), default=0.0)
+
+    def swapped(which):
+        """Calibrated errors (%) with the measured per-step (0) or per-micro-batch (1) part."""
+        out = []
+        for (m, p, runs) in lines.values():
+            if p is None:
+                continue
+            part = [p[0], p[1]]
+            part[which] = m[which]
+            out += [100 * ((part[0] + part[1] * n) / x["measured_s"] - 1) for n, x in runs]
+        return stats(out)
+
+    def per_param(k):
+        """Least squares of the pp 1, dp 1 per-step part (ms) on millions of parameters a GPU
+        holds: (µs per million, ms fixed)."""
+        points = []
+        for (h, layers, tp, pp, dp, mb), (m, p, _) in lines.items():
+            part = (m, p)[k]
+            if pp == 1 and dp == 1 and part is not None:
+                params = (layers * (12 * h * h + 13 * h) + (50257 + 1024 + 2) * h) / tp
+                points.append((params / 1e6, 1e3 * part[0]))
+        if len({x for x, _ in points}) < 2:
+            return None
+        fixed, slope = line(points)
+        return [1e3 * slope, fixed]
+
+    return {"max_residual_percent": residual, "groups_checked": checked,
+            "per_micro_batch_spread_across_dp_ms": 1e3 * spread,
+            "per_micro_batch_timings": len(per_micro_batch), "per_step_timings": len(per_step),
+            "with_measured_per_step": swapped(0), "with_measured_per_micro_batch": swapped(1),
+            "per_step_dp1_us_per_million_params_and_ms": [per_param(0), per_param(1)]}
+
+
 def memory(rows):
     """The memory projection on runs that ran: how many it says do not fit (each is wrong),
     and its error on the peaks the runs reported, each compared in its own scope (calibrate
@@ -398,6 +473,7 @@ def evaluate(binary, ref, work, json_out, thresholds):
                 table[f"{cluster} / {name}"]["monotone_floor"] = vtrain_monotone_floor(pred)
                 table[f"{cluster} / {name}"]["decomposition"] = vtrain_decomposition(pred)
                 table[f"{cluster} / {name}"]["cells"] = vtrain_cells(pred)
+                table[f"{cluster} / {name}"]["composition"] = vtrain_composition(pred)
     head = f"{'cluster / set':46} {'rows':>5} {'expr':>5} {'pred':>5}  {'raw mean':>8} {'max':>6} {'bias':>7}  " \
            f"{'cal mean':>8} {'max':>6} {'bias':>7}  {'max MFU':>7}"
     print(head)
@@ -447,6 +523,24 @@ def evaluate(binary, ref, work, json_out, thresholds):
                               f"{d['outside_layers_median_ms'][0]:.1f} / "
                               f"{d['outside_layers_median_ms'][1]:.1f} ms"
                               for tp, d in t["decomposition"].items()))
+        c = t.get("composition")
+        if c:
+            print(f"{key}: the rows compose timings — each step is a per-step part + micro-batches × a "
+                  f"per-micro-batch part to within {c['max_residual_percent']:.4f} % ({c['groups_checked']} groups "
+                  "measured at three micro-batch counts or more), the per-micro-batch part "
+                  f"the same at every data-parallel degree (spread {c['per_micro_batch_spread_across_dp_ms']:.4f} "
+                  f"ms): where the micro-batch count varies, {c['per_micro_batch_timings']} per-micro-batch and "
+                  f"{c['per_step_timings']} per-step timings")
+            mean = lambda st: f"{st['mean_abs_percent']:.1f} % (max {st['max_abs_percent']:.1f}, " \
+                              f"bias {st['bias_percent']:+.1f})" if st else "–"  # noqa: E731
+            print(f"{key}: calibrated mean |error| with the per-step part as measured "
+                  f"{mean(c['with_measured_per_step'])}, with the per-micro-batch part as measured "
+                  f"{mean(c['with_measured_per_micro_batch'])}")
+            m, p = c["per_step_dp1_us_per_million_params_and_ms"]
+            if m and p:
+                print(f"{key}: per-step part at pp 1, dp 1 against the parameters a GPU holds — measured "
+                      f"{m[0]:.1f} µs per million + {m[1]:.1f} ms, predicted {p[0]:.1f} µs per million + "
+                      f"{p[1]:.1f} ms")
         c = t.get("cells")
         if c and c["mean_abs_percent_within_cells"] is not None:
             print(f"{key}: one bias per layer shape (tp, micro-batch size, width: {c['cells']} cells) "
