@@ -276,6 +276,7 @@ def vtrain_composition(rows):
         for (h, layers, tp, pp, dp, mb), (m, p, _) in lines.items():
             part = (m, p)[k]
             if pp == 1 and dp == 1 and part is not None:
+                # GPT-2's layers, 50,257 words, 1,024 positions and final norm, split over tp
                 params = (layers * (12 * h * h + 13 * h) + (50257 + 1024 + 2) * h) / tp
                 points.append((params / 1e6, 1e3 * part[0]))
         if len({x for x, _ in points}) < 2:
