@@ -2281,6 +2281,90 @@ fn calibrate_names_held_out_runs_beyond_the_fitted_range() {
     );
 }
 
+/// A calibration records its error on each set it was not fitted on, and a prediction under
+/// it says so (text and JSON), as `models show` does: how far it carries to other software.
+#[test]
+fn a_calibration_says_how_it_did_on_the_sets_held_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
+    let mut runs = format!("{RUN_COLUMNS},expressible,reason\n");
+    for (set, family, dp, step) in [
+        ("fit", "llama2-7b", 4, 3.3),
+        ("fit", "llama2-13b", 4, 6.1),
+        ("other", "llama2-7b", 8, 4.4),
+    ] {
+        runs.push_str(&format!(
+            "{set},{family},{family} dp{dp},{},{family},1,1,{dp},1,{},2048,bf16,none,1,1f1b,1,\
+             false,0,{step},true,\n",
+            s(&cluster),
+            dp * 8,
+        ));
+    }
+    let csv = tmp.path().join("runs.csv");
+    fs::write(&csv, runs).unwrap();
+    let out = stepcast(&[
+        "calibrate",
+        s(&csv),
+        "--cluster",
+        s(&cluster),
+        "--fit-sets",
+        "fit",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written = fs::read_to_string(models.join("calibration.yaml")).unwrap();
+    assert!(
+        written.contains("held_out:\n    other:\n      runs: 1"),
+        "{written}"
+    );
+    let predict = |json: bool| {
+        let mut args = vec!["predict", "--cluster", s(&cluster), "--model", "llama2-7b"];
+        args.extend("--tp 1 --dp 8 --micro-batch 1 --global-batch 64 --seq-len 2048".split(' '));
+        if json {
+            args.push("--json");
+        }
+        let out = stepcast(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let text = predict(false);
+    assert!(
+        text.contains("on the runs of sets it was not fitted on: other ")
+            && text.contains("calibrate YOUR_RUNS.csv --check"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&predict(true)).unwrap();
+    let other = &json["calibration_held_out"]["other"];
+    assert_eq!(other["runs"], 1, "{json}");
+    assert!(other["mean_abs_percent"].as_f64().unwrap() >= 0.0, "{json}");
+    // the raw physics carries no calibration's record
+    let out = stepcast(&[
+        "predict",
+        "--cluster",
+        s(&cluster),
+        "--model",
+        "llama2-7b",
+        "--tp",
+        "1",
+        "--dp",
+        "8",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "2048",
+        "--no-calibration",
+    ]);
+    assert!(!stdout(&out).contains("not fitted on"), "{}", stdout(&out));
+    let out = stepcast(&["models", "show", s(&models)]);
+    assert!(
+        stdout(&out).contains("dgx-a100 on the runs of sets it was not fitted on: other "),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// The HTML report says what its interval covers: the calibration's error on its runs, the raw
 /// physics' under `--no-calibration`, the operator models alone under the paper's rules.
 #[test]

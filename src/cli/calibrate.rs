@@ -365,6 +365,12 @@ fn calibration_of(
         raw: report.overall[0],
         in_sample: report.overall[1],
         cross_validated: (cv.runs > 0).then_some(cv),
+        held_out: report
+            .sets
+            .iter()
+            .filter(|(_, s)| !s.fitted && s.cross_validated.runs > 0)
+            .map(|(name, s)| (name.clone(), s.cross_validated))
+            .collect(),
         at_bound: report
             .fitted
             .at_bound

@@ -223,5 +223,13 @@ fn print_calibrations(c: &Calibrations) {
                 .unwrap_or_default();
             println!("  {}{under} fitted on {}", e.cluster, range.summary());
         }
+        if let Some(held_out) = e.held_out_summary() {
+            let under = e
+                .framework
+                .as_ref()
+                .map(|f| format!(" under {f}"))
+                .unwrap_or_default();
+            println!("  {}{under} {held_out}", e.cluster);
+        }
     }
 }

@@ -17,7 +17,7 @@ pub use gpu::{GpuSpec, PeakTflops};
 pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};
 pub use reliability::{RecoveryLevel, Reliability, Storage};
 pub use runtime::{
-    framework_name, spread, Calibration, Calibrations, FittedOn, Parameter, Runtime, N_PARAMETERS,
-    PARAMETERS,
+    framework_name, held_out_summary, spread, Calibration, Calibrations, FittedOn, Parameter,
+    Runtime, N_PARAMETERS, PARAMETERS,
 };
 pub use software::SoftwareStamp;

@@ -292,6 +292,11 @@ pub struct Calibration {
     /// Error when each family is predicted by a runtime fitted without it (none with one
     /// family).
     pub cross_validated: Option<crate::stats::ErrorStats>,
+    /// Its error on the runs of each source set on the cluster it was not fitted on (held out
+    /// whole: other software, other kinds of model), by set: how far it carries beyond its own
+    /// runs (empty in files written before it was recorded).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub held_out: std::collections::BTreeMap<String, crate::stats::ErrorStats>,
     /// Parameters that ended at a bound.
     #[serde(default)]
     pub at_bound: Vec<String>,
@@ -344,6 +349,7 @@ impl Calibration {
             raw: Default::default(),
             in_sample: Default::default(),
             cross_validated: None,
+            held_out: Default::default(),
             at_bound: vec![],
             stepcast: "test".into(),
             created_at: "2026-11-24".into(),
@@ -359,6 +365,12 @@ impl Calibration {
     /// The raw physics' (the cluster's default runtime's) error on the same runs, as σ.
     pub fn raw_sigma_log(&self) -> f64 {
         spread(&self.raw)
+    }
+
+    /// How far it carried to the runs it was not fitted on, one line: "on the runs of sets it
+    /// was not fitted on: a x %, b y % mean |error| (bias …)"; none without such runs.
+    pub fn held_out_summary(&self) -> Option<String> {
+        held_out_summary(&self.held_out)
     }
 
     /// How predictions say they are calibrated: "calibrated on N runs, cross-validated x %".
@@ -380,6 +392,31 @@ impl Calibration {
             self.cluster, self.fitted_on.runs
         )
     }
+}
+
+/// One line for a calibration's held-out sets (see `Calibration::held_out_summary`).
+pub fn held_out_summary(
+    held_out: &std::collections::BTreeMap<String, crate::stats::ErrorStats>,
+) -> Option<String> {
+    let sets: Vec<_> = held_out.iter().filter(|(_, e)| e.runs > 0).collect();
+    let bias = |pick: fn(f64, f64) -> f64| {
+        sets.iter()
+            .map(|(_, e)| e.bias_percent)
+            .reduce(pick)
+            .unwrap_or_default()
+    };
+    let (low, high) = (bias(f64::min), bias(f64::max));
+    (!sets.is_empty()).then(|| {
+        let each: Vec<String> = sets
+            .iter()
+            .map(|(name, e)| format!("{name} {:.1} %", e.mean_abs_percent))
+            .collect();
+        format!(
+            "on the runs of sets it was not fitted on: {} mean |error| (bias {low:+.1} … \
+             {high:+.1} %)",
+            each.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -468,5 +505,36 @@ mod tests {
         let back: Calibrations = serde_norway::from_str(&text).unwrap();
         assert_eq!(back, c);
         assert_eq!(text.matches("framework:").count(), 1);
+    }
+
+    /// The held-out sets read as one line, set by set with the biases' span; a calibration
+    /// without any (fitted on every set it had, or written before they were recorded) has none.
+    #[test]
+    fn held_out_sets_are_summarised_and_optional() {
+        let stats = |mean_abs_percent, bias_percent| crate::stats::ErrorStats {
+            runs: 3,
+            mean_abs_percent,
+            max_abs_percent: mean_abs_percent,
+            bias_percent,
+        };
+        let mut c = Calibration::example("c", 30.0);
+        assert_eq!(c.held_out_summary(), None);
+        assert!(!serde_norway::to_string(&c).unwrap().contains("held_out"));
+        c.held_out.insert("mpt".into(), stats(19.6, -19.5));
+        c.held_out.insert("automodel".into(), stats(7.5, 7.5));
+        c.held_out
+            .insert("empty".into(), crate::stats::ErrorStats::default());
+        assert_eq!(
+            c.held_out_summary().unwrap(),
+            "on the runs of sets it was not fitted on: automodel 7.5 %, mpt 19.6 % mean |error| \
+             (bias -19.5 … +7.5 %)"
+        );
+        let back: Calibration =
+            serde_norway::from_str(&serde_norway::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        // the shipped files carry it
+        let shipped = include_str!("../../models/perlmutter/calibration.yaml");
+        let parsed = Calibrations::parse(std::path::Path::new("c.yaml"), shipped).unwrap();
+        assert!(parsed.of("dgx-a100").unwrap().held_out.contains_key("mpt"));
     }
 }

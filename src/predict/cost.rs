@@ -8,7 +8,7 @@
 //! roofline. Every estimate carries its source, a log-space uncertainty and the features that
 //! lay outside the training data.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use serde::Serialize;
@@ -19,6 +19,7 @@ use crate::hardware::{Calibration as FittedRuntime, Cluster, FittedRange, Runtim
 use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
 use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Role, Shape};
 use crate::regress::{Match, ModelSet, TrainedModel};
+use crate::stats::ErrorStats;
 
 /// Where an estimate came from, most trusted first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -147,6 +148,10 @@ pub struct CostModel<'a> {
     /// The source sets of this cluster's runs the calibration was fitted on (its file's
     /// `fitted_on.sets`; none when it is borrowed from another cluster's runs).
     calibrated_sets: Vec<String>,
+    /// The calibration's error on the runs of the sets it was not fitted on, by set (its
+    /// file's `held_out`): how far it carries to other software (kept when borrowed: those
+    /// runs are the lender's).
+    calibrated_held_out: BTreeMap<String, ErrorStats>,
     /// The composed runtime's spread on measured runs, as σ of ln(predicted / measured): the
     /// calibration's cross-validated error, or after `uncalibrated` the raw physics' error on
     /// the same runs; none where no runs measured it.
@@ -207,6 +212,7 @@ impl<'a> CostModel<'a> {
             calibrated,
             calibrated_range: None,
             calibrated_sets: Vec::new(),
+            calibrated_held_out: BTreeMap::new(),
             runtime_sigma_log: None,
             raw_sigma_log: None,
             models,
@@ -230,6 +236,7 @@ impl<'a> CostModel<'a> {
         } else {
             c.fitted_on.sets.keys().cloned().collect()
         };
+        self.calibrated_held_out = c.held_out.clone();
         self.runtime_sigma_log = Some(c.sigma_log());
         self.raw_sigma_log = Some(c.raw_sigma_log());
     }
@@ -306,6 +313,7 @@ impl<'a> CostModel<'a> {
         self.calibrated = None;
         self.calibrated_range = None;
         self.calibrated_sets.clear();
+        self.calibrated_held_out.clear();
         self.runtime_sigma_log = None;
         self
     }
@@ -341,6 +349,12 @@ impl<'a> CostModel<'a> {
     /// defaults or a calibration borrowed from another cluster).
     pub fn calibration_sets(&self) -> &[String] {
         &self.calibrated_sets
+    }
+
+    /// The calibration's error on the runs of each set it was not fitted on (empty for the
+    /// defaults, or a calibration fitted on every set it had).
+    pub fn calibration_held_out(&self) -> &BTreeMap<String, ErrorStats> {
+        &self.calibrated_held_out
     }
 
     /// The runtime steps are composed under (see `hardware::Runtime`).

@@ -103,6 +103,10 @@ pub struct Prediction {
     pub runtime: Runtime,
     /// How that runtime was calibrated; none: the cluster's defaults (raw physics).
     pub calibration: Option<String>,
+    /// The calibration's error on the runs of each source set it was not fitted on (held out
+    /// whole): how far it carries to software unlike its own runs'.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub calibration_held_out: BTreeMap<String, crate::stats::ErrorStats>,
     /// The checked layout.
     pub layout: Layout,
     /// The step and what follows from it.
@@ -164,6 +168,18 @@ pub fn calibration_for(rules: Rules, cost: &CostModel) -> Option<String> {
     (rules != Rules::Paper)
         .then(|| cost.calibration_summary().map(str::to_string))
         .flatten()
+}
+
+/// The calibration's error on the sets it was not fitted on, where a calibration applies.
+pub fn calibration_held_out_for(
+    rules: Rules,
+    cost: &CostModel,
+) -> BTreeMap<String, crate::stats::ErrorStats> {
+    if rules == Rules::Paper {
+        BTreeMap::new()
+    } else {
+        cost.calibration_held_out().clone()
+    }
 }
 
 /// Costs every query of `plan` and composes under `runtime`; with `attribute`, compositions
@@ -252,6 +268,7 @@ pub fn predict(
         models_dir: cost.models().map(|m| m.dir.display().to_string()),
         runtime: runtime_for(layout.rules, cost),
         calibration: calibration_for(layout.rules, cost),
+        calibration_held_out: calibration_held_out_for(layout.rules, cost),
         layout: layout.clone(),
         metrics: StepMetrics::new(step.step_us, &b, &plan, layout, cluster),
         interval_s: [low / 1e6, high / 1e6],
