@@ -2230,22 +2230,17 @@ fn calibrate_names_held_out_runs_beyond_the_fitted_range() {
     let tmp = tempfile::tempdir().unwrap();
     let (_ds, models) = trained(tmp.path());
     let cluster = dgx_a100_with_models(tmp.path(), &models);
-    let mut runs = format!("{RUN_COLUMNS},expressible,reason\n");
-    for (set, family, dp, step) in [
-        ("fit", "llama2-7b", 4, 3.3),
-        ("fit", "llama2-7b", 8, 3.3),
-        ("fit", "llama2-13b", 4, 6.1),
-        ("fit", "llama2-13b", 8, 6.1),
-        ("far", "llama2-7b", 32, 3.4),
-        ("far", "llama2-7b", 8, 3.3),
-    ] {
-        runs.push_str(&format!(
-            "{set},{family},{family} dp{dp},{},{family},1,1,{dp},1,{},2048,bf16,none,1,1f1b,1,\
-             false,0,{step},true,\n",
-            s(&cluster),
-            dp * 8,
-        ));
-    }
+    let runs = data_parallel_runs(
+        &cluster,
+        &[
+            ("fit", "llama2-7b", 4, 3.3),
+            ("fit", "llama2-7b", 8, 3.3),
+            ("fit", "llama2-13b", 4, 6.1),
+            ("fit", "llama2-13b", 8, 6.1),
+            ("far", "llama2-7b", 32, 3.4),
+            ("far", "llama2-7b", 8, 3.3),
+        ],
+    );
     let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster, &["--fit-sets", "fit"]);
     assert!(
         text.contains(
@@ -2288,19 +2283,14 @@ fn a_calibration_says_how_it_did_on_the_sets_held_out() {
     let tmp = tempfile::tempdir().unwrap();
     let (_ds, models) = trained(tmp.path());
     let cluster = dgx_a100_with_models(tmp.path(), &models);
-    let mut runs = format!("{RUN_COLUMNS},expressible,reason\n");
-    for (set, family, dp, step) in [
-        ("fit", "llama2-7b", 4, 3.3),
-        ("fit", "llama2-13b", 4, 6.1),
-        ("other", "llama2-7b", 8, 4.4),
-    ] {
-        runs.push_str(&format!(
-            "{set},{family},{family} dp{dp},{},{family},1,1,{dp},1,{},2048,bf16,none,1,1f1b,1,\
-             false,0,{step},true,\n",
-            s(&cluster),
-            dp * 8,
-        ));
-    }
+    let runs = data_parallel_runs(
+        &cluster,
+        &[
+            ("fit", "llama2-7b", 4, 3.3),
+            ("fit", "llama2-13b", 4, 6.1),
+            ("other", "llama2-7b", 8, 4.4),
+        ],
+    );
     let csv = tmp.path().join("runs.csv");
     fs::write(&csv, runs).unwrap();
     let out = stepcast(&[
@@ -2389,6 +2379,21 @@ fn the_report_says_what_the_interval_covers() {
     );
     assert!(report(&["--no-calibration"]).contains("the raw physics' error on the runs"));
     assert!(report(&["--rules", "paper"]).contains("the operator models' errors only"));
+}
+
+/// A runs CSV of data-parallel runs on `cluster` — (set, family, dp, measured step s), a
+/// GPU running eight micro-batches of one 2,048-token sequence a step.
+fn data_parallel_runs(cluster: &std::path::Path, rows: &[(&str, &str, u64, f64)]) -> String {
+    let mut runs = format!("{RUN_COLUMNS},expressible,reason\n");
+    for (set, family, dp, step) in rows {
+        runs.push_str(&format!(
+            "{set},{family},{family} dp{dp},{},{family},1,1,{dp},1,{},2048,bf16,none,1,1f1b,1,\
+             false,0,{step},true,\n",
+            s(cluster),
+            dp * 8,
+        ));
+    }
+    runs
 }
 
 /// The runs CSV columns every calibration test fills, up to the measured step time.
