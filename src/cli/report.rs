@@ -120,6 +120,13 @@ fn caveats(p: &Prediction) -> String {
         s,
         "<p class=\"note\">The 80 % interval covers {covers}.</p>"
     );
+    if let Some(held_out) = stepcast::hardware::held_out_summary(&p.calibration_held_out) {
+        let _ = write!(
+            s,
+            "<p class=\"note\">It does not cover other software: {}.</p>",
+            esc(&held_out)
+        );
+    }
     if !p.warnings.is_empty() {
         s.push_str("<h2>Warnings</h2><ul>");
         for w in &p.warnings {
