@@ -22,7 +22,8 @@ use crate::memory::{project, Verdict};
 use crate::plan::Plan;
 use crate::predict::cost::CostModel;
 use crate::predict::{
-    beyond_calibration, calibration_for, compose_step, estimate, runtime_for, StepMetrics,
+    beyond_calibration, calibration_for, calibration_held_out_for, compose_step, estimate,
+    runtime_for, StepMetrics,
 };
 use crate::workload::parallel::divisors;
 use crate::workload::{Arch, ExpertRouting, Layout, ParallelSpec, Recompute, Rules, Schedule};
@@ -263,6 +264,9 @@ pub struct SearchReport {
     /// rules), and how it was calibrated (none: the cluster's defaults).
     pub runtime: Runtime,
     pub calibration: Option<String>,
+    /// That calibration's error on the sets it held out (see `Prediction`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub calibration_held_out: std::collections::BTreeMap<String, crate::stats::ErrorStats>,
     /// Where the best layout lies outside the runs that calibration was fitted on, the
     /// prediction's warning saying so.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -567,6 +571,7 @@ pub fn search_watched(
         best_runs_on,
         runtime: runtime_for(rules, cost),
         calibration: calibration_for(rules, cost),
+        calibration_held_out: calibration_held_out_for(rules, cost),
         beyond_calibration,
     })
 }

@@ -148,6 +148,19 @@ impl stepcast::progress::Progress for Bar {
 
 /// The line saying which runtime composed a prediction: its calibration ("calibrated for … on
 /// N runs …", or one borrowed) or the cluster's defaults, and the values.
+/// The line under the runtime's: the calibration's error on the sets it held out, and what it
+/// means to a user (none where it held none out).
+pub fn held_out_line(
+    held_out: &std::collections::BTreeMap<String, stepcast::stats::ErrorStats>,
+) -> Option<String> {
+    stepcast::hardware::held_out_summary(held_out).map(|h| {
+        format!(
+            "         {h}: where your software differs from the runs it was fitted on, expect \
+             errors of this size (`stepcast calibrate YOUR_RUNS.csv --check`)"
+        )
+    })
+}
+
 pub fn runtime_line(calibration: Option<&str>, r: &stepcast::hardware::Runtime) -> String {
     let how = calibration.unwrap_or(
         "the cluster's defaults (raw physics: no calibration for this cluster, or --no-calibration)",

@@ -179,11 +179,8 @@ fn print_prediction(
             "{}",
             super::output::runtime_line(p.calibration.as_deref(), &p.runtime)
         );
-        if let Some(held_out) = stepcast::hardware::held_out_summary(&p.calibration_held_out) {
-            println!(
-                "         {held_out}: where your software differs from the runs it was fitted \
-                 on, expect errors of this size (`stepcast calibrate YOUR_RUNS.csv --check`)"
-            );
+        if let Some(line) = super::output::held_out_line(&p.calibration_held_out) {
+            println!("{line}");
         }
     }
     println!();

@@ -591,6 +591,9 @@ fn print_report(
             "{}",
             super::output::runtime_line(report.calibration.as_deref(), &report.runtime)
         );
+        if let Some(line) = super::output::held_out_line(&report.calibration_held_out) {
+            println!("{line}");
+        }
     }
     if report.predicted == 0 {
         return;
