@@ -44,8 +44,17 @@ fn search_ranks_layouts_and_writes_every_row() {
         text.contains("runs as costed on: ") || text.contains("note: none of megatron"),
         "{text}"
     );
+    // and how the calibration every step is composed under did on the sets it held out
+    assert!(
+        text.contains("on the runs of sets it was not fitted on: "),
+        "{text}"
+    );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert!(
+        report["calibration_held_out"]["flagperf"]["runs"].as_u64() > Some(0),
+        "{report}"
+    );
     let rows = report["rows"].as_array().unwrap();
     let predicted: Vec<&serde_json::Value> =
         rows.iter().filter(|r| r["status"] == "predicted").collect();
