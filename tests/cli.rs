@@ -2320,6 +2320,7 @@ fn a_calibration_says_how_it_did_on_the_sets_held_out() {
     let text = predict(false);
     assert!(
         text.contains("on the runs of sets it was not fitted on: other ")
+            && text.contains(" % (1 run) mean |error|")
             && text.contains("calibrate YOUR_RUNS.csv --check"),
         "{text}"
     );

@@ -368,7 +368,8 @@ impl Calibration {
     }
 
     /// How far it carried to the runs it was not fitted on, one line: "on the runs of sets it
-    /// was not fitted on: a x %, b y % mean |error| (bias …)"; none without such runs.
+    /// was not fitted on: a x % (n runs), b y % (m runs) mean |error| (bias …)"; none without
+    /// such runs.
     pub fn held_out_summary(&self) -> Option<String> {
         held_out_summary(&self.held_out)
     }
@@ -409,7 +410,10 @@ pub fn held_out_summary(
     (!sets.is_empty()).then(|| {
         let each: Vec<String> = sets
             .iter()
-            .map(|(name, e)| format!("{name} {:.1} %", e.mean_abs_percent))
+            .map(|(name, e)| {
+                let runs = if e.runs == 1 { "run" } else { "runs" };
+                format!("{name} {:.1} % ({} {runs})", e.mean_abs_percent, e.runs)
+            })
             .collect();
         format!(
             "on the runs of sets it was not fitted on: {} mean |error| (bias {low:+.1} … \
@@ -526,8 +530,8 @@ mod tests {
             .insert("empty".into(), crate::stats::ErrorStats::default());
         assert_eq!(
             c.held_out_summary().unwrap(),
-            "on the runs of sets it was not fitted on: automodel 7.5 %, mpt 19.6 % mean |error| \
-             (bias -19.5 … +7.5 %)"
+            "on the runs of sets it was not fitted on: automodel 7.5 % (3 runs), mpt 19.6 % (3 \
+             runs) mean |error| (bias -19.5 … +7.5 %)"
         );
         let back: Calibration =
             serde_norway::from_str(&serde_norway::to_string(&c).unwrap()).unwrap();
