@@ -2307,47 +2307,28 @@ fn a_calibration_says_how_it_did_on_the_sets_held_out() {
         written.contains("held_out:\n    other:\n      runs: 1"),
         "{written}"
     );
-    let predict = |json: bool| {
+    let predict = |extra: &[&str]| {
         let mut args = vec!["predict", "--cluster", s(&cluster), "--model", "llama2-7b"];
         args.extend("--tp 1 --dp 8 --micro-batch 1 --global-batch 64 --seq-len 2048".split(' '));
-        if json {
-            args.push("--json");
-        }
+        args.extend_from_slice(extra);
         let out = stepcast(&args);
         assert!(out.status.success(), "{}", stderr(&out));
         stdout(&out)
     };
-    let text = predict(false);
+    let text = predict(&[]);
     assert!(
         text.contains("on the runs of sets it was not fitted on: other ")
             && text.contains(" % (1 run) mean |error|")
             && text.contains("calibrate YOUR_RUNS.csv --check"),
         "{text}"
     );
-    let json: serde_json::Value = serde_json::from_str(&predict(true)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&predict(&["--json"])).unwrap();
     let other = &json["calibration_held_out"]["other"];
     assert_eq!(other["runs"], 1, "{json}");
     assert!(other["mean_abs_percent"].as_f64().unwrap() >= 0.0, "{json}");
     // the raw physics carries no calibration's record
-    let out = stepcast(&[
-        "predict",
-        "--cluster",
-        s(&cluster),
-        "--model",
-        "llama2-7b",
-        "--tp",
-        "1",
-        "--dp",
-        "8",
-        "--micro-batch",
-        "1",
-        "--global-batch",
-        "64",
-        "--seq-len",
-        "2048",
-        "--no-calibration",
-    ]);
-    assert!(!stdout(&out).contains("not fitted on"), "{}", stdout(&out));
+    let raw = predict(&["--no-calibration"]);
+    assert!(!raw.contains("not fitted on"), "{raw}");
     let out = stepcast(&["models", "show", s(&models)]);
     assert!(
         stdout(&out).contains("dgx-a100 on the runs of sets it was not fitted on: other "),

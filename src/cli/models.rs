@@ -215,20 +215,15 @@ fn print_calibrations(c: &Calibrations) {
     println!("{t}");
     // what each fit has seen: a prediction outside it says so
     for e in &c.clusters {
+        let under = e
+            .framework
+            .as_ref()
+            .map(|f| format!(" under {f}"))
+            .unwrap_or_default();
         if let Some(range) = &e.fitted_on.range {
-            let under = e
-                .framework
-                .as_ref()
-                .map(|f| format!(" under {f}"))
-                .unwrap_or_default();
             println!("  {}{under} fitted on {}", e.cluster, range.summary());
         }
         if let Some(held_out) = e.held_out_summary() {
-            let under = e
-                .framework
-                .as_ref()
-                .map(|f| format!(" under {f}"))
-                .unwrap_or_default();
             println!("  {}{under} {held_out}", e.cluster);
         }
     }
