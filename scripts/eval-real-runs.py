@@ -491,7 +491,8 @@ def evaluate(binary, ref, work, json_out, thresholds):
             fitted = r["fitted"]["runtime"]
             print(f"== {cluster}{under}: fitted on {', '.join(fit_sets)} — launch {fitted['launch_us']:.0f} µs, "
                   f"collective {fitted['collective_launch_us']:.0f} µs, in-situ {fitted['in_situ_efficiency']:.3f}, "
-                  f"contention {fitted['contention']:.2f}, per-step {fitted['step_overhead_ms']:.0f} ms"
+                  f"contention {fitted['contention']:.2f}, per-step {fitted['step_overhead_ms']:.0f} ms, "
+                  f"FlashAttention-2 {fitted.get('flash_attention_2_efficiency', 1.0):.2f}"
                   + (f"; at a bound: {', '.join(r['fitted']['at_bound'])}" if r["fitted"]["at_bound"] else ""))
         groups = {}
         for name, s in r["sets"].items():

@@ -2760,3 +2760,96 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
         &["--cuda-graphs", "experts", "drop it"],
     );
 }
+
+/// Runs whose FlashAttention-2 calls took 1/0.6 of the time costed and everything else as
+/// costed, at sequences where the attention is a small and a large share of the step: the
+/// calibration finds the attention's own efficiency (not one in-situ efficiency for every
+/// kernel), writes it, and `predict` says it under the runtime line.
+#[test]
+fn calibrate_finds_a_slow_flash_attention_2_apart_from_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
+    let layout = |model: &str, seq: u64| -> Vec<String> {
+        let tokens = 65536 / seq;
+        [
+            "--model",
+            model,
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--dp",
+            "8",
+            "--micro-batch",
+            "1",
+            "--seq-len",
+            &seq.to_string(),
+            "--global-batch",
+            &(8 * tokens).to_string(),
+            "--attention-kernel",
+            "flash-attention-2",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let mut runs = String::from(
+        "set,family,label,cluster,model,framework,tp,pp,dp,micro_batch,global_batch,seq_len,\
+         attention_kernel,measured_step_s\n",
+    );
+    for model in ["llama2-7b", "llama2-13b"] {
+        for seq in [2048u64, 8192, 16384] {
+            let mut args = vec![
+                "predict",
+                "--cluster",
+                s(&cluster),
+                "--no-calibration",
+                "--json",
+            ];
+            let l = layout(model, seq);
+            args.extend(l.iter().map(|a| a.as_str()));
+            let p = json_of(&stepcast(&args));
+            let stage = &p["stages"][0];
+            let attention_us: f64 = ["fwd", "bwd"]
+                .iter()
+                .flat_map(|k| stage[k].as_array().unwrap())
+                .filter(|c| c["query"].as_str().unwrap().starts_with("flash_attention"))
+                .map(|c| c["count"].as_f64().unwrap() * c["estimate"]["time_us"].as_f64().unwrap())
+                .sum();
+            assert!(attention_us > 0.0, "{p}");
+            let micro_batches = (65536 / seq) as f64;
+            let measured = p["step_time_s"].as_f64().unwrap()
+                + micro_batches * attention_us * (1.0 / 0.6 - 1.0) / 1e6;
+            runs.push_str(&format!(
+                "s,{model},{model} s{seq},{},{model},pytorch,1,1,8,1,{},{seq},flash-attention-2,\
+                 {measured}\n",
+                s(&cluster),
+                8 * (65536 / seq)
+            ));
+        }
+    }
+    let csv = tmp.path().join("runs.csv");
+    fs::write(&csv, runs).unwrap();
+    let out = stepcast(&["calibrate", s(&csv), "--cluster", s(&cluster)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = fs::read_to_string(models.join("calibration.yaml")).unwrap();
+    let value = |name: &str| -> f64 {
+        let at = text.find(&format!("{name}: ")).unwrap() + name.len() + 2;
+        text[at..].lines().next().unwrap().parse().unwrap()
+    };
+    let fa2 = value("flash_attention_2_efficiency");
+    assert!((0.5..0.7).contains(&fa2), "{fa2}\n{text}");
+    // the rest of each step was as costed: in-situ efficiency stays near its default
+    assert!(value("in_situ_efficiency") > 0.85, "{text}");
+    let mut args = vec!["predict", "--cluster", s(&cluster)];
+    let l = layout("llama2-7b", 8192);
+    args.extend(l.iter().map(|a| a.as_str()));
+    let out = stepcast(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("FlashAttention-2 at {fa2:.2} of its costed speed")),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -432,7 +432,8 @@ fn print_report(r: &Report) {
     let d = &r.raw_runtime;
     println!(
         "fitted: launch {:.1} µs (default {:.1}), collective launch {:.0} µs ({:.0}), in-situ \
-         efficiency {:.3} ({:.3}), contention {:.2} ({:.2}), per-step overhead {:.1} ms ({:.1})",
+         efficiency {:.3} ({:.3}), contention {:.2} ({:.2}), per-step overhead {:.1} ms ({:.1}), \
+         FlashAttention-2 efficiency {:.3} ({:.3})",
         f.launch_us,
         d.launch_us,
         f.collective_launch_us,
@@ -442,7 +443,9 @@ fn print_report(r: &Report) {
         f.contention,
         d.contention,
         f.step_overhead_ms,
-        d.step_overhead_ms
+        d.step_overhead_ms,
+        f.flash_attention_2_efficiency,
+        d.flash_attention_2_efficiency
     );
     if !r.fitted.kept_at_default.is_empty() {
         println!(

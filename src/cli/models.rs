@@ -176,6 +176,7 @@ fn print_calibrations(c: &Calibrations) {
         "in-situ",
         "contention",
         "per-step ms",
+        "FA2",
         "at a bound",
         "fitted",
     ]);
@@ -201,6 +202,7 @@ fn print_calibrations(c: &Calibrations) {
             format!("{:.3}", r.in_situ_efficiency),
             format!("{:.2}", r.contention),
             format!("{:.1}", r.step_overhead_ms),
+            format!("{:.2}", r.flash_attention_2_efficiency),
             if e.at_bound.is_empty() {
                 "–".into()
             } else {

@@ -165,9 +165,18 @@ pub fn runtime_line(calibration: Option<&str>, r: &stepcast::hardware::Runtime) 
     let how = calibration.unwrap_or(
         "the cluster's defaults (raw physics: no calibration for this cluster, or --no-calibration)",
     );
+    // FlashAttention-2's own efficiency is said only where a calibration moved it from 1
+    let fa2 = if r.flash_attention_2_efficiency < 1.0 {
+        format!(
+            ", FlashAttention-2 at {:.2} of its costed speed",
+            r.flash_attention_2_efficiency
+        )
+    } else {
+        String::new()
+    };
     format!(
         "runtime  {how}: launch {:.0} µs, collective {:.0} µs, in-situ efficiency {:.2}, \
-         contention {:.2}, per-step host {:.0} ms",
+         contention {:.2}, per-step host {:.0} ms{fa2}",
         r.launch_us, r.collective_launch_us, r.in_situ_efficiency, r.contention, r.step_overhead_ms
     )
 }

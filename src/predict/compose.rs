@@ -14,7 +14,7 @@
 use serde::Serialize;
 
 use crate::hardware::Runtime;
-use crate::ops::OpKind;
+use crate::ops::{OpKind, Role};
 use crate::plan::{Call, Issue, Plan, QueryId};
 use crate::timing::{Attribution, Breakdown, Class, ClassTimes};
 
@@ -23,7 +23,8 @@ use crate::timing::{Attribution, Breakdown, Class, ClassTimes};
 #[derive(Debug, Clone)]
 pub struct QueryTimes {
     /// µs of one call of each query in a step: the isolated estimate, its arithmetic share
-    /// slowed by the runtime's in-situ efficiency (collectives not at all).
+    /// slowed by the runtime's in-situ efficiency (collectives not at all), a FlashAttention-2
+    /// call's whole time by its efficiency for them.
     pub us: Vec<f64>,
     /// Kernels one call of each query launches (a GEMM's backward is two).
     pub kernels: Vec<f64>,
@@ -51,12 +52,21 @@ impl QueryTimes {
         attribute: bool,
         runtime: Runtime,
     ) -> QueryTimes {
-        // sustained clocks slow a kernel's arithmetic, not its wait on HBM
+        // sustained clocks slow a kernel's arithmetic, not its wait on HBM; FlashAttention-2
+        // calls run at the runtime's efficiency for them besides
         let us = plan
             .compute_share
             .iter()
             .zip(isolated_us)
-            .map(|(&share, &t)| t * (1.0 + share * (1.0 / runtime.in_situ_efficiency - 1.0)))
+            .zip(&plan.queries)
+            .map(|((&share, &t), q)| {
+                let in_situ = t * (1.0 + share * (1.0 / runtime.in_situ_efficiency - 1.0));
+                if q.role == Some(Role::FlashAttention2) {
+                    in_situ / runtime.flash_attention_2_efficiency
+                } else {
+                    in_situ
+                }
+            })
             .collect();
         QueryTimes {
             us,

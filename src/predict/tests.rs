@@ -1887,3 +1887,45 @@ fn a_calibration_spread_is_its_mean_error_as_a_normal_sigma() {
     assert!((c.sigma_log() - normal * 1.08f64.ln()).abs() < 1e-12);
     assert!((c.raw_sigma_log() - normal * 1.2f64.ln()).abs() < 1e-12);
 }
+
+/// A calibration's FlashAttention-2 efficiency slows the calls run as FlashAttention-2 (their
+/// whole time) and nothing else: the native attention and every other kernel keep their time.
+#[test]
+fn flash_attention_2_efficiency_slows_only_flash_attention_2_calls() {
+    use crate::ops::Role;
+    let arch = Arch::resolve("llama3-8b").unwrap();
+    let c = cluster();
+    let runtime = crate::hardware::Runtime {
+        flash_attention_2_efficiency: 0.5,
+        ..crate::hardware::Runtime::isolated()
+    };
+    for kernel in [AttentionKernel::Native, AttentionKernel::FlashAttention2] {
+        let s = ParallelSpec {
+            attention_kernel: Some(kernel),
+            ..cp_spec(1, 8, 8192)
+        };
+        let layout = Layout::new(&s, &arch, &c).unwrap();
+        let plan = Plan::new(&arch, &layout, &c);
+        let isolated: Vec<f64> = (1..=plan.queries.len()).map(|i| 10.0 * i as f64).collect();
+        let times = QueryTimes::new(
+            &plan,
+            &isolated,
+            vec![0; plan.queries.len()],
+            1,
+            false,
+            runtime,
+        );
+        let mut slowed = 0;
+        for (i, q) in plan.queries.iter().enumerate() {
+            let fa2 = q.role == Some(Role::FlashAttention2);
+            let expected = if fa2 { 2.0 } else { 1.0 } * isolated[i];
+            assert!(
+                (times.us[i] - expected).abs() < 1e-9,
+                "{q:?}: {}",
+                times.us[i]
+            );
+            slowed += fa2 as usize;
+        }
+        assert_eq!(slowed > 0, kernel == AttentionKernel::FlashAttention2);
+    }
+}
