@@ -2852,4 +2852,20 @@ fn calibrate_finds_a_slow_flash_attention_2_apart_from_the_rest() {
         "{}",
         stdout(&out)
     );
+    // fitted on FA2 runs, so an FA2 step is no extrapolation of that; the shipped DGX H100 fit
+    // (runs with cuDNN attention) warns that it learned nothing of FA2's own speed
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(!all.contains("FlashAttention-2 (runs: none"), "{all}");
+    let mut args = vec!["predict", "--cluster", "dgx-h100"];
+    let l = layout("llama3-8b", 8192);
+    args.extend(l.iter().map(|a| a.as_str()));
+    let out = stepcast(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        all.contains(
+            "FlashAttention-2 (runs: none, so the runtime takes its calls at their costed speed)"
+        ),
+        "{all}"
+    );
 }

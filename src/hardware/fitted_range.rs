@@ -22,6 +22,9 @@ pub struct RunPoint {
     pub dtype: String,
     /// Parts of each layer ran captured in CUDA graphs (the host's issue cost differs).
     pub cuda_graphs: bool,
+    /// The attention ran as FlashAttention-2 calls (`--attention-kernel flash-attention-2`),
+    /// whose own efficiency a runtime fits only from runs that made them.
+    pub flash_attention_2: bool,
 }
 
 /// The smallest box holding every run of a fit.
@@ -47,6 +50,10 @@ pub struct FittedRange {
     /// as in every file written before the field existed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cuda_graphs: bool,
+    /// Whether any run's attention ran as FlashAttention-2 calls (left out when none did, as in
+    /// every file written before the field existed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flash_attention_2: bool,
 }
 
 /// How far beyond the runs' smallest and largest a model or a sequence may lie and still count
@@ -109,6 +116,7 @@ impl FittedRange {
             max_ep: 0,
             dtypes: Vec::new(),
             cuda_graphs: false,
+            flash_attention_2: false,
         };
         let widen_u = |range: &mut [u64; 2], v: u64| *range = [range[0].min(v), range[1].max(v)];
         for p in points {
@@ -125,6 +133,7 @@ impl FittedRange {
                 r.dtypes.push(p.dtype.clone());
             }
             r.cuda_graphs |= p.cuda_graphs;
+            r.flash_attention_2 |= p.flash_attention_2;
         }
         r.dtypes.sort();
         Some(r)
@@ -180,6 +189,13 @@ impl FittedRange {
         }
         if p.cuda_graphs && !self.cuda_graphs {
             out.push("CUDA graphs (runs: every kernel issued eagerly)".into());
+        }
+        if p.flash_attention_2 && !self.flash_attention_2 {
+            out.push(
+                "FlashAttention-2 (runs: none, so the runtime takes its calls at their costed \
+                 speed)"
+                    .into(),
+            );
         }
         out
     }
@@ -253,6 +269,9 @@ impl FittedRange {
         if self.cuda_graphs {
             parts.push("CUDA graphs".into());
         }
+        if self.flash_attention_2 {
+            parts.push("FlashAttention-2".into());
+        }
         parts.join(", ")
     }
 }
@@ -273,6 +292,7 @@ mod tests {
             ep: 1,
             dtype: dtype.into(),
             cuda_graphs: false,
+            flash_attention_2: false,
         }
     }
 
@@ -344,6 +364,21 @@ mod tests {
             "{}",
             with.summary()
         );
+        // a FlashAttention-2 step beside runs whose attention ran another kernel: their fit
+        // says nothing of FA2's own efficiency
+        let fa2 = RunPoint {
+            flash_attention_2: true,
+            ..runs[0].clone()
+        };
+        let why = r.outside(&fa2);
+        assert!(
+            why.len() == 1 && why[0].starts_with("FlashAttention-2 (runs: none"),
+            "{why:?}"
+        );
+        let with = FittedRange::of(&[fa2.clone(), runs[1].clone()]).unwrap();
+        assert!(with.flash_attention_2 && with.outside(&fa2).is_empty());
+        assert!(with.summary().ends_with("FlashAttention-2"));
+        assert!(r.outside(&runs[1]).is_empty() && !r.flash_attention_2);
     }
 
     #[test]

@@ -301,6 +301,8 @@ pub fn run_point(arch: &Arch, layout: &Layout, cluster: &Cluster) -> RunPoint {
         ep: layout.ep,
         dtype: layout.dtype.to_string(),
         cuda_graphs: !layout.cuda_graphs.is_empty(),
+        flash_attention_2: layout.attention_kernel
+            == crate::workload::AttentionKernel::FlashAttention2,
     }
 }
 
