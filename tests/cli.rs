@@ -2770,8 +2770,9 @@ fn calibrate_finds_a_slow_flash_attention_2_apart_from_the_rest() {
     let tmp = tempfile::tempdir().unwrap();
     let (_ds, models) = trained(tmp.path());
     let cluster = dgx_a100_with_models(tmp.path(), &models);
+    // 65,536 tokens a GPU each step, one sequence a micro-batch: 65,536 / seq micro-batches
+    let micro_batches = |seq: u64| 65536 / seq;
     let layout = |model: &str, seq: u64| -> Vec<String> {
-        let tokens = 65536 / seq;
         [
             "--model",
             model,
@@ -2786,7 +2787,7 @@ fn calibrate_finds_a_slow_flash_attention_2_apart_from_the_rest() {
             "--seq-len",
             &seq.to_string(),
             "--global-batch",
-            &(8 * tokens).to_string(),
+            &(8 * micro_batches(seq)).to_string(),
             "--attention-kernel",
             "flash-attention-2",
         ]
@@ -2818,14 +2819,13 @@ fn calibrate_finds_a_slow_flash_attention_2_apart_from_the_rest() {
                 .map(|c| c["count"].as_f64().unwrap() * c["estimate"]["time_us"].as_f64().unwrap())
                 .sum();
             assert!(attention_us > 0.0, "{p}");
-            let micro_batches = (65536 / seq) as f64;
             let measured = p["step_time_s"].as_f64().unwrap()
-                + micro_batches * attention_us * (1.0 / 0.6 - 1.0) / 1e6;
+                + micro_batches(seq) as f64 * attention_us * (1.0 / 0.6 - 1.0) / 1e6;
             runs.push_str(&format!(
                 "s,{model},{model} s{seq},{},{model},pytorch,1,1,8,1,{},{seq},flash-attention-2,\
                  {measured}\n",
                 s(&cluster),
-                8 * (65536 / seq)
+                8 * micro_batches(seq)
             ));
         }
     }
