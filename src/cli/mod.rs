@@ -55,8 +55,9 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Measure models' error on a dataset (refitting their recipes on a split).
     Eval(eval::EvalArgs),
-    /// Fit the runtime (host issue cost, in-situ efficiency, contention, per-step overhead) of
-    /// a cluster's models to measured training runs, cross-validated by model family.
+    /// Fit the runtime (host issue cost, in-situ efficiency, contention, per-step overhead,
+    /// FlashAttention-2 efficiency) of a cluster's models to measured training runs,
+    /// cross-validated by model family.
     Calibrate(Box<calibrate::CalibrateArgs>),
     /// Inspect trained models, or check them against this machine.
     #[command(subcommand)]
