@@ -20,8 +20,8 @@ layers, the floors no predictor monotone in work can beat, and how much is one b
 shape (tensor-parallel degree, micro-batch size, width).
 
 For the sets whose runs use FlashAttention-2 (MPT, torchtitan) it splits the raw error between
-the attention and the rest: measured / raw fitted as f × rest + k × attention over the runs at
-pp 1, the attention's share of each from `predict --json` (a diagnostic; nothing is fitted into a
+the attention and the rest: measured / raw fitted as f × rest + k × attention, the attention's
+part of each raw step from calibrate's report (a diagnostic; nothing is fitted into a
 prediction).
 
 It also prints the layouts two sets measured for the same model family on the same cluster
@@ -376,51 +376,18 @@ def mosaic_mfu(ref, runs_csv, rows):
     return {"runs": len(rows), "over_reported_plus_10": over, "max_excess_points": excess}
 
 
-# runs CSV columns passed to `predict` as they are (the layout and what the importers set)
-PREDICT_FLAGS = {"tp": "--tp", "pp": "--pp", "dp": "--dp", "cp": "--cp", "cp_comm": "--cp-comm",
-                 "attention_kernel": "--attention-kernel", "cross_entropy": "--cross-entropy",
-                 "elementwise": "--elementwise", "ep": "--ep", "etp": "--etp",
-                 "micro_batch": "--micro-batch", "global_batch": "--global-batch",
-                 "seq_len": "--seq-len", "dtype": "--dtype", "recompute": "--recompute",
-                 "recompute_modules": "--recompute-modules", "zero": "--zero",
-                 "schedule": "--schedule", "vpp": "--vpp", "grad_reduce_dtype": "--grad-reduce-dtype",
-                 "framework": "--framework"}
-PREDICT_SWITCHES = {"tp_comm_overlap": "--tp-comm-overlap", "overlap_grad_reduce": "--overlap-grad-reduce",
-                    "moe_a2a_overlap": "--moe-a2a-overlap", "fp8_param_gather": "--fp8-param-gather"}
-
-
-def attention_split(binary, runs_csv, cluster, name):
+def attention_split(rows):
     """How the raw error of a set whose runs use FlashAttention-2 splits between the attention
-    and everything else: each pipeline-free run (pp 1) predicted raw, its attention calls'
-    share of the busiest rank's passes taken from `predict --json`, and measured / raw fitted
-    as f × (the rest) + k × (attention) by least squares on the relative error. k says how much
-    slower the attention ran than costed, f the rest; runs at long sequences (attention most
-    of the step) pin k. Diagnostic only: nothing is fitted into a prediction."""
-    runs = [r for r in csv.DictReader(open(runs_csv))
-            if r["cluster"] == cluster and r["set"] == name and r["expressible"] == "true"
-            and r["attention_kernel"] == "flash-attention-2" and r["pp"] == "1"]
-    points = []
-    for r in runs:
-        model = r["model"]
-        cmd = [binary, "predict", "--cluster", cluster, "--no-calibration", "--json", "--model",
-               str(Path(runs_csv).parent / model) if model.startswith("archs/") else model]
-        cmd += [a for k, flag in PREDICT_FLAGS.items() if r.get(k) for a in (flag, r[k])]
-        cmd += ["--sequence-parallel"] if r.get("sequence_parallel") == "true" else []
-        cmd += [f"{flag}={'true' if r[k] in ('true', '1') else 'false'}"
-                for k, flag in PREDICT_SWITCHES.items() if r.get(k)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            continue
-        p = json.loads(out.stdout)
-        stage = max(p["stages"], key=lambda s: s["fwd_ms"] + s["bwd_ms"])
-        passes_us = 1e3 * (stage["fwd_ms"] + stage["bwd_ms"])
-        att_us = sum(c["count"] * c["estimate"]["time_us"] for k in ("fwd", "bwd") for c in stage[k]
-                     if c["query"].split()[0] == "flash_attention")
-        if passes_us <= 0:
-            continue
-        share = att_us / passes_us
-        raw_s, measured = p["step_time_s"], float(r["measured_step_s"])
-        points.append(((1 - share) * raw_s / measured, share * raw_s / measured, share, raw_s / measured))
+    and everything else: each run's raw step and the part of it its FA2 calls take (calibrate's
+    `raw_flash_attention_2_s`: what halving their efficiency adds to the composed step), and
+    measured / raw fitted as f × (the rest) + k × (attention) by least squares on the relative
+    error. k says how much slower the attention ran than costed, f the rest; runs at long
+    sequences (attention most of the step) pin k. Diagnostic only: nothing is fitted into a
+    prediction."""
+    points = [((x["raw_s"] - x["raw_flash_attention_2_s"]) / x["measured_s"],
+               x["raw_flash_attention_2_s"] / x["measured_s"],
+               x["raw_flash_attention_2_s"] / x["raw_s"], x["raw_s"] / x["measured_s"])
+              for x in rows if x.get("raw_flash_attention_2_s")]
     if len(points) < 4 or max(x[2] for x in points) - min(x[2] for x in points) < 0.2:
         return None
     # least squares of f·n + k·a = 1 (the normal equations of two unknowns)
@@ -536,7 +503,7 @@ def evaluate(binary, ref, work, json_out, thresholds):
             if name.startswith("mpt") and pred:
                 table[f"{cluster} / {name}"]["mosaicml_mfu"] = mosaic_mfu(ref, runs_csv, pred)
             if name in ("mpt", "torchtitan", "flagperf") and framework is None:
-                split = attention_split(binary, runs_csv, cluster, name)
+                split = attention_split(pred)
                 if split:
                     table[f"{cluster} / {name}"]["attention_split"] = split
             paired = fp8_speedups(pred) if name in ("dgxc", "flagperf") else {}
@@ -584,9 +551,9 @@ def evaluate(binary, ref, work, json_out, thresholds):
                   f"{m['max_excess_points'][0]:.1f} / {m['max_excess_points'][1]:.1f} points")
         a = t.get("attention_split")
         if a:
-            print(f"{key}: raw error split between FlashAttention-2 and the rest ({a['runs']} runs at pp 1, "
+            print(f"{key}: raw error split between FlashAttention-2 and the rest ({a['runs']} runs, "
                   f"attention {100 * a['attention_share'][0]:.0f}–{100 * a['attention_share'][1]:.0f} % of "
-                  f"the passes): measured / raw = {a['rest_factor']:.2f} × rest + {a['attention_factor']:.2f} × "
+                  f"the step): measured / raw = {a['rest_factor']:.2f} × rest + {a['attention_factor']:.2f} × "
                   f"attention leaves {a['refitted']['mean_abs_percent']:.1f} % mean |error| (max "
                   f"{a['refitted']['max_abs_percent']:.1f}) where raw is {a['raw']['mean_abs_percent']:.1f} % "
                   f"(bias {a['raw']['bias_percent']:+.1f})")

@@ -2831,6 +2831,27 @@ fn calibrate_finds_a_slow_flash_attention_2_apart_from_the_rest() {
     }
     let csv = tmp.path().join("runs.csv");
     fs::write(&csv, runs).unwrap();
+    // the report gives each run's FlashAttention-2 seconds within its raw step
+    let report = tmp.path().join("report.json");
+    let out = stepcast(&[
+        "calibrate",
+        s(&csv),
+        "--cluster",
+        s(&cluster),
+        "--dry-run",
+        "--json",
+        s(&report),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+    for r in json["runs"].as_array().unwrap() {
+        let (attention, raw) = (
+            r["raw_flash_attention_2_s"].as_f64().unwrap(),
+            r["raw_s"].as_f64().unwrap(),
+        );
+        assert!(attention > 0.0 && attention < raw, "{r}");
+    }
     let out = stepcast(&["calibrate", s(&csv), "--cluster", s(&cluster)]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = fs::read_to_string(models.join("calibration.yaml")).unwrap();

@@ -109,6 +109,23 @@ impl Prepared {
         }
     }
 
+    /// Seconds of the step under `runtime` that its FlashAttention-2 calls take, as the step
+    /// composes them (what halving their efficiency adds); none without such calls.
+    pub fn flash_attention_2_s(&self, runtime: &Runtime) -> Option<f64> {
+        use crate::ops::Role;
+        self.plan
+            .queries
+            .iter()
+            .any(|q| q.role == Some(Role::FlashAttention2))
+            .then(|| {
+                let halved = Runtime {
+                    flash_attention_2_efficiency: runtime.flash_attention_2_efficiency / 2.0,
+                    ..*runtime
+                };
+                self.step_s(&halved) - self.step_s(runtime)
+            })
+    }
+
     /// MFU, percent, of a step of `step_s`.
     pub fn mfu_percent(&self, step_s: f64) -> f64 {
         100.0 * self.peak_seconds / step_s
@@ -173,6 +190,9 @@ pub struct RunResult {
     pub time_scope: runs::TimeScope,
     /// Predicted with the raw (default) runtime, s.
     pub raw_s: Option<f64>,
+    /// Of that, the FlashAttention-2 calls, s (runs that make none: absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_flash_attention_2_s: Option<f64>,
     /// Predicted with the runtime fitted on every run (this one included), s.
     pub fitted_s: Option<f64>,
     /// Predicted with the runtime fitted without the run's family (a held-out set's run:
@@ -204,6 +224,7 @@ impl RunResult {
             measured_s: run.measured_s,
             time_scope: run.time_scope,
             raw_s: None,
+            raw_flash_attention_2_s: None,
             fitted_s: None,
             cross_validated_s: None,
             mfu_percent: None,
@@ -363,6 +384,7 @@ pub fn evaluate(
             };
             RunResult {
                 raw_s: Some(raw),
+                raw_flash_attention_2_s: p.flash_attention_2_s(&p.base),
                 fitted_s: Some(p.step_s(&fitted.runtime)),
                 cross_validated_s: cv,
                 mfu_percent: Some([
@@ -473,6 +495,7 @@ pub fn check<'c>(
             let in_sample = now.fitted_sets.contains(&run.set);
             let result = RunResult {
                 raw_s: Some(raw),
+                raw_flash_attention_2_s: p.flash_attention_2_s(&p.base),
                 cross_validated_s: Some(calibrated),
                 mfu_percent: Some([p.mfu_percent(raw), p.mfu_percent(calibrated)]),
                 memory: Some(p.memory),
@@ -619,6 +642,7 @@ mod tests {
             measured_s,
             time_scope: runs::TimeScope::Step,
             raw_s: cross_validated_s,
+            raw_flash_attention_2_s: None,
             fitted_s: cross_validated_s,
             cross_validated_s,
             mfu_percent: None,
