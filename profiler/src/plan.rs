@@ -66,6 +66,10 @@ pub struct PresetSpec {
     pub models: Vec<String>,
     pub tp: Vec<u64>,
     pub micro_batch: Vec<u64>,
+    /// Sequence lengths to plan each preset at (none: the preset's own), e.g. to time
+    /// attention at the long contexts of a run the grid's spans do not reach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +98,10 @@ pub struct PlanSpec {
     pub grid: Option<GridSpec>,
     pub presets: Option<PresetSpec>,
     pub collectives: Option<CollectiveSpec>,
+    /// Operator kinds to time (none: every kind the configurations call and the collectives),
+    /// e.g. `[flash_attention]` for a collection of attention alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operators: Option<Vec<OpKind>>,
     /// Optimizer steps over more parameters than this are not planned: their fp32 states
     /// (16 bytes a parameter) would not fit one GPU.
     #[serde(default = "default_max_optimizer_params")]
@@ -128,6 +136,8 @@ pub struct Target {
 /// Most values a span may expand to, and most configurations a grid may sample.
 const MAX_SPAN_VALUES: u64 = 10_000;
 const MAX_GRID_CONFIGS: usize = 10_000;
+/// Longest sequence a preset may be planned at (1M tokens, the longest context we predict).
+const MAX_PLAN_SEQ: u64 = 1 << 20;
 
 impl Span {
     fn check(&self, field: &str) -> Result<(), String> {
@@ -214,6 +224,18 @@ impl PlanSpec {
             }
             check_list("presets.tp", &p.tp, 1..=1024)?;
             check_list("presets.micro_batch", &p.micro_batch, 1..=4096)?;
+            if let Some(seq) = &p.seq {
+                check_list("presets.seq", seq, 1..=MAX_PLAN_SEQ)?;
+            }
+        }
+        if let Some(ops) = &self.operators {
+            if ops.is_empty() {
+                return Err(
+                    "operators is empty: give at least one operator kind, or leave it out to \
+                     time every kind"
+                        .into(),
+                );
+            }
         }
         if let Some(c) = &self.collectives {
             if c.ops.is_empty() {
@@ -259,9 +281,12 @@ impl PlanSpec {
         if let Some(p) = &self.presets {
             for model in &p.models {
                 let arch = Arch::resolve(model)?;
-                for &tp in &p.tp {
-                    for &mb in &p.micro_batch {
-                        configs.push((arch.clone(), layer_spec(tp, mb, arch.seq_len)));
+                let seqs = p.seq.clone().unwrap_or_else(|| vec![arch.seq_len]);
+                for &seq in &seqs {
+                    for &tp in &p.tp {
+                        for &mb in &p.micro_batch {
+                            configs.push((arch.clone(), layer_spec(tp, mb, seq)));
+                        }
                     }
                 }
             }
@@ -392,6 +417,9 @@ impl PlanSpec {
                     bytes = bytes.saturating_mul(c.factor.max(2));
                 }
             }
+        }
+        if let Some(ops) = &self.operators {
+            points.retain(|p| ops.contains(&p.query.op));
         }
         Ok(Plan {
             spec: self.clone(),
@@ -596,5 +624,48 @@ mod tests {
                 k: 4096,
                 batch: 1
             })));
+    }
+
+    #[test]
+    fn a_plan_can_time_one_kind_at_the_presets_long_contexts() {
+        let text = "name: long-attention\ndtypes: [bf16]\nseed: 0\n\
+                    operators: [flash_attention]\n\
+                    presets: {models: [llama2-7b], tp: [1, 2], micro_batch: [1], seq: [8192, 65536]}\n";
+        let spec = PlanSpec::parse(Path::new("long.yaml"), text).unwrap();
+        let plan = spec.expand(target()).unwrap();
+        assert!(plan
+            .points
+            .iter()
+            .all(|p| p.query.op == OpKind::FlashAttention));
+        let mut seqs: Vec<u64> = plan
+            .points
+            .iter()
+            .map(|p| match p.query.shape {
+                Shape::Attention(a) => a.seq_q,
+                _ => unreachable!("only attention was planned"),
+            })
+            .collect();
+        seqs.sort();
+        seqs.dedup();
+        assert_eq!(seqs, vec![8192, 65536]);
+        // forward and backward, at two TP degrees (32 and 16 heads) and two lengths
+        assert_eq!(plan.points.len(), 2 * 2 * 2);
+    }
+
+    #[test]
+    fn an_empty_operator_list_or_an_absurd_sequence_is_refused() {
+        for (text, names) in [
+            ("operators: []\n", "operators is empty"),
+            (
+                "presets: {models: [llama2-7b], tp: [1], micro_batch: [1], seq: [0]}\n",
+                "presets.seq holds 0",
+            ),
+        ] {
+            let text = format!("name: x\ndtypes: [bf16]\nseed: 0\n{text}");
+            let err = PlanSpec::parse(Path::new("bad.yaml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(names), "{err}");
+        }
     }
 }

@@ -41,7 +41,7 @@ struct Product {
     b: sys::cublasLtMatrixLayout_t,
     d: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
-    /// Elements of the two inputs and the output of one batch.
+    /// Elements of the two inputs and the output, every batch together.
     elems: (usize, usize, usize),
 }
 
@@ -79,6 +79,8 @@ fn product(
         Dtype::Fp8 => (CUDA_R_8F_E4M3, CUDA_R_16BF),
         other => return Err(DeviceError::Skip(format!("{other} GEMMs are not timed"))),
     };
+    let elems = elements(m, n, k, batch)
+        .ok_or_else(|| DeviceError::Skip("the GEMM's buffers overflow the address space".into()))?;
     // column-major view: Dᵀ[N×M] = op(A)·op(B) with A the storage of Q and B that of P
     let (a_rows, a_cols) = if q_transposed { (k, n) } else { (n, k) };
     let (b_rows, b_cols) = if p_transposed { (m, k) } else { (k, m) };
@@ -98,10 +100,15 @@ fn product(
             p_transposed as i32,
         )?;
         if dtype == Dtype::Fp8 {
-            set(
+            // an int8_t attribute: cuBLASLt refuses any other size (CUBLAS_STATUS_INVALID_VALUE)
+            let fast: i8 = 1;
+            lt::set_matmul_desc_attribute(
+                desc,
                 sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                &fast as *const i8 as *const c_void,
                 1,
-            )?;
+            )
+            .map_err(skip)?;
         }
         let layout = |ty,
                       rows: u64,
@@ -145,9 +152,20 @@ fn product(
             b,
             d,
             algo: heuristic.algo,
-            elems: ((m * k) as usize, (k * n) as usize, (m * n) as usize),
+            elems,
         })
     }
+}
+
+/// Elements of P, Q and D over all `batch` strided batches: cuBLASLt reads and writes
+/// `batch` × the stride of each, so a buffer of one batch would be overrun.
+fn elements(m: u64, n: u64, k: u64, batch: u64) -> Option<(usize, usize, usize)> {
+    let all = |rows: u64, cols: u64| {
+        rows.checked_mul(cols)?
+            .checked_mul(batch.max(1))
+            .and_then(|e| usize::try_from(e).ok())
+    };
+    Some((all(m, k)?, all(k, n)?, all(m, n)?))
 }
 
 /// The products a call runs: the forward, or the backward's data and weight gradients.
@@ -305,5 +323,21 @@ impl Runnable for GemmRun<'_> {
         self.end.record(&self.stream).map_err(fatal)?;
         let ms = self.start.elapsed_ms(&self.end).map_err(fatal)?;
         Ok(ms as f64 * 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::elements;
+
+    #[test]
+    fn buffers_hold_every_batch_of_a_strided_batched_gemm() {
+        // the unfused attention's scores: 64 batches of 2560 × 2560 over 192
+        assert_eq!(
+            elements(2560, 2560, 192, 64),
+            Some((2560 * 192 * 64, 192 * 2560 * 64, 2560 * 2560 * 64))
+        );
+        assert_eq!(elements(8, 4, 2, 1), Some((16, 8, 32)));
+        assert_eq!(elements(u64::MAX, 2, 2, 2), None);
     }
 }
