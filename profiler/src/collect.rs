@@ -15,7 +15,7 @@ use stepcast::dataset::{
     Dataset, DatasetMeta, Measurement, MeasurementWriter, Protocol as MetaProtocol, Provenance,
     SoftwareStamp, Status, DATASET_SCHEMA_VERSION, META_FILE,
 };
-use stepcast::ops::OpQuery;
+use stepcast::ops::{OpKind, OpQuery, Role};
 
 use crate::device::{Device, DeviceError, Launch};
 use crate::plan::{Plan, PlanPoint};
@@ -74,6 +74,25 @@ fn row(
         },
         _ => skipped_row(p, "no valid samples"),
     }
+}
+
+/// An attention call that PyTorch ran on its FlashAttention-2 kernels (SDPA's flash backend,
+/// the first choice of `--attention-backend auto`) is recorded as role `flash_attention_2`, so
+/// that `stepcast train` fits it apart from cuDNN's attention and `predict` uses it for calls run
+/// as FA2 (`--attention-kernel flash-attention-2`).
+fn kernel_role(mut q: OpQuery, backend: &str) -> OpQuery {
+    if q.op == OpKind::FlashAttention && backend == "flash_attention" {
+        q.role = Some(Role::FlashAttention2);
+    }
+    q
+}
+
+/// The plan's point a row answers: plans name no kernel, rows may (see [`kernel_role`]).
+fn without_kernel_role(mut q: OpQuery) -> OpQuery {
+    if q.role.is_some_and(Role::is_another_kernel) {
+        q.role = None;
+    }
+    q
 }
 
 fn skipped_row(p: &PlanPoint, reason: &str) -> Measurement {
@@ -213,7 +232,7 @@ pub fn collect(
         }
         for r in &existing.rows {
             if r.is_ok() || !options.retry_skipped {
-                done.insert(r.query);
+                done.insert(without_kernel_role(r.query));
             }
         }
         existing.meta
@@ -233,7 +252,7 @@ pub fn collect(
     let mut todo: Vec<&PlanPoint> = plan
         .points
         .iter()
-        .filter(|p| !done.contains(&p.query))
+        .filter(|p| !done.contains(&without_kernel_role(p.query)))
         .collect();
     if let Some(launch) = &options.launch {
         todo = agree_on_collectives(plan, todo, launch)?;
@@ -315,7 +334,9 @@ pub fn collect(
                             .copied()
                             .collect::<Vec<_>>()
                             .join("; ");
-                        row(p, samples_us, protocol.keep, false, note)
+                        let mut m = row(p, samples_us, protocol.keep, false, note);
+                        m.query = kernel_role(m.query, &backend);
+                        m
                     }
                     Outcome::Skipped(reason) => {
                         report.skip(&reason);
@@ -434,6 +455,38 @@ fn merge_versions(s: &mut SoftwareStamp, v: &crate::torch::TorchVersions, attent
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attention_run_by_flash_attention_2_is_recorded_as_that_kernel_and_still_resumes() {
+        use stepcast::ops::{AttentionShape, Dtype, Phase, Shape};
+        let q = OpQuery {
+            op: OpKind::FlashAttention,
+            phase: Phase::Fwd,
+            dtype: Dtype::Bf16,
+            role: None,
+            shape: Shape::Attention(AttentionShape {
+                batch: 1,
+                seq_q: 8192,
+                seq_kv: 8192,
+                heads: 32,
+                kv_heads: 32,
+                head_dim: 128,
+                causal: true,
+            }),
+        };
+        let fa2 = kernel_role(q, "flash_attention");
+        assert_eq!(fa2.role, Some(Role::FlashAttention2));
+        assert_eq!(kernel_role(q, "cudnn_attention").role, None);
+        assert_eq!(without_kernel_role(fa2), q);
+        // other roles are the plan's own and stay
+        let gemm = OpQuery {
+            op: OpKind::Gemm,
+            role: Some(Role::Qkv),
+            ..q
+        };
+        assert_eq!(kernel_role(gemm, "flash_attention"), gemm);
+        assert_eq!(without_kernel_role(gemm), gemm);
+    }
 
     #[test]
     fn a_torn_row_longer_than_any_block_drops_only_itself() {

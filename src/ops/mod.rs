@@ -141,6 +141,13 @@ impl Role {
         self != Role::FusedAdam
     }
 
+    /// The role names another kernel than the pooled rows of its kind timed (FlashAttention-2
+    /// beside cuDNN attention): its rows train only their own model, since a pooled model would
+    /// average two kernels of different speed.
+    pub fn is_another_kernel(self) -> bool {
+        self == Role::FlashAttention2
+    }
+
     /// A GEMM of this role multiplies by weights: its backward computes weight gradients too.
     pub fn has_weights(self) -> bool {
         matches!(

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::model::ModelKey;
 use crate::dataset::Measurement;
-use crate::ops::ShapeFamily;
+use crate::ops::{Role, ShapeFamily};
 use crate::rng::Rng;
 
 /// The rows one model is fitted on.
@@ -19,11 +19,15 @@ pub struct Group {
 
 /// Groups rows by model key: one pooled group per (op, phase, dtype) holding every row of it,
 /// and one group per role present, so that a per-role model can be compared with the pooled one.
+/// Rows of a role that names another kernel ([`Role::is_another_kernel`]) are in their role's
+/// group alone.
 pub fn groups(rows: &[&Measurement]) -> Vec<Group> {
     let mut map: BTreeMap<ModelKey, Vec<usize>> = BTreeMap::new();
     for (i, m) in rows.iter().enumerate() {
         let key = ModelKey::of(&m.query);
-        map.entry(key.pooled()).or_default().push(i);
+        if !key.role.is_some_and(Role::is_another_kernel) {
+            map.entry(key.pooled()).or_default().push(i);
+        }
         if key.role.is_some() {
             map.entry(key).or_default().push(i);
         }
@@ -74,7 +78,9 @@ pub fn split_groups(
         }
         let roles: Vec<&SplitGroup> = done
             .iter()
-            .filter(|(r, _, _)| r.key.pooled() == g.key)
+            .filter(|(r, _, _)| {
+                r.key.pooled() == g.key && !r.key.role.is_some_and(Role::is_another_kernel)
+            })
             .collect();
         let in_role: std::collections::HashSet<usize> = roles
             .iter()
@@ -209,5 +215,51 @@ mod tests {
         assert_eq!(train, vec![0, 2, 4, 5]);
         assert!(holdout_largest(&rows, |_| None).is_none());
         assert!(holdout_largest(&rows, |_| Some(5)).is_none());
+    }
+
+    #[test]
+    fn flash_attention_2_rows_train_their_own_model_only() {
+        use crate::dataset::{LayerContext, Status};
+        use crate::ops::{AttentionShape, Dtype, OpKind, OpQuery, Phase, Shape};
+        let row = |seq: u64, role: Option<Role>| Measurement {
+            query: OpQuery {
+                op: OpKind::FlashAttention,
+                phase: Phase::Fwd,
+                dtype: Dtype::Bf16,
+                role,
+                shape: Shape::Attention(AttentionShape {
+                    batch: 1,
+                    seq_q: seq,
+                    seq_kv: seq,
+                    heads: 32,
+                    kv_heads: 32,
+                    head_dim: 128,
+                    causal: true,
+                }),
+            },
+            context: LayerContext::default(),
+            time_us: seq as f64,
+            samples_us: vec![seq as f64],
+            status: Status::Ok,
+            throttled: false,
+            note: String::new(),
+        };
+        let rows: Vec<Measurement> = (1..=6)
+            .map(|i| row(1024 * i, None))
+            .chain((1..=6).map(|i| row(1024 * i, Some(Role::FlashAttention2))))
+            .collect();
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let all = groups(&refs);
+        let pooled = all.iter().find(|g| g.key.role.is_none()).unwrap();
+        let fa2 = all
+            .iter()
+            .find(|g| g.key.role == Some(Role::FlashAttention2))
+            .unwrap();
+        assert_eq!(pooled.rows, (0..6).collect::<Vec<_>>());
+        assert_eq!(fa2.rows, (6..12).collect::<Vec<_>>());
+        // the pooled split holds none of the FA2 rows either
+        let (split, _) = split_groups(all, SplitKind::Random, &refs, 0.2, 0);
+        let (_, t, v) = split.iter().find(|(g, _, _)| g.key.role.is_none()).unwrap();
+        assert!(t.iter().chain(v).all(|&i| i < 6));
     }
 }

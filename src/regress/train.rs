@@ -367,6 +367,9 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
     let mut pooled_roles = Vec::new();
     for (ri, (g, _, rval)) in usable.iter().enumerate() {
         let Some(role) = g.key.role else { continue };
+        if role.is_another_kernel() {
+            continue;
+        }
         let Some(pi) = usable.iter().position(|(p, _, _)| p.key == g.key.pooled()) else {
             continue;
         };

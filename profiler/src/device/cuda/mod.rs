@@ -160,7 +160,11 @@ pub fn open(gpus: Option<Vec<usize>>, launch: Option<Launch>) -> anyhow::Result<
     let workspace = streams[0]
         .alloc_zeros::<u8>(gemm::WORKSPACE_BYTES)
         .map_err(fatal)?;
-    let lt = gemm::Lt { handle, workspace };
+    let lt = gemm::Lt {
+        handle,
+        workspace,
+        patterns: Default::default(),
+    };
     let (major, minor) = ctxs[0].compute_capability().map_err(fatal)?;
     let sms = ctxs[0]
         .attribute(
