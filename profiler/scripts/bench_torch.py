@@ -11,7 +11,8 @@ stepcast-bench writes a JSON request on stdin:
 and reads JSON lines from stdout: first {"versions": {...}}, then one line per point as it is
 measured, {"id": 0, "samples_us": [...], "backend": "flash", "telemetry": "..."} or
 {"id": 0, "skip": "reason"}. Raw samples only: stepcast computes the sorted-median summary.
-Each forward and backward is bracketed by CUDA events; inputs rotate where one set would sit in
+Each forward and backward is bracketed by CUDA events, behind a queued GPU spin so the host's
+dispatch is not timed; inputs rotate where one set would sit in
 L2. `--self-test` checks the request handling without a GPU or PyTorch.
 """
 import json
@@ -20,6 +21,7 @@ import sys
 import time
 
 L2_BYTES = 64 << 20  # rotate inputs smaller than twice the largest L2 (H100: 50 MB)
+SPIN_CYCLES = 1_000_000  # GPU clock cycles queued before each timed run: 0.5 ms at 2 GHz
 
 
 def shape_elems(shape):
@@ -53,9 +55,15 @@ class Bench:
         for _ in range(protocol["warmup"]):
             fn()
         samples = []
+        spin = getattr(torch.cuda, "_sleep", None)
         for _ in range(protocol["timed"]):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            # a spin queued ahead keeps the GPU busy while the host dispatches fn(), so the
+            # interval between the events is the kernels' time, not Python's and autograd's
+            # dispatch (which a small kernel would otherwise measure)
+            if spin is not None:
+                spin(SPIN_CYCLES)
             start.record()
             fn()
             end.record()
