@@ -50,6 +50,14 @@ for cluster in perlmutter vista h100 a100 h200; do
 done
 
 echo
+echo "== h100-sxm: training from the committed H100 collection (datasets/h100-sxm/2026-11-27)"
+"$bin" train "$root/datasets/h100-sxm/2026-11-27" --out "$out/models-h100-sxm" --quiet | tail -n 1
+"$bin" eval "$out/models-h100-sxm" "$root/datasets/h100-sxm/2026-11-27" --split random
+echo
+echo "== the H100 collection against NVIDIA's inference-kernel models (no refit)"
+"$bin" eval "$root/models/h100-aiconfigurator" "$root/datasets/h100-sxm/2026-11-27" --split none
+
+echo
 echo "== shipped models reproduce from the data (same seed, same recipe choice)"
 python3 "$root/scripts/compare-manifests.py" "$root/models/perlmutter/manifest.json" \
   "$out/models-perlmutter/manifest.json"
@@ -57,6 +65,8 @@ python3 "$root/scripts/compare-manifests.py" "$root/models/vista/manifest.json" 
   "$out/models-vista/manifest.json"
 python3 "$root/scripts/compare-manifests.py" "$root/models/h100-aiconfigurator/manifest.json" \
   "$out/models-h100/manifest.json"
+python3 "$root/scripts/compare-manifests.py" "$root/models/h100-sxm/manifest.json" \
+  "$out/models-h100-sxm/manifest.json"
 python3 "$root/scripts/compare-manifests.py" "$root/models/a100-aiconfigurator/manifest.json" \
   "$out/models-a100/manifest.json"
 python3 "$root/scripts/compare-manifests.py" "$root/models/h200-aiconfigurator/manifest.json" \

@@ -42,6 +42,7 @@ pub const MODELS: &[(&str, &[u8])] = &[
         "h100-aiconfigurator",
         include_bytes!("../models/h100-aiconfigurator/models.bin"),
     ),
+    ("h100-sxm", include_bytes!("../models/h100-sxm/models.bin")),
     (
         "h200-aiconfigurator",
         include_bytes!("../models/h200-aiconfigurator/models.bin"),
@@ -56,8 +57,8 @@ pub const MODELS: &[(&str, &[u8])] = &[
 /// Built-in calibrations: (models directory name, `calibration.yaml`), where one was fitted.
 pub const CALIBRATIONS: &[(&str, &str)] = &[
     (
-        "h100-aiconfigurator",
-        include_str!("../models/h100-aiconfigurator/calibration.yaml"),
+        "h100-sxm",
+        include_str!("../models/h100-sxm/calibration.yaml"),
     ),
     (
         "perlmutter",

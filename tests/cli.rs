@@ -2049,7 +2049,7 @@ fn the_dgx_h200_borrows_the_h100_runtime_and_has_its_own_memory() {
         assert!(out.status.success(), "{}", stderr(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    let shipped = fs::read_to_string(repo("models/h100-aiconfigurator/calibration.yaml")).unwrap();
+    let shipped = fs::read_to_string(repo("models/h100-sxm/calibration.yaml")).unwrap();
     let fitted: f64 = shipped
         .split("launch_us: ")
         .nth(1)
@@ -2660,7 +2660,7 @@ fn the_cluster_flag_names_every_built_in_cluster() {
 #[test]
 fn cuda_graphs_take_the_host_off_a_host_bound_step() {
     let job: Vec<&str> = "--cluster dgx-h100 --model llama3-8b --tp 8 --micro-batch 1 \
-                          --global-batch 8 --seq-len 1024 --sequence-parallel"
+                          --global-batch 8 --seq-len 256 --sequence-parallel"
         .split_whitespace()
         .collect();
     let predict = |extra: &[&str]| {
@@ -2741,7 +2741,7 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
     fs::write(
         &file,
         "cluster: dgx-h100\nmodel: llama3-8b\nparallel:\n  tp: 8\n  micro_batch: 1\n  \
-         global_batch: 8\n  seq_len: 1024\n  sequence_parallel: true\n  cuda_graphs: [attn, mlp]\n",
+         global_batch: 8\n  seq_len: 256\n  sequence_parallel: true\n  cuda_graphs: [attn, mlp]\n",
     )
     .unwrap();
     let from_job = json_of(&stepcast(&["predict", "--job", s(&file), "--json"]));

@@ -346,7 +346,15 @@ fn search_with_cuda_graphs_carries_them_to_the_best_line_and_the_export() {
 /// short sequence a micro-batch); given `--cuda-graphs` it does not.
 #[test]
 fn a_host_bound_best_layout_gets_the_cuda_graph_advice() {
-    let small: Vec<&str> = "--model llama2-7b --gpus 8 --micro-batch 1 --global-batch 64 \
+    // eight-way tensor parallelism over 256 tokens on the DGX A100, whose calibration (vTrain's
+    // small models) issues each kernel in 58 µs: the host, not the GPU, sets the pace
+    let cluster = repo("hardware-profiles/dgx-a100.yaml");
+    let search = |extra: &[&str]| {
+        let mut args = vec!["search", "--cluster", cluster.as_str()];
+        args.extend_from_slice(extra);
+        stepcast(&args)
+    };
+    let small: Vec<&str> = "--model llama2-7b --gpus 8 --tp 8 --micro-batch 1 --global-batch 64 \
                             --seq-len 256 --for megatron"
         .split_whitespace()
         .collect();

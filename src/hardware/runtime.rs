@@ -476,7 +476,7 @@ mod tests {
     #[test]
     fn a_calibration_outside_todays_bounds_is_refused_with_the_fix() {
         // the shipped file with its first fit's per-step overhead where the old bound let it go
-        let shipped = include_str!("../../models/h100-aiconfigurator/calibration.yaml");
+        let shipped = include_str!("../../models/h100-sxm/calibration.yaml");
         let at = shipped.find("step_overhead_ms: ").unwrap() + "step_overhead_ms: ".len();
         let end = at + shipped[at..].find('\n').unwrap();
         let text = format!("{}97.8{}", &shipped[..at], &shipped[end..]);

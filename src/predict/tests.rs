@@ -284,7 +284,7 @@ proptest! {
             Err(_) => return Ok(()),
         };
         let models = crate::regress::ModelSet::builtin(
-            if a100 { "perlmutter" } else { "h100-aiconfigurator" },
+            if a100 { "perlmutter" } else { "h100-sxm" },
         ).unwrap();
         let cost = CostModel::new(&c, Some(models));
         let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).unwrap();
