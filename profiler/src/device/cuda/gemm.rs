@@ -69,8 +69,8 @@ fn random_values(bytes: usize, dtype: Dtype, seed: u64) -> Vec<u8> {
 }
 
 /// Fills a GEMM input with random values. Tensor cores draw less power on zeros, so the clocks
-/// stay higher and a GEMM of zero inputs runs faster than one of real data (an 8192³ bf16
-/// product: 894 against 788 TFLOP/s on an H200, this workplace's KINDS.md).
+/// stay higher and a GEMM of zero inputs runs faster than one of real data (on an H100 a
+/// median 17 % faster: `datasets/h100-sxm/2026-11-27-zero-inputs/`).
 fn fill_random(
     lt_: &Lt,
     stream: &Arc<CudaStream>,
