@@ -8,7 +8,12 @@ use common::{assert_user_error, repo, stderr, stdout, stepcast, LLAMA2_13B_ON_32
 const LLAMA2_7B_ON_8: [&str; 6] = ["--model", "llama2-7b", "--gpus", "8", "--global-batch", "8"];
 
 fn search(extra: &[&str]) -> std::process::Output {
-    let cluster = repo("hardware-profiles/dgx-h100.yaml");
+    search_on("dgx-h100", extra)
+}
+
+/// `stepcast search` on the cluster file `hardware-profiles/<cluster>.yaml`.
+fn search_on(cluster: &str, extra: &[&str]) -> std::process::Output {
+    let cluster = repo(&format!("hardware-profiles/{cluster}.yaml"));
     let mut args = vec!["search", "--cluster", cluster.as_str()];
     args.extend_from_slice(extra);
     stepcast(&args)
@@ -348,12 +353,7 @@ fn search_with_cuda_graphs_carries_them_to_the_best_line_and_the_export() {
 fn a_host_bound_best_layout_gets_the_cuda_graph_advice() {
     // eight-way tensor parallelism over 256 tokens on the DGX A100, whose calibration (vTrain's
     // small models) issues each kernel in 58 µs: the host, not the GPU, sets the pace
-    let cluster = repo("hardware-profiles/dgx-a100.yaml");
-    let search = |extra: &[&str]| {
-        let mut args = vec!["search", "--cluster", cluster.as_str()];
-        args.extend_from_slice(extra);
-        stepcast(&args)
-    };
+    let search = |extra: &[&str]| search_on("dgx-a100", extra);
     let small: Vec<&str> = "--model llama2-7b --gpus 8 --tp 8 --micro-batch 1 --global-batch 64 \
                             --seq-len 256 --for megatron"
         .split_whitespace()
