@@ -21,7 +21,6 @@ import sys
 import time
 
 L2_BYTES = 64 << 20  # rotate inputs smaller than twice the largest L2 (H100: 50 MB)
-SPIN_CYCLES = 1_000_000  # GPU clock cycles queued before each timed run: 0.5 ms at 2 GHz
 
 
 def shape_elems(shape):
@@ -39,9 +38,10 @@ def copies_for(bytes_per_set):
 
 
 class Bench:
-    def __init__(self, torch, device, dtype_name):
+    def __init__(self, torch, device, dtype_name, cover):
         self.torch = torch
         self.device = device
+        self.cover = cover
         self.fp8 = dtype_name == "fp8"
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
                       "fp8": torch.bfloat16}[dtype_name]
@@ -57,19 +57,49 @@ class Bench:
         samples = []
         spin = getattr(torch.cuda, "_sleep", None)
         for _ in range(protocol["timed"]):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            # a spin queued ahead keeps the GPU busy while the host dispatches fn(), so the
-            # interval between the events is the kernels' time, not Python's and autograd's
-            # dispatch (which a small kernel would otherwise measure)
-            if spin is not None:
-                spin(SPIN_CYCLES)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1000.0)
+            for _ in range(Cover.TRIES):
+                ahead = torch.cuda.Event(enable_timing=True)
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                # a spin queued ahead keeps the GPU busy while the host dispatches fn(), so the
+                # interval between the events is the kernels' time, not Python's and autograd's
+                # dispatch (which a small kernel would otherwise measure)
+                queued = time.perf_counter()
+                ahead.record()
+                if spin is not None:
+                    spin(self.cover.cycles)
+                start.record()
+                fn()
+                end.record()
+                host_us = (time.perf_counter() - queued) * 1e6
+                end.synchronize()
+                sample = start.elapsed_time(end) * 1000.0
+                if spin is None or self.cover.covered(host_us, ahead.elapsed_time(start) * 1000.0):
+                    samples.append(sample)
+                    break
+            else:
+                raise RuntimeError(f"the host took longer than a {self.cover.cycles}-cycle GPU spin to "
+                                   f"queue this call {Cover.TRIES} times")
         return samples
+
+
+class Cover:
+    """How long the spin ahead of a timed run lasts. A run whose dispatch took longer than 80 %
+    of the spin (measured on the GPU, between an event before it and the start event) may
+    include host time: it is run again with a longer spin, which later points keep."""
+    START_CYCLES = 1_000_000  # 0.5 ms at 2 GHz
+    MAX_CYCLES = 100_000_000  # 50 ms at 2 GHz: a host slower than that is broken, not slow
+    TRIES = 4
+
+    def __init__(self):
+        self.cycles = self.START_CYCLES
+
+    def covered(self, host_us, spin_us):
+        if host_us * 5 < spin_us * 4:
+            return True
+        grow = 2.0 * host_us / spin_us if spin_us > 0 else 2.0
+        self.cycles = min(int(self.cycles * max(2.0, grow)), self.MAX_CYCLES)
+        return False
 
 
 def build(bench, op, phase, shape, attention_backend):
@@ -242,6 +272,10 @@ def serve(request, out):
     out.write(json.dumps({"versions": versions}) + "\n")
     out.flush()
     protocol = request["protocol"]
+    if getattr(torch.cuda, "_sleep", None) is None:
+        print("warning: this PyTorch has no torch.cuda._sleep: runs are timed without a spin ahead, "
+              "and a small call's time includes Python's dispatch", file=sys.stderr)
+    cover = Cover()
     last_op = None
     for point in request["points"]:
         if point["op"] != last_op:
@@ -249,7 +283,7 @@ def serve(request, out):
             last_op = point["op"]
         line = {"id": point["id"]}
         try:
-            bench = Bench(torch, device, point["dtype"])
+            bench = Bench(torch, device, point["dtype"], cover)
             run, backend = build(bench, point["op"], point["phase"], point["shape"],
                                  request.get("attention_backend", "auto"))
             before = telemetry(torch)
@@ -271,6 +305,16 @@ def self_test():
     assert copies_for(1 << 20) == 16
     assert copies_for(1 << 30) == 1
     assert shape_elems({"batch": 2, "seq": 3, "width": 4}) == 24
+    cover = Cover()
+    assert cover.covered(host_us=100.0, spin_us=500.0)
+    assert cover.cycles == Cover.START_CYCLES
+    assert not cover.covered(host_us=450.0, spin_us=500.0)  # too close to the spin's end
+    assert cover.cycles == 2 * Cover.START_CYCLES
+    assert not cover.covered(host_us=5000.0, spin_us=1000.0)
+    assert cover.cycles == 20 * Cover.START_CYCLES
+    for _ in range(3):
+        assert not cover.covered(host_us=1e9, spin_us=0.0)
+    assert cover.cycles == Cover.MAX_CYCLES
     request = {"protocol": {"warmup": 1, "timed": 2, "keep": 1}, "points": []}
     json.dumps(request)
     print("bench_torch.py self-test passed")

@@ -178,7 +178,7 @@ pub fn meta_for(plan: &Plan, info: &crate::device::DeviceInfo, name: String) -> 
             warmup_runs: plan.spec.protocol.warmup,
             timed_runs: plan.spec.protocol.timed,
             kept_middle: plan.spec.protocol.keep,
-            timer: "CUDA events".to_string(),
+            timer: info.timer.clone(),
         }),
         collector: Some(concat!("stepcast-bench ", env!("CARGO_PKG_VERSION")).to_string()),
         reference_errors: Vec::new(),

@@ -307,6 +307,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                  300 GB/s, 15 ms of set-up per point)",
                 expanded.estimated_seconds(&gpu, 15.0) / 60.0
             );
+            if !fp8 && spec.dtypes.contains(&stepcast::ops::Dtype::Fp8) {
+                println!(
+                    "fp8 points are left out: give --fp8 to plan them as on a GPU with FP8 \
+                     tensor cores (collect decides from the GPU it runs on)"
+                );
+            }
             Ok(0)
         }
         Command::Collect {

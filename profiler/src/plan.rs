@@ -315,7 +315,12 @@ impl PlanSpec {
                     layers: 1,
                     hidden,
                     heads: h,
-                    kv_heads: Some(if rng.below(2) == 0 { h } else { (h / 8).max(1) }),
+                    // grouped-query attention with 8 heads a group where the heads split so
+                    kv_heads: Some(if rng.below(2) == 0 || h % 8 != 0 {
+                        h
+                    } else {
+                        h / 8
+                    }),
                     head_dim: None,
                     ffn_hidden: Some(ffn),
                     vocab: 50257,
@@ -501,10 +506,12 @@ impl Plan {
     /// Estimated wall time on a GPU with `gpu`'s peaks: (warm-up + timed runs) × the derated
     /// roofline time of each point, plus a fixed per-point cost for allocation and setup.
     pub fn estimated_seconds(&self, gpu: &GpuSpec, per_point_overhead_ms: f64) -> f64 {
+        // + 0.0: an empty plan's sum is -0.0, printed "-0.0 min"
         self.points
             .iter()
             .map(|p| self.point_seconds(p, gpu, per_point_overhead_ms))
-            .sum()
+            .sum::<f64>()
+            + 0.0
     }
 
     fn point_seconds(&self, p: &PlanPoint, gpu: &GpuSpec, per_point_overhead_ms: f64) -> f64 {
@@ -667,5 +674,38 @@ mod tests {
                 .to_string();
             assert!(err.contains(names), "{err}");
         }
+    }
+}
+
+#[cfg(test)]
+mod grid_tests {
+    use super::*;
+
+    #[test]
+    fn a_grid_of_small_models_with_heads_not_a_multiple_of_eight_expands() {
+        // heads 12 or 28 have no group of 8: such a layer keeps one KV head per head
+        let text = "name: small\ndtypes: [bf16]\nseed: 1\noperators: [gemm, flash_attention]\n\
+                    grid: {configs: 40, tp: [1, 2], micro_batch: [1, 8], \
+                    seq: {from: 512, to: 2048, step: 512}, hidden: {from: 512, to: 2048, step: 256}, \
+                    heads: {from: 8, to: 32, step: 4}, ffn_ratio: [4.0]}\n";
+        let spec = PlanSpec::parse(Path::new("small.yaml"), text).unwrap();
+        let plan = spec
+            .expand(Target {
+                gpus_per_node: 8,
+                nodes: 1,
+                fp8: false,
+            })
+            .unwrap();
+        let mut heads_seen = HashSet::new();
+        for p in &plan.points {
+            if let Shape::Attention(a) = p.query.shape {
+                assert_eq!(a.heads % a.kv_heads, 0, "{a:?}");
+                heads_seen.insert(a.heads);
+            }
+        }
+        assert!(
+            heads_seen.iter().any(|h| h % 8 != 0),
+            "no head count outside the multiples of 8 was drawn: {heads_seen:?}"
+        );
     }
 }

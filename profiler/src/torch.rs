@@ -21,6 +21,10 @@ use crate::protocol::Protocol;
 
 pub const SCRIPT: &str = include_str!("../scripts/bench_torch.py");
 
+/// The timer the script uses, as a dataset's meta.yaml states it.
+pub const TIMER: &str = "CUDA events (torch.cuda.Event), each timed run queued behind a GPU spin \
+                         (torch.cuda._sleep) so that Python's dispatch is not timed";
+
 #[derive(Debug, Clone)]
 pub struct TorchBackend {
     pub python: String,

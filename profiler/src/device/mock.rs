@@ -87,6 +87,7 @@ impl Device for MockDevice {
             },
             gpus: self.gpus,
             real: false,
+            timer: "none: synthetic test-double timings".to_string(),
         }
     }
 

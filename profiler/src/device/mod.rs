@@ -40,6 +40,8 @@ pub struct DeviceInfo {
     pub gpus: u32,
     /// Whether the numbers are measurements (false only for the mock test double).
     pub real: bool,
+    /// How a run is timed, as the dataset's meta.yaml states it.
+    pub timer: String,
 }
 
 /// Clocks and thermals around one operator, from NVML.

@@ -53,6 +53,7 @@ impl NullDevice {
                 software: SoftwareStamp::default(),
                 gpus: count,
                 real: true,
+                timer: crate::torch::TIMER.to_string(),
             },
         })
     }

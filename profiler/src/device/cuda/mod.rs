@@ -5,6 +5,7 @@
 mod gemm;
 mod nccl;
 mod nvml;
+mod spin;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -31,6 +32,10 @@ pub struct CudaDevice {
     nvml: Option<nvml::Nvml>,
     info: DeviceInfo,
 }
+
+/// The timer a collection on this device states in its dataset's meta.yaml.
+pub const TIMER_COVERED: &str =
+    "CUDA events, each timed run queued behind a GPU spin so that the host's launch is not timed";
 
 fn fatal(e: impl std::fmt::Debug) -> anyhow::Error {
     anyhow::anyhow!("CUDA: {e:?}")
@@ -160,10 +165,26 @@ pub fn open(gpus: Option<Vec<usize>>, launch: Option<Launch>) -> anyhow::Result<
     let workspace = streams[0]
         .alloc_zeros::<u8>(gemm::WORKSPACE_BYTES)
         .map_err(fatal)?;
+    let cover = match spin::Spin::load() {
+        Ok(s) => Some((s, std::cell::Cell::new(spin::Cover::new()))),
+        Err(e) => {
+            eprintln!(
+                "warning: the driver would not load the timing spin ({e:?}): GEMMs are timed \
+                 without it, and a small GEMM's time includes the host's launch"
+            );
+            None
+        }
+    };
+    let timer = if cover.is_some() {
+        TIMER_COVERED
+    } else {
+        "CUDA events (no spin ahead: a small call's time includes the host's launch)"
+    };
     let lt = gemm::Lt {
         handle,
         workspace,
         patterns: Default::default(),
+        cover,
     };
     let (major, minor) = ctxs[0].compute_capability().map_err(fatal)?;
     let sms = ctxs[0]
@@ -228,6 +249,7 @@ pub fn open(gpus: Option<Vec<usize>>, launch: Option<Launch>) -> anyhow::Result<
             software,
             gpus: list.len() as u32,
             real: true,
+            timer: timer.to_string(),
         },
         ctxs,
         streams,
