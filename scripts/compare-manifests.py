@@ -11,6 +11,8 @@ index = {json.dumps(m["key"], sort_keys=True): m for m in new["models"]}
 problems = []
 if shipped["dataset"]["fingerprint"] != new["dataset"]["fingerprint"]:
     problems.append(f"dataset fingerprint {shipped['dataset']['fingerprint']} != {new['dataset']['fingerprint']}")
+if shipped.get("operators", []) != new.get("operators", []):
+    problems.append(f"operators trained {shipped.get('operators', [])} != {new.get('operators', [])}")
 for m in shipped["models"]:
     key = json.dumps(m["key"], sort_keys=True)
     other = index.pop(key, None)

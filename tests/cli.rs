@@ -2890,3 +2890,50 @@ fn calibrate_finds_a_slow_flash_attention_2_apart_from_the_rest() {
         "{all}"
     );
 }
+
+#[test]
+fn train_can_keep_some_operator_kinds_and_says_so_in_the_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    write_dataset(&ds);
+    let models = tmp.path().join("models");
+    let out = stepcast(&[
+        "train",
+        s(&ds),
+        "--out",
+        s(&models),
+        "--quiet",
+        "--operators",
+        "gemm,rmsnorm",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let read = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+    };
+    let manifest = read(&models);
+    assert_eq!(
+        manifest["operators"],
+        serde_json::json!(["gemm", "rmsnorm"])
+    );
+    let ops: std::collections::BTreeSet<&str> = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["key"]["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["gemm", "rmsnorm"].into_iter().collect());
+    // all kinds: no selection recorded
+    let all = tmp.path().join("all");
+    assert!(stepcast(&["train", s(&ds), "--out", s(&all), "--quiet"])
+        .status
+        .success());
+    assert!(read(&all).get("operators").is_none());
+    // a kind that is not one, or that the dataset did not measure: one message, exit 2
+    for (bad, says) in [
+        ("gemms", "not an operator kind"),
+        ("rope", "has no rope rows"),
+    ] {
+        let out = stepcast(&["train", s(&ds), "--out", s(&all), "--operators", bad]);
+        assert_user_error(&out, &[bad, says]);
+    }
+}

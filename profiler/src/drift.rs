@@ -232,9 +232,18 @@ pub fn retrain(
         ));
         meta.save(out)?;
     }
-    let dataset = Dataset::load(out)?;
-    let outcome = train(&dataset, &TrainOptions::default(), &|| {});
     let models_dir = cluster.models_dir.clone().expect("checked by check()");
+    // models trained from some kinds of their dataset (`train --operators`) stay so
+    let operators = ModelSet::load_manifest(&models_dir)
+        .map(|m| m.operators)
+        .unwrap_or_default();
+    let mut dataset = Dataset::load(out)?;
+    if !operators.is_empty() {
+        dataset
+            .rows
+            .retain(|r| operators.iter().any(|o| o == r.query.op.name()));
+    }
+    let outcome = train(&dataset, &TrainOptions::default(), &|| {});
     // train into a private staging directory beside the models (created exclusively, never one
     // that already exists), then swap it in
     let parent = models_dir
@@ -258,6 +267,7 @@ pub fn retrain(
         network: cluster.spec.network.clone().into(),
         reference_errors: Vec::new(),
         bundle: None,
+        operators,
         models: Vec::new(),
         skipped: outcome.skipped.clone(),
     };
@@ -334,6 +344,7 @@ mod tests {
             network: None,
             reference_errors: Vec::new(),
             bundle: None,
+            operators: Vec::new(),
             models: Vec::new(),
             skipped: Vec::new(),
         };
@@ -449,5 +460,41 @@ mod tests {
             })
             .collect();
         assert!(staging.is_empty(), "{staging:?}");
+    }
+
+    #[test]
+    fn retrain_keeps_models_trained_from_some_kinds_to_those_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = setup(dir.path());
+        // as `train --operators gemm` records it
+        let models = cluster.models_dir.clone().unwrap();
+        let path = models.join("manifest.json");
+        let mut manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        manifest["operators"] = serde_json::json!(["gemm"]);
+        std::fs::write(&path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+        let mut slower = MockDevice::new(4);
+        slower.slowdown = vec![(OpKind::Gemm, 1.3)];
+        let mut plan = PlanSpec::builtin(true);
+        plan.saturate_ms = 0;
+        retrain(
+            &cluster,
+            &mut slower,
+            None,
+            Some(&dir.path().join("data")),
+            &dir.path().join("new"),
+            &plan,
+            10.0,
+            false,
+        )
+        .unwrap();
+        let after = ModelSet::load_manifest(&models).unwrap();
+        assert_eq!(after.operators, vec!["gemm".to_string()]);
+        assert!(!after.models.is_empty());
+        assert!(
+            after.models.iter().all(|m| m.key.op == OpKind::Gemm),
+            "{:?}",
+            after.models.iter().map(|m| m.key.op).collect::<Vec<_>>()
+        );
     }
 }

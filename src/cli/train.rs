@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::output::{align_numbers, bytes, pct, table};
 use stepcast::dataset::Dataset;
+use stepcast::ops::OpKind;
 use stepcast::regress::train::{task_count, train, TrainOptions};
 use stepcast::regress::{Manifest, ModelSet};
 
@@ -28,13 +29,50 @@ pub struct TrainArgs {
     /// Also write every grid candidate's validation error to this CSV file.
     #[arg(long)]
     pub grid_report: Option<PathBuf>,
+    /// Train only these operator kinds of the dataset (comma-separated, e.g.
+    /// `gemm,flash_attention`); the manifest records the selection beside the dataset's
+    /// fingerprint. All of them when not given.
+    #[arg(long, value_delimiter = ',')]
+    pub operators: Vec<String>,
+}
+
+/// Keeps the rows of the operator kinds asked for; each must be a kind the dataset measured.
+/// Returns the kinds kept, by name, for the manifest (empty: all).
+fn select_operators(dataset: &mut Dataset, names: &[String]) -> anyhow::Result<Vec<String>> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut kinds: Vec<OpKind> = Vec::new();
+    let present: std::collections::BTreeSet<&str> =
+        dataset.rows.iter().map(|r| r.query.op.name()).collect();
+    for name in names {
+        let kind: OpKind = name.trim().parse().map_err(|_| {
+            stepcast::Error::Invalid(format!(
+                "--operators {name}: not an operator kind; give some of {}",
+                present.iter().copied().collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        if !present.contains(kind.name()) {
+            anyhow::bail!(stepcast::Error::Invalid(format!(
+                "--operators {name}: {} has no {name} rows; it measured {}",
+                dataset.dir.display(),
+                present.iter().copied().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    dataset.rows.retain(|r| kinds.contains(&r.query.op));
+    Ok(kinds.iter().map(|k| k.name().to_string()).collect())
 }
 
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let _reading = stepcast::fsutil::DirLock::shared(&args.dataset)?;
-    let dataset = Dataset::load(&args.dataset)
+    let mut dataset = Dataset::load(&args.dataset)
         .with_context(|| format!("loading dataset {}", args.dataset.display()))?;
+    let operators = select_operators(&mut dataset, &args.operators)?;
     if dataset.meta.source.description.starts_with("MOCK") {
         eprintln!(
             "warning: {} holds the mock device's synthetic timings (a test double): models \
@@ -82,6 +120,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         network: dataset.meta.network.clone(),
         reference_errors: dataset.meta.reference_errors.clone(),
         bundle: None,
+        operators,
         models: Vec::new(),
         skipped: outcome.skipped.clone(),
     };

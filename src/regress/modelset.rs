@@ -83,6 +83,9 @@ pub struct Manifest {
     /// Filled in by `ModelSet::save`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundle: Option<BundleRef>,
+    /// The operator kinds trained from the dataset (`train --operators`); empty: all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operators: Vec<String>,
     /// Every model.
     pub models: Vec<ManifestEntry>,
     /// Groups not trained, with the reason.
