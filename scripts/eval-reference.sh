@@ -50,12 +50,13 @@ for cluster in perlmutter vista h100 a100 h200; do
 done
 
 echo
-echo "== h100-sxm: training from the committed H100 collection (datasets/h100-sxm/2026-11-27)"
-"$bin" train "$root/datasets/h100-sxm/2026-11-27" --out "$out/models-h100-sxm" --quiet | tail -n 1
-"$bin" eval "$out/models-h100-sxm" "$root/datasets/h100-sxm/2026-11-27" --split random
+h100="$root/datasets/h100-sxm/2026-11-27-spin"
+echo "== h100-sxm: GEMMs and attention trained from the committed H100 collection ($h100)"
+"$bin" train "$h100" --operators gemm,flash_attention --out "$out/models-h100-sxm" --quiet | tail -n 1
+"$bin" eval "$out/models-h100-sxm" "$h100" --split random
 echo
 echo "== the H100 collection against NVIDIA's inference-kernel models (no refit)"
-"$bin" eval "$root/models/h100-aiconfigurator" "$root/datasets/h100-sxm/2026-11-27" --split none
+"$bin" eval "$root/models/h100-aiconfigurator" "$h100" --split none
 
 echo
 echo "== shipped models reproduce from the data (same seed, same recipe choice)"
