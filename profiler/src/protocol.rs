@@ -1,5 +1,5 @@
 //! The measurement protocol (`docs/method.md` §1): warm-up runs, then timed runs each bracketed by
-//! device events, every raw sample kept, the summary the mean of the middle of the sorted
+//! device events (queued back to back where the device can), every raw sample kept, the summary the mean of the middle of the sorted
 //! samples (5 of 10 by default), and the GPU's clocks read before and after to flag throttling.
 
 use serde::{Deserialize, Serialize};
@@ -62,15 +62,18 @@ pub fn measure(
     for _ in 0..protocol.warmup {
         run.run()?;
     }
-    let mut samples = Vec::with_capacity(protocol.timed as usize);
-    for _ in 0..protocol.timed {
-        let t = run.run_timed()?;
-        if !(t.is_finite() && t > 0.0) {
-            return Err(DeviceError::Skip(format!(
-                "device reported a time of {t} µs"
-            )));
-        }
-        samples.push(t);
+    let samples = run.run_timed_back_to_back(protocol.timed)?;
+    if samples.len() != protocol.timed as usize {
+        return Err(DeviceError::Fatal(format!(
+            "the device returned {} times for {} timed runs",
+            samples.len(),
+            protocol.timed
+        )));
+    }
+    if let Some(t) = samples.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
+        return Err(DeviceError::Skip(format!(
+            "device reported a time of {t} µs"
+        )));
     }
     let summary = stepcast::stats::sorted_median(&samples, protocol.keep as usize)
         .ok_or_else(|| DeviceError::Skip("no valid samples".into()))?;
@@ -162,6 +165,47 @@ mod tests {
             keep: 1,
         };
         assert!(matches!(measure(&p, &mut r), Err(DeviceError::Skip(_))));
+    }
+
+    /// Queues its timed runs together, as the CUDA device does; `extra` runs too many.
+    struct BackToBack {
+        batches: Vec<u32>,
+        extra: usize,
+    }
+
+    impl Runnable for BackToBack {
+        fn run(&mut self) -> Result<(), DeviceError> {
+            Ok(())
+        }
+        fn run_timed(&mut self) -> Result<f64, DeviceError> {
+            unreachable!("the protocol asks for its timed runs together")
+        }
+        fn run_timed_back_to_back(&mut self, n: u32) -> Result<Vec<f64>, DeviceError> {
+            self.batches.push(n);
+            Ok((0..n as usize + self.extra)
+                .map(|i| 10.0 + i as f64)
+                .collect())
+        }
+    }
+
+    #[test]
+    fn the_timed_runs_are_asked_for_together_and_counted() {
+        let mut r = BackToBack {
+            batches: Vec::new(),
+            extra: 0,
+        };
+        let (samples, summary) = measure(&Protocol::default(), &mut r).unwrap();
+        assert_eq!(r.batches, vec![10]);
+        assert_eq!(samples.len(), 10);
+        assert_eq!(summary, 14.0); // 10..19 sorted: the five from the third, 12..16
+        let mut wrong = BackToBack {
+            batches: Vec::new(),
+            extra: 1,
+        };
+        assert!(matches!(
+            measure(&Protocol::default(), &mut wrong),
+            Err(DeviceError::Fatal(_))
+        ));
     }
 
     #[test]

@@ -22,8 +22,9 @@ use crate::protocol::Protocol;
 pub const SCRIPT: &str = include_str!("../scripts/bench_torch.py");
 
 /// The timer the script uses, as a dataset's meta.yaml states it.
-pub const TIMER: &str = "CUDA events (torch.cuda.Event), each timed run queued behind a GPU spin \
-                         (torch.cuda._sleep) so that Python's dispatch is not timed";
+pub const TIMER: &str = "CUDA events (torch.cuda.Event) between the timed runs of a point, queued \
+     back to back behind one GPU spin (torch.cuda._sleep): Python's dispatch is not timed and the \
+     GPU does not idle between runs";
 
 #[derive(Debug, Clone)]
 pub struct TorchBackend {

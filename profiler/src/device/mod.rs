@@ -111,6 +111,12 @@ pub trait Runnable {
     /// Runs once bracketed by device events; returns the device time in microseconds. Inputs
     /// rotate between runs where one set would sit in L2 and flatter a small kernel.
     fn run_timed(&mut self) -> Result<f64, DeviceError>;
+    /// Runs `n` times back to back, each run between two device events and nothing between the
+    /// runs on the device, as kernels follow one another in a training step; returns each
+    /// run's time in microseconds. A device that cannot queue them so times them one by one.
+    fn run_timed_back_to_back(&mut self, n: u32) -> Result<Vec<f64>, DeviceError> {
+        (0..n).map(|_| self.run_timed()).collect()
+    }
 }
 
 pub trait Device {

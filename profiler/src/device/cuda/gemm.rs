@@ -276,8 +276,9 @@ pub struct GemmRun<'a> {
     products: Vec<ProductRef>,
     buffers: Vec<Buffers>,
     next: usize,
-    start: CudaEvent,
-    end: CudaEvent,
+    ctx: Arc<CudaContext>,
+    /// Events between the timed runs, made as needed and kept.
+    marks: Vec<CudaEvent>,
 }
 
 pub fn prepare<'a>(
@@ -328,19 +329,14 @@ pub fn prepare<'a>(
         }
         buffers.push(b);
     }
-    let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let event = || {
-        ctx.new_event(timing)
-            .map_err(|e| DeviceError::Fatal(format!("{e:?}")))
-    };
     Ok(GemmRun {
         lt: lt_,
         stream: stream.clone(),
         products,
         buffers,
         next: 0,
-        start: event()?,
-        end: event()?,
+        ctx: ctx.clone(),
+        marks: Vec::new(),
     })
 }
 
@@ -391,31 +387,61 @@ impl Runnable for GemmRun<'_> {
     }
 
     fn run_timed(&mut self) -> Result<f64, DeviceError> {
+        Ok(self.run_timed_back_to_back(1)?[0])
+    }
+
+    /// The timed runs queued behind one GPU spin, an event between each two: the spin covers
+    /// the host's enqueue of all of them (it lengthens itself when it did not), and the GPU
+    /// then runs them without a gap, at the clocks of a busy GPU rather than of one that
+    /// idled before each run.
+    fn run_timed_back_to_back(&mut self, n: u32) -> Result<Vec<f64>, DeviceError> {
         let fatal = |e: cudarc::driver::DriverError| DeviceError::Fatal(format!("{e:?}"));
-        let Some((spin, cover)) = &self.lt.cover else {
-            self.start.record(&self.stream).map_err(fatal)?;
-            self.launch()?;
-            self.end.record(&self.stream).map_err(fatal)?;
-            let ms = self.start.elapsed_ms(&self.end).map_err(fatal)?;
-            return Ok(ms as f64 * 1000.0);
+        let n = n as usize;
+        while self.marks.len() < n + 1 {
+            let e = self
+                .ctx
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(fatal)?;
+            self.marks.push(e);
+        }
+        let lt = self.lt;
+        let Some((spin, cover)) = &lt.cover else {
+            // no spin: each run alone, its time including the host's launch
+            let mut times = Vec::with_capacity(n);
+            for _ in 0..n {
+                self.marks[0].record(&self.stream).map_err(fatal)?;
+                self.launch()?;
+                self.marks[1].record(&self.stream).map_err(fatal)?;
+                let ms = self.marks[0].elapsed_ms(&self.marks[1]).map_err(fatal)?;
+                times.push(ms as f64 * 1000.0);
+            }
+            return Ok(times);
         };
         for _ in 0..Cover::TRIES {
             let mut c = cover.get();
             let queued = std::time::Instant::now();
             spin.queue(&self.stream, c.ns).map_err(fatal)?;
-            self.start.record(&self.stream).map_err(fatal)?;
-            self.launch()?;
-            self.end.record(&self.stream).map_err(fatal)?;
+            self.marks[0].record(&self.stream).map_err(fatal)?;
+            for i in 1..=n {
+                self.launch()?;
+                self.marks[i].record(&self.stream).map_err(fatal)?;
+            }
             let host_ns = queued.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-            let ms = self.start.elapsed_ms(&self.end).map_err(fatal)?;
+            let mut times = Vec::with_capacity(n);
+            for i in 0..n {
+                let ms = self.marks[i]
+                    .elapsed_ms(&self.marks[i + 1])
+                    .map_err(fatal)?;
+                times.push(ms as f64 * 1000.0);
+            }
             let covered = c.covered(host_ns);
             cover.set(c);
             if covered {
-                return Ok(ms as f64 * 1000.0);
+                return Ok(times);
             }
         }
         Err(DeviceError::Skip(format!(
-            "the host took longer than a {} ms spin to queue this GEMM {} times",
+            "the host took longer than a {} ms spin to queue {n} runs of this GEMM {} times",
             Cover::MAX_NS / 1_000_000,
             Cover::TRIES
         )))

@@ -35,7 +35,8 @@ pub struct CudaDevice {
 
 /// The timer a collection on this device states in its dataset's meta.yaml.
 pub const TIMER_COVERED: &str =
-    "CUDA events, each timed run queued behind a GPU spin so that the host's launch is not timed";
+    "CUDA events between the timed runs of a point, queued back to back \
+     behind one GPU spin: the host's launch is not timed and the GPU does not idle between runs";
 
 fn fatal(e: impl std::fmt::Debug) -> anyhow::Error {
     anyhow::anyhow!("CUDA: {e:?}")
