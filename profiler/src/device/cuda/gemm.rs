@@ -27,7 +27,7 @@ pub struct Lt {
     /// A device block of random values per input type, made once: every GEMM input is tiled
     /// with it (see [`fill_random`]).
     pub patterns: RefCell<Vec<(Dtype, CudaSlice<u8>)>>,
-    /// The spin queued ahead of each timed call, with its current length; `None` where the
+    /// The spin queued ahead of a point's timed runs, with its current length; `None` where the
     /// driver would not load it (the host's enqueue is then in the time of a small GEMM).
     pub cover: Option<(Spin, Cell<Cover>)>,
 }
