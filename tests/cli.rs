@@ -2937,3 +2937,59 @@ fn train_can_keep_some_operator_kinds_and_says_so_in_the_manifest() {
         assert_user_error(&out, &[bad, says]);
     }
 }
+
+#[test]
+fn datasets_compare_reports_the_ratio_at_the_common_points() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = tmp.path().join("old");
+    let new = tmp.path().join("new");
+    write_dataset(&old);
+    write_dataset(&new);
+    // the new collection's GEMMs 10 % slower; its other kinds left out
+    let gemm = fs::read_to_string(old.join("gemm.csv")).unwrap();
+    let mut lines = gemm.lines();
+    let header = lines.next().unwrap();
+    let col = header.split(',').position(|c| c == "time_us").unwrap();
+    let mut slower = format!("{header}\n");
+    for line in lines {
+        let mut cells: Vec<String> = line.split(',').map(String::from).collect();
+        let t: f64 = cells[col].parse().unwrap();
+        cells[col] = format!("{:.6}", t * 1.1);
+        slower.push_str(&cells.join(","));
+        slower.push('\n');
+    }
+    for entry in fs::read_dir(&new).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "csv") {
+            fs::remove_file(path).unwrap();
+        }
+    }
+    fs::write(new.join("gemm.csv"), slower).unwrap();
+    let out = stepcast(&["datasets", "compare", s(&old), s(&new), "--json"]);
+    let report = json_of(&out);
+    let kinds = report["by_kind"].as_array().unwrap();
+    assert!(!kinds.is_empty());
+    for k in kinds {
+        assert!(k["label"].as_str().unwrap().starts_with("gemm"), "{k}");
+        let median = k["median"].as_f64().unwrap();
+        assert!((median - 1.1).abs() < 1e-3, "{k}");
+    }
+    assert!(report["only_old"].as_u64().unwrap() > 0, "the other kinds");
+    assert_eq!(report["only_new"], 0);
+    let text = stdout(&stepcast(&["datasets", "compare", s(&old), s(&new)]));
+    assert!(
+        text.contains("points in both") && text.contains("operator, old time"),
+        "{text}"
+    );
+    // nothing in common: one message, exit 2
+    let other = tmp.path().join("other");
+    fs::create_dir_all(&other).unwrap();
+    fs::copy(old.join("meta.yaml"), other.join("meta.yaml")).unwrap();
+    fs::write(
+        other.join("gemm.csv"),
+        format!("{header}\ngemm,qkv,fp16,fwd,7,7,7,1,1,7,7,1,1.000,1,1.000\n"),
+    )
+    .unwrap();
+    let out = stepcast(&["datasets", "compare", s(&old), s(&other)]);
+    assert_user_error(&out, &["share no measured point"]);
+}

@@ -1,4 +1,4 @@
-//! `stepcast datasets import|show`.
+//! `stepcast datasets import|show|compare`.
 
 use std::path::PathBuf;
 
@@ -19,6 +19,18 @@ pub enum DatasetsCommand {
         /// The dataset directory (holds meta.yaml).
         dir: PathBuf,
         /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare two collections at the points both measured: the ratio new / old per operator
+    /// kind, and per kind and length of call (after a driver update, a change of protocol,
+    /// another GPU).
+    Compare {
+        /// The earlier dataset directory.
+        old: PathBuf,
+        /// The later dataset directory.
+        new: PathBuf,
+        /// Print the comparison as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -74,6 +86,7 @@ pub fn run(cmd: DatasetsCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        DatasetsCommand::Compare { old, new, json } => compare(&old, &new, json),
         DatasetsCommand::Show { dir, json } => {
             let _reading = stepcast::fsutil::DirLock::shared(&dir)?;
             let ds = Dataset::load(&dir)?;
@@ -105,6 +118,65 @@ pub fn run(cmd: DatasetsCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn compare(old_dir: &std::path::Path, new_dir: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let _old_lock = stepcast::fsutil::DirLock::shared(old_dir)?;
+    let _new_lock = stepcast::fsutil::DirLock::shared(new_dir)?;
+    let old = Dataset::load(old_dir)?;
+    let new = Dataset::load(new_dir)?;
+    let Some(c) = stepcast::dataset::compare::compare(&old.rows, &new.rows) else {
+        anyhow::bail!(stepcast::Error::Invalid(format!(
+            "{} and {} share no measured point: compare two collections of the same plan (or \
+             plans that overlap)",
+            old_dir.display(),
+            new_dir.display()
+        )));
+    };
+    if json {
+        let inputs = vec![
+            stepcast::provenance::Input::new(
+                "old dataset",
+                old_dir.display().to_string(),
+                Some(old.fingerprint.clone()),
+            ),
+            stepcast::provenance::Input::new(
+                "new dataset",
+                new_dir.display().to_string(),
+                Some(new.fingerprint.clone()),
+            ),
+        ];
+        return super::stamp::print(&c, inputs);
+    }
+    for (what, d) in [("old", &old), ("new", &new)] {
+        let timer = d.meta.protocol.as_ref().map_or("–", |p| p.timer.as_str());
+        println!(
+            "{what}: {} — {} — timer: {timer}",
+            d.meta.name, d.meta.gpu.name
+        );
+    }
+    println!(
+        "{} points in both ({} only in the old, {} only in the new); new / old time:",
+        c.common, c.only_old, c.only_new
+    );
+    for (title, groups) in [
+        ("operator", &c.by_kind),
+        ("operator, old time", &c.by_old_time),
+    ] {
+        let mut t = table(&[title, "points", "median", "p10", "p90"]);
+        for g in groups {
+            t.add_row(vec![
+                g.label.clone(),
+                g.points.to_string(),
+                format!("{:.3}", g.median),
+                format!("{:.3}", g.p10),
+                format!("{:.3}", g.p90),
+            ]);
+        }
+        align_numbers(&mut t, 1);
+        println!("{t}");
+    }
+    Ok(())
 }
 
 /// What `datasets show` prints: the dataset's stamp and its rows per operator, phase and type.

@@ -5,6 +5,7 @@
 //! The CSV files are plain (comma-separated, header row, empty cells for unknowns) so that pandas
 //! and polars read them as they are; `samples_us` holds the raw samples separated by `;`.
 
+pub mod compare;
 mod csvio;
 pub mod import;
 mod meta;
