@@ -306,9 +306,7 @@ mod tests {
     /// Trains models from a mock collection, then checks the same mock device against them.
     fn setup(dir: &Path) -> Cluster {
         let data = dir.join("data");
-        let mut spec = PlanSpec::builtin(true);
-        spec.saturate_ms = 0;
-        let plan = spec
+        let plan = quick_plan()
             .expand(Target {
                 gpus_per_node: 4,
                 nodes: 1,
@@ -356,6 +354,32 @@ mod tests {
         cluster
     }
 
+    /// The quick probe plan, without the saturating warm-up.
+    fn quick_plan() -> PlanSpec {
+        let mut plan = PlanSpec::builtin(true);
+        plan.saturate_ms = 0;
+        plan
+    }
+
+    /// Retrains `cluster` from `setup`'s data on a device whose GEMMs run 30 % slower, into
+    /// `dir/new`; returns the report and that device.
+    fn retrain_on_slower_gemms(cluster: &Cluster, dir: &Path) -> (RetrainReport, MockDevice) {
+        let mut slower = MockDevice::new(4);
+        slower.slowdown = vec![(OpKind::Gemm, 1.3)];
+        let r = retrain(
+            cluster,
+            &mut slower,
+            None,
+            Some(&dir.join("data")),
+            &dir.join("new"),
+            &quick_plan(),
+            10.0,
+            false,
+        )
+        .unwrap();
+        (r, slower)
+    }
+
     #[test]
     fn the_same_device_shows_no_drift_and_a_changed_one_does() {
         let dir = tempfile::tempdir().unwrap();
@@ -396,21 +420,7 @@ mod tests {
     fn retrain_recollects_what_drifted_and_replaces_the_models() {
         let dir = tempfile::tempdir().unwrap();
         let cluster = setup(dir.path());
-        let mut slower = MockDevice::new(4);
-        slower.slowdown = vec![(OpKind::Gemm, 1.3)];
-        let mut plan = PlanSpec::builtin(true);
-        plan.saturate_ms = 0;
-        let r = retrain(
-            &cluster,
-            &mut slower,
-            None,
-            Some(&dir.path().join("data")),
-            &dir.path().join("new"),
-            &plan,
-            10.0,
-            false,
-        )
-        .unwrap();
+        let (r, mut slower) = retrain_on_slower_gemms(&cluster, dir.path());
         assert_eq!(r.recollected, vec![OpKind::Gemm]);
         assert!(r.carried_rows > 0);
         assert!(r
@@ -439,7 +449,7 @@ mod tests {
             None,
             Some(&dir.path().join("new")),
             &dir.path().join("newer"),
-            &plan,
+            &quick_plan(),
             10.0,
             false,
         )
@@ -473,21 +483,7 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         manifest["operators"] = serde_json::json!(["gemm"]);
         std::fs::write(&path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
-        let mut slower = MockDevice::new(4);
-        slower.slowdown = vec![(OpKind::Gemm, 1.3)];
-        let mut plan = PlanSpec::builtin(true);
-        plan.saturate_ms = 0;
-        retrain(
-            &cluster,
-            &mut slower,
-            None,
-            Some(&dir.path().join("data")),
-            &dir.path().join("new"),
-            &plan,
-            10.0,
-            false,
-        )
-        .unwrap();
+        retrain_on_slower_gemms(&cluster, dir.path());
         let after = ModelSet::load_manifest(&models).unwrap();
         assert_eq!(after.operators, vec!["gemm".to_string()]);
         assert!(!after.models.is_empty());
