@@ -54,7 +54,7 @@ class Bench:
         """The timed runs queued back to back behind one GPU spin, an event between each two:
         the spin covers Python's dispatch of all of them, and the GPU runs them without a gap,
         at the clocks of a busy GPU (a spin before each run let the clock recover in between,
-        and calls of over 1 ms timed 3.5-8 % fast)."""
+        and calls of over 1 ms timed 3.3-8 % fast)."""
         torch = self.torch
         for _ in range(protocol["warmup"]):
             fn()

@@ -6,7 +6,7 @@
 //! queued behind it. This is the "blocking kernel" of NVIDIA's nvbench, on a timer instead of
 //! a host flag; the PyTorch backend does the same with `torch.cuda._sleep`. One spin ahead of
 //! all the timed runs, not one per run: a spin before each run let the power-capped clock
-//! recover in between, and calls of over 1 ms timed 3.5-8 % faster than back to back
+//! recover in between, and calls of over 1 ms timed 3.3-8 % faster than back to back
 //! (datasets/h100-sxm/2026-11-27-spin).
 
 use std::ffi::{c_void, CString};
