@@ -10,25 +10,16 @@ use std::path::Path;
 
 use stepcast::analytic::roofline;
 use stepcast::dataset::Dataset;
-use stepcast::hardware::{Achievable, Cluster};
-use stepcast::ops::{OpKind, Phase, Role};
+use stepcast::hardware::Cluster;
+use stepcast::ops::OpKind;
 
-/// The floor a measurement must not beat: FlashAttention-2 rows at the cluster's FA2
-/// fractions, every other row at its kind's.
+/// The floor a measurement must not beat, as `predict` applies it: the kind's, and for
+/// FlashAttention-2 rows the cluster's FA2 fraction's where that is slower.
 fn floor_us(cluster: &Cluster, m: &stepcast::dataset::Measurement) -> Option<f64> {
     let spec = &cluster.spec;
-    let mut achievable: Achievable = spec.achievable;
-    if m.query.op == OpKind::FlashAttention && m.query.role == Some(Role::FlashAttention2) {
-        let fa2 = match m.query.phase {
-            Phase::Bwd => achievable.flash_attention_2_bwd,
-            _ => achievable.flash_attention_2_fwd,
-        };
-        if let Some(f) = fa2 {
-            achievable.attention_fwd = f;
-            achievable.attention_bwd = f;
-        }
-    }
-    roofline::floor_us(&m.query, &spec.gpu, &achievable)
+    let floor = roofline::floor_us(&m.query, &spec.gpu, &spec.achievable)?;
+    let fa2 = roofline::flash_attention_2_floor_us(&m.query, &spec.gpu, &spec.achievable);
+    Some(fa2.map_or(floor, |(_, slower)| floor.max(slower)))
 }
 
 fn check(dataset: &str, cluster: &str) {

@@ -5,7 +5,7 @@
 
 use crate::hardware::{Efficiency, GpuSpec, NetworkSpec};
 use crate::ops::work::{bus_bytes, work};
-use crate::ops::OpQuery;
+use crate::ops::{OpKind, OpQuery, Phase, Role};
 
 /// Roofline time of a compute or memory operator at the GPU's peak, in microseconds; `None`
 /// for collectives.
@@ -22,6 +22,30 @@ pub fn floor_us(
 ) -> Option<f64> {
     time_at(q, gpu, achievable.compute_fraction(q), achievable.memory)
         .map(|t| t.max(achievable.min_kernel_us))
+}
+
+/// Where an attention call runs as FlashAttention-2 and the cluster file says how far below the
+/// learned attention FA2 stays on its GPU: that fraction of dense peak and the call's roofline
+/// time at it (the call cannot be faster).
+pub fn flash_attention_2_floor_us(
+    q: &OpQuery,
+    gpu: &GpuSpec,
+    achievable: &crate::hardware::Achievable,
+) -> Option<(f64, f64)> {
+    if q.op != OpKind::FlashAttention || q.role != Some(Role::FlashAttention2) {
+        return None;
+    }
+    let fraction = match q.phase {
+        Phase::Bwd => achievable.flash_attention_2_bwd,
+        _ => achievable.flash_attention_2_fwd,
+    }?;
+    let at_fa2 = crate::hardware::Achievable {
+        attention_fwd: fraction,
+        attention_bwd: fraction,
+        min_kernel_us: 0.0,
+        ..*achievable
+    };
+    Some((fraction, floor_us(q, gpu, &at_fa2)?))
 }
 
 /// How much of a kernel's roofline is its arithmetic: 1 where its FLOPs at peak take at least

@@ -17,7 +17,7 @@ use crate::analytic::{alignment, network, roofline};
 use crate::error::Result;
 use crate::hardware::{Calibration as FittedRuntime, Cluster, FittedRange, Runtime};
 use crate::ops::features::{ATTENTION_CAUSAL, COLLECTIVE_LOG2_BYTES};
-use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Role, Shape};
+use crate::ops::{CollectiveShape, GemmShape, OpKind, OpQuery, Phase, Shape};
 use crate::regress::{Match, ModelSet, TrainedModel};
 use crate::stats::ErrorStats;
 
@@ -413,7 +413,8 @@ impl<'a> CostModel<'a> {
                 e.time_us = floor;
             }
         }
-        if let Some((fraction, slower)) = flash_attention_2_time_us(q, &spec.gpu, &spec.achievable)
+        if let Some((fraction, slower)) =
+            roofline::flash_attention_2_floor_us(q, &spec.gpu, &spec.achievable)
         {
             if e.time_us < slower {
                 let note = format!(
@@ -668,30 +669,6 @@ impl<'a> CostModel<'a> {
             .insert(key, found.clone());
         Ok(found)
     }
-}
-
-/// Where an attention call runs as FlashAttention-2 and the cluster file says how far below the
-/// learned attention FA2 stays on its GPU: that fraction of dense peak and the call's roofline
-/// time at it (the call cannot be faster).
-fn flash_attention_2_time_us(
-    q: &OpQuery,
-    gpu: &crate::hardware::GpuSpec,
-    achievable: &crate::hardware::Achievable,
-) -> Option<(f64, f64)> {
-    if q.op != OpKind::FlashAttention || q.role != Some(Role::FlashAttention2) {
-        return None;
-    }
-    let fraction = match q.phase {
-        Phase::Bwd => achievable.flash_attention_2_bwd,
-        _ => achievable.flash_attention_2_fwd,
-    }?;
-    let at_fa2 = crate::hardware::Achievable {
-        attention_fwd: fraction,
-        attention_bwd: fraction,
-        min_kernel_us: 0.0,
-        ..*achievable
-    };
-    Some((fraction, roofline::floor_us(q, gpu, &at_fa2)?))
 }
 
 fn tier_name(multi_node: bool) -> &'static str {
