@@ -271,6 +271,9 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if l.sequence_parallel {
         arg("--sequence-parallel".into());
     }
+    if l.cross_entropy == CrossEntropy::Fused {
+        arg("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te".into());
+    }
     arg(format!("--micro-batch-size {}", l.micro_batch));
     arg(format!("--global-batch-size {}", l.global_batch));
     arg(format!("--seq-length {}", l.seq_len));
@@ -668,6 +671,10 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             set("model.config.recompute_num_layers", "1".into());
         }
     }
+    if l.cross_entropy == CrossEntropy::Fused {
+        set("model.config.cross_entropy_loss_fusion", "True".into());
+        set("model.config.cross_entropy_fusion_impl", "\"te\"".into());
+    }
     if let Some((implementation, scopes)) = cuda_graph_settings(&l.cuda_graphs) {
         set(
             "model.config.cuda_graph_impl",
@@ -786,6 +793,12 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         return refuse(
             "torchtitan's mixture-of-experts models are its own (DeepSeek-V3, Llama 4) flavors: \
              export this layout for megatron or nemo",
+        );
+    }
+    if l.cross_entropy == CrossEntropy::Fused {
+        return refuse(
+            "torchtitan's loss is PyTorch's cross-entropy, not Transformer Engine's fused \
+             kernel: predict with --cross-entropy pytorch",
         );
     }
     if !l.cuda_graphs.is_empty() {
@@ -1283,6 +1296,38 @@ mod tests {
         let (a, l) = target("llama2-7b", s);
         let e = launch(Framework::Megatron, &a, &l).unwrap_err().to_string();
         assert!(e.contains("--rules megatron"), "{e}");
+    }
+
+    /// Transformer Engine's fused cross-entropy is a switch in Megatron-LM and NeMo and is
+    /// refused for torchtitan, whose loss is PyTorch's; the default loss sets nothing.
+    #[test]
+    fn the_fused_cross_entropy_is_switched_on_or_refused() {
+        let mut s = spec(2, 1, 4);
+        s.cross_entropy = Some(CrossEntropy::Fused);
+        let (a, l) = target("llama2-7b", s);
+        let m = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(
+            m.contains("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te"),
+            "{m}"
+        );
+        let n = launch(Framework::Nemo, &a, &l).unwrap().text;
+        assert!(
+            n.contains("recipe.model.config.cross_entropy_loss_fusion = True")
+                && n.contains("recipe.model.config.cross_entropy_fusion_impl = \"te\""),
+            "{n}"
+        );
+        let e = launch(Framework::Torchtitan, &a, &l)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--cross-entropy pytorch"), "{e}");
+        let (a, l) = target("llama2-7b", spec(2, 1, 4));
+        for f in [Framework::Megatron, Framework::Nemo] {
+            let text = launch(f, &a, &l).unwrap().text;
+            assert!(
+                !text.contains("cross_entropy") && !text.contains("cross-entropy"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

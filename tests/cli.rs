@@ -2497,21 +2497,28 @@ fn calibrate_compares_a_forward_backward_time_with_the_passes_alone() {
 /// The settings that change how a run holds its memory are said in the layout header, and
 /// the memory they cost follows: NeMo's fp8 recipe (weights in fp8, gradients reduced in
 /// bf16) holds less than the same layout with Transformer Engine's defaults.
+/// Llama 3 8B at tp 2 × dp 4 on the DGX H100 under `base` and `extra` flags: the text
+/// prediction and the same as JSON.
+fn predict_text_and_json(base: &str, extra: &str) -> (String, serde_json::Value) {
+    let mut args: Vec<&str> = "predict --cluster dgx-h100 --model llama3-8b --tp 2 --dp 4 \
+                               --micro-batch 1 --global-batch 32 --sequence-parallel"
+        .split_whitespace()
+        .chain(base.split_whitespace())
+        .chain(extra.split_whitespace())
+        .collect();
+    let text = stepcast(&args);
+    assert!(text.status.success(), "{}", stderr(&text));
+    args.push("--json");
+    let json = serde_json::from_str(&stdout(&stepcast(&args))).unwrap();
+    (stdout(&text), json)
+}
+
 #[test]
 fn the_header_says_how_fp8_gradients_and_the_loss_run() {
     let predict = |extra: &str| {
-        let mut args: Vec<&str> = "predict --cluster dgx-h100 --model llama3-8b --tp 2 --dp 4 \
-                                   --micro-batch 1 --global-batch 32 --dtype fp8 \
-                                   --sequence-parallel"
-            .split_whitespace()
-            .collect();
-        args.extend(extra.split_whitespace());
-        let text = stepcast(&args);
-        assert!(text.status.success(), "{}", stderr(&text));
-        args.push("--json");
-        let json: serde_json::Value = serde_json::from_str(&stdout(&stepcast(&args))).unwrap();
+        let (text, json) = predict_text_and_json("--dtype fp8", extra);
         (
-            stdout(&text),
+            text,
             json["memory"]["ranks"][0]["total_gib"].as_f64().unwrap(),
         )
     };
@@ -2528,6 +2535,39 @@ fn the_header_says_how_fp8_gradients_and_the_loss_run() {
         titan.contains("fp8 (torchao), PyTorch's cross-entropy, recompute"),
         "{titan}"
     );
+}
+
+/// `--cross-entropy fused` (Transformer Engine's kernel over the 16-bit logits) is said in the
+/// header, costs the loss at its roofline instead of the unfused model's time, so the step is
+/// shorter, and keeps 2 bytes a logit instead of the fp32 logits, so the head's rank needs less.
+#[test]
+fn a_fused_cross_entropy_is_said_costed_at_its_roofline_and_holds_less() {
+    let predict = |extra: &str| {
+        let (text, json) = predict_text_and_json("", extra);
+        let loss: Vec<String> = json["stages"][0]["fwd"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["label"] == "cross-entropy")
+            .map(|c| c["estimate"]["source"].as_str().unwrap().to_string())
+            .collect();
+        (
+            text,
+            json["step_time_s"].as_f64().unwrap(),
+            json["memory"]["ranks"][0]["total_gib"].as_f64().unwrap(),
+            loss,
+        )
+    };
+    let (_, unfused_s, unfused_gib, unfused_loss) = predict("");
+    let (text, fused_s, fused_gib, fused_loss) = predict("--cross-entropy fused");
+    assert!(
+        text.contains("bf16, fused cross-entropy, recompute"),
+        "{text}"
+    );
+    assert_eq!(fused_loss, ["roofline"], "{unfused_loss:?}");
+    assert_ne!(unfused_loss, ["roofline"]);
+    assert!(fused_s < unfused_s, "{fused_s} {unfused_s}");
+    assert!(fused_gib < unfused_gib, "{fused_gib} {unfused_gib}");
 }
 
 /// GPT-2's vocabulary left unpadded (`vocab_divisible_by: 1`) puts the head on GEMMs whose

@@ -30,7 +30,7 @@
 //! data-parallel gradients were reduced in, default fp32 for bf16 and fp8 runs, fp16 for fp16),
 //! `fp8_param_gather` (true/false: fp8 weights kept and gathered in fp8), `fp8_library`
 //! (transformer-engine or torchao), `cross_entropy`
-//! (vocab-parallel or pytorch: which loss the framework runs), `elementwise` (fused or eager:
+//! (vocab-parallel, pytorch or fused: which loss the framework runs), `elementwise` (fused or eager:
 //! PyTorch model code run without torch.compile, default fused), `cuda_graphs` (the parts of
 //! each layer captured in CUDA graphs joined by `+`, e.g. `attn+moe_router+moe_preprocess`, or
 //! `layer`; default none),

@@ -52,10 +52,12 @@ pub struct JobArgs {
     /// cluster file's achievable.flash_attention_2_* fraction of peak) [default: native].
     #[arg(long, value_parser = named::<AttentionKernel>())]
     pub attention_kernel: Option<AttentionKernel>,
-    /// Which cross-entropy computes the loss, for the memory it holds at the loss's backward:
-    /// vocab-parallel (Megatron's, in place on the fp32 logits) or pytorch (PyTorch's
-    /// cross_entropy on fp32 logits: torchtitan, Composer, Hugging Face) [default:
-    /// vocab-parallel].
+    /// Which cross-entropy computes the loss: vocab-parallel (Megatron's, in place on the
+    /// fp32 logits), pytorch (PyTorch's cross_entropy on fp32 logits: torchtitan, Composer,
+    /// Hugging Face; timed as the vocab-parallel one, its memory its own) or fused
+    /// (Transformer Engine's kernel over the 16-bit logits, `--cross-entropy-loss-fusion
+    /// --cross-entropy-fusion-impl te`: Megatron-Bridge's performance recipes; costed at its
+    /// roofline) [default: vocab-parallel].
     #[arg(long, value_parser = named::<CrossEntropy>())]
     pub cross_entropy: Option<CrossEntropy>,
     /// How the model code's RMSNorm, rotary embedding and SiLU-and-multiply run: fused
@@ -638,6 +640,7 @@ pub fn describe(job: &Job) -> String {
         } + match l.cross_entropy {
             CrossEntropy::VocabParallel => "",
             CrossEntropy::Pytorch => ", PyTorch's cross-entropy",
+            CrossEntropy::Fused => ", fused cross-entropy",
         } + match l.elementwise {
             Elementwise::Fused => "",
             Elementwise::Eager => ", eager element-wise kernels",

@@ -379,7 +379,9 @@ pub fn embedding_extra(arch: &Arch, layout: &Layout) -> f64 {
 }
 
 /// Per micro-batch, what the rank with the LM head stores: the final norm's and the head's
-/// inputs and the fp32 logits the vocabulary-parallel cross-entropy keeps for its backward.
+/// inputs and what the cross-entropy keeps for its backward — the fp32 logits (Megatron's
+/// vocabulary-parallel one) or log-softmax (PyTorch's), or the 16-bit logits a fused one
+/// overwrote with their gradient.
 pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
     let t = layout.tp as f64;
     let rep = if layout.sequence_parallel {
@@ -388,17 +390,25 @@ pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
         1.0
     };
     let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
-    4.0 * sbh(arch, layout) * rep + 4.0 * tokens * arch.padded_vocab(layout.tp) as f64 / t
+    let kept = match layout.cross_entropy {
+        crate::workload::CrossEntropy::VocabParallel | crate::workload::CrossEntropy::Pytorch => {
+            4.0
+        }
+        crate::workload::CrossEntropy::Fused => 2.0,
+    };
+    4.0 * sbh(arch, layout) * rep + kept * tokens * arch.padded_vocab(layout.tp) as f64 / t
 }
 
-/// What the loss holds besides the kept fp32 logits, at its peak: the 16-bit logits the LM
-/// head produced while Megatron's loss converts them, or the two fp32 gradients PyTorch's
-/// cross-entropy holds at once in its backward (`CrossEntropy`): transient.
+/// What the loss holds besides what it keeps, at its peak: the 16-bit logits the LM head
+/// produced while Megatron's loss converts them, the two fp32 gradients PyTorch's
+/// cross-entropy holds at once in its backward, or nothing for a fused one, which works in
+/// place on the 16-bit logits it keeps (`CrossEntropy`): transient.
 pub fn head_transient(arch: &Arch, layout: &Layout) -> f64 {
     let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
     let bytes = match layout.cross_entropy {
         crate::workload::CrossEntropy::VocabParallel => 2.0,
         crate::workload::CrossEntropy::Pytorch => 8.0,
+        crate::workload::CrossEntropy::Fused => 0.0,
     };
     bytes * tokens * arch.padded_vocab(layout.tp) as f64 / layout.tp as f64
 }
@@ -508,6 +518,25 @@ mod tests {
         // (the vocabulary padded to a multiple of 128 · tp)
         let padded = 8192.0 * a.padded_vocab(8) as f64;
         assert_eq!(transient(8, CrossEntropy::Pytorch), 8.0 * padded / 8.0);
+    }
+
+    /// A fused cross-entropy writes the gradient over the 16-bit logits in place: it keeps
+    /// those (2 bytes a token and vocabulary entry, not the 4 of fp32 logits) and holds nothing
+    /// beside them.
+    #[test]
+    fn a_fused_cross_entropy_keeps_only_the_16_bit_logits() {
+        use crate::workload::CrossEntropy;
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let with = |ce| {
+            let mut l = layout(&a, 2, true, Recompute::None);
+            l.cross_entropy = ce;
+            (head_extra(&a, &l), head_transient(&a, &l))
+        };
+        let logits = 8192.0 * a.padded_vocab(2) as f64 / 2.0;
+        let (unfused, unfused_transient) = with(CrossEntropy::VocabParallel);
+        let (fused, fused_transient) = with(CrossEntropy::Fused);
+        assert_eq!(unfused - fused, 2.0 * logits);
+        assert_eq!((unfused_transient, fused_transient), (2.0 * logits, 0.0));
     }
 
     #[test]

@@ -130,6 +130,10 @@ crate::named_enum!(
         /// Megatron's optimizer step: one fused multi-tensor Adam over the fp32 state, the
         /// same on every pipeline stage (what `bench collect` times with PyTorch's fused AdamW).
         FusedAdam => "fused_adam",
+        /// A cross-entropy run as one fused kernel over the 16-bit logits (Transformer
+        /// Engine's, `CrossEntropy::Fused`) rather than the unfused vocabulary-parallel one the
+        /// pooled rows timed: no model of its own, so its roofline.
+        FusedCrossEntropy => "fused_cross_entropy",
     }
 );
 
@@ -138,14 +142,14 @@ impl Role {
     /// no model of its own. Not a fused Adam step: the optimizer pool is the paper's GPT-NeoX
     /// per-stage steps, with a per-tensor host cost a fused kernel does not pay.
     pub fn falls_back_to_pool(self) -> bool {
-        self != Role::FusedAdam
+        !matches!(self, Role::FusedAdam | Role::FusedCrossEntropy)
     }
 
     /// The role names another kernel than the pooled rows of its kind timed (FlashAttention-2
-    /// beside cuDNN attention): its rows train only their own model, since a pooled model would
-    /// average two kernels of different speed.
+    /// beside cuDNN attention, a fused cross-entropy beside the unfused one): its rows train
+    /// only their own model, since a pooled model would average two kernels of different speed.
     pub fn is_another_kernel(self) -> bool {
-        self == Role::FlashAttention2
+        matches!(self, Role::FlashAttention2 | Role::FusedCrossEntropy)
     }
 
     /// A GEMM of this role multiplies by weights: its backward computes weight gradients too.

@@ -21,8 +21,8 @@ use crate::ops::{
 };
 use crate::timing::Class;
 use crate::workload::{
-    Arch, AttentionImpl, CausalBlocks, CpComm, CudaGraphScope, Dispatcher, Elementwise, Fp8Library,
-    Layout, MlaSpec, MoeSpec, NormKind, Position, Recompute, Rules,
+    Arch, AttentionImpl, CausalBlocks, CpComm, CrossEntropy, CudaGraphScope, Dispatcher,
+    Elementwise, Fp8Library, Layout, MlaSpec, MoeSpec, NormKind, Position, Recompute, Rules,
 };
 
 /// The sizes one rank works with.
@@ -1568,8 +1568,15 @@ pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
 /// Final norm, LM head and vocabulary-parallel cross-entropy. The LM head is a
 /// column-parallel GEMM: under Megatron's rules with tp > 1 its input is all-gathered first
 /// with sequence parallelism, and its backward communicates as a layer's column-parallel GEMM
-/// does (`head_comm`).
-pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
+/// does (`head_comm`). A fused cross-entropy (`CrossEntropy::Fused`) is another kernel than
+/// the unfused one the cross-entropy models timed, so its call carries its own role.
+pub(super) fn head_block(
+    b: &mut Builder,
+    arch: &Arch,
+    d: &Dims,
+    cross_entropy: CrossEntropy,
+) -> Block {
+    let loss_role = (cross_entropy == CrossEntropy::Fused).then_some(Role::FusedCrossEntropy);
     let norm_op = match arch.norm {
         NormKind::Layernorm => OpKind::LayerNorm,
         NormKind::Rmsnorm => OpKind::RmsNorm,
@@ -1595,7 +1602,7 @@ pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
                 OpKind::CrossEntropy,
                 phase,
                 d.act,
-                None,
+                loss_role,
                 d.tok(d.vocab_rank),
                 Class::Compute,
             ),

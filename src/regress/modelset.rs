@@ -477,4 +477,28 @@ mod tests {
             .unwrap();
         assert_eq!((m.key.role, how), (None, Match::TwinDtype));
     }
+
+    /// A fused cross-entropy is another kernel than the unfused one the paper timed: the
+    /// pooled cross-entropy model does not answer for it (its roofline does), while it still
+    /// answers the unfused call.
+    #[test]
+    fn the_unfused_cross_entropy_model_does_not_answer_a_fused_one() {
+        let set = ModelSet::builtin("perlmutter").unwrap();
+        let ce = |role| OpQuery {
+            op: OpKind::CrossEntropy,
+            phase: Phase::Fwd,
+            dtype: Dtype::Fp16,
+            role,
+            shape: Shape::Tokens(crate::ops::TokenShape {
+                batch: 4,
+                seq: 2048,
+                width: 25216,
+            }),
+        };
+        assert!(set.lookup(&ce(None)).unwrap().is_some());
+        assert!(set
+            .lookup(&ce(Some(Role::FusedCrossEntropy)))
+            .unwrap()
+            .is_none());
+    }
 }

@@ -183,6 +183,13 @@ crate::named_enum!(
         /// it keeps the fp32 log-softmax output (4), and its backward holds the loss's
         /// gradient of that output and the log-softmax's gradient at once (4 + 4).
         Pytorch => "pytorch",
+        /// Megatron-Core's fused cross-entropy in Transformer Engine's kernel
+        /// (`--cross-entropy-loss-fusion --cross-entropy-fusion-impl te`; Megatron-Bridge's
+        /// performance recipes): one pass finds each row's maximum and sum of exponentials, a
+        /// second writes the loss and the gradient in place over the 16-bit logits, and the
+        /// backward scales that gradient — three passes over 16-bit logits forward, two
+        /// backward, costed at its roofline; it keeps the 16-bit logits only (2).
+        Fused => "fused",
     }
 );
 
