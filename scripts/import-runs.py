@@ -307,6 +307,14 @@ def nemo(ref, out):
         # same Llama 3 8B layout, 7 % on average under one costing, where Megatron-Bridge's
         # tables (2025-26) agree with DGX Cloud's
         dense_set = "nemo-24.07" if row["container"] == "NeMo 24.07" else "nemo"
+        # Megatron-Bridge's performance runs compute the loss with Transformer Engine's fused
+        # cross-entropy: its resolved H100 benchmark configs set cross_entropy_loss_fusion true
+        # and cross_entropy_fusion_impl te (NVIDIA-NeMo/Megatron-Bridge
+        # scripts/performance/dryrun_configs/deepseek/deepseek_v3_pretrain_h100_fp8_sc_v1.yaml
+        # at a9497c6; its performance recipes' _benchmark_common defaults cross_entropy_impl to
+        # "te"); read at a later commit than the tables' oldest rows. NeMo 24.07's table
+        # predates Megatron-Bridge: the unfused vocabulary-parallel loss, the default
+        bridge = row["container"] != "NeMo 24.07"
         out.add(set="nemo-moe" if model in MOE_ARCHS else dense_set,
                 family=arch if not arch.startswith("archs/") else model.lower(),
                 label=f"{row['container']} {model} {n} GPUs tp{tp} pp{pp} cp{cpv}{' ep' + str(epv) if epv > 1 else ''}"
@@ -325,6 +333,7 @@ def nemo(ref, out):
                 sequence_parallel=tp > 1, grad_reduce_dtype=NVIDIA_PERFORMANCE_GRAD_REDUCE,
                 fp8_param_gather=precision.startswith("FP8"),
                 tp_comm_overlap=1 if tp > 1 else 0, measured_step_s=num(row["derived_step_time_s"]),
+                cross_entropy="fused" if bridge else "",
                 reason=reason, source=f"perf_summary_rows.csv row {i}")
 
 
