@@ -230,6 +230,8 @@ fn cases() -> Vec<Case> {
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model {repo}/tests/data/mixtral-8x7b.yaml --dp 8 --ep 8 --global-batch 64 --cuda-graphs moe", &[], &["--cuda-graphs", "not padded to a capacity", "attn,moe_router,moe_preprocess", "--moe-pad-to-capacity"]),
         case("predict --cluster {repo}/hardware-profiles/dgx-h100.yaml --model {repo}/tests/data/mixtral-8x7b.yaml --dp 8 --ep 8 --global-batch 64 --cuda-graphs moe_preprocess", &[], &["--cuda-graphs", "moe_router,moe_preprocess"]),
         case("export --format torchtitan --cluster dgx-h100 --model llama2-7b --dp 8 --global-batch 64 --zero 3 --cuda-graphs attn", &[], &["torchtitan", "CUDA graph", "without --cuda-graphs"]),
+        predict!("--global-batch 8 --rules paper --cross-entropy fused", "--cross-entropy fused", "paper's rules", "--rules megatron"),
+        case("export --format torchtitan --cluster dgx-h100 --model llama2-7b --dp 8 --global-batch 64 --zero 3 --cross-entropy fused", &[], &["torchtitan", "fused", "--cross-entropy pytorch"]),
         predict!("--global-batch 8 --rules paper --recompute selective-op", "--recompute selective-op", "the paper's rules", "--rules megatron"),
         predict!("--global-batch 8 --rules paper --recompute selective-layer", "--recompute selective-layer", "the paper's rules", "--rules megatron"),
         case("export --format megatron --cluster dgx-h100 --model llama2-7b --dp 8 --global-batch 64 --recompute selective-layer", &[], &["megatron", "selective-layer", "torchtitan's"]),

@@ -235,6 +235,12 @@ pub enum LayoutError {
     EagerUnderPaperRules,
 
     #[error(
+        "the paper's rules cost its tool's loss, the unfused one it timed: drop --cross-entropy \
+         fused or use --rules megatron"
+    )]
+    FusedLossUnderPaperRules,
+
+    #[error(
         "{model} has no experts: drop the expert settings (--ep, --etp, --moe-dispatcher, \
          --moe-imbalance, --moe-routing, --moe-capacity-factor, --moe-a2a-overlap), or give a \
          mixture-of-experts model"
@@ -375,6 +381,7 @@ impl LayoutError {
                 "context parallelism without fused attention or under the paper's rules"
             }
             EagerUnderPaperRules => "eager element-wise kernels under the paper's rules",
+            FusedLossUnderPaperRules => "a fused cross-entropy under the paper's rules",
             BucketSize(_) => "bucket size out of range",
         }
     }

@@ -594,6 +594,9 @@ impl Layout {
         if paper && spec.elementwise == Some(Elementwise::Eager) {
             return Err(LayoutError::EagerUnderPaperRules);
         }
+        if paper && spec.cross_entropy == Some(CrossEntropy::Fused) {
+            return Err(LayoutError::FusedLossUnderPaperRules);
+        }
         // (etp = tp on a dense model is no setting at all, as a search's rows record it)
         let etp = match spec.etp {
             Some(e) if arch.moe.is_none() && e != tp => {
