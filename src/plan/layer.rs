@@ -296,6 +296,8 @@ fn sliding_attention(
 /// computes, the next step's keys and values travel: cp − 1 exchanges of the rank's K and V,
 /// hidden behind the attention step they run beside (`compose::cost`). The backward sends
 /// the keys and values round again with their gradients: twice the bytes.
+///
+/// Each step's partial result is merged into the rank's (`ring_merges`).
 fn ring_attention(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
     if d.cp_comm == CpComm::AllGather {
         return gathered_attention(b, d, phase);
@@ -345,7 +347,54 @@ fn ring_attention(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
         Class::CpComm,
     );
     exchange.count = steps;
-    vec![own, ring, exchange]
+    let mut calls = vec![own, ring, exchange];
+    calls.extend(ring_merges(b, d, phase));
+    calls
+}
+
+/// What Transformer Engine's ring attention (`AttnFuncWithCPAndKVP2P`) does between its
+/// steps, on the rank that merges the most (the last: every step's result covers its whole
+/// output): forward, the first step's output rescaled by the merged log-sum-exp into the
+/// 16-bit output (`flash_attn_fwd_out_correction_init`: a pass in and out) and each later
+/// step's output rescaled and added into it (`flash_attn_fwd_out_correction`: two reads, a
+/// write); backward, each later step's query gradient added into the rank's and its key and
+/// value gradients into the ones travelling the ring (an add each). The per-step log-sum-exp
+/// corrections ([b, h, s] in fp32) are a hundredth of these and left out.
+fn ring_merges(b: &mut Builder, d: &Dims, phase: Phase) -> Vec<Call> {
+    let later = d.cp - 1;
+    let q_width = d.heads * d.hd;
+    let mut add = |label, width| {
+        let mut c = b.call(
+            label,
+            OpKind::ResidualAdd,
+            phase,
+            d.act,
+            None,
+            d.tok(width),
+            Class::Compute,
+        );
+        c.count = later as f64;
+        c
+    };
+    if phase == Phase::Bwd {
+        return vec![
+            add("cp query-gradient accumulation", q_width),
+            add("cp key/value-gradient accumulation", 2 * d.kv_heads * d.hd),
+        ];
+    }
+    let merge = add("cp output merge", q_width);
+    vec![
+        b.call(
+            "cp output rescale",
+            OpKind::Elementwise,
+            phase,
+            d.act,
+            None,
+            d.tok(q_width),
+            Class::Compute,
+        ),
+        merge,
+    ]
 }
 
 /// Context parallelism by all-gather: the rank's queries (s tokens, two balanced chunks)

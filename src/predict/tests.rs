@@ -434,6 +434,66 @@ fn context_parallelism_splits_the_work_of_a_sequence() {
     assert!(matches!(qkv.shape, Shape::Gemm(g) if g.m == 4096));
 }
 
+/// Transformer Engine's ring merges each step's partial output into the rank's forward and
+/// adds each later step's gradients backward: at cp 4, one rescale of the first step's output
+/// and 3 merges of [s, heads · head_dim]; backward 3 query-gradient adds and 3 key/value ones
+/// of [s, 2 · kv_heads · head_dim]. Gathered context parallelism has none: one attention call.
+#[test]
+fn the_ring_merges_every_step_into_the_ranks_output_and_gradients() {
+    let c = cluster();
+    let arch = Arch::resolve("llama3-8b").unwrap();
+    let merges = |spec: &ParallelSpec, phase| {
+        let layout = Layout::new(spec, &arch, &c).unwrap();
+        let plan = crate::plan::Plan::new(&arch, &layout, &c);
+        let calls = if phase == Phase::Fwd {
+            &plan.layer.fwd
+        } else {
+            &plan.layer.bwd
+        };
+        calls
+            .iter()
+            .filter(|call| call.label.starts_with("cp ") && call.class != Class::CpComm)
+            .map(|call| match plan.query(call).shape {
+                Shape::Tokens(t) => (call.label, plan.query(call).op, t.seq, t.width, call.count),
+                _ => unreachable!(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let ring = cp_spec(4, 2, 16384);
+    assert_eq!(
+        merges(&ring, Phase::Fwd),
+        [
+            ("cp output rescale", OpKind::Elementwise, 4096, 4096, 1.0),
+            ("cp output merge", OpKind::ResidualAdd, 4096, 4096, 3.0),
+        ]
+    );
+    assert_eq!(
+        merges(&ring, Phase::Bwd),
+        [
+            (
+                "cp query-gradient accumulation",
+                OpKind::ResidualAdd,
+                4096,
+                4096,
+                3.0
+            ),
+            (
+                "cp key/value-gradient accumulation",
+                OpKind::ResidualAdd,
+                4096,
+                2048,
+                3.0
+            ),
+        ]
+    );
+    let gathered = ParallelSpec {
+        cp_comm: Some(crate::workload::CpComm::AllGather),
+        ..cp_spec(4, 2, 16384)
+    };
+    assert!(merges(&gathered, Phase::Fwd).is_empty());
+    assert!(merges(&gathered, Phase::Bwd).is_empty());
+}
+
 fn moe_spec(ep: u64, imbalance: Option<f64>) -> ParallelSpec {
     ParallelSpec {
         tp: Some(1),
