@@ -188,6 +188,15 @@ fn a_search_for_a_framework_ends_in_its_launch() {
         best.contains("--cross-entropy pytorch") && best.contains("--elementwise eager"),
         "{best}"
     );
+    // a loss given to the search is every layout's, and its best line says so
+    let fused = search(&[&LLAMA2_13B_ON_32[..], &["--cross-entropy", "fused"]].concat());
+    assert!(fused.status.success(), "{}", stderr(&fused));
+    let fused_best = stdout(&fused)
+        .lines()
+        .find_map(|l| l.strip_prefix("best: stepcast "))
+        .unwrap()
+        .to_string();
+    assert!(fused_best.contains("--cross-entropy fused"), "{fused_best}");
     let mut args: Vec<&str> = best.split_whitespace().collect();
     args.push("--json");
     let p = stepcast(&args);

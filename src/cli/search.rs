@@ -115,6 +115,11 @@ pub struct SearchArgs {
     /// or PyTorch under torch.compile) or eager (PyTorch without it) [default: fused].
     #[arg(long, value_parser = super::named::<stepcast::workload::Elementwise>())]
     pub elementwise: Option<stepcast::workload::Elementwise>,
+    /// Which loss every layout computes: vocab-parallel (Megatron's), pytorch (PyTorch's on
+    /// fp32 logits) or fused (Transformer Engine's kernel over the 16-bit logits, as
+    /// Megatron-Bridge's performance recipes run it) [default: vocab-parallel].
+    #[arg(long, value_parser = super::named::<stepcast::workload::CrossEntropy>())]
+    pub cross_entropy: Option<stepcast::workload::CrossEntropy>,
     /// Parts of each layer every layout captures in CUDA graphs (none, layer, or any of attn,
     /// mlp, moe, moe_router, moe_preprocess) [default: none].
     #[arg(
@@ -392,6 +397,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         tp_comm_overlap: args.tp_comm_overlap,
         attention_kernel: args.attention_kernel,
         elementwise: args.elementwise,
+        cross_entropy: args.cross_entropy,
         cuda_graphs: args.cuda_graphs.clone(),
         moe_imbalance: args.moe_imbalance,
         moe_dispatcher: args.moe_dispatcher,
