@@ -1268,7 +1268,10 @@ fn dispatch(p: &mut PassCalls, moe: &MoeSpec, d: &Dims, route: Route) {
         Dispatcher::Deepep | Dispatcher::Hybridep => {
             let mut v = Vec::new();
             if nodes > 1 {
-                let remote = remote_nodes(moe, nodes) * d.imbalance;
+                // the all-to-all's buffer: each rank sends (n − 1)/n of it off its node
+                // (`network::collective_time_us`), which is to be the remote copies
+                let n = nodes as f64;
+                let remote = remote_nodes(moe, nodes) * d.imbalance * n / (n - 1.0);
                 v.push((
                     if combine {
                         "moe network all-to-all (combine)"

@@ -978,6 +978,41 @@ fn hierarchical_dispatch_sends_a_token_once_per_node() {
 }
 
 /// tp 2 · pp 2 · ep 8 of dp 8, 4 micro-batches of one 4k sequence, with `mtp` modules.
+/// The hierarchical dispatch's network all-to-all sends off each node what its tokens' routed
+/// copies on other nodes are: its buffer, of which the collective model sends (n − 1)/n to
+/// the other n − 1 nodes, holds n/(n − 1) of the remote copies (2× at 2 nodes; the plan once
+/// passed the remote copies as the buffer and sent half of them).
+#[test]
+fn the_network_dispatch_sends_every_remote_copy_off_the_node() {
+    let c = cluster();
+    let arch = deepseek_like(8);
+    let spec = ParallelSpec {
+        moe_dispatcher: Some(crate::workload::Dispatcher::Hybridep),
+        ..deepseek_spec(None)
+    };
+    let layout = Layout::new(&spec, &arch, &c).unwrap();
+    let plan = crate::plan::Plan::new(&arch, &layout, &c);
+    let network = plan
+        .layer
+        .fwd
+        .iter()
+        .find(|call| call.label == "moe network all-to-all (dispatch)")
+        .expect("ep 8 at tp 2 spans two nodes");
+    let Shape::Collective(s) = plan.query(network).shape else {
+        unreachable!()
+    };
+    assert_eq!((s.nodes, s.gpus_per_node), (2, 1));
+    // 2,048 tokens a rank (4,096 over sp 2), 4 of 8 groups with 4 groups a node: a token
+    // misses the other node with C(4, 4)/C(8, 4) = 1/70
+    let remote_copies = 2048.0 * (1.0 - 1.0 / 70.0);
+    let off_node = s.bytes as f64 / 2.0;
+    let expected = remote_copies * 7168.0 * 2.0;
+    assert!(
+        (off_node / expected - 1.0).abs() < 1e-3,
+        "{off_node} {expected}"
+    );
+}
+
 fn deepseek_spec(mtp: Option<u64>) -> ParallelSpec {
     ParallelSpec {
         tp: Some(2),
