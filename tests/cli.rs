@@ -4,7 +4,9 @@ mod common;
 
 use std::fs;
 
-use common::{assert_user_error, json_of, repo, stderr, stdout, stepcast, write_dataset};
+use common::{
+    assert_user_error, json_of, read_json, repo, stderr, stdout, stepcast, write_dataset,
+};
 
 fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
@@ -101,8 +103,7 @@ fn train_eval_and_show_work_end_to_end() {
         "3",
     ]);
     assert!(out.status.success());
-    let manifest: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(models.join("manifest.json")).unwrap()).unwrap();
+    let manifest = read_json(&models.join("manifest.json"));
     assert_eq!(manifest["seed"], 3);
 }
 
@@ -2509,8 +2510,7 @@ fn predict_text_and_json(base: &str, extra: &str) -> (String, serde_json::Value)
     let text = stepcast(&args);
     assert!(text.status.success(), "{}", stderr(&text));
     args.push("--json");
-    let json = serde_json::from_str(&stdout(&stepcast(&args))).unwrap();
-    (stdout(&text), json)
+    (stdout(&text), json_of(&stepcast(&args)))
 }
 
 #[test]
@@ -2947,9 +2947,7 @@ fn train_can_keep_some_operator_kinds_and_says_so_in_the_manifest() {
         "gemm,rmsnorm",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let read = |dir: &std::path::Path| -> serde_json::Value {
-        serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
-    };
+    let read = |dir: &std::path::Path| read_json(&dir.join("manifest.json"));
     let manifest = read(&models);
     assert_eq!(
         manifest["operators"],

@@ -390,13 +390,19 @@ pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
         1.0
     };
     let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
-    let kept = match layout.cross_entropy {
-        crate::workload::CrossEntropy::VocabParallel | crate::workload::CrossEntropy::Pytorch => {
-            4.0
-        }
-        crate::workload::CrossEntropy::Fused => 2.0,
-    };
+    let (kept, _) = loss_bytes_per_logit(layout.cross_entropy);
     4.0 * sbh(arch, layout) * rep + kept * tokens * arch.padded_vocab(layout.tp) as f64 / t
+}
+
+/// Bytes a logit each loss keeps for its backward and holds beside them at its peak (see
+/// `head_extra` and `head_transient`).
+fn loss_bytes_per_logit(loss: crate::workload::CrossEntropy) -> (f64, f64) {
+    use crate::workload::CrossEntropy::*;
+    match loss {
+        VocabParallel => (4.0, 2.0),
+        Pytorch => (4.0, 8.0),
+        Fused => (2.0, 0.0),
+    }
 }
 
 /// What the loss holds besides what it keeps, at its peak: the 16-bit logits the LM head
@@ -405,11 +411,7 @@ pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
 /// place on the 16-bit logits it keeps (`CrossEntropy`): transient.
 pub fn head_transient(arch: &Arch, layout: &Layout) -> f64 {
     let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
-    let bytes = match layout.cross_entropy {
-        crate::workload::CrossEntropy::VocabParallel => 2.0,
-        crate::workload::CrossEntropy::Pytorch => 8.0,
-        crate::workload::CrossEntropy::Fused => 0.0,
-    };
+    let (_, bytes) = loss_bytes_per_logit(layout.cross_entropy);
     bytes * tokens * arch.padded_vocab(layout.tp) as f64 / layout.tp as f64
 }
 

@@ -48,6 +48,8 @@ pub(super) struct Dims {
     drops_tokens: bool,
     imbalance: f64,
     cp_comm: CpComm,
+    /// The loss's role: its own where it is another kernel than the one the models timed.
+    loss_role: Option<Role>,
     tokens: u64,
     /// Sequence rows of norms and residuals (split over tp with sequence parallelism).
     seq_sp: u64,
@@ -88,6 +90,8 @@ impl Dims {
             t,
             cp: layout.cp,
             cp_comm: layout.cp_comm,
+            loss_role: (layout.cross_entropy == CrossEntropy::Fused)
+                .then_some(Role::FusedCrossEntropy),
             ep: layout.ep,
             etp: layout.etp,
             a2a_overlap: layout.overlap.moe_a2a,
@@ -1622,13 +1626,7 @@ pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
 /// with sequence parallelism, and its backward communicates as a layer's column-parallel GEMM
 /// does (`head_comm`). A fused cross-entropy (`CrossEntropy::Fused`) is another kernel than
 /// the unfused one the cross-entropy models timed, so its call carries its own role.
-pub(super) fn head_block(
-    b: &mut Builder,
-    arch: &Arch,
-    d: &Dims,
-    cross_entropy: CrossEntropy,
-) -> Block {
-    let loss_role = (cross_entropy == CrossEntropy::Fused).then_some(Role::FusedCrossEntropy);
+pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
     let norm_op = match arch.norm {
         NormKind::Layernorm => OpKind::LayerNorm,
         NormKind::Rmsnorm => OpKind::RmsNorm,
@@ -1654,7 +1652,7 @@ pub(super) fn head_block(
                 OpKind::CrossEntropy,
                 phase,
                 d.act,
-                loss_role,
+                d.loss_role,
                 d.tok(d.vocab_rank),
                 Class::Compute,
             ),

@@ -256,7 +256,7 @@ impl Plan {
         let layer_block = layer::layer_block(&mut b, arch, layout, &dims, fsdp, false);
         let dense_layer = (arch.moe.is_some_and(|m| m.dense_layers > 0))
             .then(|| layer::layer_block(&mut b, arch, layout, &dims, fsdp, true));
-        let head = layer::head_block(&mut b, arch, &dims, layout.cross_entropy);
+        let head = layer::head_block(&mut b, arch, &dims);
         let mtp = (layout.mtp_layers > 0)
             .then(|| layer::mtp_block(&mut b, arch, &dims, [&embedding, &layer_block, &head]));
         let send = (layout.pp > 1).then(|| {
