@@ -99,13 +99,38 @@ impl FaultArgs {
 }
 
 impl RunArgs {
+    /// The first run flag given, which without --tokens or --steps would change nothing.
+    fn unused_flag(&self) -> Option<&'static str> {
+        let f = &self.fault;
+        [
+            (
+                self.checkpoint_write_gb_per_s_per_node.is_some(),
+                "--checkpoint-write-gb-per-s-per-node",
+            ),
+            (f.failures_per_node_day.is_some(), "--failures-per-node-day"),
+            (f.recovery_s.is_some(), "--recovery-s"),
+            (f.checkpoint_interval.is_some(), "--checkpoint-interval"),
+            (f.first_start_s.is_some(), "--first-start-s"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
     /// The run, when --tokens or --steps was given; steps become tokens through
     /// `tokens_per_step`.
     pub fn spec(&self, cluster: &Cluster, tokens_per_step: f64) -> anyhow::Result<Option<RunSpec>> {
         let tokens = match (self.tokens, self.steps) {
             (Some(t), _) => positive("--tokens", t)?,
             (None, Some(s)) => positive("--steps", s)? * tokens_per_step,
-            (None, None) => return Ok(None),
+            (None, None) => {
+                if let Some(flag) = self.unused_flag() {
+                    anyhow::bail!(stepcast::Error::Invalid(format!(
+                        "{flag} sizes the whole training run, which needs its length: add \
+                         --tokens N or --steps N, or drop {flag}"
+                    )));
+                }
+                return Ok(None);
+            }
         };
         let (reliability, mut storage) = self.fault.resolve(Some(cluster))?;
         if let Some(b) = self.checkpoint_write_gb_per_s_per_node {
