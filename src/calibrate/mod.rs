@@ -6,6 +6,7 @@
 //! step from the cached isolated estimates, so a fit over a thousand runs takes seconds.
 
 pub mod fit;
+pub mod megatron_log;
 pub mod runs;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -16,6 +16,7 @@ mod plot;
 mod predict;
 mod report;
 mod run;
+mod runs;
 mod search;
 mod stamp;
 mod train;
@@ -59,6 +60,10 @@ pub enum Command {
     /// FlashAttention-2 efficiency) of a cluster's models to measured training runs,
     /// cross-validated by model family.
     Calibrate(Box<calibrate::CalibrateArgs>),
+    /// Measured training runs for `calibrate`: `stepcast runs import LOG… --cluster C --out
+    /// RUNS.csv` makes runs-CSV rows of Megatron-LM training logs.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
     /// Inspect trained models, or check them against this machine.
     #[command(subcommand)]
     Models(models::ModelsCommand),
@@ -132,6 +137,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Train(args) => train::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Calibrate(args) => calibrate::run(*args),
+        Command::Runs(cmd) => runs::run(cmd),
         Command::Models(models::ModelsCommand::Check { args }) => {
             bench::run(&[vec!["check".to_string()], args].concat())
         }

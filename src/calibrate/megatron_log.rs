@@ -1,0 +1,909 @@
+//! Measured runs from Megatron-LM training logs, so `stepcast calibrate` can be fitted to one's
+//! own runs without writing the runs CSV by hand (`stepcast runs import`).
+//!
+//! What a log holds: rank 0 prints every argument once at start — a line
+//! `------------------------ arguments ------------------------`, one `name ..... value` line
+//! per argument (Megatron-LM's `_print_args`, after `validate_args` has filled the derived
+//! ones: `world_size`, `data_parallel_size`, `padded_vocab_size`,
+//! `virtual_pipeline_model_parallel_size`), then `-------------------- end of arguments
+//! ---------------------`; every `log_interval` iterations a line with the mean time per
+//! iteration over the interval (`iteration 20/ 100 | … | elapsed time per iteration (ms):
+//! 1234.5 | …`, some versions `1234.5/1200.0`, the interval's and a running mean); after the
+//! first interval each reporting rank's memory (`[Rank 0] (after 10 iterations) memory (MB) |
+//! allocated: … | max reserved: …`). From these a run is the layout and precision as `predict`
+//! takes them, the architecture (unless the user names one), the median interval past the
+//! warm-up and the largest peak reserved memory any rank reported.
+
+use std::collections::BTreeMap;
+
+use crate::workload::{
+    Activation, ArchSpec, AttentionImpl, CausalBlocks, MlaSpec, MoeSpec, NormKind, Position,
+};
+
+/// What a Megatron-LM log says about its run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MegatronLog {
+    /// Every argument as printed (Python's `None` kept as the text `None`).
+    pub args: BTreeMap<String, String>,
+    /// Per logged interval: the last iteration it covers and its mean milliseconds per
+    /// iteration; intervals that skipped an iteration or hit a NaN are left out.
+    pub intervals: Vec<(u64, f64)>,
+    /// The largest `max reserved` any rank reported, MiB.
+    pub max_reserved_mib: Option<f64>,
+}
+
+/// The label the iteration time follows on an iteration line.
+const ELAPSED: &str = "elapsed time per iteration (ms):";
+
+/// Reads a log's text (any launcher prefix before Megatron's own text is ignored).
+pub fn parse(text: &str) -> MegatronLog {
+    let mut log = MegatronLog::default();
+    let mut in_args = false;
+    for line in text.lines() {
+        if line.contains("end of arguments") {
+            in_args = false;
+        } else if line.contains("-- arguments --") {
+            in_args = true;
+        } else if in_args {
+            if let Some((name, value)) = argument(line) {
+                log.args.insert(name, value);
+            }
+        } else if let Some(interval) = interval(line) {
+            log.intervals.push(interval);
+        } else if let Some(mib) = max_reserved(line) {
+            log.max_reserved_mib = Some(log.max_reserved_mib.map_or(mib, |m: f64| m.max(mib)));
+        }
+    }
+    log
+}
+
+/// `  name ........ value` (the dots pad the name to one width).
+fn argument(line: &str) -> Option<(String, String)> {
+    let dots = line.find(" ..")?;
+    let name = line[..dots].split_whitespace().last()?;
+    let valid = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let value = line[dots + 1..].trim_start_matches('.').trim();
+    (valid && !name.is_empty()).then(|| (name.to_string(), value.to_string()))
+}
+
+/// The number at the start of `s` (after blanks), up to the first character that is not part
+/// of one.
+fn leading_number(s: &str) -> Option<f64> {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+        .unwrap_or(s.len());
+    s[..end].parse().ok().filter(|v: &f64| v.is_finite())
+}
+
+/// The count after `label` on an iteration line (0 where the line does not print it).
+fn count_after(line: &str, label: &str) -> u64 {
+    line.find(label)
+        .and_then(|at| leading_number(&line[at + label.len()..]))
+        .map_or(0, |v| v as u64)
+}
+
+/// An iteration line: (its iteration, mean ms per iteration over the interval), or none where
+/// it is not one or the interval skipped an iteration or hit a NaN.
+fn interval(line: &str) -> Option<(u64, f64)> {
+    let at = line.find(ELAPSED)?;
+    let ms = leading_number(&line[at + ELAPSED.len()..])?;
+    // the first "iteration" followed by its number ("iteration      20/     100 |")
+    let iteration = line[..at]
+        .match_indices("iteration")
+        .find_map(|(i, word)| {
+            let rest = line[i + word.len()..].trim_start();
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            rest[..digits].parse::<u64>().ok()
+        })?;
+    let troubled = count_after(line, "number of skipped iterations:") > 0
+        || count_after(line, "number of nan iterations:") > 0;
+    (!troubled && ms > 0.0).then_some((iteration, ms))
+}
+
+/// A memory report's `max reserved` (MiB).
+fn max_reserved(line: &str) -> Option<f64> {
+    const LABEL: &str = "max reserved:";
+    if !line.contains("memory (MB)") {
+        return None;
+    }
+    let at = line.find(LABEL)?;
+    leading_number(&line[at + LABEL.len()..]).filter(|v| *v > 0.0)
+}
+
+/// How one log becomes a run: the user's choices besides what the log says.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    /// The source set the row is reported under.
+    pub set: String,
+    /// The model family (the cross-validation group); none: the model's name.
+    pub family: Option<String>,
+    /// The cluster, as the runs CSV names it (a built-in name or a path).
+    pub cluster: String,
+    /// A preset or architecture file to use instead of the architecture the arguments describe.
+    pub model: Option<String>,
+    /// Intervals ending at or before this iteration are warm-up, left out.
+    pub warmup_iterations: u64,
+}
+
+/// One log as a runs-CSV row.
+#[derive(Debug, Clone)]
+pub struct ImportedRun {
+    /// The row's columns by name (`COLUMNS`; empty where the layout's default holds).
+    pub columns: BTreeMap<&'static str, String>,
+    /// The architecture the arguments describe, to be written where the row's `model` points;
+    /// none where the user named a model.
+    pub arch: Option<ArchSpec>,
+    /// Median milliseconds per iteration over the intervals used.
+    pub step_ms: f64,
+    /// The intervals used, and the first and last iteration they cover.
+    pub intervals_used: usize,
+    /// The first and last iteration of the intervals used.
+    pub iterations: (u64, u64),
+}
+
+/// The columns a row is written with, in this order in a new runs CSV.
+pub const COLUMNS: [&str; 37] = [
+    "set",
+    "family",
+    "label",
+    "cluster",
+    "model",
+    "framework",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "moe_dispatcher",
+    "moe_a2a_overlap",
+    "pipeline_split",
+    "micro_batch",
+    "global_batch",
+    "seq_len",
+    "dtype",
+    "recompute",
+    "recompute_modules",
+    "zero",
+    "schedule",
+    "vpp",
+    "sequence_parallel",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_reduce_dtype",
+    "fp8_param_gather",
+    "cross_entropy",
+    "cuda_graphs",
+    "measured_step_s",
+    "measured_memory_gib",
+    "memory_scope",
+    "expressible",
+    "source",
+];
+
+/// The arguments, read as Megatron-LM printed them.
+struct Args<'a>(&'a BTreeMap<String, String>);
+
+impl Args<'_> {
+    /// An argument's text; none where it is absent or Python's `None`.
+    fn text(&self, name: &str) -> Option<&str> {
+        self.0
+            .get(name)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty() && *v != "None")
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.text(name) == Some("True")
+    }
+
+    /// A whole-number argument; an error names it where its text is not one.
+    fn count(&self, name: &str) -> Result<Option<u64>, String> {
+        self.text(name)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("argument {name} = {v:?} is not a whole number"))
+            })
+            .transpose()
+    }
+
+    fn required(&self, name: &str) -> Result<u64, String> {
+        self.count(name)?.ok_or_else(|| {
+            format!(
+                "argument {name} is not in the log's argument dump: give the log of rank 0, \
+                 which prints every argument between `---- arguments ----` and `---- end of \
+                 arguments ----` at start"
+            )
+        })
+    }
+
+    fn float(&self, name: &str) -> Option<f64> {
+        self.text(name).and_then(|v| v.parse().ok())
+    }
+
+    /// A Python list as printed (`['core_attn', 'mlp']`), its items unquoted.
+    fn list(&self, name: &str) -> Vec<String> {
+        self.text(name)
+            .map(|v| {
+                v.trim_matches(|c| c == '[' || c == ']')
+                    .split(',')
+                    .map(|s| s.trim().trim_matches('\'').trim_matches('"').to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn yes(b: bool) -> String {
+    if b { "true" } else { "false" }.into()
+}
+
+/// The run a parsed log describes. Errors name the argument and say what to do.
+pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun, String> {
+    let a = Args(&log.args);
+    if log.args.is_empty() {
+        return Err(
+            "no argument dump found (the lines between `---- arguments ----` and \
+                    `---- end of arguments ----` Megatron-LM's rank 0 prints at start): give \
+                    rank 0's log"
+                .into(),
+        );
+    }
+    let tp = a.count("tensor_model_parallel_size")?.unwrap_or(1);
+    let pp = a.count("pipeline_model_parallel_size")?.unwrap_or(1);
+    let cp = a.count("context_parallel_size")?.unwrap_or(1);
+    let world = a.required("world_size")?;
+    let model_parallel = tp * pp * cp;
+    if model_parallel == 0 || world % model_parallel != 0 {
+        return Err(format!(
+            "world_size {world} is not a multiple of tensor × pipeline × context parallelism \
+             ({tp} × {pp} × {cp}): is this one run's log?"
+        ));
+    }
+    let dp = world / model_parallel;
+    let micro_batch = a.required("micro_batch_size")?;
+    let global_batch = a.count("global_batch_size")?.unwrap_or(micro_batch * dp);
+    let seq_len = a.required("seq_length")?;
+    let layers = a.required("num_layers")?;
+
+    let (step_ms, intervals_used, iterations) = step_time(log, options.warmup_iterations)?;
+
+    let dtype = if a.text("fp8").is_some() {
+        "fp8"
+    } else if a.flag("bf16") {
+        "bf16"
+    } else if a.flag("fp16") {
+        "fp16"
+    } else {
+        "fp32"
+    };
+    let vpp = match (
+        a.count("virtual_pipeline_model_parallel_size")?,
+        a.count("num_layers_per_virtual_pipeline_stage")?,
+    ) {
+        (Some(v), _) => v,
+        (None, Some(per_chunk)) if per_chunk > 0 && pp > 0 => layers / pp / per_chunk,
+        _ => 1,
+    };
+    let recompute = match a.text("recompute_granularity") {
+        // Megatron-LM before 2022: --checkpoint-activations recomputed whole layers
+        None if a.flag("checkpoint_activations") => "full",
+        None => "none",
+        Some("full") => "full",
+        Some("selective") => "selective",
+        Some(other) => {
+            return Err(format!(
+                "argument recompute_granularity = {other:?} is not full, selective or None"
+            ))
+        }
+    };
+    let modules = a.list("recompute_modules");
+    // Megatron's selective default is the attention core, which `selective` alone means
+    let recompute_modules = if recompute == "selective" && modules != ["core_attn"] {
+        modules.join("+")
+    } else {
+        String::new()
+    };
+    let mut reason = Vec::new();
+    if recompute == "full" {
+        let per_chunk = layers / (pp * vpp).max(1);
+        if let Some(n) = a.count("recompute_num_layers")?.filter(|&n| n < per_chunk) {
+            if a.text("recompute_method") == Some("block") {
+                reason.push(format!(
+                    "full recompute of {n} of the {per_chunk} layers a chunk holds (block \
+                     method) is not costed"
+                ));
+            }
+        }
+    }
+    let experts = a.count("num_experts")?;
+    let moe_dispatcher = match (experts, a.text("moe_token_dispatcher_type")) {
+        (None, _) => "",
+        (Some(_), Some("flex")) => match a.text("moe_flex_dispatcher_backend") {
+            Some("hybridep") => "hybridep",
+            _ => "deepep",
+        },
+        (Some(_), _) if a.flag("moe_enable_deepep") => "deepep",
+        (Some(_), Some("allgather")) => "allgather",
+        (Some(_), _) => "alltoall",
+    };
+    let grad_reduce_dtype = if a.flag("grad_reduce_in_bf16") {
+        "bf16"
+    } else if a.flag("accumulate_allreduce_grads_in_fp32") {
+        "fp32"
+    } else if dtype == "fp16" {
+        "fp16"
+    } else if dtype == "fp32" {
+        "fp32"
+    } else {
+        "bf16"
+    };
+    let cross_entropy = if a.flag("cross_entropy_loss_fusion")
+        && a.text("cross_entropy_fusion_impl") == Some("te")
+    {
+        "fused"
+    } else {
+        ""
+    };
+    let pipeline_split = match (
+        a.flag("account_for_embedding_in_pipeline_split"),
+        a.flag("account_for_loss_in_pipeline_split"),
+    ) {
+        (true, true) => "embedding+loss",
+        (true, false) => "embedding",
+        (false, true) => "loss",
+        (false, false) => "",
+    };
+    let graphed =
+        a.flag("enable_cuda_graph") || a.text("cuda_graph_impl").is_some_and(|i| i != "none");
+    let cuda_graphs = if graphed {
+        let scope: Vec<String> = a
+            .list("cuda_graph_scope")
+            .into_iter()
+            .filter(|s| s != "full")
+            .collect();
+        if scope.is_empty() {
+            "layer".to_string()
+        } else {
+            scope.join("+")
+        }
+    } else {
+        String::new()
+    };
+
+    let arch = match options.model {
+        Some(_) => None,
+        None => Some(architecture(&a, layers, seq_len)?),
+    };
+    let model_name = match (&options.model, &arch) {
+        (Some(m), _) => m.clone(),
+        (None, Some(arch)) => arch.name.clone(),
+        (None, None) => unreachable!("an architecture is made where no model is named"),
+    };
+    let model_column = match &arch {
+        Some(arch) => format!("archs/{}.yaml", arch.name),
+        None => model_name.clone(),
+    };
+    let family = options
+        .family
+        .clone()
+        .unwrap_or_else(|| family_of(&model_name));
+
+    let mut c: BTreeMap<&'static str, String> = BTreeMap::new();
+    let mut put = |k: &'static str, v: String| {
+        c.insert(k, v);
+    };
+    put("set", options.set.clone());
+    put("family", family);
+    put(
+        "label",
+        format!(
+            "{model_name} {world} GPUs tp{tp} pp{pp} cp{cp} dp{dp}{} mbs{micro_batch} \
+             gbs{global_batch} {}",
+            experts
+                .map(|_| format!(
+                    " ep{}",
+                    a.count("expert_model_parallel_size")
+                        .ok()
+                        .flatten()
+                        .unwrap_or(1)
+                ))
+                .unwrap_or_default(),
+            dtype.to_uppercase()
+        ),
+    );
+    put("cluster", options.cluster.clone());
+    put("model", model_column);
+    put("framework", "megatron".into());
+    put("tp", tp.to_string());
+    put("pp", pp.to_string());
+    put("dp", dp.to_string());
+    put("cp", cp.to_string());
+    if experts.is_some() {
+        put(
+            "ep",
+            a.count("expert_model_parallel_size")?
+                .unwrap_or(1)
+                .to_string(),
+        );
+        if let Some(etp) = a.count("expert_tensor_parallel_size")? {
+            put("etp", etp.to_string());
+        }
+        put("moe_dispatcher", moe_dispatcher.into());
+        put(
+            "moe_a2a_overlap",
+            yes(a.flag("overlap_moe_expert_parallel_comm")),
+        );
+    }
+    put("pipeline_split", pipeline_split.into());
+    put("micro_batch", micro_batch.to_string());
+    put("global_batch", global_batch.to_string());
+    put("seq_len", seq_len.to_string());
+    put("dtype", dtype.into());
+    put("recompute", recompute.into());
+    put("recompute_modules", recompute_modules);
+    put(
+        "zero",
+        if a.flag("use_distributed_optimizer") {
+            "1"
+        } else {
+            "0"
+        }
+        .into(),
+    );
+    put(
+        "schedule",
+        if vpp > 1 { "interleaved" } else { "1f1b" }.into(),
+    );
+    put("vpp", vpp.to_string());
+    put("sequence_parallel", yes(a.flag("sequence_parallel")));
+    put(
+        "tp_comm_overlap",
+        if a.flag("tp_comm_overlap") { "1" } else { "0" }.into(),
+    );
+    put("overlap_grad_reduce", yes(a.flag("overlap_grad_reduce")));
+    put("overlap_param_gather", yes(a.flag("overlap_param_gather")));
+    put("grad_reduce_dtype", grad_reduce_dtype.into());
+    put("fp8_param_gather", yes(a.flag("fp8_param_gather")));
+    put("cross_entropy", cross_entropy.into());
+    put("cuda_graphs", cuda_graphs);
+    put("measured_step_s", format!("{}", step_ms / 1e3));
+    if let Some(mib) = log.max_reserved_mib {
+        put("measured_memory_gib", format!("{:.3}", mib / 1024.0));
+        put("memory_scope", "allocator".into());
+    }
+    put("expressible", yes(reason.is_empty()));
+    put(
+        "source",
+        format!(
+            "median of {intervals_used} logged intervals, iterations {}–{}{}",
+            iterations.0,
+            iterations.1,
+            if reason.is_empty() {
+                String::new()
+            } else {
+                format!(" (not expressible: {})", reason.join("; "))
+            }
+        ),
+    );
+    Ok(ImportedRun {
+        columns: c,
+        arch,
+        step_ms,
+        intervals_used,
+        iterations,
+    })
+}
+
+/// The median interval past the warm-up: (ms per iteration, intervals, first and last
+/// iteration).
+fn step_time(log: &MegatronLog, warmup: u64) -> Result<(f64, usize, (u64, u64)), String> {
+    let mut kept: Vec<(u64, f64)> = log
+        .intervals
+        .iter()
+        .copied()
+        .filter(|&(iteration, _)| iteration > warmup)
+        .collect();
+    if kept.is_empty() {
+        return Err(format!(
+            "no iteration line past iteration {warmup} ({} logged in all, `{ELAPSED} …`): \
+             train longer, or give a smaller --warmup-iterations",
+            log.intervals.len()
+        ));
+    }
+    let first = kept.iter().map(|k| k.0).min().unwrap_or(0);
+    let last = kept.iter().map(|k| k.0).max().unwrap_or(0);
+    kept.sort_by(|x, y| x.1.total_cmp(&y.1));
+    let n = kept.len();
+    let median = if n % 2 == 1 {
+        kept[n / 2].1
+    } else {
+        (kept[n / 2 - 1].1 + kept[n / 2].1) / 2.0
+    };
+    Ok((median, n, (first, last)))
+}
+
+/// A family name from a model name: what grouped cross-validation leaves out together.
+fn family_of(model: &str) -> String {
+    let file = model.rsplit('/').next().unwrap_or(model);
+    file.trim_end_matches(".yaml")
+        .trim_end_matches(".json")
+        .to_string()
+}
+
+/// The architecture Megatron-LM's arguments describe, named by its dimensions (runs of one
+/// model share the file and the family).
+fn architecture(a: &Args, layers: u64, seq_len: u64) -> Result<ArchSpec, String> {
+    let hidden = a.required("hidden_size")?;
+    let heads = a.required("num_attention_heads")?;
+    let ffn = a.count("ffn_hidden_size")?;
+    let (vocab, divisible) = match (a.count("padded_vocab_size")?, a.count("vocab_size")?) {
+        (Some(v), _) => (v, Some(1)),
+        (None, Some(v)) => (v, a.count("make_vocab_size_divisible_by")?),
+        (None, None) => {
+            return Err(
+                "neither padded_vocab_size nor vocab_size is in the argument dump: \
+                        give the model with --model"
+                    .into(),
+            )
+        }
+    };
+    let kv_heads = if a.flag("group_query_attention") {
+        a.count("num_query_groups")?
+    } else {
+        None
+    };
+    let head_dim = a.count("kv_channels")?.filter(|&d| d * heads != hidden);
+    let activation = if a.flag("swiglu") {
+        Activation::Swiglu
+    } else if a.flag("squared_relu") {
+        Activation::SquaredRelu
+    } else {
+        Activation::Gelu
+    };
+    let norm = match a.text("normalization") {
+        Some("RMSNorm") => NormKind::Rmsnorm,
+        _ => NormKind::Layernorm,
+    };
+    let position = match a.text("position_embedding_type") {
+        Some("learned_absolute") => Position::Learned,
+        Some("rope") | Some("yarn") | None => Position::Rope,
+        Some(other) => {
+            return Err(format!(
+                "argument position_embedding_type = {other:?} is not costed (rope, yarn or \
+                 learned_absolute): give the model with --model"
+            ))
+        }
+    };
+    let unfused = a.text("transformer_impl") == Some("local") && !a.flag("use_flash_attn");
+    let dropout = a.float("hidden_dropout").unwrap_or(0.1) > 0.0
+        || a.float("attention_dropout").unwrap_or(0.1) > 0.0;
+    let experts = a.count("num_experts")?;
+    let moe = match experts {
+        None => None,
+        Some(experts) => {
+            let freq = a.list("moe_layer_freq");
+            let dense_layers = if freq.len() > 1 {
+                let leading = freq.iter().take_while(|f| *f == "0").count();
+                if freq.iter().skip(leading).any(|f| f != "1") {
+                    return Err(format!(
+                        "argument moe_layer_freq = {:?} interleaves dense and expert layers, \
+                         which is not costed (only leading dense layers are): give the model \
+                         with --model",
+                        a.text("moe_layer_freq").unwrap_or_default()
+                    ));
+                }
+                leading as u64
+            } else {
+                0
+            };
+            let shared_ffn = a.count("moe_shared_expert_intermediate_size")?;
+            Some(MoeSpec {
+                experts,
+                top_k: a.count("moe_router_topk")?.unwrap_or(2),
+                expert_ffn: a
+                    .count("moe_ffn_hidden_size")?
+                    .or(ffn)
+                    .unwrap_or(4 * hidden),
+                shared_experts: u64::from(shared_ffn.is_some()),
+                shared_ffn,
+                dense_layers,
+                groups: a.count("moe_router_num_groups")?.unwrap_or(0),
+                topk_groups: a.count("moe_router_group_topk")?.unwrap_or(0),
+            })
+        }
+    };
+    let mla = if a.flag("multi_latent_attention") {
+        Some(MlaSpec {
+            q_lora_rank: a.count("q_lora_rank")?,
+            kv_lora_rank: a.required("kv_lora_rank")?,
+            qk_nope_head_dim: a.required("qk_head_dim")?,
+            qk_rope_head_dim: a.required("qk_pos_emb_head_dim")?,
+            v_head_dim: a.required("v_head_dim")?,
+        })
+    } else {
+        None
+    };
+    // Megatron's window_size is (left, right) keys beside the query: left + 1 keys in all
+    let sliding_window = match a.text("window_size") {
+        None => None,
+        Some(w) => {
+            let left = w
+                .trim_matches(|c| c == '(' || c == ')' || c == '[' || c == ']')
+                .split(',')
+                .next()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| format!("argument window_size = {w:?} is not (left, right)"))?;
+            Some(left + 1)
+        }
+    };
+    let global_attention_every = sliding_window
+        .and(a.count("window_attn_skip_freq").ok().flatten())
+        .filter(|&n| n > 1);
+    let mut name = format!(
+        "megatron-l{layers}-h{hidden}-a{heads}{}-f{}-v{vocab}",
+        kv_heads.map(|k| format!("g{k}")).unwrap_or_default(),
+        ffn.unwrap_or(4 * hidden)
+    );
+    if let Some(m) = &moe {
+        name += &format!("-e{}k{}x{}", m.experts, m.top_k, m.expert_ffn);
+    }
+    if mla.is_some() {
+        name += "-mla";
+    }
+    Ok(ArchSpec {
+        name,
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        head_dim,
+        ffn_hidden: ffn,
+        vocab,
+        vocab_divisible_by: divisible,
+        norm,
+        activation,
+        tied_embeddings: !a.flag("untie_embeddings_and_output_weights"),
+        attention: if unfused {
+            AttentionImpl::Unfused
+        } else {
+            AttentionImpl::Flash
+        },
+        causal_blocks: CausalBlocks::default(),
+        position,
+        // Megatron's linear layers carry biases unless --disable-bias-linear
+        linear_bias: a.text("add_bias_linear").is_none_or(|v| v == "True"),
+        qkv_bias: a.flag("add_qkv_bias"),
+        qk_norm: a.flag("qk_layernorm"),
+        norm_bias: None,
+        seq_len: Some(seq_len),
+        sliding_window,
+        global_attention_every,
+        dropout,
+        moe,
+        mla,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log as Megatron-LM writes it (Llama 3 8B, tp 2 · pp 2 · dp 4): a launcher's lines,
+    /// the argument dump, iteration lines (the first with the warm-up's slow start, one that
+    /// skipped an iteration) and two ranks' memory reports; `changed` arguments replace or join
+    /// those printed.
+    fn log(changed: &[(&str, &str)]) -> String {
+        let mut text = include_str!("../../tests/data/megatron/llama3-8b-tp2-pp2.log").to_string();
+        for (name, value) in changed {
+            let line = format!("  {name} {} {value}\n", ".".repeat(48 - name.len()));
+            let start = format!("  {name} .");
+            text = match text.find(&start) {
+                Some(at) => {
+                    let end = at + text[at..].find('\n').unwrap() + 1;
+                    format!("{}{line}{}", &text[..at], &text[end..])
+                }
+                None => text.replacen(
+                    "-------------------- end of arguments",
+                    &format!("{line}-------------------- end of arguments"),
+                    1,
+                ),
+            };
+        }
+        text
+    }
+
+    fn options() -> ImportOptions {
+        ImportOptions {
+            set: "mine".into(),
+            family: None,
+            cluster: "dgx-h100".into(),
+            model: None,
+            warmup_iterations: 10,
+        }
+    }
+
+    #[test]
+    fn the_dump_the_intervals_and_the_memory_are_read() {
+        let l = parse(&log(&[]));
+        assert_eq!(l.args["tensor_model_parallel_size"], "2");
+        assert_eq!(l.args["fp8"], "None");
+        // the interval with a skipped iteration is left out
+        assert_eq!(
+            l.intervals,
+            vec![(10, 9000.0), (20, 2010.0), (30, 2000.0), (50, 1990.0)]
+        );
+        assert_eq!(l.max_reserved_mib, Some(65536.0));
+    }
+
+    #[test]
+    fn a_run_is_its_layout_its_median_step_past_the_warmup_and_its_peak() {
+        let run = import(&parse(&log(&[])), &options()).unwrap();
+        let c = &run.columns;
+        assert_eq!(
+            (c["tp"].as_str(), c["pp"].as_str(), c["dp"].as_str()),
+            ("2", "2", "4")
+        );
+        assert_eq!(c["dtype"], "bf16");
+        assert_eq!(c["recompute"], "none");
+        assert_eq!(c["zero"], "1");
+        assert_eq!(c["schedule"], "1f1b");
+        assert_eq!(c["sequence_parallel"], "true");
+        assert_eq!(c["grad_reduce_dtype"], "fp32");
+        // iterations 20, 30 and 50 (10 is warm-up): the median, 2.000 s
+        assert_eq!(c["measured_step_s"], "2");
+        assert_eq!(run.intervals_used, 3);
+        assert_eq!(run.iterations, (20, 50));
+        assert_eq!(c["measured_memory_gib"], "64.000");
+        assert_eq!(c["memory_scope"], "allocator");
+        let arch = run.arch.unwrap();
+        assert_eq!(c["model"], format!("archs/{}.yaml", arch.name));
+        assert_eq!(c["family"], arch.name);
+        assert_eq!(
+            (arch.layers, arch.hidden, arch.kv_heads),
+            (32, 4096, Some(8))
+        );
+        assert_eq!((arch.vocab, arch.vocab_divisible_by), (128256, Some(1)));
+        assert_eq!(arch.activation, Activation::Swiglu);
+        assert!(!arch.linear_bias && !arch.tied_embeddings && !arch.dropout);
+        // a valid architecture, the same one as the Llama 3 8B preset's dimensions
+        let checked = arch.clone().validate("test").unwrap();
+        let preset = crate::workload::Arch::resolve("llama3-8b").unwrap();
+        assert_eq!(checked.total_params(), preset.total_params());
+    }
+
+    #[test]
+    fn fp8_interleaving_recompute_and_the_loss_are_read_as_megatron_names_them() {
+        let run = import(
+            &parse(&log(&[
+                ("fp8", "hybrid"),
+                ("virtual_pipeline_model_parallel_size", "None"),
+                ("num_layers_per_virtual_pipeline_stage", "8"),
+                ("recompute_granularity", "selective"),
+                ("recompute_modules", "['core_attn', 'mlp']"),
+                ("cross_entropy_loss_fusion", "True"),
+                ("cross_entropy_fusion_impl", "te"),
+                ("account_for_loss_in_pipeline_split", "True"),
+                ("tp_comm_overlap", "True"),
+            ])),
+            &options(),
+        )
+        .unwrap();
+        let c = &run.columns;
+        assert_eq!(c["dtype"], "fp8");
+        assert_eq!(
+            (c["vpp"].as_str(), c["schedule"].as_str()),
+            ("2", "interleaved")
+        );
+        assert_eq!(c["recompute"], "selective");
+        assert_eq!(c["recompute_modules"], "core_attn+mlp");
+        assert_eq!(c["cross_entropy"], "fused");
+        assert_eq!(c["pipeline_split"], "loss");
+        assert_eq!(c["tp_comm_overlap"], "1");
+        // the attention core alone is what `selective` means
+        let plain = import(
+            &parse(&log(&[
+                ("recompute_granularity", "selective"),
+                ("recompute_modules", "['core_attn']"),
+            ])),
+            &options(),
+        )
+        .unwrap();
+        assert_eq!(plain.columns["recompute_modules"], "");
+    }
+
+    #[test]
+    fn experts_and_their_dispatcher_are_read() {
+        let run = import(
+            &parse(&log(&[
+                ("num_experts", "64"),
+                ("moe_router_topk", "8"),
+                ("moe_ffn_hidden_size", "1408"),
+                ("moe_layer_freq", "[0, 1, 1, 1]"),
+                ("expert_model_parallel_size", "8"),
+                ("expert_tensor_parallel_size", "1"),
+                ("moe_token_dispatcher_type", "flex"),
+                ("moe_flex_dispatcher_backend", "hybridep"),
+            ])),
+            &options(),
+        )
+        .unwrap();
+        let c = &run.columns;
+        assert_eq!((c["ep"].as_str(), c["etp"].as_str()), ("8", "1"));
+        assert_eq!(c["moe_dispatcher"], "hybridep");
+        let moe = run.arch.unwrap().moe.unwrap();
+        assert_eq!((moe.experts, moe.top_k, moe.expert_ffn), (64, 8, 1408));
+        assert_eq!(moe.dense_layers, 1);
+        // dense layers between expert layers are refused, naming the argument
+        let e = import(
+            &parse(&log(&[
+                ("num_experts", "8"),
+                ("moe_layer_freq", "[1, 0, 1, 0]"),
+            ])),
+            &options(),
+        )
+        .unwrap_err();
+        assert!(e.contains("moe_layer_freq") && e.contains("--model"), "{e}");
+    }
+
+    #[test]
+    fn a_named_model_replaces_the_arguments_architecture() {
+        let mut o = options();
+        o.model = Some("llama3-8b".into());
+        let run = import(&parse(&log(&[])), &o).unwrap();
+        assert!(run.arch.is_none());
+        assert_eq!(run.columns["model"], "llama3-8b");
+        assert_eq!(run.columns["family"], "llama3-8b");
+    }
+
+    #[test]
+    fn partial_full_recompute_is_kept_but_not_expressible() {
+        let run = import(
+            &parse(&log(&[
+                ("recompute_granularity", "full"),
+                ("recompute_method", "block"),
+                ("recompute_num_layers", "2"),
+            ])),
+            &options(),
+        )
+        .unwrap();
+        assert_eq!(run.columns["expressible"], "false");
+        assert!(run.columns["source"].contains("2 of the 16 layers"));
+    }
+
+    #[test]
+    fn what_is_missing_is_named_with_the_fix() {
+        let e = import(&parse("no megatron here\n"), &options()).unwrap_err();
+        assert!(e.contains("argument dump") && e.contains("rank 0"), "{e}");
+        let no_world = log(&[]).replace("  world_size .", "  xworld_size .");
+        let e = import(&parse(&no_world), &options()).unwrap_err();
+        assert!(e.contains("world_size"), "{e}");
+        let mut o = options();
+        o.warmup_iterations = 100;
+        let e = import(&parse(&log(&[])), &o).unwrap_err();
+        assert!(
+            e.contains("past iteration 100") && e.contains("--warmup-iterations"),
+            "{e}"
+        );
+        let e = import(&parse(&log(&[("world_size", "18")])), &options()).unwrap_err();
+        assert!(e.contains("world_size 18"), "{e}");
+    }
+
+    #[test]
+    fn other_iteration_line_forms_are_read() {
+        // a running mean after the interval's, a launcher's rank label before the text
+        let line = "0: [2026-11-27] iteration      30/    100 | consumed samples: 3840 | \
+                    elapsed time per iteration (ms): 1500.5/1600.0 | lm loss: 5.0 |";
+        assert_eq!(interval(line), Some((30, 1500.5)));
+        assert_eq!(
+            argument("0:   tensor_model_parallel_size ........ 8"),
+            Some(("tensor_model_parallel_size".into(), "8".into()))
+        );
+        assert_eq!(interval("iterations are fun"), None);
+    }
+}

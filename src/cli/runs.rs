@@ -1,0 +1,257 @@
+//! `stepcast runs import --format megatron-log LOG… --cluster C --out RUNS.csv`: one row per
+//! training log appended to a runs CSV (the architecture each log's arguments describe
+//! written beside it), ready for `stepcast calibrate RUNS.csv --cluster C`.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use stepcast::calibrate::megatron_log::{self, ImportOptions, COLUMNS};
+use stepcast::hardware::Cluster;
+use stepcast::Error;
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Make runs-CSV rows of training logs (Megatron-LM's): the layout, precision and
+    /// architecture from the argument dump rank 0 prints, the step time from the iteration
+    /// lines past the warm-up, the peak reserved memory from the memory reports.
+    Import(ImportArgs),
+}
+
+/// Training log formats `runs import` reads.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Megatron-LM's `pretrain_gpt.py` stdout (rank 0's): the `---- arguments ----` dump and
+    /// the `elapsed time per iteration (ms)` lines.
+    MegatronLog,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The logs' format.
+    #[arg(long, value_enum, default_value = "megatron-log")]
+    pub format: LogFormat,
+    /// Logs of rank 0 (or all ranks' logs concatenated), one run each.
+    #[arg(required = true)]
+    pub logs: Vec<PathBuf>,
+    /// The cluster the runs ran on (a built-in name or a cluster file).
+    #[arg(long)]
+    pub cluster: String,
+    /// The runs CSV to append to (created with a header where it does not exist).
+    #[arg(long, value_name = "RUNS.csv")]
+    pub out: PathBuf,
+    /// A preset or architecture file every log ran, instead of the architecture written from
+    /// each log's arguments.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The source set the rows are reported under.
+    #[arg(long, default_value = "mine")]
+    pub set: String,
+    /// The model family (grouped cross-validation leaves one out at a time) [the model's
+    /// name].
+    #[arg(long)]
+    pub family: Option<String>,
+    /// Iteration lines ending at or before this iteration are warm-up and left out (the
+    /// first steps compile, allocate and tune).
+    #[arg(long, default_value_t = 10)]
+    pub warmup_iterations: u64,
+}
+
+pub fn run(cmd: RunsCommand) -> anyhow::Result<()> {
+    match cmd {
+        RunsCommand::Import(args) => import(args),
+    }
+}
+
+fn import(args: ImportArgs) -> anyhow::Result<()> {
+    let LogFormat::MegatronLog = args.format;
+    // the cluster as the CSV will name it: a built-in name as given, a file by its absolute
+    // path (the CSV resolves relative paths against its own directory)
+    Cluster::load(Path::new(&args.cluster))?;
+    let cluster = if Path::new(&args.cluster).is_file() {
+        std::fs::canonicalize(&args.cluster)
+            .map_err(|e| Error::io(Path::new(&args.cluster), e))?
+            .display()
+            .to_string()
+    } else {
+        args.cluster.clone()
+    };
+    let model = match &args.model {
+        Some(m) if Path::new(m).is_file() => Some(
+            std::fs::canonicalize(m)
+                .map_err(|e| Error::io(Path::new(m), e))?
+                .display()
+                .to_string(),
+        ),
+        Some(m) => {
+            stepcast::workload::Arch::resolve(m)?;
+            Some(m.clone())
+        }
+        None => None,
+    };
+    let options = ImportOptions {
+        set: args.set.clone(),
+        family: args.family.clone(),
+        cluster,
+        model,
+        warmup_iterations: args.warmup_iterations,
+    };
+    // every log is read before anything is written: one bad log writes no row
+    let mut imported = Vec::new();
+    for log in &args.logs {
+        let text = stepcast::fsutil::read_to_string(log)?;
+        let mut run =
+            megatron_log::import(&megatron_log::parse(&text), &options).map_err(|message| {
+                Error::BadFile {
+                    path: log.clone(),
+                    message,
+                }
+            })?;
+        let source = format!("{}: {}", log.display(), run.columns["source"]);
+        run.columns.insert("source", source);
+        imported.push((log, run));
+    }
+    let dir = match args.out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    for (_, run) in &imported {
+        if let Some(arch) = &run.arch {
+            write_arch(&dir, arch)?;
+        }
+    }
+    let first_line = append_rows(
+        &args.out,
+        imported.iter().map(|(_, run)| &run.columns).collect(),
+    )?;
+    for (i, (log, run)) in imported.iter().enumerate() {
+        let c = &run.columns;
+        let memory = c
+            .get("measured_memory_gib")
+            .map(|g| format!(", peak reserved {g} GiB"))
+            .unwrap_or_default();
+        println!(
+            "{}: {} — {:.3} s a step (median of {} logged intervals, iterations {}–{}){memory}{} \
+             → {} line {}",
+            log.display(),
+            c["label"],
+            run.step_ms / 1e3,
+            run.intervals_used,
+            run.iterations.0,
+            run.iterations.1,
+            if c["expressible"] == "true" {
+                ""
+            } else {
+                " (kept, not expressible)"
+            },
+            args.out.display(),
+            first_line + i,
+        );
+    }
+    println!(
+        "next: stepcast calibrate {} --cluster {} --check (how far predict is off on them), \
+         then without --check to fit",
+        args.out.display(),
+        args.cluster
+    );
+    Ok(())
+}
+
+/// Writes an architecture the arguments describe as `archs/NAME.yaml` beside the CSV; one
+/// already there is kept when it says the same and refused when it does not.
+fn write_arch(dir: &Path, arch: &stepcast::workload::ArchSpec) -> anyhow::Result<()> {
+    let path = dir.join("archs").join(format!("{}.yaml", arch.name));
+    let text = format!(
+        "# written by `stepcast runs import` from a Megatron-LM log's arguments\n{}",
+        serde_norway::to_string(arch)?
+    );
+    match std::fs::read_to_string(&path) {
+        Ok(existing) if existing == text => Ok(()),
+        Ok(_) => Err(Error::BadFile {
+            path,
+            message: "exists and describes another architecture under this name: move it, or \
+                      write the runs CSV elsewhere"
+                .into(),
+        }
+        .into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(stepcast::fsutil::write_atomic(&path, text.as_bytes())?)
+        }
+        Err(e) => Err(Error::io(&path, e).into()),
+    }
+}
+
+/// Appends `rows` to the runs CSV at `path` in its header's column order (a new file gets
+/// `COLUMNS`), flushed to disk; returns the line the first row is written on.
+fn append_rows(path: &Path, rows: Vec<&BTreeMap<&'static str, String>>) -> anyhow::Result<usize> {
+    let existing = match std::fs::read_to_string(path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(path, e).into()),
+    };
+    let (header, lines, ends_in_newline) = match &existing {
+        Some(text) => {
+            let mut reader = csv::Reader::from_reader(text.as_bytes());
+            let header: Vec<String> = reader
+                .headers()
+                .map_err(|e| Error::BadFile {
+                    path: path.to_path_buf(),
+                    message: format!("not a runs CSV ({e})"),
+                })?
+                .iter()
+                .map(str::to_string)
+                .collect();
+            let missing: Vec<&str> = COLUMNS
+                .iter()
+                .copied()
+                .filter(|c| !header.iter().any(|h| h == c))
+                .collect();
+            if !missing.is_empty() {
+                return Err(Error::BadFile {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "has no column {}: write the imported runs to a new file with --out",
+                        missing.join(", ")
+                    ),
+                }
+                .into());
+            }
+            (
+                header,
+                text.lines().count(),
+                text.is_empty() || text.ends_with('\n'),
+            )
+        }
+        None => (COLUMNS.iter().map(|c| c.to_string()).collect(), 0, true),
+    };
+    let mut out = Vec::new();
+    {
+        let mut w = csv::WriterBuilder::new().from_writer(&mut out);
+        if existing.is_none() {
+            w.write_record(&header)?;
+        }
+        for row in &rows {
+            w.write_record(
+                header
+                    .iter()
+                    .map(|h| row.get(h.as_str()).map_or("", String::as_str)),
+            )?;
+        }
+        w.flush()?;
+    }
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    if !ends_in_newline {
+        out.insert(0, b'\n');
+    }
+    file.write_all(&out)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io(path, e))?;
+    Ok(lines.max(1) + 1)
+}

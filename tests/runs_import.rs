@@ -1,0 +1,196 @@
+//! `stepcast runs import`: a Megatron-LM log becomes a runs-CSV row that `calibrate` composes
+//! exactly as `predict` composes the same layout, appended beside earlier rows; bad logs and
+//! files are refused with the file named.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::{assert_user_error, json_of, read_json, stderr, stdout, stepcast};
+
+/// A Megatron-LM rank-0 log of Llama 3 8B (tp 2 · pp 2 · dp 4, sequence parallel, bf16,
+/// distributed optimizer): the argument dump, five iteration lines (the first the warm-up,
+/// the fourth with a skipped iteration; the others 2010, 2000 and 1990 ms) and two ranks'
+/// memory reports.
+fn llama3_8b_log() -> String {
+    fs::read_to_string(common::repo("tests/data/megatron/llama3-8b-tp2-pp2.log")).unwrap()
+}
+
+/// `predict --json` of `model` under the log's layout.
+fn predict(model: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "predict",
+        "--cluster",
+        "dgx-h100",
+        "--model",
+        model,
+        "--framework",
+        "megatron",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--dp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "64",
+        "--dtype",
+        "bf16",
+        "--sequence-parallel",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    json_of(&stepcast(&args))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn a_megatron_log_becomes_a_row_calibrate_composes_as_predict_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("llama.log");
+    fs::write(&log, llama3_8b_log()).unwrap();
+    let csv = tmp.path().join("runs").join("runs.csv");
+    fs::create_dir_all(csv.parent().unwrap()).unwrap();
+    let import = |logs: &[&Path]| {
+        let mut args = vec!["runs", "import", "--cluster", "dgx-h100", "--out", s(&csv)];
+        args.extend(logs.iter().map(|l| s(l)));
+        stepcast(&args)
+    };
+    let out = import(&[&log]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("2.000 s a step (median of 3 logged intervals, iterations 20–50)")
+            && text.contains("peak reserved 64.000 GiB")
+            && text.contains("line 2"),
+        "{text}"
+    );
+    let rows = fs::read_to_string(&csv).unwrap();
+    assert_eq!(rows.lines().count(), 2, "{rows}");
+    let arch = csv
+        .parent()
+        .unwrap()
+        .join("archs/megatron-l32-h4096-a32g8-f14336-v128256.yaml");
+    assert!(arch.is_file());
+
+    // calibrate composes the row as predict composes the layout it names
+    let report = tmp.path().join("check.json");
+    let check = stepcast(&[
+        "calibrate",
+        s(&csv),
+        "--cluster",
+        "dgx-h100",
+        "--check",
+        "--json",
+        s(&report),
+    ]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let run = &read_json(&report)["runs"][0];
+    assert_eq!(run["measured_s"], 2.0);
+    assert_eq!(run["memory"]["measured_gib"], 64.0);
+    let predicted = predict(s(&arch), &["--grad-reduce-dtype", "fp32"]);
+    let (a, b) = (
+        run["cross_validated_s"].as_f64().unwrap(),
+        predicted["step_time_s"].as_f64().unwrap(),
+    );
+    assert!((a / b - 1.0).abs() < 1e-9, "calibrate {a} s, predict {b} s");
+    // the same architecture is the Llama 3 8B preset's
+    let preset = predict("llama3-8b", &[]);
+    assert!((preset["step_time_s"].as_f64().unwrap() / b - 1.0).abs() < 1e-9);
+
+    // a second log appends a row and keeps the architecture file
+    let second = tmp.path().join("second.log");
+    let slower = llama3_8b_log()
+        .replace("(ms): 2010.0", "(ms): 2510.0")
+        .replace("(ms): 2000.0", "(ms): 2500.0")
+        .replace("(ms): 1990.0", "(ms): 2490.0");
+    fs::write(&second, slower).unwrap();
+    let out = import(&[&second]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("2.500 s a step") && stdout(&out).contains("line 3"));
+    let rows = fs::read_to_string(&csv).unwrap();
+    assert_eq!(rows.lines().count(), 3, "{rows}");
+    assert_eq!(rows.lines().filter(|l| l.starts_with("set,")).count(), 1);
+}
+
+#[test]
+fn bad_logs_and_files_are_refused_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("runs.csv");
+    let good = tmp.path().join("good.log");
+    fs::write(&good, llama3_8b_log()).unwrap();
+    let import = |log: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "runs",
+            "import",
+            s(log),
+            "--cluster",
+            "dgx-h100",
+            "--out",
+            s(&csv),
+        ];
+        args.extend_from_slice(extra);
+        stepcast(&args)
+    };
+    // no argument dump: nothing written
+    let plain = tmp.path().join("plain.log");
+    fs::write(&plain, "loss 1.0\nloss 0.9\n").unwrap();
+    assert_user_error(
+        &import(&plain, &[]),
+        &["plain.log", "no argument dump", "rank 0"],
+    );
+    assert!(!csv.exists());
+    // one bad log among good ones: no row at all
+    let out = stepcast(&[
+        "runs",
+        "import",
+        s(&good),
+        s(&plain),
+        "--cluster",
+        "dgx-h100",
+        "--out",
+        s(&csv),
+    ]);
+    assert_user_error(&out, &["plain.log"]);
+    assert!(!csv.exists());
+    // every iteration line within the warm-up
+    assert_user_error(
+        &import(&good, &["--warmup-iterations", "1000"]),
+        &["good.log", "past iteration 1000", "--warmup-iterations"],
+    );
+    // a CSV without the columns a row needs
+    fs::write(&csv, "set,label\nx,y\n").unwrap();
+    assert_user_error(&import(&good, &[]), &["runs.csv", "no column", "--out"]);
+    fs::remove_file(&csv).unwrap();
+    // an architecture file of that name saying something else is not overwritten
+    let arch = tmp
+        .path()
+        .join("archs/megatron-l32-h4096-a32g8-f14336-v128256.yaml");
+    fs::create_dir_all(arch.parent().unwrap()).unwrap();
+    fs::write(&arch, "name: mine\n").unwrap();
+    assert_user_error(
+        &import(&good, &[]),
+        &["megatron-l32", "another architecture"],
+    );
+    assert_eq!(fs::read_to_string(&arch).unwrap(), "name: mine\n");
+    // an unknown cluster or model
+    assert_user_error(
+        &stepcast(&[
+            "runs",
+            "import",
+            s(&good),
+            "--cluster",
+            "nope",
+            "--out",
+            s(&csv),
+        ]),
+        &["nope"],
+    );
+    assert_user_error(&import(&good, &["--model", "nope-7b"]), &["nope-7b"]);
+}
