@@ -138,7 +138,7 @@ pub struct ImportedRun {
     pub arch: Option<ArchSpec>,
     /// Median milliseconds per iteration over the intervals used.
     pub step_ms: f64,
-    /// The intervals used, and the first and last iteration they cover.
+    /// How many logged intervals the median is taken over.
     pub intervals_used: usize,
     /// The first and last iteration of the intervals used.
     pub iterations: (u64, u64),
@@ -322,6 +322,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         }
     }
     let experts = a.count("num_experts")?;
+    let ep = a.count("expert_model_parallel_size")?.unwrap_or(1);
     let moe_dispatcher = match (experts, a.text("moe_token_dispatcher_type")) {
         (None, _) => "",
         (Some(_), Some("flex")) => match a.text("moe_flex_dispatcher_backend") {
@@ -376,18 +377,15 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         String::new()
     };
 
-    let arch = match options.model {
-        Some(_) => None,
-        None => Some(architecture(&a, layers, seq_len)?),
-    };
-    let model_name = match (&options.model, &arch) {
-        (Some(m), _) => m.clone(),
-        (None, Some(arch)) => arch.name.clone(),
-        (None, None) => unreachable!("an architecture is made where no model is named"),
-    };
-    let model_column = match &arch {
-        Some(arch) => format!("archs/{}.yaml", arch.name),
-        None => model_name.clone(),
+    // the model the user named, or the architecture the arguments describe, written beside
+    // the CSV under its own name
+    let (arch, model_name, model_column) = match &options.model {
+        Some(m) => (None, m.clone(), m.clone()),
+        None => {
+            let arch = architecture(&a, layers, seq_len)?;
+            let (name, file) = (arch.name.clone(), format!("archs/{}.yaml", arch.name));
+            (Some(arch), name, file)
+        }
     };
     let family = options
         .family
@@ -405,15 +403,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         format!(
             "{model_name} {world} GPUs tp{tp} pp{pp} cp{cp} dp{dp}{} mbs{micro_batch} \
              gbs{global_batch} {}",
-            experts
-                .map(|_| format!(
-                    " ep{}",
-                    a.count("expert_model_parallel_size")
-                        .ok()
-                        .flatten()
-                        .unwrap_or(1)
-                ))
-                .unwrap_or_default(),
+            experts.map(|_| format!(" ep{ep}")).unwrap_or_default(),
             dtype.to_uppercase()
         ),
     );
@@ -425,12 +415,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     put("dp", dp.to_string());
     put("cp", cp.to_string());
     if experts.is_some() {
-        put(
-            "ep",
-            a.count("expert_model_parallel_size")?
-                .unwrap_or(1)
-                .to_string(),
-        );
+        put("ep", ep.to_string());
         if let Some(etp) = a.count("expert_tensor_parallel_size")? {
             put("etp", etp.to_string());
         }

@@ -67,6 +67,7 @@ pub fn run(cmd: RunsCommand) -> anyhow::Result<()> {
 }
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {
+    // the one format read so far; another would parse its logs here
     let LogFormat::MegatronLog = args.format;
     // the cluster as the CSV will name it: a built-in name as given, a file by its absolute
     // path (the CSV resolves relative paths against its own directory)
@@ -192,6 +193,8 @@ fn append_rows(path: &Path, rows: Vec<&BTreeMap<&'static str, String>>) -> anyho
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(path, e).into()),
     };
+    // an empty file is a new one
+    let existing = existing.filter(|text| !text.trim().is_empty());
     let (header, lines, ends_in_newline) = match &existing {
         Some(text) => {
             let mut reader = csv::Reader::from_reader(text.as_bytes());
