@@ -170,7 +170,9 @@ fn bad_logs_and_files_are_refused_naming_them() {
     // an empty file is a new one: it gets the header
     fs::write(&csv, "").unwrap();
     assert!(import(&good, &[]).status.success());
-    assert!(fs::read_to_string(&csv).unwrap().starts_with("set,family,label,"));
+    assert!(fs::read_to_string(&csv)
+        .unwrap()
+        .starts_with("set,family,label,"));
     fs::remove_file(&csv).unwrap();
     fs::remove_dir_all(tmp.path().join("archs")).unwrap();
     // an architecture file of that name saying something else is not overwritten

@@ -1,14 +1,15 @@
 //! Measured runs from Megatron-LM training logs, so `stepcast calibrate` can be fitted to one's
 //! own runs without writing the runs CSV by hand (`stepcast runs import`).
 //!
-//! What a log holds: rank 0 prints every argument once at start — a line
+//! What a job's output holds: rank 0 prints every argument once at start — a line
 //! `------------------------ arguments ------------------------`, one `name ..... value` line
 //! per argument (Megatron-LM's `_print_args`, after `validate_args` has filled the derived
 //! ones: `world_size`, `data_parallel_size`, `padded_vocab_size`,
 //! `virtual_pipeline_model_parallel_size`), then `-------------------- end of arguments
 //! ---------------------`; every `log_interval` iterations a line with the mean time per
 //! iteration over the interval (`iteration 20/ 100 | … | elapsed time per iteration (ms):
-//! 1234.5 | …`, some versions `1234.5/1200.0`, the interval's and a running mean); after the
+//! 1234.5 | …`, some versions `1234.5/1200.0`, the interval's and a running mean), printed by
+//! the last rank; after the
 //! first interval each reporting rank's memory (`[Rank 0] (after 10 iterations) memory (MB) |
 //! allocated: … | max reserved: …`). From these a run is the layout and precision as `predict`
 //! takes them, the architecture (unless the user names one), the median interval past the
@@ -214,9 +215,9 @@ impl Args<'_> {
     fn required(&self, name: &str) -> Result<u64, String> {
         self.count(name)?.ok_or_else(|| {
             format!(
-                "argument {name} is not in the log's argument dump: give the log of rank 0, \
-                 which prints every argument between `---- arguments ----` and `---- end of \
-                 arguments ----` at start"
+                "argument {name} is not in the log's argument dump (rank 0 prints every \
+                 argument between `---- arguments ----` and `---- end of arguments ----` at \
+                 start): give the job's whole output, or rank 0's with the last rank's"
             )
         })
     }
@@ -250,7 +251,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         return Err(
             "no argument dump found (the lines between `---- arguments ----` and \
                     `---- end of arguments ----` Megatron-LM's rank 0 prints at start): give \
-                    rank 0's log"
+                    the job's whole output, or rank 0's log with the last rank's"
                 .into(),
         );
     }
@@ -496,8 +497,9 @@ fn step_time(log: &MegatronLog, warmup: u64) -> Result<(f64, usize, (u64, u64)),
         .collect();
     if kept.is_empty() {
         return Err(format!(
-            "no iteration line past iteration {warmup} ({} logged in all, `{ELAPSED} …`): \
-             train longer, or give a smaller --warmup-iterations",
+            "no iteration line past iteration {warmup} ({} logged in all, `{ELAPSED} …`, \
+             which Megatron-LM's last rank prints): give its log too, train longer, or give a \
+             smaller --warmup-iterations",
             log.intervals.len()
         ));
     }
@@ -889,6 +891,16 @@ mod tests {
             argument("0:   tensor_model_parallel_size ........ 8"),
             Some(("tensor_model_parallel_size".into(), "8".into()))
         );
+        // a logger's prefix with dashes and a rank, throughput after the time
+        let line = "[20261127 10:00:00][rank-15/16][INFO ] [-----train.py:99] :  iteration \
+                    40/ 100 | consumed samples: 5120 | elapsed time per iteration (ms): \
+                    2010.5/2000.0 | throughput per GPU (TFLOP/s/GPU): 400.1/401.0 |";
+        assert_eq!(interval(line), Some((40, 2010.5)));
         assert_eq!(interval("iterations are fun"), None);
+        // DeepSpeed's seconds are not Megatron's milliseconds
+        assert_eq!(
+            interval(" iteration 4/ 10 | elapsed time per iteration (s): 11.18 |"),
+            None
+        );
     }
 }

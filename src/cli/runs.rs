@@ -24,8 +24,8 @@ pub enum RunsCommand {
 /// Training log formats `runs import` reads.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
-    /// Megatron-LM's `pretrain_gpt.py` stdout (rank 0's): the `---- arguments ----` dump and
-    /// the `elapsed time per iteration (ms)` lines.
+    /// Megatron-LM's `pretrain_gpt.py` output: the `---- arguments ----` dump and the
+    /// `elapsed time per iteration (ms)` lines.
     MegatronLog,
 }
 
@@ -34,7 +34,9 @@ pub struct ImportArgs {
     /// The logs' format.
     #[arg(long, value_enum, default_value = "megatron-log")]
     pub format: LogFormat,
-    /// Logs of rank 0 (or all ranks' logs concatenated), one run each.
+    /// Training logs, one run each: the job's output (rank 0 prints the arguments, the last
+    /// rank the iteration lines; where each rank writes its own file, give the two
+    /// concatenated).
     #[arg(required = true)]
     pub logs: Vec<PathBuf>,
     /// The cluster the runs ran on (a built-in name or a cluster file).
