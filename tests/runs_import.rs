@@ -117,6 +117,16 @@ fn a_megatron_log_becomes_a_row_calibrate_composes_as_predict_does() {
     let rows = fs::read_to_string(&csv).unwrap();
     assert_eq!(rows.lines().count(), 3, "{rows}");
     assert_eq!(rows.lines().filter(|l| l.starts_with("set,")).count(), 1);
+
+    // runs of one model only fit, and say they cannot be cross-validated (no zero error)
+    let fit = stepcast(&["calibrate", s(&csv), "--cluster", "dgx-h100", "--dry-run"]);
+    assert!(fit.status.success(), "{}", stderr(&fit));
+    let text = stdout(&fit);
+    assert!(
+        text.contains("no grouped cross-validation (one model family")
+            && !text.contains("grouped cross-validation 0.0 %"),
+        "{text}"
+    );
 }
 
 #[test]

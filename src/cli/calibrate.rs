@@ -417,16 +417,19 @@ fn print_report(r: &Report) {
         );
     }
     let [raw, fit, cv] = r.overall;
+    let cv = if cv.runs > 0 {
+        format!(
+            "grouped cross-validation {:.1} % ({:+.1} %)",
+            cv.mean_abs_percent, cv.bias_percent
+        )
+    } else {
+        "no grouped cross-validation (one model family: each family is predicted by a fit \
+         without it, so it needs runs of two or more)"
+            .to_string()
+    };
     println!(
-        "all {} runs: raw {:.1} % mean |error| (bias {:+.1} %), fitted {:.1} % ({:+.1} %), \
-         grouped cross-validation {:.1} % ({:+.1} %)",
-        raw.runs,
-        raw.mean_abs_percent,
-        raw.bias_percent,
-        fit.mean_abs_percent,
-        fit.bias_percent,
-        cv.mean_abs_percent,
-        cv.bias_percent
+        "all {} runs: raw {:.1} % mean |error| (bias {:+.1} %), fitted {:.1} % ({:+.1} %), {cv}",
+        raw.runs, raw.mean_abs_percent, raw.bias_percent, fit.mean_abs_percent, fit.bias_percent,
     );
     let f = &r.fitted.runtime;
     let d = &r.raw_runtime;
@@ -507,6 +510,9 @@ fn sets_table(
     let pct = |v: f64| format!("{v:.1} %");
     let signed = |v: f64| format!("{v:+.1} %");
     for (name, s) in sets {
+        // a set with no cross-validated run (one model family) shows none, not a zero
+        let judged = s.cross_validated.runs > 0;
+        let cv = |cell: String| if judged { cell } else { "–".to_string() };
         t.add_row(vec![
             label(name, s.fitted),
             s.rows.to_string(),
@@ -515,13 +521,17 @@ fn sets_table(
             pct(s.raw.mean_abs_percent),
             pct(s.raw.max_abs_percent),
             signed(s.raw.bias_percent),
-            pct(s.cross_validated.mean_abs_percent),
-            pct(s.cross_validated.max_abs_percent),
-            signed(s.cross_validated.bias_percent),
-            format!(
-                "{:.0} / {:.0} %",
-                s.max_mfu_percent[0], s.max_mfu_percent[1]
-            ),
+            cv(pct(s.cross_validated.mean_abs_percent)),
+            cv(pct(s.cross_validated.max_abs_percent)),
+            cv(signed(s.cross_validated.bias_percent)),
+            if judged {
+                format!(
+                    "{:.0} / {:.0} %",
+                    s.max_mfu_percent[0], s.max_mfu_percent[1]
+                )
+            } else {
+                format!("{:.0} / – %", s.max_mfu_percent[0])
+            },
         ]);
     }
     align_numbers(&mut t, 1);
