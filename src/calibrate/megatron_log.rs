@@ -272,7 +272,21 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     let seq_len = a.required("seq_length")?;
     let layers = a.required("num_layers")?;
 
+    if micro_batch == 0 || global_batch % (micro_batch * dp) != 0 {
+        return Err(format!(
+            "global_batch_size {global_batch} is not a multiple of micro_batch_size \
+             {micro_batch} × data parallelism {dp}: is this one run's log?"
+        ));
+    }
     let (step_ms, intervals_used, iterations) = step_time(log, options.warmup_iterations)?;
+    // a step from a microsecond to a day: anything else is not a training step's time
+    crate::limits::check_range(
+        "the logged iterations",
+        "elapsed time per iteration",
+        step_ms,
+        1e-3..=8.64e7,
+        "ms",
+    )?;
 
     let dtype = if a.text("fp8").is_some() {
         "fp8"
@@ -879,6 +893,13 @@ mod tests {
         );
         let e = import(&parse(&log(&[("world_size", "18")])), &options()).unwrap_err();
         assert!(e.contains("world_size 18"), "{e}");
+        let e = import(&parse(&log(&[("global_batch_size", "6")])), &options()).unwrap_err();
+        assert!(e.contains("global_batch_size 6"), "{e}");
+        let absurd = log(&[])
+            .replace("(ms): 2000.0", "(ms): 1e300")
+            .replace("(ms): 2010.0", "(ms): 1e300");
+        let e = import(&parse(&absurd), &options()).unwrap_err();
+        assert!(e.contains("elapsed time per iteration"), "{e}");
     }
 
     #[test]
