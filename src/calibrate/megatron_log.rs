@@ -902,6 +902,171 @@ mod tests {
         assert!(e.contains("elapsed time per iteration"), "{e}");
     }
 
+    /// Megatron-LM's argument dump of a `stepcast export --format megatron` launch, as its
+    /// parser would fill it: each `--flag value…` as `flag value` (several values as a Python
+    /// list), a bare switch as `True`, the two flags whose destination has another name
+    /// (`--disable-bias-linear`, `--fp8-format`), and the world size torchrun gives.
+    fn dump_of_launch(text: &str, world: u64) -> String {
+        let tokens: Vec<&str> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("--"))
+            .flat_map(str::split_whitespace)
+            .filter(|t| *t != "\\")
+            .collect();
+        let mut args = BTreeMap::from([("world_size".to_string(), world.to_string())]);
+        let mut i = 0;
+        while i < tokens.len() {
+            let name = tokens[i].trim_start_matches("--").replace('-', "_");
+            let values: Vec<&str> = tokens[i + 1..]
+                .iter()
+                .take_while(|t| !t.starts_with("--"))
+                .copied()
+                .collect();
+            i += 1 + values.len();
+            let value = match values.as_slice() {
+                [] => "True".to_string(),
+                [one] => one.to_string(),
+                many => format!("{:?}", many).replace('"', "'"),
+            };
+            match name.as_str() {
+                "disable_bias_linear" => args.insert("add_bias_linear".into(), "False".into()),
+                "fp8_format" => args.insert("fp8".into(), value),
+                _ => args.insert(name, value),
+            };
+        }
+        let mut out = "------------------------ arguments ------------------------\n".to_string();
+        for (k, v) in &args {
+            out += &format!(
+                "  {k} {} {v}\n",
+                ".".repeat(48usize.saturating_sub(k.len()))
+            );
+        }
+        out += "-------------------- end of arguments ---------------------\n";
+        out += " iteration       20/     100 | elapsed time per iteration (ms): 1000.0 |\n";
+        out
+    }
+
+    /// What `export --format megatron` writes, `runs import` reads back as the same layout
+    /// and architecture: the two are each other's inverse on what both express.
+    #[test]
+    fn an_exported_launch_is_imported_as_the_layout_it_was_made_from() {
+        use crate::export::{export, Framework, Target};
+        use crate::workload::{Arch, Layout, ParallelSpec, Recompute};
+        let cluster = crate::hardware::dgx_h100_without_models();
+        let cases = [
+            (
+                "llama3-8b",
+                ParallelSpec {
+                    tp: Some(2),
+                    pp: Some(2),
+                    dp: Some(2),
+                    vpp: Some(2),
+                    dtype: Some(crate::ops::Dtype::Fp8),
+                    recompute: Some(Recompute::Selective),
+                    sequence_parallel: Some(true),
+                    micro_batch: Some(1),
+                    global_batch: Some(16),
+                    ..Default::default()
+                },
+            ),
+            (
+                "llama2-70b",
+                ParallelSpec {
+                    tp: Some(4),
+                    pp: Some(4),
+                    dp: Some(4),
+                    recompute: Some(Recompute::Full),
+                    sequence_parallel: Some(true),
+                    tp_comm_overlap: Some(true),
+                    cross_entropy: Some(crate::workload::CrossEntropy::Fused),
+                    micro_batch: Some(1),
+                    global_batch: Some(64),
+                    ..Default::default()
+                },
+            ),
+            (
+                concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/mixtral-8x7b.yaml"),
+                ParallelSpec {
+                    tp: Some(2),
+                    pp: Some(4),
+                    dp: Some(8),
+                    ep: Some(8),
+                    sequence_parallel: Some(true),
+                    micro_batch: Some(1),
+                    global_batch: Some(64),
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (model, spec) in cases {
+            let arch = Arch::resolve(model).unwrap();
+            let layout = Layout::new(&spec, &arch, &cluster).unwrap();
+            let launch = export(
+                Framework::Megatron,
+                &Target {
+                    arch: &arch,
+                    layout: &layout,
+                    gpus_per_node: 8,
+                    headline: "test".into(),
+                },
+            )
+            .unwrap();
+            let dump = dump_of_launch(&launch.text, layout.world);
+            let mut o = options();
+            o.warmup_iterations = 0;
+            let run = import(&parse(&dump), &o).unwrap_or_else(|e| panic!("{model}: {e}"));
+            let c = &run.columns;
+            let want = [
+                ("tp", layout.tp.to_string()),
+                ("pp", layout.pp.to_string()),
+                ("dp", layout.dp.to_string()),
+                ("vpp", layout.vpp.to_string()),
+                ("micro_batch", layout.micro_batch.to_string()),
+                ("global_batch", spec.global_batch.unwrap().to_string()),
+                ("seq_len", layout.seq_len.to_string()),
+                ("dtype", layout.dtype.to_string()),
+                ("recompute", layout.recompute.to_string()),
+                ("sequence_parallel", yes(layout.sequence_parallel)),
+                ("tp_comm_overlap", u8::from(layout.overlap.tp).to_string()),
+                ("overlap_grad_reduce", yes(layout.overlap.grad_reduce)),
+                ("overlap_param_gather", yes(layout.overlap.param_gather)),
+                ("zero", layout.zero.to_string()),
+            ];
+            for (column, value) in want {
+                assert_eq!(c[column], value, "{model}: {column}\n{dump}");
+            }
+            assert_eq!(
+                c["cross_entropy"] == "fused",
+                spec.cross_entropy.is_some(),
+                "{model}"
+            );
+            let imported = run.arch.unwrap().validate("imported").unwrap();
+            assert_eq!(
+                (
+                    imported.layers,
+                    imported.hidden,
+                    imported.heads,
+                    imported.kv_heads
+                ),
+                (arch.layers, arch.hidden, arch.heads, arch.kv_heads),
+                "{model}"
+            );
+            assert_eq!(imported.ffn_hidden, arch.ffn_hidden, "{model}");
+            assert_eq!(imported.activation, arch.activation, "{model}");
+            assert_eq!(imported.norm, arch.norm, "{model}");
+            if let Some(moe) = arch.moe {
+                let got = imported.moe.unwrap();
+                assert_eq!(
+                    (got.experts, got.top_k, got.expert_ffn),
+                    (moe.experts, moe.top_k, moe.expert_ffn)
+                );
+                assert_eq!(c["ep"], layout.ep.to_string());
+                assert_eq!(c["etp"], layout.etp.to_string());
+                assert_eq!(c["moe_dispatcher"], layout.moe_dispatcher.to_string());
+            }
+        }
+    }
+
     #[test]
     fn other_iteration_line_forms_are_read() {
         // a running mean after the interval's, a launcher's rank label before the text
