@@ -129,6 +129,69 @@ fn a_megatron_log_becomes_a_row_calibrate_composes_as_predict_does() {
     );
 }
 
+/// `stepcast runs import ARGS… --cluster dgx-h100 --out OUT`.
+fn import_to(out: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["runs", "import"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--cluster", "dgx-h100", "--out", s(out)]);
+    stepcast(&all)
+}
+
+/// A Megatron-Bridge (NeMo 2) run: its log prints Megatron's iteration lines but no argument
+/// dump; its configuration comes from the YAML, its GPUs from the flag. The same run as the
+/// Megatron-LM log's makes the same row.
+#[test]
+fn a_megatron_bridge_log_with_its_configuration_is_the_same_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full = llama3_8b_log();
+    let (head, rest) = full
+        .split_once("------------------------ arguments")
+        .unwrap();
+    let (_, tail) = rest
+        .split_once("end of arguments ---------------------\n")
+        .unwrap();
+    let bridge_log = tmp.path().join("bridge.log");
+    fs::write(&bridge_log, format!("{head}{tail}")).unwrap();
+    let megatron_log = tmp.path().join("megatron.log");
+    fs::write(&megatron_log, &full).unwrap();
+    let config = common::repo("tests/data/megatron/llama3-8b-tp2-pp2.bridge.yaml");
+    fn bridge<'a>(log: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        [&["--format", "megatron-bridge", log][..], extra].concat()
+    }
+    let bl = s(&bridge_log);
+    let with_config = ["--config", config.as_str(), "--gpus", "16"];
+    let (a, b) = (tmp.path().join("a.csv"), tmp.path().join("b.csv"));
+    let out = import_to(&a, &[s(&megatron_log)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = import_to(&b, &bridge(bl, &with_config));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let row = |p: &Path| {
+        let text = fs::read_to_string(p).unwrap();
+        let line = text.lines().nth(1).unwrap().to_string();
+        // all but the source, which names the log
+        line.rsplit_once(",\"")
+            .map_or(line.clone(), |(row, _)| row.to_string())
+    };
+    assert_eq!(row(&a), row(&b));
+    // a Bridge log alone is not enough, Megatron-LM's needs no configuration, and a
+    // configuration that is not one is named
+    assert_user_error(
+        &import_to(&b, &bridge(bl, &[])),
+        &["--config CONFIG.yaml", "--gpus N"],
+    );
+    assert_user_error(
+        &import_to(&a, &[&[s(&megatron_log)][..], &with_config].concat()),
+        &["--format megatron-bridge"],
+    );
+    assert_user_error(
+        &import_to(
+            &b,
+            &bridge(bl, &["--config", s(&megatron_log), "--gpus", "16"]),
+        ),
+        &["megatron.log"],
+    );
+}
+
 #[test]
 fn bad_logs_and_files_are_refused_naming_them() {
     let tmp = tempfile::tempdir().unwrap();

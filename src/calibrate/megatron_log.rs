@@ -13,7 +13,9 @@
 //! first interval each reporting rank's memory (`[Rank 0] (after 10 iterations) memory (MB) |
 //! allocated: … | max reserved: …`). From these a run is the layout and precision as `predict`
 //! takes them, the architecture (unless the user names one), the median interval past the
-//! warm-up and the largest peak reserved memory any rank reported.
+//! warm-up and the largest peak reserved memory any rank reported. Megatron-Bridge (NeMo 2)
+//! prints the same iteration lines but a configuration instead of the dump
+//! (`args_of_bridge_config` reads it as the dump).
 
 use std::collections::BTreeMap;
 
@@ -114,6 +116,101 @@ fn max_reserved(line: &str) -> Option<f64> {
     leading_number(&line[at + LABEL.len()..]).filter(|v| *v > 0.0)
 }
 
+/// The sections of a Megatron-Bridge (NeMo 2) configuration read as Megatron-LM's arguments,
+/// in increasing precedence: `mixed_precision` is applied onto the model at setup, so its
+/// precision settings win over the model's copies.
+const BRIDGE_SECTIONS: [&str; 6] = [
+    "model",
+    "dataset",
+    "train",
+    "ddp",
+    "comm_overlap",
+    "mixed_precision",
+];
+
+/// A Megatron-Bridge configuration (the `ConfigContainer` YAML its `--dryrun` prints or
+/// `logger.save_config_filepath` saves) as the argument dump Megatron-LM would print for the
+/// same run, so `import` reads both alike. Bridge names a few settings otherwise: experts are
+/// `num_moe_experts`, tied embeddings `share_embeddings_and_output_weights`, gradients reduced
+/// in fp32 `grad_reduce_in_fp32`, a gated MLP `gated_linear_unit` (costed as SwiGLU whatever its
+/// activation: the same kernels and traffic), grouped queries a `num_query_groups` below the
+/// heads. The world size is not in it (the launcher decides it): `world_size` is given.
+pub fn args_of_bridge_config(
+    yaml: &str,
+    world_size: u64,
+) -> Result<BTreeMap<String, String>, String> {
+    let root: serde_norway::Value =
+        serde_norway::from_str(yaml).map_err(|e| format!("not YAML: {e}"))?;
+    if root.get("model").and_then(|m| m.as_mapping()).is_none() {
+        return Err(
+            "no `model:` section: give the ConfigContainer YAML Megatron-Bridge prints \
+                    with --dryrun or saves at logger.save_config_filepath"
+                .into(),
+        );
+    }
+    let mut args = BTreeMap::from([("world_size".to_string(), world_size.to_string())]);
+    for section in BRIDGE_SECTIONS {
+        let Some(map) = root.get(section).and_then(|v| v.as_mapping()) else {
+            continue;
+        };
+        for (key, value) in map {
+            let (Some(key), Some(value)) = (key.as_str(), python_repr(value)) else {
+                continue;
+            };
+            args.insert(key.to_string(), value);
+        }
+    }
+    let flag =
+        |args: &BTreeMap<String, String>, k: &str| args.get(k).map(String::as_str) == Some("True");
+    if let Some(n) = args.get("num_moe_experts").cloned() {
+        args.insert("num_experts".into(), n);
+    }
+    if let Some(shared) = args.get("share_embeddings_and_output_weights") {
+        let untie = if shared == "True" { "False" } else { "True" };
+        args.insert("untie_embeddings_and_output_weights".into(), untie.into());
+    }
+    if let Some(fp32) = args.get("grad_reduce_in_fp32").cloned() {
+        args.insert("accumulate_allreduce_grads_in_fp32".into(), fp32);
+    }
+    if flag(&args, "gated_linear_unit") {
+        args.insert("swiglu".into(), "True".into());
+    }
+    if args.get("num_query_groups") != args.get("num_attention_heads")
+        && args.get("num_query_groups").is_some_and(|g| g != "None")
+    {
+        args.insert("group_query_attention".into(), "True".into());
+    }
+    if args.get("should_pad_vocab").map(String::as_str) == Some("False") {
+        if let Some(v) = args.get("vocab_size").cloned() {
+            args.insert("padded_vocab_size".into(), v);
+        }
+    }
+    Ok(args)
+}
+
+/// A YAML value as Python prints it in Megatron-LM's argument dump (`True`, `None`, `[127,
+/// 0]`, `['core_attn', 'mlp']`); none for an object (`_target_`), which no argument is.
+fn python_repr(v: &serde_norway::Value) -> Option<String> {
+    use serde_norway::Value;
+    Some(match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Sequence(items) => {
+            let items: Option<Vec<String>> = items
+                .iter()
+                .map(|i| match i {
+                    Value::String(s) => Some(format!("'{s}'")),
+                    other => python_repr(other),
+                })
+                .collect();
+            format!("[{}]", items?.join(", "))
+        }
+        Value::Mapping(_) | Value::Tagged(_) => return None,
+    })
+}
+
 /// How one log becomes a run: the user's choices besides what the log says.
 #[derive(Debug, Clone)]
 pub struct ImportOptions {
@@ -146,7 +243,7 @@ pub struct ImportedRun {
 }
 
 /// The columns a row is written with, in this order in a new runs CSV.
-pub const COLUMNS: [&str; 37] = [
+pub const COLUMNS: [&str; 38] = [
     "set",
     "family",
     "label",
@@ -162,6 +259,7 @@ pub const COLUMNS: [&str; 37] = [
     "moe_dispatcher",
     "moe_a2a_overlap",
     "pipeline_split",
+    "pipeline_layout",
     "micro_batch",
     "global_batch",
     "seq_len",
@@ -441,6 +539,9 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         );
     }
     put("pipeline_split", pipeline_split.into());
+    if let Some(layout) = a.text("pipeline_model_parallel_layout") {
+        put("pipeline_layout", layout.to_string());
+    }
     put("micro_batch", micro_batch.to_string());
     put("global_batch", global_batch.to_string());
     put("seq_len", seq_len.to_string());
@@ -1065,6 +1166,37 @@ mod tests {
                 assert_eq!(c["moe_dispatcher"], layout.moe_dispatcher.to_string());
             }
         }
+    }
+
+    /// Megatron-Bridge's configuration of the fixture's run, read with the run's iteration
+    /// lines, is the same row as Megatron-LM's argument dump of it.
+    #[test]
+    fn a_bridge_configuration_is_read_as_megatrons_arguments_of_the_same_run() {
+        let config = include_str!("../../tests/data/megatron/llama3-8b-tp2-pp2.bridge.yaml");
+        let megatron = parse(&log(&[]));
+        let mut bridge = megatron.clone();
+        bridge.args = args_of_bridge_config(config, 16).unwrap();
+        let (a, b) = (
+            import(&megatron, &options()).unwrap(),
+            import(&bridge, &options()).unwrap(),
+        );
+        assert_eq!(a.columns, b.columns);
+        assert_eq!(a.arch, b.arch);
+        // what Bridge names otherwise
+        let args = &bridge.args;
+        assert_eq!(args["swiglu"], "True");
+        assert_eq!(args["group_query_attention"], "True");
+        assert_eq!(args["untie_embeddings_and_output_weights"], "True");
+        assert_eq!(args["padded_vocab_size"], "128256");
+        assert_eq!(args["recompute_modules"], "['core_attn']");
+        assert_eq!(args["world_size"], "16");
+        assert!(!args.contains_key("params_dtype"));
+        // a file that is not one says so
+        let e = args_of_bridge_config("train: {micro_batch_size: 1}\n", 8).unwrap_err();
+        assert!(e.contains("model:") && e.contains("--dryrun"), "{e}");
+        assert!(args_of_bridge_config(": : :", 8)
+            .unwrap_err()
+            .contains("not YAML"));
     }
 
     #[test]

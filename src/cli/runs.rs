@@ -1,6 +1,7 @@
-//! `stepcast runs import --format megatron-log LOG… --cluster C --out RUNS.csv`: one row per
-//! training log appended to a runs CSV (the architecture each log's arguments describe
-//! written beside it), ready for `stepcast calibrate RUNS.csv --cluster C`.
+//! `stepcast runs import [--format megatron-log|megatron-bridge] LOG… --cluster C --out
+//! RUNS.csv`: one row per training log appended to a runs CSV (the architecture each run's
+//! arguments or configuration describe written beside it), ready for `stepcast calibrate
+//! RUNS.csv --cluster C`.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -15,9 +16,10 @@ use stepcast::Error;
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// Make runs-CSV rows of training logs (Megatron-LM's): the layout, precision and
-    /// architecture from the argument dump rank 0 prints, the step time from the iteration
-    /// lines past the warm-up, the peak reserved memory from the memory reports.
+    /// Make runs-CSV rows of training logs (Megatron-LM's, or Megatron-Bridge's with their
+    /// configuration): the layout, precision and architecture from the argument dump rank 0
+    /// prints (or the configuration), the step time from the iteration lines past the
+    /// warm-up, the peak reserved memory from the memory reports.
     Import(ImportArgs),
 }
 
@@ -27,6 +29,10 @@ pub enum LogFormat {
     /// Megatron-LM's `pretrain_gpt.py` output: the `---- arguments ----` dump and the
     /// `elapsed time per iteration (ms)` lines.
     MegatronLog,
+    /// Megatron-Bridge's (NeMo 2's) training output, its iteration lines Megatron-LM's, with
+    /// the run's configuration from `--config` (the YAML `--dryrun` prints or
+    /// `logger.save_config_filepath` saves) and its GPUs from `--gpus`.
+    MegatronBridge,
 }
 
 #[derive(Debug, Args)]
@@ -39,6 +45,13 @@ pub struct ImportArgs {
     /// concatenated).
     #[arg(required = true)]
     pub logs: Vec<PathBuf>,
+    /// With `--format megatron-bridge`: the runs' configuration (Megatron-Bridge's
+    /// ConfigContainer YAML).
+    #[arg(long, value_name = "CONFIG.yaml")]
+    pub config: Option<PathBuf>,
+    /// With `--format megatron-bridge`: the GPUs the runs used (the configuration does not say).
+    #[arg(long)]
+    pub gpus: Option<u64>,
     /// The cluster the runs ran on (a built-in name or a cluster file).
     #[arg(long)]
     pub cluster: String,
@@ -69,8 +82,39 @@ pub fn run(cmd: RunsCommand) -> anyhow::Result<()> {
 }
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {
-    // the one format read so far; another would parse its logs here
-    let LogFormat::MegatronLog = args.format;
+    // Megatron-Bridge's configuration, read as the argument dump its logs do not print
+    let bridge_args =
+        match (args.format, &args.config, args.gpus) {
+            (LogFormat::MegatronLog, None, None) => None,
+            (LogFormat::MegatronLog, ..) => {
+                return Err(Error::Invalid(
+                    "--config and --gpus are read with --format megatron-bridge: Megatron-LM's \
+                 logs print their arguments themselves; drop them"
+                        .into(),
+                )
+                .into())
+            }
+            (LogFormat::MegatronBridge, Some(config), Some(gpus)) => {
+                stepcast::limits::check_range("--gpus", "gpus", gpus as f64, 1.0..=1e6, "")
+                    .map_err(Error::Invalid)?;
+                let text = stepcast::fsutil::read_to_string(config)?;
+                Some(
+                    megatron_log::args_of_bridge_config(&text, gpus).map_err(|message| {
+                        Error::BadFile {
+                            path: config.clone(),
+                            message,
+                        }
+                    })?,
+                )
+            }
+            (LogFormat::MegatronBridge, ..) => return Err(Error::Invalid(
+                "--format megatron-bridge needs --config CONFIG.yaml (the run's ConfigContainer \
+                 YAML, as --dryrun prints it or logger.save_config_filepath saves it) and \
+                 --gpus N (the GPUs the run used)"
+                    .into(),
+            )
+            .into()),
+        };
     // the cluster as the CSV will name it: a built-in name as given, a file by its absolute
     // path (the CSV resolves relative paths against its own directory)
     Cluster::load(Path::new(&args.cluster))?;
@@ -106,12 +150,14 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
     let mut imported = Vec::new();
     for log in &args.logs {
         let text = stepcast::fsutil::read_to_string(log)?;
+        let mut parsed = megatron_log::parse(&text);
+        if let Some(config) = &bridge_args {
+            parsed.args = config.clone();
+        }
         let mut run =
-            megatron_log::import(&megatron_log::parse(&text), &options).map_err(|message| {
-                Error::BadFile {
-                    path: log.clone(),
-                    message,
-                }
+            megatron_log::import(&parsed, &options).map_err(|message| Error::BadFile {
+                path: log.clone(),
+                message,
             })?;
         let source = format!("{}: {}", log.display(), run.columns["source"]);
         run.columns.insert("source", source);
