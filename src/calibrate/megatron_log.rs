@@ -582,7 +582,8 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     put(
         "source",
         format!(
-            "median of {intervals_used} logged intervals, iterations {}–{}{}",
+            "{}, iterations {}–{}{}",
+            intervals_phrase(intervals_used),
             iterations.0,
             iterations.1,
             if reason.is_empty() {
@@ -599,6 +600,15 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         intervals_used,
         iterations,
     })
+}
+
+/// "median of 3 logged intervals", or "1 logged interval" where there is one.
+pub fn intervals_phrase(n: usize) -> String {
+    if n == 1 {
+        "1 logged interval".into()
+    } else {
+        format!("median of {n} logged intervals")
+    }
 }
 
 /// The median interval past the warm-up: (ms per iteration, intervals, first and last

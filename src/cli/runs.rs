@@ -183,12 +183,12 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
             .map(|g| format!(", peak reserved {g} GiB"))
             .unwrap_or_default();
         println!(
-            "{}: {} — {:.3} s a step (median of {} logged intervals, iterations {}–{}){memory}{} \
+            "{}: {} — {:.3} s a step ({}, iterations {}–{}){memory}{} \
              → {} line {}",
             log.display(),
             c["label"],
             run.step_ms / 1e3,
-            run.intervals_used,
+            megatron_log::intervals_phrase(run.intervals_used),
             run.iterations.0,
             run.iterations.1,
             if c["expressible"] == "true" {
