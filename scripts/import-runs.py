@@ -217,10 +217,14 @@ MOE_ARCHS = {"Qwen3_30B_a3B": dict(layers=48, hidden=2048, heads=32, kv=4, ffn=6
              "Qwen3_235B_a22B": dict(layers=94, hidden=4096, heads=64, kv=4, ffn=12288, vocab=151936,
                                      extra="head_dim: 128\nqk_norm: true\nmoe: {experts: 128, "
                                            "top_k: 8, expert_ffn: 1536}\n"),
-             # openai/gpt-oss-120b: 128 experts of 2,880, top-4, biased QKV, every second layer
-             # global, the others a 128-token window (attention sinks not modelled)
+             # openai/gpt-oss-120b: 128 experts of 2,880, top-4, every second layer global, the
+             # others a 128-token window (attention sinks not modelled); a bias on every linear
+             # layer, the experts' too, as Megatron-Bridge builds it (GPTOSSProvider
+             # add_bias_linear: True; its resolved H100 configuration, scripts/performance/
+             # dryrun_configs/gpt_oss/gpt_oss_120b_pretrain_h100_fp8_mx_v1.yaml at a9497c6)
              "GPT OSS 120B": dict(layers=36, hidden=2880, heads=64, kv=8, ffn=2880, vocab=201088,
-                                  extra="head_dim: 64\nqkv_bias: true\nsliding_window: 128\n"
+                                  bias=True,
+                                  extra="head_dim: 64\nsliding_window: 128\n"
                                         "global_attention_every: 2\nmoe: {experts: 128, "
                                         "top_k: 4, expert_ffn: 2880}\n"),
              # deepseek-ai/DeepSeek-V3: latent attention, 3 dense layers, 256 experts of 2,048,
@@ -280,8 +284,8 @@ def nemo(ref, out):
         elif model in MOE_ARCHS:
             m = MOE_ARCHS[model]
             arch = out.arch(re.sub(r"[^a-z0-9_]+", "_", model.lower()).strip("_"), m["layers"], m["hidden"], m["heads"], m["kv"], m["ffn"],
-                            m["vocab"], "rmsnorm", "swiglu", "rope", False, False, row["seq_len"],
-                            extra=m["extra"])
+                            m["vocab"], "rmsnorm", "swiglu", "rope", m.get("bias", False), False,
+                            row["seq_len"], extra=m["extra"])
         elif model in dims:
             d = dims[model]
             act = "swiglu" if d["gated_mlp"] == "true" else "gelu"
