@@ -106,14 +106,21 @@ fn interval(line: &str) -> Option<(u64, f64)> {
     (!troubled && ms > 0.0).then_some((iteration, ms))
 }
 
-/// A memory report's `max reserved` (MiB).
+/// A memory report's peak reserved memory (MiB): Megatron-LM's `memory (MB) | … | max
+/// reserved: 61440.0` in MiB, or Megatron-Bridge's `memory (GB) | … |
+/// mem-max-reserved-gigabytes: 64.4` in 10⁹ bytes (its `report_memory` divides by 1e9).
 fn max_reserved(line: &str) -> Option<f64> {
-    const LABEL: &str = "max reserved:";
-    if !line.contains("memory (MB)") {
+    let (label, mib_per_unit) = if line.contains("memory (MB)") {
+        ("max reserved:", 1.0)
+    } else if line.contains("memory (GB)") {
+        ("mem-max-reserved-gigabytes:", 1e9 / 1_048_576.0)
+    } else {
         return None;
-    }
-    let at = line.find(LABEL)?;
-    leading_number(&line[at + LABEL.len()..]).filter(|v| *v > 0.0)
+    };
+    let at = line.find(label)?;
+    leading_number(&line[at + label.len()..])
+        .filter(|v| *v > 0.0)
+        .map(|v| v * mib_per_unit)
 }
 
 /// The sections of a Megatron-Bridge (NeMo 2) configuration read as Megatron-LM's arguments,
@@ -1225,6 +1232,12 @@ mod tests {
                     2010.5/2000.0 | throughput per GPU (TFLOP/s/GPU): 400.1/401.0 |";
         assert_eq!(interval(line), Some((40, 2010.5)));
         assert_eq!(interval("iterations are fun"), None);
+        // Megatron-Bridge's memory report, in 10⁹ bytes
+        let bridge =
+            "[Rank 3] (after 10 iterations) memory (GB) | mem-allocated-gigabytes: 20.0 | \
+                      mem-max-reserved-gigabytes: 68.719 | mem-alloc-retires: 0";
+        let mib = max_reserved(bridge).unwrap();
+        assert!((mib - 68.719e9 / 1_048_576.0).abs() < 1e-6, "{mib}");
         // DeepSpeed's seconds are not Megatron's milliseconds
         assert_eq!(
             interval(" iteration 4/ 10 | elapsed time per iteration (s): 11.18 |"),
