@@ -364,8 +364,12 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     let pp = a.count("pipeline_model_parallel_size")?.unwrap_or(1);
     let cp = a.count("context_parallel_size")?.unwrap_or(1);
     let world = a.required("world_size")?;
-    let model_parallel = tp * pp * cp;
-    if model_parallel == 0 || world % model_parallel != 0 {
+    // products of the user's numbers are checked: a log may say anything
+    let model_parallel = tp
+        .checked_mul(pp)
+        .and_then(|x| x.checked_mul(cp))
+        .unwrap_or(0);
+    if world == 0 || model_parallel == 0 || world % model_parallel != 0 {
         return Err(format!(
             "world_size {world} is not a multiple of tensor × pipeline × context parallelism \
              ({tp} × {pp} × {cp}): is this one run's log?"
@@ -373,11 +377,14 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     }
     let dp = world / model_parallel;
     let micro_batch = a.required("micro_batch_size")?;
-    let global_batch = a.count("global_batch_size")?.unwrap_or(micro_batch * dp);
+    let global_batch = a
+        .count("global_batch_size")?
+        .unwrap_or(micro_batch.saturating_mul(dp));
     let seq_len = a.required("seq_length")?;
     let layers = a.required("num_layers")?;
 
-    if micro_batch == 0 || global_batch % (micro_batch * dp) != 0 {
+    let per_step = micro_batch.checked_mul(dp).unwrap_or(0);
+    if per_step == 0 || global_batch % per_step != 0 {
         return Err(format!(
             "global_batch_size {global_batch} is not a multiple of micro_batch_size \
              {micro_batch} × data parallelism {dp}: is this one run's log?"
@@ -410,6 +417,13 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         (None, Some(per_chunk)) if per_chunk > 0 && pp > 0 => layers / pp / per_chunk,
         _ => 1,
     };
+    if vpp == 0 || pp.saturating_mul(vpp) > layers {
+        return Err(format!(
+            "{pp} pipeline stages of {vpp} virtual chunks each are more chunks than the \
+             {layers} layers (arguments pipeline_model_parallel_size, \
+             virtual_pipeline_model_parallel_size, num_layers): is this one run's log?"
+        ));
+    }
     let recompute = match a.text("recompute_granularity") {
         // Megatron-LM before 2022: --checkpoint-activations recomputed whole layers
         None if a.flag("checkpoint_activations") => "full",
@@ -431,7 +445,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     };
     let mut reason = Vec::new();
     if recompute == "full" {
-        let per_chunk = layers / (pp * vpp).max(1);
+        let per_chunk = layers / pp.saturating_mul(vpp).max(1);
         if let Some(n) = a.count("recompute_num_layers")?.filter(|&n| n < per_chunk) {
             if a.text("recompute_method") == Some("block") {
                 reason.push(format!(
@@ -503,6 +517,11 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         Some(m) => (None, m.clone(), m.clone()),
         None => {
             let arch = architecture(&a, layers, seq_len)?;
+            // checked as predict will check it, so a row is never written for a model no
+            // prediction can make
+            arch.clone()
+                .validate("the architecture the arguments describe")
+                .map_err(|e| e.to_string())?;
             let (name, file) = (arch.name.clone(), format!("archs/{}.yaml", arch.name));
             (Some(arch), name, file)
         }
@@ -677,7 +696,9 @@ fn architecture(a: &Args, layers: u64, seq_len: u64) -> Result<ArchSpec, String>
     } else {
         None
     };
-    let head_dim = a.count("kv_channels")?.filter(|&d| d * heads != hidden);
+    let head_dim = a
+        .count("kv_channels")?
+        .filter(|&d| d.checked_mul(heads) != Some(hidden));
     let activation = if a.flag("swiglu") {
         Activation::Swiglu
     } else if a.flag("squared_relu") {
@@ -728,7 +749,7 @@ fn architecture(a: &Args, layers: u64, seq_len: u64) -> Result<ArchSpec, String>
                 expert_ffn: a
                     .count("moe_ffn_hidden_size")?
                     .or(ffn)
-                    .unwrap_or(4 * hidden),
+                    .unwrap_or(hidden.saturating_mul(4)),
                 shared_experts: u64::from(shared_ffn.is_some()),
                 shared_ffn,
                 dense_layers,
@@ -767,7 +788,7 @@ fn architecture(a: &Args, layers: u64, seq_len: u64) -> Result<ArchSpec, String>
     let mut name = format!(
         "megatron-l{layers}-h{hidden}-a{heads}{}-f{}-v{vocab}",
         kv_heads.map(|k| format!("g{k}")).unwrap_or_default(),
-        ffn.unwrap_or(4 * hidden)
+        ffn.unwrap_or(hidden.saturating_mul(4))
     );
     if let Some(m) = &moe {
         name += &format!("-e{}k{}x{}", m.experts, m.top_k, m.expert_ffn);
@@ -1011,6 +1032,26 @@ mod tests {
         );
         let e = import(&parse(&log(&[("world_size", "18")])), &options()).unwrap_err();
         assert!(e.contains("world_size 18"), "{e}");
+        // nothing a log says panics or wraps
+        for (name, value) in [
+            ("world_size", "0"),
+            ("tensor_model_parallel_size", "0"),
+            ("tensor_model_parallel_size", "18446744073709551615"),
+            ("micro_batch_size", "0"),
+            ("micro_batch_size", "18446744073709551615"),
+            (
+                "virtual_pipeline_model_parallel_size",
+                "18446744073709551615",
+            ),
+            ("world_size", "-4"),
+            ("hidden_size", "18446744073709551615"),
+            ("kv_channels", "18446744073709551615"),
+        ] {
+            assert!(
+                import(&parse(&log(&[(name, value)])), &options()).is_err(),
+                "{name} {value}"
+            );
+        }
         let e = import(&parse(&log(&[("global_batch_size", "6")])), &options()).unwrap_err();
         assert!(e.contains("global_batch_size 6"), "{e}");
         let absurd = log(&[])
