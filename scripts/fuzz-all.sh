@@ -12,7 +12,7 @@ runs=${1:-1000000}
 shift || true
 cd "$root/fuzz"
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(cluster_yaml arch_yaml hf_config job_file dataset_csv models_bundle plan_yaml routing_csv)
+[[ ${#targets[@]} -gt 0 ]] || targets=(cluster_yaml arch_yaml hf_config job_file dataset_csv models_bundle plan_yaml routing_csv megatron_log)
 cargo fuzz build -s none >/dev/null 2>&1 || cargo fuzz build -s none
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

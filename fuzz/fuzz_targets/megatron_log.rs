@@ -1,0 +1,31 @@
+//! A training log for `stepcast runs import` — Megatron-LM's output, or a Megatron-Bridge
+//! configuration read beside it: made into a runs-CSV row or refused with a message, never a
+//! panic; a row's step is a finite, positive time.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use stepcast::calibrate::megatron_log::{args_of_bridge_config, import, parse, ImportOptions};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let options = ImportOptions {
+        set: "fuzz".into(),
+        family: None,
+        cluster: "dgx-h100".into(),
+        model: None,
+        warmup_iterations: 0,
+    };
+    let mut log = parse(text);
+    if let Ok(run) = import(&log, &options) {
+        assert!(run.step_ms.is_finite() && run.step_ms > 0.0);
+    }
+    // the same text as a Bridge configuration, the log's intervals beside it
+    if let Ok(args) = args_of_bridge_config(text, 8) {
+        log.args = args;
+        if let Ok(run) = import(&log, &options) {
+            assert!(run.step_ms.is_finite() && run.step_ms > 0.0);
+        }
+    }
+});
