@@ -167,8 +167,6 @@ pub fn args_of_bridge_config(
             args.insert(key.to_string(), value);
         }
     }
-    let flag =
-        |args: &BTreeMap<String, String>, k: &str| args.get(k).map(String::as_str) == Some("True");
     if let Some(n) = args.get("num_moe_experts").cloned() {
         args.insert("num_experts".into(), n);
     }
@@ -179,7 +177,7 @@ pub fn args_of_bridge_config(
     if let Some(fp32) = args.get("grad_reduce_in_fp32").cloned() {
         args.insert("accumulate_allreduce_grads_in_fp32".into(), fp32);
     }
-    if flag(&args, "gated_linear_unit") {
+    if args.get("gated_linear_unit").map(String::as_str) == Some("True") {
         args.insert("swiglu".into(), "True".into());
     }
     if args.get("num_query_groups") != args.get("num_attention_heads")

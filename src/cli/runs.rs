@@ -82,60 +82,16 @@ pub fn run(cmd: RunsCommand) -> anyhow::Result<()> {
 }
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {
-    // Megatron-Bridge's configuration, read as the argument dump its logs do not print
-    let bridge_args =
-        match (args.format, &args.config, args.gpus) {
-            (LogFormat::MegatronLog, None, None) => None,
-            (LogFormat::MegatronLog, ..) => {
-                return Err(Error::Invalid(
-                    "--config and --gpus are read with --format megatron-bridge: Megatron-LM's \
-                 logs print their arguments themselves; drop them"
-                        .into(),
-                )
-                .into())
-            }
-            (LogFormat::MegatronBridge, Some(config), Some(gpus)) => {
-                stepcast::limits::check_range("--gpus", "gpus", gpus as f64, 1.0..=1e6, "")
-                    .map_err(Error::Invalid)?;
-                let text = stepcast::fsutil::read_to_string(config)?;
-                Some(
-                    megatron_log::args_of_bridge_config(&text, gpus).map_err(|message| {
-                        Error::BadFile {
-                            path: config.clone(),
-                            message,
-                        }
-                    })?,
-                )
-            }
-            (LogFormat::MegatronBridge, ..) => return Err(Error::Invalid(
-                "--format megatron-bridge needs --config CONFIG.yaml (the run's ConfigContainer \
-                 YAML, as --dryrun prints it or logger.save_config_filepath saves it) and \
-                 --gpus N (the GPUs the run used)"
-                    .into(),
-            )
-            .into()),
-        };
-    // the cluster as the CSV will name it: a built-in name as given, a file by its absolute
-    // path (the CSV resolves relative paths against its own directory)
+    let bridge_args = bridge_arguments(&args)?;
+    // the cluster and a named model as the CSV will name them, each checked first
     Cluster::load(Path::new(&args.cluster))?;
-    let cluster = if Path::new(&args.cluster).is_file() {
-        std::fs::canonicalize(&args.cluster)
-            .map_err(|e| Error::io(Path::new(&args.cluster), e))?
-            .display()
-            .to_string()
-    } else {
-        args.cluster.clone()
-    };
+    let cluster = as_csv_names_it(&args.cluster)?;
     let model = match &args.model {
-        Some(m) if Path::new(m).is_file() => Some(
-            std::fs::canonicalize(m)
-                .map_err(|e| Error::io(Path::new(m), e))?
-                .display()
-                .to_string(),
-        ),
         Some(m) => {
-            stepcast::workload::Arch::resolve(m)?;
-            Some(m.clone())
+            if !Path::new(m).is_file() {
+                stepcast::workload::Arch::resolve(m)?;
+            }
+            Some(as_csv_names_it(m)?)
         }
         None => None,
     };
@@ -207,6 +163,50 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
         args.cluster
     );
     Ok(())
+}
+
+/// With `--format megatron-bridge`, the run's configuration read as the argument dump its logs
+/// do not print; none for Megatron-LM's logs, which print it.
+fn bridge_arguments(args: &ImportArgs) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    let needs = "--format megatron-bridge needs --config CONFIG.yaml (the run's ConfigContainer \
+                 YAML, as --dryrun prints it or logger.save_config_filepath saves it) and --gpus \
+                 N (the GPUs the run used)";
+    match (args.format, &args.config, args.gpus) {
+        (LogFormat::MegatronLog, None, None) => Ok(None),
+        (LogFormat::MegatronLog, ..) => Err(Error::Invalid(
+            "--config and --gpus are read with --format megatron-bridge: Megatron-LM's logs \
+             print their arguments themselves; drop them"
+                .into(),
+        )
+        .into()),
+        (LogFormat::MegatronBridge, Some(config), Some(gpus)) => {
+            stepcast::limits::check_range("--gpus", "gpus", gpus as f64, 1.0..=1e6, "")
+                .map_err(Error::Invalid)?;
+            let text = stepcast::fsutil::read_to_string(config)?;
+            let dump = megatron_log::args_of_bridge_config(&text, gpus).map_err(|message| {
+                Error::BadFile {
+                    path: config.clone(),
+                    message,
+                }
+            })?;
+            Ok(Some(dump))
+        }
+        (LogFormat::MegatronBridge, ..) => Err(Error::Invalid(needs.into()).into()),
+    }
+}
+
+/// A cluster or model as the runs CSV names it: a built-in name as given, a file by its
+/// absolute path (the CSV resolves relative paths against its own directory, not the
+/// current one).
+fn as_csv_names_it(name: &str) -> anyhow::Result<String> {
+    let path = Path::new(name);
+    if !path.is_file() {
+        return Ok(name.to_string());
+    }
+    Ok(std::fs::canonicalize(path)
+        .map_err(|e| Error::io(path, e))?
+        .display()
+        .to_string())
 }
 
 /// Writes an architecture the arguments describe as `archs/NAME.yaml` beside the CSV; one
