@@ -192,6 +192,63 @@ fn a_megatron_bridge_log_with_its_configuration_is_the_same_run() {
     );
 }
 
+/// A Megatron-DeepSpeed run (GPT-2 style 1.3 B, tp 2 · pp 2 · dp 2, fp16, full recompute,
+/// ZeRO 1 as DeepSpeed's configuration prints it) becomes a `deepspeed` row that calibrate
+/// composes as predict composes the same layout on the DGX A100.
+#[test]
+fn a_megatron_deepspeed_log_becomes_a_deepspeed_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = common::repo("tests/data/megatron/gpt-1.3b-deepspeed.log");
+    let csv = tmp.path().join("runs.csv");
+    let out = stepcast(&[
+        "runs",
+        "import",
+        &log,
+        "--cluster",
+        "dgx-a100",
+        "--out",
+        s(&csv),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("FP16 DeepSpeed ZeRO 1 — 1.000 s a step"),
+        "{}",
+        stdout(&out)
+    );
+    let rows = fs::read_to_string(&csv).unwrap();
+    let row = rows.lines().nth(1).unwrap();
+    assert!(row.contains(",deepspeed,2,2,2,1,"), "{row}");
+    let report = tmp.path().join("check.json");
+    let check = stepcast(&[
+        "calibrate",
+        s(&csv),
+        "--cluster",
+        "dgx-a100",
+        "--check",
+        "--json",
+        s(&report),
+    ]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let run = &read_json(&report)["runs"][0];
+    let arch = tmp
+        .path()
+        .join("archs/megatron-l24-h2048-a16-f8192-v50432.yaml");
+    // the layout the row names, as predict's flags
+    let mut args: Vec<&str> = "predict --cluster dgx-a100 --framework deepspeed --tp 2 --pp 2 \
+         --dp 2 --micro-batch 4 --global-batch 64 --seq-len 1024 --dtype fp16 --recompute full \
+         --zero 1 --grad-reduce-dtype fp16 --overlap-grad-reduce false \
+         --overlap-param-gather false --json --model"
+        .split_whitespace()
+        .collect();
+    args.push(s(&arch));
+    let predicted = json_of(&stepcast(&args));
+    let (a, b) = (
+        run["cross_validated_s"].as_f64().unwrap(),
+        predicted["step_time_s"].as_f64().unwrap(),
+    );
+    assert!((a / b - 1.0).abs() < 1e-9, "calibrate {a} s, predict {b} s");
+}
+
 #[test]
 fn bad_logs_and_files_are_refused_naming_them() {
     let tmp = tempfile::tempdir().unwrap();

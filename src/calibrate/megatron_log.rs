@@ -33,6 +33,10 @@ pub struct MegatronLog {
     pub intervals: Vec<(u64, f64)>,
     /// The largest `max reserved` any rank reported, MiB.
     pub max_reserved_mib: Option<f64>,
+    /// Megatron-DeepSpeed runs: the DeepSpeed engine's configuration as rank 0 prints it
+    /// (`DeepSpeedEngine configuration:`, then `  zero_optimization_stage ...... 1` and the
+    /// like) — what ran, where the arguments only say what the launch script asked for.
+    pub deepspeed: BTreeMap<String, String>,
 }
 
 /// The label the iteration time follows on an iteration line.
@@ -41,7 +45,7 @@ const ELAPSED: &str = "elapsed time per iteration (ms):";
 /// Reads a log's text (any launcher prefix before Megatron's own text is ignored).
 pub fn parse(text: &str) -> MegatronLog {
     let mut log = MegatronLog::default();
-    let mut in_args = false;
+    let (mut in_args, mut in_deepspeed, mut padded) = (false, false, None);
     for line in text.lines() {
         if line.contains("end of arguments") {
             in_args = false;
@@ -51,13 +55,42 @@ pub fn parse(text: &str) -> MegatronLog {
             if let Some((name, value)) = argument(line) {
                 log.args.insert(name, value);
             }
+        } else if line.contains("DeepSpeedEngine configuration:") {
+            in_deepspeed = true;
+        } else if in_deepspeed && (line.contains("json = ") || line.contains("print_user_config")) {
+            // the user's JSON follows the engine's own settings
+            in_deepspeed = false;
+        } else if in_deepspeed {
+            if let Some((name, value)) = argument(line) {
+                log.deepspeed.insert(name, value);
+            }
+        } else if let Some(size) = padded_vocab(line) {
+            padded = Some(size);
         } else if let Some(interval) = interval(line) {
             log.intervals.push(interval);
         } else if let Some(mib) = max_reserved(line) {
             log.max_reserved_mib = Some(log.max_reserved_mib.map_or(mib, |m: f64| m.max(mib)));
         }
     }
+    // versions that pad the vocabulary after printing the arguments say so on a line of their own
+    if let Some(size) = padded {
+        log.args
+            .entry("padded_vocab_size".into())
+            .or_insert_with(|| size.to_string());
+    }
     log
+}
+
+/// `> padded vocab (size: 50257) with 175 dummy tokens (new size: 50432)`, which the tokenizer
+/// prints: the new size.
+fn padded_vocab(line: &str) -> Option<u64> {
+    let label = "(new size:";
+    if !line.contains("padded vocab (size:") {
+        return None;
+    }
+    let at = line.find(label)?;
+    let rest = line[at + label.len()..].trim_start();
+    rest[..rest.find(')')?].trim().parse().ok()
 }
 
 /// `  name ........ value` (the dots pad the name to one width).
@@ -305,6 +338,15 @@ impl Args<'_> {
         self.text(name) == Some("True")
     }
 
+    /// A DeepSpeed precision switched on: `fp16_enabled ... True`, or the newer
+    /// `bfloat16_config ... enabled=True …`.
+    fn enabled(&self, precision: &str) -> bool {
+        self.flag(&format!("{precision}_enabled"))
+            || self
+                .text(&format!("{precision}_config"))
+                .is_some_and(|c| c.split_whitespace().any(|kv| kv == "enabled=True"))
+    }
+
     /// A whole-number argument; an error names it where its text is not one.
     fn count(&self, name: &str) -> Result<Option<u64>, String> {
         self.text(name)
@@ -341,6 +383,41 @@ impl Args<'_> {
             })
             .unwrap_or_default()
     }
+}
+
+/// The experts of a mixture, none for a dense model: Megatron-LM prints a number,
+/// Megatron-DeepSpeed a list (`[1]` dense, `[64]` one count for every expert layer).
+fn experts(a: &Args) -> Result<Option<u64>, String> {
+    let Some(text) = a.text("num_experts") else {
+        return Ok(None);
+    };
+    if !text.starts_with('[') {
+        return a.count("num_experts");
+    }
+    let mut most = None;
+    for item in a.list("num_experts") {
+        let n = item
+            .parse::<u64>()
+            .map_err(|_| format!("argument num_experts = {text:?} is not a list of counts"))?;
+        most = most.max(Some(n));
+    }
+    Ok(most.filter(|&n| n > 1))
+}
+
+/// The ZeRO stage a Megatron-DeepSpeed run ran: DeepSpeed's printed
+/// `zero_optimization_stage`, else the `zero_stage` argument (`1.0` by default: it is declared
+/// an int with a float default).
+fn deepspeed_zero_stage(a: &Args, ds: &Args) -> Result<u64, String> {
+    let (name, text) = match (ds.text("zero_optimization_stage"), a.text("zero_stage")) {
+        (Some(t), _) => ("DeepSpeed's zero_optimization_stage", t),
+        (None, Some(t)) => ("argument zero_stage", t),
+        (None, None) => return Ok(0),
+    };
+    text.parse::<f64>()
+        .ok()
+        .filter(|z| z.fract() == 0.0 && (0.0..=3.0).contains(z))
+        .map(|z| z as u64)
+        .ok_or_else(|| format!("{name} = {text:?} is not a ZeRO stage (0, 1, 2 or 3)"))
 }
 
 fn yes(b: bool) -> String {
@@ -398,8 +475,15 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         "ms",
     )?;
 
+    // Megatron-DeepSpeed: the DeepSpeed engine's own settings (ZeRO, precision) are what ran
+    let ds = Args(&log.deepspeed);
+    let deepspeed = a.flag("deepspeed") || !log.deepspeed.is_empty();
     let dtype = if a.text("fp8").is_some() {
         "fp8"
+    } else if deepspeed && ds.enabled("bfloat16") {
+        "bf16"
+    } else if deepspeed && ds.enabled("fp16") {
+        "fp16"
     } else if a.flag("bf16") {
         "bf16"
     } else if a.flag("fp16") {
@@ -453,7 +537,35 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
             }
         }
     }
-    let experts = a.count("num_experts")?;
+    let experts = experts(&a)?;
+    if deepspeed && experts.is_some() {
+        return Err(
+            "Megatron-DeepSpeed's mixtures of experts (an expert layer every expert_interval \
+             layers, DeepSpeed-MoE's gating) are not costed: import Megatron-LM's or \
+             Megatron-Bridge's"
+                .into(),
+        );
+    }
+    let zero = if deepspeed {
+        deepspeed_zero_stage(&a, &ds)?
+    } else {
+        u64::from(a.flag("use_distributed_optimizer"))
+    };
+    if deepspeed {
+        if ds
+            .text("zero_config")
+            .is_some_and(|z| z.contains("offload_optimizer=D") || z.contains("offload_param=D"))
+            || a.flag("cpu_optimizer")
+        {
+            reason.push("ZeRO offload to the host (CPU or NVMe) is not costed".to_string());
+        }
+        if let Some(n) = a.count("ds_sequence_parallel_size")?.filter(|&n| n > 1) {
+            reason.push(format!(
+                "DeepSpeed-Ulysses sequence parallelism (ds_sequence_parallel_size {n}) is not \
+                 costed"
+            ));
+        }
+    }
     let ep = a.count("expert_model_parallel_size")?.unwrap_or(1);
     let moe_dispatcher = match (experts, a.text("moe_token_dispatcher_type")) {
         (None, _) => "",
@@ -465,7 +577,18 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         (Some(_), Some("allgather")) => "allgather",
         (Some(_), _) => "alltoall",
     };
-    let grad_reduce_dtype = if a.flag("grad_reduce_in_bf16") {
+    let grad_reduce_dtype = if let Some(t) = ds.text("communication_data_type") {
+        match t.trim_start_matches("torch.") {
+            "float32" | "fp32" => "fp32",
+            "float16" | "fp16" => "fp16",
+            "bfloat16" | "bf16" => "bf16",
+            other => {
+                return Err(format!(
+                    "DeepSpeed's communication_data_type = {other:?} is not fp32, fp16 or bf16"
+                ))
+            }
+        }
+    } else if a.flag("grad_reduce_in_bf16") {
         "bf16"
     } else if a.flag("accumulate_allreduce_grads_in_fp32") {
         "fp32"
@@ -514,7 +637,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     let (arch, model_name, model_column) = match &options.model {
         Some(m) => (None, m.clone(), m.clone()),
         None => {
-            let arch = architecture(&a, layers, seq_len)?;
+            let arch = architecture(&a, layers, seq_len, deepspeed)?;
             // checked as predict will check it, so a row is never written for a model no
             // prediction can make
             arch.clone()
@@ -539,14 +662,22 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         "label",
         format!(
             "{model_name} {world} GPUs tp{tp} pp{pp} cp{cp} dp{dp}{} mbs{micro_batch} \
-             gbs{global_batch} {}",
+             gbs{global_batch} {}{}",
             experts.map(|_| format!(" ep{ep}")).unwrap_or_default(),
-            dtype.to_uppercase()
+            dtype.to_uppercase(),
+            if deepspeed {
+                format!(" DeepSpeed ZeRO {zero}")
+            } else {
+                String::new()
+            }
         ),
     );
     put("cluster", options.cluster.clone());
     put("model", model_column);
-    put("framework", "megatron".into());
+    put(
+        "framework",
+        if deepspeed { "deepspeed" } else { "megatron" }.into(),
+    );
     put("tp", tp.to_string());
     put("pp", pp.to_string());
     put("dp", dp.to_string());
@@ -572,15 +703,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     put("dtype", dtype.into());
     put("recompute", recompute.into());
     put("recompute_modules", recompute_modules);
-    put(
-        "zero",
-        if a.flag("use_distributed_optimizer") {
-            "1"
-        } else {
-            "0"
-        }
-        .into(),
-    );
+    put("zero", zero.to_string());
     put(
         "schedule",
         if vpp > 1 { "interleaved" } else { "1f1b" }.into(),
@@ -591,7 +714,17 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         "tp_comm_overlap",
         if a.flag("tp_comm_overlap") { "1" } else { "0" }.into(),
     );
-    put("overlap_grad_reduce", yes(a.flag("overlap_grad_reduce")));
+    // DeepSpeed's ZeRO reduces gradients during the backward where `overlap_comm` says so;
+    // its pipeline engine reduces them after the last micro-batch
+    let overlap_grad_reduce = if deepspeed {
+        pp == 1
+            && ds
+                .text("zero_config")
+                .is_some_and(|z| z.split_whitespace().any(|kv| kv == "overlap_comm=True"))
+    } else {
+        a.flag("overlap_grad_reduce")
+    };
+    put("overlap_grad_reduce", yes(overlap_grad_reduce));
     put("overlap_param_gather", yes(a.flag("overlap_param_gather")));
     put("grad_reduce_dtype", grad_reduce_dtype.into());
     put("fp8_param_gather", yes(a.flag("fp8_param_gather")));
@@ -673,8 +806,10 @@ fn family_of(model: &str) -> String {
 }
 
 /// The architecture Megatron-LM's arguments describe, named by its dimensions (runs of one
-/// model share the file and the family).
-fn architecture(a: &Args, layers: u64, seq_len: u64) -> Result<ArchSpec, String> {
+/// model share the file and the family). Megatron-DeepSpeed names a few otherwise (grouped
+/// queries as `num_key_value_heads`, rotary positions as `use_rotary_position_embeddings`,
+/// FlashAttention as one of several `use_flash_attn_*` switches).
+fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<ArchSpec, String> {
     let hidden = a.required("hidden_size")?;
     let heads = a.required("num_attention_heads")?;
     let ffn = a.count("ffn_hidden_size")?;
@@ -692,7 +827,7 @@ fn architecture(a: &Args, layers: u64, seq_len: u64) -> Result<ArchSpec, String>
     let kv_heads = if a.flag("group_query_attention") {
         a.count("num_query_groups")?
     } else {
-        None
+        a.count("num_key_value_heads")?.filter(|&k| k < heads)
     };
     let head_dim = a
         .count("kv_channels")?
@@ -704,13 +839,17 @@ fn architecture(a: &Args, layers: u64, seq_len: u64) -> Result<ArchSpec, String>
     } else {
         Activation::Gelu
     };
+    // `RMSNorm` in Megatron-LM, `rmsnorm` in Megatron-DeepSpeed
     let norm = match a.text("normalization") {
-        Some("RMSNorm") => NormKind::Rmsnorm,
+        Some(n) if n.eq_ignore_ascii_case("rmsnorm") => NormKind::Rmsnorm,
         _ => NormKind::Layernorm,
     };
     let position = match a.text("position_embedding_type") {
+        // versions without the argument: learned positions unless rotary ones were asked for
+        None if a.flag("use_rotary_position_embeddings") => Position::Rope,
+        None => Position::Learned,
         Some("learned_absolute") => Position::Learned,
-        Some("rope") | Some("yarn") | None => Position::Rope,
+        Some("rope") | Some("yarn") => Position::Rope,
         Some(other) => {
             return Err(format!(
                 "argument position_embedding_type = {other:?} is not costed (rope, yarn or \
@@ -718,11 +857,25 @@ fn architecture(a: &Args, layers: u64, seq_len: u64) -> Result<ArchSpec, String>
             ))
         }
     };
-    let unfused = a.text("transformer_impl") == Some("local") && !a.flag("use_flash_attn");
+    // Megatron-LM's local implementation runs the unfused softmax unless FlashAttention is
+    // asked for; so does Megatron-DeepSpeed, which names no implementation before 2023
+    let flash = [
+        "use_flash_attn",
+        "use_flash_attn_v1",
+        "use_flash_attn_v2",
+        "use_flash_attn_triton",
+        "use_flash_attn_builder",
+    ]
+    .iter()
+    .any(|f| a.flag(f));
+    let local = match a.text("transformer_impl") {
+        Some(i) => i == "local",
+        None => deepspeed,
+    };
+    let unfused = local && !flash;
     let dropout = a.float("hidden_dropout").unwrap_or(0.1) > 0.0
         || a.float("attention_dropout").unwrap_or(0.1) > 0.0;
-    let experts = a.count("num_experts")?;
-    let moe = match experts {
+    let moe = match experts(a)? {
         None => None,
         Some(experts) => {
             let freq = a.list("moe_layer_freq");
@@ -837,7 +990,25 @@ mod tests {
     /// skipped an iteration) and two ranks' memory reports; `changed` arguments replace or join
     /// those printed.
     fn log(changed: &[(&str, &str)]) -> String {
-        let mut text = include_str!("../../tests/data/megatron/llama3-8b-tp2-pp2.log").to_string();
+        with_args(
+            include_str!("../../tests/data/megatron/llama3-8b-tp2-pp2.log"),
+            changed,
+        )
+    }
+
+    /// A Megatron-DeepSpeed log (a GPT-2-style 1.3 B model, tp 2 · pp 2 · dp 2, fp16, full
+    /// recompute, the argument `zero_stage` at its 1.0 default and DeepSpeed's configuration
+    /// printing stage 1), `changed` arguments replaced or added.
+    fn deepspeed_log(changed: &[(&str, &str)]) -> String {
+        with_args(
+            include_str!("../../tests/data/megatron/gpt-1.3b-deepspeed.log"),
+            changed,
+        )
+    }
+
+    /// `text` with `changed` arguments replacing those of the dump or joining it.
+    fn with_args(text: &str, changed: &[(&str, &str)]) -> String {
+        let mut text = text.to_string();
         for (name, value) in changed {
             let line = format!("  {name} {} {value}\n", ".".repeat(48 - name.len()));
             let start = format!("  {name} .");
@@ -1282,5 +1453,146 @@ mod tests {
             interval(" iteration 4/ 10 | elapsed time per iteration (s): 11.18 |"),
             None
         );
+    }
+
+    #[test]
+    fn a_megatron_deepspeed_run_is_read_with_deepspeeds_own_settings() {
+        let run = import(&parse(&deepspeed_log(&[])), &options()).unwrap();
+        let c = &run.columns;
+        assert_eq!(c["framework"], "deepspeed");
+        assert_eq!(c["zero"], "1");
+        assert_eq!(
+            (c["dtype"].as_str(), c["grad_reduce_dtype"].as_str()),
+            ("fp16", "fp16")
+        );
+        assert_eq!(c["recompute"], "full");
+        assert_eq!(
+            (c["tp"].as_str(), c["pp"].as_str(), c["dp"].as_str()),
+            ("2", "2", "2")
+        );
+        assert_eq!(c["measured_step_s"], "1");
+        assert_eq!(c["measured_memory_gib"], "14.000");
+        assert!(
+            c["label"].ends_with("FP16 DeepSpeed ZeRO 1"),
+            "{}",
+            c["label"]
+        );
+        // its pipeline engine reduces gradients after the last micro-batch; without a
+        // pipeline ZeRO's `overlap_comm` reduces them during the backward
+        assert_eq!(c["overlap_grad_reduce"], "false");
+        let overlapped = deepspeed_log(&[
+            ("pipeline_model_parallel_size", "1"),
+            ("data_parallel_size", "4"),
+        ])
+        .replace("overlap_comm=False", "overlap_comm=True");
+        let r = import(&parse(&overlapped), &options()).unwrap();
+        assert_eq!(
+            (
+                r.columns["dp"].as_str(),
+                r.columns["overlap_grad_reduce"].as_str()
+            ),
+            ("4", "true")
+        );
+        // `num_experts [1]` is a dense model; the vocabulary is the tokenizer's padded size,
+        // printed after the arguments; GPT-2's learned positions, LayerNorm, GELU, biases and
+        // tied embeddings; the unfused softmax where no FlashAttention switch is on
+        let arch = run.arch.unwrap();
+        assert!(arch.moe.is_none());
+        assert_eq!(arch.vocab, 50432);
+        assert_eq!(
+            (arch.position, arch.norm, arch.activation),
+            (Position::Learned, NormKind::Layernorm, Activation::Gelu)
+        );
+        assert!(arch.tied_embeddings && arch.linear_bias && arch.dropout);
+        assert_eq!(arch.attention, AttentionImpl::Unfused);
+        assert_eq!(arch.name, "megatron-l24-h2048-a16-f8192-v50432");
+    }
+
+    #[test]
+    fn deepspeeds_printed_stage_wins_over_the_argument() {
+        let stage =
+            |text: String| import(&parse(&text), &options()).map(|r| r.columns["zero"].clone());
+        let printed = deepspeed_log(&[]).replace(
+            "zero_optimization_stage ...... 1",
+            "zero_optimization_stage ...... 2",
+        );
+        assert_eq!(stage(printed).unwrap(), "2");
+        // without DeepSpeed's configuration the argument says it (1.0: an int with a float
+        // default)
+        let without = |zero: &str| {
+            deepspeed_log(&[("zero_stage", zero)])
+                .lines()
+                .filter(|l| !l.contains("[config.py"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(stage(without("1.0")).unwrap(), "1");
+        assert_eq!(stage(without("3")).unwrap(), "3");
+        let e = stage(without("1.5")).unwrap_err();
+        assert!(e.contains("zero_stage") && e.contains("ZeRO stage"), "{e}");
+        let e = stage(without("4")).unwrap_err();
+        assert!(e.contains("\"4\""), "{e}");
+    }
+
+    #[test]
+    fn what_deepspeed_runs_that_is_not_costed_is_named() {
+        let run = |text: String| import(&parse(&text), &options());
+        // bf16 as newer DeepSpeed prints it
+        let bf16 = deepspeed_log(&[])
+            .replace(
+                "bfloat16_enabled ............. False",
+                "bfloat16_config .............. enabled=True immediate_grad_update=False",
+            )
+            .replace(
+                "fp16_enabled ................. True",
+                "fp16_enabled ................. False",
+            );
+        assert_eq!(run(bf16).unwrap().columns["dtype"], "bf16");
+        // the optimizer offloaded to the host, Ulysses sequence parallelism: kept, not
+        // expressible
+        let offload = deepspeed_log(&[]).replace(
+            "offload_optimizer=None",
+            "offload_optimizer=DeepSpeedZeroOffloadOptimizerConfig(device='cpu')",
+        );
+        let r = run(offload).unwrap();
+        assert_eq!(r.columns["expressible"], "false");
+        assert!(
+            r.columns["source"].contains("offload"),
+            "{}",
+            r.columns["source"]
+        );
+        let r = run(deepspeed_log(&[("ds_sequence_parallel_size", "2")])).unwrap();
+        assert_eq!(r.columns["expressible"], "false");
+        assert!(r.columns["source"].contains("Ulysses"));
+        // DeepSpeed-MoE's mixtures are refused, a list that is not counts named
+        let e = run(deepspeed_log(&[("num_experts", "[8]")])).unwrap_err();
+        assert!(e.contains("Megatron-DeepSpeed's mixtures"), "{e}");
+        let e = run(deepspeed_log(&[("num_experts", "[many]")])).unwrap_err();
+        assert!(e.contains("num_experts"), "{e}");
+    }
+
+    #[test]
+    fn megatron_deepspeeds_own_names_for_a_llama_are_read() {
+        let text = deepspeed_log(&[
+            ("num_key_value_heads", "4"),
+            ("normalization", "rmsnorm"),
+            ("swiglu", "True"),
+            ("use_rotary_position_embeddings", "True"),
+            ("add_bias_linear", "False"),
+            ("untie_embeddings_and_output_weights", "True"),
+            ("use_flash_attn_v2", "True"),
+        ]);
+        let arch = import(&parse(&text), &options()).unwrap().arch.unwrap();
+        assert_eq!(arch.kv_heads, Some(4));
+        assert_eq!(
+            (arch.position, arch.norm, arch.activation),
+            (Position::Rope, NormKind::Rmsnorm, Activation::Swiglu)
+        );
+        assert_eq!(arch.attention, AttentionImpl::Flash);
+        assert!(!arch.tied_embeddings && !arch.linear_bias);
+        // as many key-value heads as heads is plain multi-head attention
+        let text = deepspeed_log(&[("num_key_value_heads", "16")]);
+        let arch = import(&parse(&text), &options()).unwrap().arch.unwrap();
+        assert_eq!(arch.kv_heads, None);
     }
 }

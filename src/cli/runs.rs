@@ -27,7 +27,8 @@ pub enum RunsCommand {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
     /// Megatron-LM's `pretrain_gpt.py` output: the `---- arguments ----` dump and the
-    /// `elapsed time per iteration (ms)` lines.
+    /// `elapsed time per iteration (ms)` lines; Megatron-DeepSpeed's too (its ZeRO stage and
+    /// precision from the DeepSpeed engine's printed configuration, a `deepspeed` row).
     MegatronLog,
     /// Megatron-Bridge's (NeMo 2's) training output, its iteration lines Megatron-LM's, with
     /// the run's configuration from `--config` (the YAML `--dryrun` prints or
@@ -214,7 +215,7 @@ fn as_csv_names_it(name: &str) -> anyhow::Result<String> {
 fn write_arch(dir: &Path, arch: &stepcast::workload::ArchSpec) -> anyhow::Result<()> {
     let path = dir.join("archs").join(format!("{}.yaml", arch.name));
     let text = format!(
-        "# written by `stepcast runs import` from a Megatron-LM log's arguments\n{}",
+        "# written by `stepcast runs import` from a Megatron log's arguments\n{}",
         serde_norway::to_string(arch)?
     );
     match std::fs::read_to_string(&path) {
