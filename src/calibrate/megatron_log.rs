@@ -872,7 +872,12 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
         Some(i) => i == "local",
         None => deepspeed,
     };
-    let unfused = local && !flash;
+    // Megatron-Core's `--attention-backend` (printed `AttnBackend.auto`) names the unfused
+    // softmax outright: Transformer Engine's unfused attention, or Megatron's local one
+    let backend = a
+        .text("attention_backend")
+        .map(|b| b.trim_start_matches("AttnBackend."));
+    let unfused = matches!(backend, Some("unfused" | "local")) || (local && !flash);
     let dropout = a.float("hidden_dropout").unwrap_or(0.1) > 0.0
         || a.float("attention_dropout").unwrap_or(0.1) > 0.0;
     let moe = match experts(a)? {
@@ -1453,6 +1458,45 @@ mod tests {
             interval(" iteration 4/ 10 | elapsed time per iteration (s): 11.18 |"),
             None
         );
+    }
+
+    #[test]
+    fn the_vocabulary_padded_after_the_dump_and_the_attention_backend_are_read() {
+        // Megatron-LM of 2025 pads the vocabulary after printing the arguments and says so
+        let text = log(&[]).replace(
+            "  padded_vocab_size ............................... 128256\n",
+            "",
+        );
+        let text = text.replace(
+            "> building NullTokenizer tokenizer ...",
+            "> building NullTokenizer tokenizer ...\n > padded vocab (size: 128256) with 256 \
+             dummy tokens (new size: 128512)",
+        );
+        assert!(!text.contains("padded_vocab_size"));
+        let arch = import(&parse(&text), &options()).unwrap().arch.unwrap();
+        assert_eq!(arch.vocab, 128512);
+        // the dump's own figure wins where it has one
+        let both = log(&[]).replace(
+            "> building NullTokenizer tokenizer ...",
+            " > padded vocab (size: 5) with 123 dummy tokens (new size: 128)",
+        );
+        let arch = import(&parse(&both), &options()).unwrap().arch.unwrap();
+        assert_eq!(arch.vocab, 128256);
+        assert_eq!(
+            padded_vocab("> padded vocab (size: 7) with 1 dummy tokens"),
+            None
+        );
+        // Megatron-Core's attention backend: the unfused ones by name, the others fused
+        for (backend, expected) in [
+            ("AttnBackend.auto", AttentionImpl::Flash),
+            ("AttnBackend.flash", AttentionImpl::Flash),
+            ("AttnBackend.unfused", AttentionImpl::Unfused),
+            ("AttnBackend.local", AttentionImpl::Unfused),
+        ] {
+            let text = log(&[("attention_backend", backend)]);
+            let arch = import(&parse(&text), &options()).unwrap().arch.unwrap();
+            assert_eq!(arch.attention, expected, "{backend}");
+        }
     }
 
     #[test]
