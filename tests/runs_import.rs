@@ -249,6 +249,65 @@ fn a_megatron_deepspeed_log_becomes_a_deepspeed_row() {
     assert!((a / b - 1.0).abs() < 1e-9, "calibrate {a} s, predict {b} s");
 }
 
+/// A cluster without models (every kernel from the roofline): its runs are checked as
+/// `predict` composes them and a fit can be shown, but nothing is written, since `predict`
+/// reads a calibration from next to a cluster's models.
+#[test]
+fn runs_on_a_cluster_without_models_are_checked_against_the_roofline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("runs.csv");
+    fs::write(
+        &csv,
+        "set,family,label,cluster,model,tp,pp,dp,micro_batch,global_batch,seq_len,measured_step_s\n\
+         mine,llama2-7b,llama2-7b dp8,mi300x,llama2-7b,1,1,8,1,64,4096,9.5\n",
+    )
+    .unwrap();
+    let report = tmp.path().join("check.json");
+    let check = stepcast(&[
+        "calibrate",
+        s(&csv),
+        "--cluster",
+        "mi300x",
+        "--check",
+        "--json",
+        s(&report),
+    ]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    assert!(
+        stdout(&check).contains("the cluster's defaults"),
+        "{}",
+        stdout(&check)
+    );
+    let run = &read_json(&report)["runs"][0];
+    let predicted = json_of(&stepcast(&[
+        "predict",
+        "--cluster",
+        "mi300x",
+        "--model",
+        "llama2-7b",
+        "--dp",
+        "8",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+        "--json",
+    ]));
+    let (a, b) = (
+        run["cross_validated_s"].as_f64().unwrap(),
+        predicted["step_time_s"].as_f64().unwrap(),
+    );
+    assert!((a / b - 1.0).abs() < 1e-9, "calibrate {a} s, predict {b} s");
+    let dry = stepcast(&["calibrate", s(&csv), "--cluster", "mi300x", "--dry-run"]);
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    assert_user_error(
+        &stepcast(&["calibrate", s(&csv), "--cluster", "mi300x"]),
+        &["names no models", "--check", "--dry-run"],
+    );
+}
+
 #[test]
 fn bad_logs_and_files_are_refused_naming_them() {
     let tmp = tempfile::tempdir().unwrap();

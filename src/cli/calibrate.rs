@@ -57,14 +57,18 @@ struct Loaded {
 pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let all_runs = runs::load(&args.runs)?;
     let target = Cluster::load(&args.cluster)?;
-    let target_models = super::layout::open_models(None, &target)?.ok_or_else(|| {
-        stepcast::Error::Invalid(format!(
-            "{} names no models: a calibration lives next to models; give a cluster with \
-             `models:`",
+    // a cluster without models (predict composes it from the roofline) can be checked and a
+    // fit shown, but has no models directory a calibration could be read from
+    let target_models = super::layout::open_models(None, &target)?;
+    if target_models.is_none() && !args.check && !args.dry_run {
+        anyhow::bail!(stepcast::Error::Invalid(format!(
+            "{} names no models, and predict reads a calibration from next to a cluster's \
+             models: check the roofline against the runs with --check, or see a fit with \
+             --dry-run",
             target.path.display()
-        ))
-    })?;
-    let fingerprint = target_models.fingerprint().to_string();
+        )));
+    }
+    let fingerprint = target_models.as_ref().map(|m| m.fingerprint().to_string());
     // every cluster the runs name, with its models
     let mut loaded: HashMap<PathBuf, Result<Loaded, String>> = HashMap::new();
     for r in all_runs.iter().filter(|r| r.not_expressible.is_none()) {
@@ -86,7 +90,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let runs: Vec<runs::Run> = all_runs
         .iter()
         .filter(|r| !r.cluster.as_os_str().is_empty())
-        .filter(|r| same_cluster(&r.cluster, &loaded, &name, &fingerprint))
+        .filter(|r| same_cluster(&r.cluster, &loaded, &name, fingerprint.as_deref()))
         .filter(|r| args.framework.is_none() || r.framework == args.framework)
         .cloned()
         .collect();
@@ -147,15 +151,19 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             args.cluster.display()
         )));
     }
+    let inputs = || {
+        let mut inputs = vec![
+            super::stamp::file("runs", &args.runs),
+            super::stamp::cluster(&target),
+        ];
+        inputs.extend(target_models.as_ref().map(super::stamp::models));
+        inputs
+    };
     if args.check {
         let check = check_runs(&runs, &ok, &failed, &clusters)?;
         print_check(&check);
         if let Some(path) = &args.json {
-            let inputs = vec![
-                super::stamp::file("runs", &args.runs),
-                super::stamp::cluster(&target),
-                super::stamp::models(&target_models),
-            ];
+            let inputs = inputs();
             stepcast::fsutil::write_atomic(
                 path,
                 super::stamp::document(&check, inputs)?.as_bytes(),
@@ -188,12 +196,10 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         &fitted,
     )?;
     if let Some(path) = &args.json {
-        let inputs = vec![
-            super::stamp::file("runs", &args.runs),
-            super::stamp::cluster(&target),
-            super::stamp::models(&target_models),
-        ];
-        stepcast::fsutil::write_atomic(path, super::stamp::document(&report, inputs)?.as_bytes())?;
+        stepcast::fsutil::write_atomic(
+            path,
+            super::stamp::document(&report, inputs())?.as_bytes(),
+        )?;
         println!("report written to {}", path.display());
     }
     if args.dry_run {
@@ -312,15 +318,16 @@ fn print_check(c: &stepcast::calibrate::Check) {
     print_unpredicted(&c.runs);
 }
 
-/// Whether a run's cluster is the one being calibrated: the same name and the same models.
+/// Whether a run's cluster is the one being calibrated: the same name and the same models
+/// (or, for a cluster without models, none either).
 fn same_cluster(
     cluster: &Path,
     loaded: &HashMap<PathBuf, Result<Loaded, String>>,
     name: &str,
-    fingerprint: &str,
+    fingerprint: Option<&str>,
 ) -> bool {
     let matches = |c: &Cluster, m: Option<&ModelSet>| {
-        c.spec.name == name && m.is_some_and(|m| m.fingerprint() == fingerprint)
+        c.spec.name == name && m.map(|m| m.fingerprint()) == fingerprint
     };
     match loaded.get(cluster) {
         Some(Ok(l)) => matches(&l.cluster, l.models.as_ref()),
