@@ -83,6 +83,11 @@ python3 "$root/scripts/eval-real-runs.py" "$bin" "$ref" --json "$out/real-runs.j
   --check "$root/scripts/real-runs-thresholds.json"
 
 echo
+echo "== the roofline alone on the same runs (models removed, no calibration): its band in predict's interval"
+python3 "$root/scripts/import-runs.py" "$ref" "$out/runs" >/dev/null
+python3 "$root/scripts/roofline-band.py" "$bin" "$out/runs/runs.csv" --check
+
+echo
 echo "== a warm predict, timed as a whole process (median of 30)"
 python3 - "$bin" "$root" <<'PY'
 import statistics, subprocess, sys, time

@@ -86,8 +86,16 @@ impl Estimate {
     }
 }
 
-/// Uncertainty assumed for estimates no measurement backs.
-const ROOFLINE_SIGMA: f64 = 0.35;
+/// Where no model backs a kernel, how long steps ran against the roofline alone: the 10th and
+/// 90th percentile of measured / predicted step time over the published runs of four NVIDIA
+/// clusters predicted with their models removed and no calibration (1,901 runs, each cluster
+/// weighing the same: `scripts/roofline-band.py`; median 1.27). The roofline factor's 80 %
+/// band in `predict`'s interval: a little below 1 and far above it, as the kernels it derates
+/// from peak rarely run faster and often much slower.
+pub const ROOFLINE_BAND: (f64, f64) = (0.975, 1.80);
+/// The roofline's σ where one number is needed: its band's upper side.
+const ROOFLINE_SIGMA: f64 = 0.4586; // ln(1.80) / 1.2816
+/// Uncertainty assumed for the analytic network model where no collective was measured.
 const ANALYTIC_SIGMA: f64 = 0.3;
 /// FlashAttention-2 backward does 2.5× the forward's matmul work (5 GEMMs to 2): the ratio
 /// used when no GPU measured both phases.

@@ -150,6 +150,9 @@ pub struct Costed {
     pub times: QueryTimes,
     /// Standard deviation of ln(actual / predicted) of each factor.
     pub sigma_log: Vec<f64>,
+    /// A factor's measured 80 % band of actual / predicted, where one replaces ±1.28σ (the
+    /// roofline's: `cost::ROOFLINE_BAND`).
+    pub band: Vec<Option<(f64, f64)>>,
 }
 
 /// The runtime steps under `rules` are composed under: the cost model's (calibrated or
@@ -197,14 +200,19 @@ pub fn estimate(
         .collect::<Result<_>>()?;
     let mut index: HashMap<&str, u32> = HashMap::new();
     let mut sigma_log: Vec<f64> = Vec::new();
+    let mut band: Vec<Option<(f64, f64)>> = Vec::new();
     let factor: Vec<u32> = estimates
         .iter()
         .map(|e| {
             let f = *index.entry(e.model.as_str()).or_insert_with(|| {
                 sigma_log.push(0.0);
+                band.push(None);
                 (sigma_log.len() - 1) as u32
             });
             sigma_log[f as usize] = sigma_log[f as usize].max(e.sigma_log);
+            if e.source == Source::Roofline {
+                band[f as usize] = Some(cost::ROOFLINE_BAND);
+            }
             f
         })
         .collect();
@@ -213,6 +221,7 @@ pub fn estimate(
         times: QueryTimes::new(plan, &isolated, factor, sigma_log.len(), attribute, runtime),
         estimates,
         sigma_log,
+        band,
     })
 }
 
@@ -395,9 +404,15 @@ fn interval(
     step: &Step,
     work: Option<&PipelineWork>,
 ) -> Result<(f64, f64, IntervalMethod)> {
-    let moving: Vec<(u32, f64)> = (0..costed.times.factors as u32)
+    // each factor's low and high multiplier: its measured band, or ±1.28σ
+    let moving: Vec<(u32, [f64; 2])> = (0..costed.times.factors as u32)
         .zip(costed.sigma_log.iter().copied())
-        .filter(|(_, sigma)| *sigma > 0.0)
+        .zip(costed.band.iter().copied())
+        .filter_map(|((f, sigma), band)| match band {
+            Some((low, high)) => Some((f, [low.min(1.0), high.max(1.0)])),
+            None if sigma > 0.0 => Some((f, [(-Z80 * sigma).exp(), (Z80 * sigma).exp()])),
+            None => None,
+        })
         .collect();
     let exact = work.is_none_or(|w| w.passes() * 2 * moving.len() <= EXACT_INTERVAL_PASSES);
     let method = if exact {
@@ -414,9 +429,8 @@ fn interval(
         })
     };
     let (mut down, mut up) = (0.0f64, 0.0f64);
-    for (factor, sigma) in moving {
-        for (sign, acc) in [(-1.0, &mut down), (1.0, &mut up)] {
-            let k = (sign * Z80 * sigma).exp();
+    for (factor, [low, high]) in moving {
+        for (k, acc) in [(low, &mut down), (high, &mut up)] {
             *acc += (moved(factor, k)? - step.step_us).powi(2);
         }
     }
