@@ -174,6 +174,14 @@ fn print_prediction(
         ),
         None => println!("models   none configured — every kernel from the roofline"),
     }
+    if p.models_dir.is_none() {
+        use stepcast::predict::cost::{ROOFLINE_BAND, ROOFLINE_MEDIAN};
+        println!(
+            "         (steps of published runs took {:.3}–{:.2} times what the roofline alone \
+             predicted, {ROOFLINE_MEDIAN:.2} at the median: expect this one too fast)",
+            ROOFLINE_BAND.0, ROOFLINE_BAND.1
+        );
+    }
     if p.layout.rules != stepcast::workload::Rules::Paper {
         println!(
             "{}",

@@ -93,6 +93,8 @@ impl Estimate {
 /// band in `predict`'s interval: a little below 1 and far above it, as the kernels it derates
 /// from peak rarely run faster and often much slower.
 pub const ROOFLINE_BAND: (f64, f64) = (0.975, 1.80);
+/// The median of the same ratios: how much too fast the roofline alone is, typically.
+pub const ROOFLINE_MEDIAN: f64 = 1.27;
 /// The roofline's σ where one number is needed: its band's upper side.
 const ROOFLINE_SIGMA: f64 = 0.4586; // ln(1.80) / 1.2816
 /// Uncertainty assumed for the analytic network model where no collective was measured.
