@@ -79,6 +79,14 @@ ACHIEVABLE_MFU = {"dgx-a100": 95.0, "dgx-a100-40gb": 95.0, "dgx-h100": 87.0, "dg
 
 # z of a two-sided 80 % interval (as `predict` uses)
 Z80 = 1.2816
+# runs of a training type a calibration needs before it gives that type its own spread
+# (`hardware::MIN_RUNS_OF_A_TYPE`)
+MIN_RUNS_OF_A_TYPE = 20
+
+
+def spread(stats):
+    """A calibration's error as the σ predict puts into its interval (`hardware::spread`)."""
+    return math.sqrt(math.pi / 2) * math.log1p(stats["mean_abs_percent"] / 100)
 
 
 def stats(errors):
@@ -88,15 +96,18 @@ def stats(errors):
             "max_abs_percent": max(abs(e) for e in errors), "bias_percent": sum(errors) / len(errors)}
 
 
-def coverage(pred, sigma):
+def coverage(pred, sigma_of):
     """Share of runs whose calibrated prediction lies within the runtime's part of the 80 %
-    interval predict gives (exp(±1.28 σ)); the operator models' part, which widens it a little
-    more, is left out: a lower bound on the interval's coverage."""
-    cv = [x for x in pred if x.get("cross_validated_s")]
-    if not cv or sigma is None:
+    interval predict gives (exp(±1.28 σ), σ the run's: its training type's where the
+    calibration had enough runs of it, else over all); the operator models' part, which widens
+    it a little more, is left out: a lower bound on the interval's coverage."""
+    cv = [(x, sigma_of(x)) for x in pred if x.get("cross_validated_s")]
+    cv = [(x, s) for x, s in cv if s is not None]
+    if not cv:
         return None
-    inside = sum(abs(math.log(x["cross_validated_s"] / x["measured_s"])) <= Z80 * sigma for x in cv)
-    return {"runs": len(cv), "inside_percent": 100 * inside / len(cv), "sigma_log": sigma}
+    inside = sum(abs(math.log(x["cross_validated_s"] / x["measured_s"])) <= Z80 * s for x, s in cv)
+    return {"runs": len(cv), "inside_percent": 100 * inside / len(cv),
+            "sigma_log": sorted({round(s, 6) for _, s in cv})}
 
 
 def vtrain_layout(label):
@@ -452,9 +463,19 @@ def evaluate(binary, ref, work, json_out, thresholds):
         under = f" under {framework}" if framework else ""
         # the runtime's spread predict puts into its 80 % interval (`hardware::spread`); a
         # check's runs may be composed under several runtimes, each with its own
-        spreads = {c.get("sigma_log") for c in r["runtimes"]} if fit_sets is None \
-            else {r["interval_sigma_log"]}
+        # a training type with MIN_RUNS_OF_A_TYPE runs of its own gets its own spread
+        if fit_sets is None:
+            spreads = {c.get("sigma_log") for c in r["runtimes"]}
+            by_dtype = [c.get("sigma_log_by_dtype") or {} for c in r["runtimes"]]
+            by_dtype = by_dtype[0] if len(spreads) == 1 and len(by_dtype) == 1 else {}
+        else:
+            spreads = {r["interval_sigma_log"]}
+            by_dtype = {d: spread(s) for d, s in r.get("cross_validated_by_dtype", {}).items()
+                        if s["runs"] >= MIN_RUNS_OF_A_TYPE}
         sigma = spreads.pop() if len(spreads) == 1 else None
+
+        def sigma_of(x, sigma=sigma, by_dtype=by_dtype):
+            return None if sigma is None else by_dtype.get(x.get("dtype"), sigma)
         if fit_sets is None:
             print(f"== {cluster}: nothing fitted, as predict composes its runs now — "
                   + "; ".join(f"{c['runs']} runs: {c.get('summary') or 'the defaults'}"
@@ -496,7 +517,7 @@ def evaluate(binary, ref, work, json_out, thresholds):
                 "expressible": s.get("expressible"), "predicted": len(pred), "raw": raw,
                 "calibrated": cal, "max_mfu_percent": mfu,
                 "achievable_mfu_percent": ACHIEVABLE_MFU[cluster], "memory": memory(pred),
-                "interval_coverage": coverage(pred, sigma)}
+                "interval_coverage": coverage(pred, sigma_of)}
             if not s["fitted"]:
                 # held out: runs beyond the range of the runs fitted on are extrapolations
                 beyond = [x for x in pred if x.get("beyond_fitted_runs")]
@@ -539,7 +560,8 @@ def evaluate(binary, ref, work, json_out, thresholds):
         c = t.get("interval_coverage")
         if c:
             label = key + ("" if t["fitted"] else " (held out)")
-            print(f"  {label:55} {c['inside_percent']:4.0f} % of {c['runs']:4d} (σ {100 * c['sigma_log']:.1f} %)")
+            sigmas = ", ".join(f"{100 * s:.1f}" for s in c["sigma_log"])
+            print(f"  {label:55} {c['inside_percent']:4.0f} % of {c['runs']:4d} (σ {sigmas} %)")
     print("held-out runs beyond the range of the runs fitted on (GPUs, nodes, model size, sequence, "
           "parallel degrees, type: what predict warns about), calibrated mean |error| beyond / inside:")
     for key, t in table.items():

@@ -3036,3 +3036,32 @@ fn datasets_compare_reports_the_ratio_at_the_common_points() {
     let out = stepcast(&["datasets", "compare", s(&old), s(&other)]);
     assert_user_error(&out, &["share no measured point"]);
 }
+
+/// The shipped DGX H100 calibration gives its BF16 and FP8 runs each their own spread (its
+/// file's `cross_validated_by_dtype`), and a prediction's interval takes its type's: BF16 runs
+/// were closer than FP8 ones, so a BF16 step's interval is the narrower.
+#[test]
+fn a_prediction_takes_the_spread_of_its_training_type() {
+    let sigma = |dtype: &str| {
+        let mut args: Vec<&str> = "predict --cluster dgx-h100 --model llama3-8b --tp 2 --dp 4 \
+             --global-batch 32 --sequence-parallel --json --dtype"
+            .split_whitespace()
+            .collect();
+        args.push(dtype);
+        let p = json_of(&stepcast(&args));
+        p["interval_runtime_sigma_log"].as_f64().unwrap()
+    };
+    let shipped = std::fs::read_to_string(repo("models/h100-sxm/calibration.yaml")).unwrap();
+    let mean_of = |dtype: &str| -> f64 {
+        // the dgx-h100 entry's mean |error| of that type (the first entry of the file)
+        let at = shipped.find(&format!("    {dtype}:\n")).unwrap();
+        let rest = &shipped[at..];
+        let m = rest.find("mean_abs_percent: ").unwrap() + "mean_abs_percent: ".len();
+        rest[m..m + rest[m..].find('\n').unwrap()].parse().unwrap()
+    };
+    let spread = |mean: f64| (std::f64::consts::PI / 2.0).sqrt() * (mean / 100.0).ln_1p();
+    let (bf16, fp8) = (sigma("bf16"), sigma("fp8"));
+    assert!((bf16 - spread(mean_of("bf16"))).abs() < 1e-9, "{bf16}");
+    assert!((fp8 - spread(mean_of("fp8"))).abs() < 1e-9, "{fp8}");
+    assert!(bf16 < fp8);
+}

@@ -186,6 +186,10 @@ pub struct RunResult {
     pub label: String,
     /// Measured step, s.
     pub measured_s: f64,
+    /// The training type it was predicted in (bf16, fp8, …): the interval's spread may be the
+    /// type's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
     /// What the measurement (and so each prediction beside it) covers, where not the step.
     #[serde(skip_serializing_if = "is_whole_step")]
     pub time_scope: runs::TimeScope,
@@ -223,6 +227,7 @@ impl RunResult {
             family: run.family.clone(),
             label: run.label.clone(),
             measured_s: run.measured_s,
+            dtype: None,
             time_scope: run.time_scope,
             raw_s: None,
             raw_flash_attention_2_s: None,
@@ -303,6 +308,9 @@ pub struct Report {
     /// The spread a calibration written from this fit adds to `predict`'s interval (σ of
     /// ln(predicted / measured); `hardware::spread` of the cross-validated error).
     pub interval_sigma_log: f64,
+    /// The cross-validated error of the fit runs per training type: a type with
+    /// `MIN_RUNS_OF_A_TYPE` runs or more gets its own spread in the interval.
+    pub cross_validated_by_dtype: BTreeMap<String, ErrorStats>,
     /// The range of the runs fitted on (what a calibration written from this fit records).
     #[serde(skip)]
     pub fitted_range: Option<FittedRange>,
@@ -397,6 +405,7 @@ pub fn evaluate(
                     Some(range) if !fits(&run.set) => range.outside(&p.point),
                     _ => Vec::new(),
                 },
+                dtype: Some(p.point.dtype.clone()),
                 ..RunResult::of(run)
             }
         })
@@ -409,15 +418,39 @@ pub fn evaluate(
         ErrorStats::of(fit_results().filter_map(|r| Some((r.fitted_s?, r.measured_s)))),
         ErrorStats::of(fit_results().filter_map(|r| Some((r.cross_validated_s?, r.measured_s)))),
     ];
-    // the spread a calibration written from this fit adds to predict's interval
+    // the spread a calibration written from this fit adds to predict's interval: over all
+    // runs, and for a training type with enough runs its own
     let sigma = crate::hardware::spread(if overall[2].runs > 0 {
         &overall[2]
     } else {
         &overall[1]
     });
+    let mut by_dtype: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in fit_results() {
+        if let (Some(cv), Some(d)) = (r.cross_validated_s, &r.dtype) {
+            by_dtype
+                .entry(d.clone())
+                .or_default()
+                .push((cv, r.measured_s));
+        }
+    }
+    let cross_validated_by_dtype: BTreeMap<String, ErrorStats> = by_dtype
+        .into_iter()
+        .map(|(d, pairs)| (d, ErrorStats::of(pairs.into_iter())))
+        .collect();
+    let sigma_of = |r: &RunResult| {
+        let own = r
+            .dtype
+            .as_ref()
+            .and_then(|d| cross_validated_by_dtype.get(d))
+            .filter(|s| s.runs >= crate::hardware::MIN_RUNS_OF_A_TYPE);
+        Some(own.map_or(sigma, crate::hardware::spread))
+    };
+    let sets = set_reports(runs, &results, &fits, &sigma_of);
     Report {
-        sets: set_reports(runs, &results, &fits, &|_| Some(sigma)),
+        sets,
         interval_sigma_log: sigma,
+        cross_validated_by_dtype,
         fitted_range,
         fitted,
         held_at_default,
@@ -437,6 +470,10 @@ pub struct Current {
     /// Its spread on measured runs as σ of ln(predicted / measured) (the calibration's
     /// cross-validated error), which `predict` puts into its interval; none for the defaults.
     pub sigma_log: Option<f64>,
+    /// The spread of the training types with enough runs of their own, which `predict` puts
+    /// into the interval of a step of that type instead.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sigma_log_by_dtype: BTreeMap<String, f64>,
     /// How `predict` names it ("calibrated for C on N runs …"); for the defaults, why no
     /// calibration applies where it says ("no calibration under composer for C").
     pub summary: Option<String>,
@@ -504,6 +541,7 @@ pub fn check<'c>(
                     Some(range) if !in_sample => range.outside(&p.point),
                     _ => Vec::new(),
                 },
+                dtype: Some(p.point.dtype.clone()),
                 ..RunResult::of(run)
             };
             (result, now)
@@ -513,7 +551,12 @@ pub fn check<'c>(
     let mut sigma_of_line: BTreeMap<usize, Option<f64>> = BTreeMap::new();
     let mut in_sample: BTreeSet<String> = BTreeSet::new();
     for &(ref r, now) in &judged {
-        sigma_of_line.insert(r.line, now.sigma_log);
+        let own = r
+            .dtype
+            .as_ref()
+            .and_then(|d| now.sigma_log_by_dtype.get(d))
+            .copied();
+        sigma_of_line.insert(r.line, now.sigma_log.map(|all| own.unwrap_or(all)));
         if now.fitted_sets.contains(&r.set) {
             in_sample.insert(r.set.clone());
         }
@@ -641,6 +684,7 @@ mod tests {
             family: "f".into(),
             label: "r".into(),
             measured_s,
+            dtype: None,
             time_scope: runs::TimeScope::Step,
             raw_s: cross_validated_s,
             raw_flash_attention_2_s: None,

@@ -260,6 +260,7 @@ fn check_runs(
             Current {
                 runtime: cost.runtime(),
                 sigma_log: cost.runtime_sigma_log(),
+                sigma_log_by_dtype: cost.runtime_sigma_by_dtype().clone(),
                 summary: cost.calibration_summary().map(str::to_string),
                 fitted_sets: cost.calibration_sets().to_vec(),
                 range: cost.calibration_range().cloned(),
@@ -372,6 +373,12 @@ fn calibration_of(
         raw: report.overall[0],
         in_sample: report.overall[1],
         cross_validated: (cv.runs > 0).then_some(cv),
+        // per type only where there was a cross-validation at all
+        cross_validated_by_dtype: if cv.runs > 0 {
+            report.cross_validated_by_dtype.clone()
+        } else {
+            BTreeMap::new()
+        },
         held_out: report
             .sets
             .iter()

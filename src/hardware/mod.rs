@@ -18,6 +18,6 @@ pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};
 pub use reliability::{RecoveryLevel, Reliability, Storage};
 pub use runtime::{
     framework_name, held_out_summary, spread, Calibration, Calibrations, FittedOn, Parameter,
-    Runtime, N_PARAMETERS, PARAMETERS,
+    Runtime, MIN_RUNS_OF_A_TYPE, N_PARAMETERS, PARAMETERS,
 };
 pub use software::SoftwareStamp;

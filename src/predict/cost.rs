@@ -166,6 +166,8 @@ pub struct CostModel<'a> {
     /// calibration's cross-validated error, or after `uncalibrated` the raw physics' error on
     /// the same runs; none where no runs measured it.
     runtime_sigma_log: Option<f64>,
+    /// The calibration's spread per training type, where a type had enough runs of its own.
+    runtime_sigma_by_dtype: BTreeMap<String, f64>,
     /// The raw physics' error on the runs of the calibration found, as σ.
     raw_sigma_log: Option<f64>,
     cache: Mutex<HashMap<OpQuery, Estimate>>,
@@ -224,6 +226,7 @@ impl<'a> CostModel<'a> {
             calibrated_sets: Vec::new(),
             calibrated_held_out: BTreeMap::new(),
             runtime_sigma_log: None,
+            runtime_sigma_by_dtype: BTreeMap::new(),
             raw_sigma_log: None,
             models,
             cache: Mutex::new(HashMap::new()),
@@ -248,6 +251,7 @@ impl<'a> CostModel<'a> {
         };
         self.calibrated_held_out = c.held_out.clone();
         self.runtime_sigma_log = Some(c.sigma_log());
+        self.runtime_sigma_by_dtype = c.sigma_log_by_dtype();
         self.raw_sigma_log = Some(c.raw_sigma_log());
     }
 
@@ -325,6 +329,7 @@ impl<'a> CostModel<'a> {
         self.calibrated_sets.clear();
         self.calibrated_held_out.clear();
         self.runtime_sigma_log = None;
+        self.runtime_sigma_by_dtype.clear();
         self
     }
 
@@ -348,6 +353,22 @@ impl<'a> CostModel<'a> {
     /// runs measured it): the part of a step's uncertainty no operator model carries.
     pub fn runtime_sigma_log(&self) -> Option<f64> {
         self.runtime_sigma_log
+    }
+
+    /// The same for a step trained in `dtype` (its name: bf16, fp8, …): the calibration's
+    /// spread on runs of that type where it had enough of them, else over all its runs.
+    pub fn runtime_sigma_log_for(&self, dtype: &str) -> Option<f64> {
+        self.runtime_sigma_log.map(|all| {
+            self.runtime_sigma_by_dtype
+                .get(dtype)
+                .copied()
+                .unwrap_or(all)
+        })
+    }
+
+    /// The training types the calibration gives a spread of their own, and that spread.
+    pub fn runtime_sigma_by_dtype(&self) -> &BTreeMap<String, f64> {
+        &self.runtime_sigma_by_dtype
     }
 
     /// The range of the runs the runtime was calibrated on, where known.

@@ -266,7 +266,7 @@ pub fn predict(
     let (low, high, interval_method) =
         interval(&costed, layout, &step, timeline.as_ref().map(|(w, _)| w))?;
     let runtime_sigma_log = (layout.rules != Rules::Paper)
-        .then(|| cost.runtime_sigma_log())
+        .then(|| cost.runtime_sigma_log_for(layout.dtype.name()))
         .flatten();
     let (low, high) = with_runtime_spread(step.step_us, low, high, runtime_sigma_log);
     let b = step.breakdown_us;

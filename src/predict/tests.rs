@@ -1998,6 +1998,28 @@ fn a_calibration_spread_is_its_mean_error_as_a_normal_sigma() {
     });
     assert!((c.sigma_log() - normal * 1.08f64.ln()).abs() < 1e-12);
     assert!((c.raw_sigma_log() - normal * 1.2f64.ln()).abs() < 1e-12);
+    // a training type with enough runs of its own has its own spread; one with too few, and
+    // one the calibration never saw, the spread over all runs
+    let stats = |runs: usize, mean: f64| crate::stats::ErrorStats {
+        runs,
+        mean_abs_percent: mean,
+        ..Default::default()
+    };
+    c.cross_validated_by_dtype = [
+        (
+            "fp8".to_string(),
+            stats(crate::hardware::MIN_RUNS_OF_A_TYPE, 3.0),
+        ),
+        (
+            "bf16".to_string(),
+            stats(crate::hardware::MIN_RUNS_OF_A_TYPE - 1, 1.0),
+        ),
+    ]
+    .into();
+    assert!((c.sigma_log_for("fp8") - normal * 1.03f64.ln()).abs() < 1e-12);
+    assert_eq!(c.sigma_log_for("bf16"), c.sigma_log());
+    assert_eq!(c.sigma_log_for("fp16"), c.sigma_log());
+    assert_eq!(c.sigma_log_by_dtype().keys().collect::<Vec<_>>(), ["fp8"]);
 }
 
 /// A calibration's FlashAttention-2 efficiency slows the calls run as FlashAttention-2 (their
