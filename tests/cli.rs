@@ -3064,4 +3064,11 @@ fn a_prediction_takes_the_spread_of_its_training_type() {
     assert!((bf16 - spread(mean_of("bf16"))).abs() < 1e-9, "{bf16}");
     assert!((fp8 - spread(mean_of("fp8"))).abs() < 1e-9, "{fp8}");
     assert!(bf16 < fp8);
+    // and `models show` says which types have their own
+    let shown = stdout(&stepcast(&["models", "show", &repo("models/h100-sxm")]));
+    let line = format!("fp8 {:.1} % of ", mean_of("fp8"));
+    assert!(
+        shown.contains("grouped cross-validation per training type") && shown.contains(&line),
+        "{shown}"
+    );
 }

@@ -228,5 +228,20 @@ fn print_calibrations(c: &Calibrations) {
         if let Some(held_out) = e.held_out_summary() {
             println!("  {}{under} {held_out}", e.cluster);
         }
+        // the training types whose predictions take a spread of their own
+        let own: Vec<String> = e
+            .cross_validated_by_dtype
+            .iter()
+            .filter(|(_, s)| s.runs >= stepcast::hardware::MIN_RUNS_OF_A_TYPE)
+            .map(|(d, s)| format!("{d} {:.1} % of {} runs", s.mean_abs_percent, s.runs))
+            .collect();
+        if !own.is_empty() {
+            println!(
+                "  {}{under} grouped cross-validation per training type, each its predictions' \
+                 own spread: {} mean |error|",
+                e.cluster,
+                own.join(", ")
+            );
+        }
     }
 }
