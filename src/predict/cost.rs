@@ -95,8 +95,6 @@ impl Estimate {
 pub const ROOFLINE_BAND: (f64, f64) = (0.975, 1.80);
 /// The median of the same ratios: how much too fast the roofline alone is, typically.
 pub const ROOFLINE_MEDIAN: f64 = 1.27;
-/// The roofline's σ where one number is needed: its band's upper side.
-const ROOFLINE_SIGMA: f64 = 0.4586; // ln(1.80) / 1.2816
 /// Uncertainty assumed for the analytic network model where no collective was measured.
 const ANALYTIC_SIGMA: f64 = 0.3;
 /// FlashAttention-2 backward does 2.5× the forward's matmul work (5 GEMMs to 2): the ratio
@@ -608,7 +606,8 @@ impl<'a> CostModel<'a> {
         let eff = spec.efficiency;
         Estimate {
             time_us: roofline::derated_time_us(q, &spec.gpu, &eff).unwrap_or(eff.kernel_launch_us),
-            sigma_log: ROOFLINE_SIGMA,
+            // where one number is needed (a factor's band replaces it): the band's upper side
+            sigma_log: ROOFLINE_BAND.1.ln() / super::Z80,
             source: Source::Roofline,
             model: "roofline".into(),
             note: Some(format!(
