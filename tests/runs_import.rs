@@ -50,6 +50,32 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `calibrate CSV --cluster C --check`: its standard output and the first run of its JSON report
+/// (written beside the CSV).
+fn checked(csv: &Path, cluster: &str) -> (String, serde_json::Value) {
+    let report = csv.with_file_name("check.json");
+    let check = stepcast(&[
+        "calibrate",
+        s(csv),
+        "--cluster",
+        cluster,
+        "--check",
+        "--json",
+        s(&report),
+    ]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    (stdout(&check), read_json(&report)["runs"][0].clone())
+}
+
+/// The step `calibrate --check` composed for `run` is the one `predict --json` gave.
+fn assert_same_step(run: &serde_json::Value, predicted: &serde_json::Value) {
+    let (a, b) = (
+        run["cross_validated_s"].as_f64().unwrap(),
+        predicted["step_time_s"].as_f64().unwrap(),
+    );
+    assert!((a / b - 1.0).abs() < 1e-9, "calibrate {a} s, predict {b} s");
+}
+
 #[test]
 fn a_megatron_log_becomes_a_row_calibrate_composes_as_predict_does() {
     let tmp = tempfile::tempdir().unwrap();
@@ -80,26 +106,12 @@ fn a_megatron_log_becomes_a_row_calibrate_composes_as_predict_does() {
     assert!(arch.is_file());
 
     // calibrate composes the row as predict composes the layout it names
-    let report = tmp.path().join("check.json");
-    let check = stepcast(&[
-        "calibrate",
-        s(&csv),
-        "--cluster",
-        "dgx-h100",
-        "--check",
-        "--json",
-        s(&report),
-    ]);
-    assert!(check.status.success(), "{}", stderr(&check));
-    let run = &read_json(&report)["runs"][0];
+    let (_, run) = checked(&csv, "dgx-h100");
     assert_eq!(run["measured_s"], 2.0);
     assert_eq!(run["memory"]["measured_gib"], 64.0);
     let predicted = predict(s(&arch), &["--grad-reduce-dtype", "fp32"]);
-    let (a, b) = (
-        run["cross_validated_s"].as_f64().unwrap(),
-        predicted["step_time_s"].as_f64().unwrap(),
-    );
-    assert!((a / b - 1.0).abs() < 1e-9, "calibrate {a} s, predict {b} s");
+    assert_same_step(&run, &predicted);
+    let b = predicted["step_time_s"].as_f64().unwrap();
     // the same architecture is the Llama 3 8B preset's
     let preset = predict("llama3-8b", &[]);
     assert!((preset["step_time_s"].as_f64().unwrap() / b - 1.0).abs() < 1e-9);
@@ -218,18 +230,7 @@ fn a_megatron_deepspeed_log_becomes_a_deepspeed_row() {
     let rows = fs::read_to_string(&csv).unwrap();
     let row = rows.lines().nth(1).unwrap();
     assert!(row.contains(",deepspeed,2,2,2,1,"), "{row}");
-    let report = tmp.path().join("check.json");
-    let check = stepcast(&[
-        "calibrate",
-        s(&csv),
-        "--cluster",
-        "dgx-a100",
-        "--check",
-        "--json",
-        s(&report),
-    ]);
-    assert!(check.status.success(), "{}", stderr(&check));
-    let run = &read_json(&report)["runs"][0];
+    let (_, run) = checked(&csv, "dgx-a100");
     let arch = tmp
         .path()
         .join("archs/megatron-l24-h2048-a16-f8192-v50432.yaml");
@@ -241,12 +242,7 @@ fn a_megatron_deepspeed_log_becomes_a_deepspeed_row() {
         .split_whitespace()
         .collect();
     args.push(s(&arch));
-    let predicted = json_of(&stepcast(&args));
-    let (a, b) = (
-        run["cross_validated_s"].as_f64().unwrap(),
-        predicted["step_time_s"].as_f64().unwrap(),
-    );
-    assert!((a / b - 1.0).abs() < 1e-9, "calibrate {a} s, predict {b} s");
+    assert_same_step(&run, &json_of(&stepcast(&args)));
 }
 
 /// A cluster without models (every kernel from the roofline): its runs are checked as
@@ -262,44 +258,13 @@ fn runs_on_a_cluster_without_models_are_checked_against_the_roofline() {
          mine,llama2-7b,llama2-7b dp8,mi300x,llama2-7b,1,1,8,1,64,4096,9.5\n",
     )
     .unwrap();
-    let report = tmp.path().join("check.json");
-    let check = stepcast(&[
-        "calibrate",
-        s(&csv),
-        "--cluster",
-        "mi300x",
-        "--check",
-        "--json",
-        s(&report),
-    ]);
-    assert!(check.status.success(), "{}", stderr(&check));
-    assert!(
-        stdout(&check).contains("the cluster's defaults"),
-        "{}",
-        stdout(&check)
-    );
-    let run = &read_json(&report)["runs"][0];
-    let predicted = json_of(&stepcast(&[
-        "predict",
-        "--cluster",
-        "mi300x",
-        "--model",
-        "llama2-7b",
-        "--dp",
-        "8",
-        "--micro-batch",
-        "1",
-        "--global-batch",
-        "64",
-        "--seq-len",
-        "4096",
-        "--json",
-    ]));
-    let (a, b) = (
-        run["cross_validated_s"].as_f64().unwrap(),
-        predicted["step_time_s"].as_f64().unwrap(),
-    );
-    assert!((a / b - 1.0).abs() < 1e-9, "calibrate {a} s, predict {b} s");
+    let (text, run) = checked(&csv, "mi300x");
+    assert!(text.contains("the cluster's defaults"), "{text}");
+    let predict: Vec<&str> = "predict --cluster mi300x --model llama2-7b --dp 8 --micro-batch 1 \
+         --global-batch 64 --seq-len 4096 --json"
+        .split_whitespace()
+        .collect();
+    assert_same_step(&run, &json_of(&stepcast(&predict)));
     let dry = stepcast(&["calibrate", s(&csv), "--cluster", "mi300x", "--dry-run"]);
     assert!(dry.status.success(), "{}", stderr(&dry));
     assert_user_error(

@@ -338,13 +338,19 @@ impl Args<'_> {
         self.text(name) == Some("True")
     }
 
+    /// One `key=value` of a setting DeepSpeed prints as such (`zero_config .... stage=1
+    /// overlap_comm=False offload_param=None …`).
+    fn setting(&self, name: &str, key: &str) -> Option<&str> {
+        self.text(name)?
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    }
+
     /// A DeepSpeed precision switched on: `fp16_enabled ... True`, or the newer
     /// `bfloat16_config ... enabled=True …`.
     fn enabled(&self, precision: &str) -> bool {
         self.flag(&format!("{precision}_enabled"))
-            || self
-                .text(&format!("{precision}_config"))
-                .is_some_and(|c| c.split_whitespace().any(|kv| kv == "enabled=True"))
+            || self.setting(&format!("{precision}_config"), "enabled") == Some("True")
     }
 
     /// A whole-number argument; an error names it where its text is not one.
@@ -552,11 +558,8 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         u64::from(a.flag("use_distributed_optimizer"))
     };
     if deepspeed {
-        if ds
-            .text("zero_config")
-            .is_some_and(|z| z.contains("offload_optimizer=D") || z.contains("offload_param=D"))
-            || a.flag("cpu_optimizer")
-        {
+        let offloaded = |what| ds.setting("zero_config", what).is_some_and(|v| v != "None");
+        if offloaded("offload_optimizer") || offloaded("offload_param") || a.flag("cpu_optimizer") {
             reason.push("ZeRO offload to the host (CPU or NVMe) is not costed".to_string());
         }
         if let Some(n) = a.count("ds_sequence_parallel_size")?.filter(|&n| n > 1) {
@@ -717,10 +720,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     // DeepSpeed's ZeRO reduces gradients during the backward where `overlap_comm` says so;
     // its pipeline engine reduces them after the last micro-batch
     let overlap_grad_reduce = if deepspeed {
-        pp == 1
-            && ds
-                .text("zero_config")
-                .is_some_and(|z| z.split_whitespace().any(|kv| kv == "overlap_comm=True"))
+        pp == 1 && ds.setting("zero_config", "overlap_comm") == Some("True")
     } else {
         a.flag("overlap_grad_reduce")
     };

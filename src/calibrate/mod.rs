@@ -438,13 +438,15 @@ pub fn evaluate(
         .into_iter()
         .map(|(d, pairs)| (d, ErrorStats::of(pairs.into_iter())))
         .collect();
+    let own = crate::hardware::spreads_by_dtype(&cross_validated_by_dtype);
     let sigma_of = |r: &RunResult| {
-        let own = r
-            .dtype
-            .as_ref()
-            .and_then(|d| cross_validated_by_dtype.get(d))
-            .filter(|s| s.runs >= crate::hardware::MIN_RUNS_OF_A_TYPE);
-        Some(own.map_or(sigma, crate::hardware::spread))
+        Some(
+            r.dtype
+                .as_ref()
+                .and_then(|d| own.get(d))
+                .copied()
+                .unwrap_or(sigma),
+        )
     };
     let sets = set_reports(runs, &results, &fits, &sigma_of);
     Report {

@@ -17,7 +17,7 @@ pub use gpu::{GpuSpec, PeakTflops};
 pub use network::{InterNodeTier, IntraNodeTier, NetworkSpec};
 pub use reliability::{RecoveryLevel, Reliability, Storage};
 pub use runtime::{
-    framework_name, held_out_summary, spread, Calibration, Calibrations, FittedOn, Parameter,
-    Runtime, MIN_RUNS_OF_A_TYPE, N_PARAMETERS, PARAMETERS,
+    framework_name, held_out_summary, spread, spreads_by_dtype, Calibration, Calibrations,
+    FittedOn, Parameter, Runtime, MIN_RUNS_OF_A_TYPE, N_PARAMETERS, PARAMETERS,
 };
 pub use software::SoftwareStamp;

@@ -238,6 +238,18 @@ pub fn framework_name(name: &str) -> Result<String, String> {
 /// of their own (fewer: the spread over all runs).
 pub const MIN_RUNS_OF_A_TYPE: usize = 20;
 
+/// The spread of each training type with `MIN_RUNS_OF_A_TYPE` runs or more among the
+/// per-type errors `by_dtype` (the others take the spread over all runs).
+pub fn spreads_by_dtype(
+    by_dtype: &std::collections::BTreeMap<String, crate::stats::ErrorStats>,
+) -> std::collections::BTreeMap<String, f64> {
+    by_dtype
+        .iter()
+        .filter(|(_, s)| s.runs >= MIN_RUNS_OF_A_TYPE)
+        .map(|(d, s)| (d.clone(), spread(s)))
+        .collect()
+}
+
 /// The σ of ln(predicted / measured) of a normal spread with the same mean |error| as
 /// `stats` (E|x| = σ·√(2/π)): what a calibration adds to a prediction's interval.
 pub fn spread(stats: &crate::stats::ErrorStats) -> f64 {
@@ -400,19 +412,15 @@ impl Calibration {
     /// (DGX Cloud's FP8 runs are 3.4 % off, its BF16 ones 1.9 %: one σ for both would cover
     /// the one too little and the other too much).
     pub fn sigma_log_for(&self, dtype: &str) -> f64 {
-        match self.cross_validated_by_dtype.get(dtype) {
-            Some(s) if s.runs >= MIN_RUNS_OF_A_TYPE => spread(s),
-            _ => self.sigma_log(),
-        }
+        self.sigma_log_by_dtype()
+            .get(dtype)
+            .copied()
+            .unwrap_or_else(|| self.sigma_log())
     }
 
     /// The training types with a spread of their own, and that spread.
     pub fn sigma_log_by_dtype(&self) -> std::collections::BTreeMap<String, f64> {
-        self.cross_validated_by_dtype
-            .iter()
-            .filter(|(_, s)| s.runs >= MIN_RUNS_OF_A_TYPE)
-            .map(|(d, s)| (d.clone(), spread(s)))
-            .collect()
+        spreads_by_dtype(&self.cross_validated_by_dtype)
     }
 
     /// The raw physics' (the cluster's default runtime's) error on the same runs, as σ.
