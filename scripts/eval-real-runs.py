@@ -32,7 +32,13 @@ And the memory projection on runs that ran: per set, how many it says do not fit
 wrong), and its error on the peaks the runs reported (torchtitan's PyTorch reserved memory,
 FlagPerf's device memory), each compared in its own scope.
 
-With --check THRESHOLDS.json it fails when a set's calibrated mean |error| is more than one
+Held-out runs beyond the range of the runs their calibration was fitted on (what predict warns
+about) measure the band predict's interval spans there: measured / predicted over the held-out
+sets with 5 or more such runs, each set weighing the same (p10, median, p90), and each set left
+out in turn, how many of its runs the other sets' band holds.
+
+With --check THRESHOLDS.json it fails when the extrapolation band or its median is more than 0.05
+from `EXTRAPOLATION_BAND` / `EXTRAPOLATION_MEDIAN` in src/predict/mod.rs, when a set's calibrated mean |error| is more than one
 point above its threshold (the file commits today's figures), when a prediction's MFU
 exceeds its GPU's achievable fraction, when the memory projection's mean |error| on reported
 peaks ("memory: SET") is more than one point above its threshold, or when more runs that ran
@@ -51,6 +57,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bands import band_in_code, pooled_band
 
 ROOT = Path(__file__).resolve().parent.parent
 # cluster file → the sets its shipped calibration is fitted on (the rest are held out)
@@ -82,6 +90,11 @@ Z80 = 1.2816
 # runs of a training type a calibration needs before it gives that type its own spread
 # (`hardware::MIN_RUNS_OF_A_TYPE`)
 MIN_RUNS_OF_A_TYPE = 20
+# a held-out set needs this many runs beyond its calibration's range to count in the
+# extrapolation band
+MIN_RUNS_BEYOND = 5
+# the extrapolation band in the code (p10, median, p90), which predict's interval uses
+EXTRAPOLATION = None
 
 
 def spread(stats):
@@ -96,18 +109,50 @@ def stats(errors):
             "max_abs_percent": max(abs(e) for e in errors), "bias_percent": sum(errors) / len(errors)}
 
 
+def runtime_band(sigma, beyond):
+    """The runtime's part of predict's 80 % interval as multipliers of the step
+    (`predict::runtime_band`): exp(±1.28 σ), widened to the extrapolation band on each side
+    where the run lies beyond the runs its calibration was fitted on; none without either."""
+    low, high = (math.exp(-Z80 * sigma), math.exp(Z80 * sigma)) if sigma else (None, None)
+    if not beyond:
+        return (low, high) if sigma else None
+    band_low, _, band_high = EXTRAPOLATION
+    return (min(low, band_low), max(high, band_high)) if sigma else (band_low, band_high)
+
+
 def coverage(pred, sigma_of):
     """Share of runs whose calibrated prediction lies within the runtime's part of the 80 %
     interval predict gives (exp(±1.28 σ), σ the run's: its training type's where the
-    calibration had enough runs of it, else over all); the operator models' part, which widens
-    it a little more, is left out: a lower bound on the interval's coverage."""
-    cv = [(x, sigma_of(x)) for x in pred if x.get("cross_validated_s")]
-    cv = [(x, s) for x, s in cv if s is not None]
+    calibration had enough runs of it, else over all; the extrapolation band where the run lies
+    beyond the runs fitted on); the operator models' part, which widens it a little more, is
+    left out: a lower bound on the interval's coverage."""
+    cv = [(x, runtime_band(sigma_of(x), bool(x.get("beyond_fitted_runs"))))
+          for x in pred if x.get("cross_validated_s")]
+    cv = [(x, b) for x, b in cv if b is not None]
     if not cv:
         return None
-    inside = sum(abs(math.log(x["cross_validated_s"] / x["measured_s"])) <= Z80 * s for x, s in cv)
-    return {"runs": len(cv), "inside_percent": 100 * inside / len(cv),
-            "sigma_log": sorted({round(s, 6) for _, s in cv})}
+    inside = sum(lo <= x["measured_s"] / x["cross_validated_s"] <= hi for x, (lo, hi) in cv)
+    sigmas = {round(s, 6) for x, _ in cv if (s := sigma_of(x)) is not None}
+    return {"runs": len(cv), "inside_percent": 100 * inside / len(cv), "sigma_log": sorted(sigmas),
+            "beyond_fitted_runs": sum(bool(x.get("beyond_fitted_runs")) for x, _ in cv)}
+
+
+def extrapolation_band(ratios_by_set):
+    """How steps beyond their calibration's fitted runs compared with their calibrated prediction
+    (measured / predicted), from the held-out sets with at least MIN_RUNS_BEYOND such runs: the
+    pooled band (each set weighing the same) and, per set, the band of the other sets and how
+    many of its runs that band holds (leave one set out: the band's honest coverage)."""
+    sets = {k: sorted(v) for k, v in ratios_by_set.items() if len(v) >= MIN_RUNS_BEYOND}
+    if len(sets) < 2:
+        return None
+    out = {"sets": {}, "band": pooled_band(sets)}
+    for name, ratios in sets.items():
+        low, _, high = pooled_band({k: v for k, v in sets.items() if k != name})
+        inside = sum(low <= r <= high for r in ratios)
+        out["sets"][name] = {"runs": len(ratios), "median": ratios[len(ratios) // 2],
+                             "others_band": [low, high], "inside_percent": 100 * inside / len(ratios)}
+    out["left_out_coverage_percent"] = sum(s["inside_percent"] for s in out["sets"].values()) / len(sets)
+    return out
 
 
 def vtrain_layout(label):
@@ -442,6 +487,9 @@ def main():
 
 
 def evaluate(binary, ref, work, json_out, thresholds):
+    global EXTRAPOLATION
+    EXTRAPOLATION = band_in_code(ROOT / "src/predict/mod.rs", "EXTRAPOLATION_BAND", "EXTRAPOLATION_MEDIAN")
+    beyond_ratios = {}
     subprocess.run([sys.executable, str(ROOT / "scripts/import-runs.py"), str(ref), str(work / "runs")],
                    check=True, capture_output=True)
     runs_csv = work / "runs" / "runs.csv"
@@ -521,6 +569,9 @@ def evaluate(binary, ref, work, json_out, thresholds):
             if not s["fitted"]:
                 # held out: runs beyond the range of the runs fitted on are extrapolations
                 beyond = [x for x in pred if x.get("beyond_fitted_runs")]
+                if framework is None and name in r["sets"]:
+                    beyond_ratios.setdefault(name, []).extend(
+                        x["measured_s"] / x["cross_validated_s"] for x in beyond if x.get("cross_validated_s"))
                 inside = [x for x in pred if not x.get("beyond_fitted_runs")]
                 err = lambda xs: stats([100 * (x["cross_validated_s"] / x["measured_s"] - 1)
                                         for x in xs if x.get("cross_validated_s")])
@@ -554,14 +605,15 @@ def evaluate(binary, ref, work, json_out, thresholds):
           "the fitted runtime for held-out sets, and on " + ", ".join(CHECKED) + " the calibration "
           "predict composes under (its file borrows one); raw: the cluster's defaults")
     print("runs inside predict's 80 % interval (its runtime part, exp(±1.28 σ), σ from the fit's "
-          "cross-validated error; about 80 % where the interval is honest, a held-out set's share "
-          "says how far that σ carries):")
+          "cross-validated error, or the extrapolation band where a run lies beyond the runs fitted "
+          "on; about 80 % where the interval is honest):")
     for key, t in table.items():
         c = t.get("interval_coverage")
         if c:
             label = key + ("" if t["fitted"] else " (held out)")
             sigmas = ", ".join(f"{100 * s:.1f}" for s in c["sigma_log"])
-            print(f"  {label:55} {c['inside_percent']:4.0f} % of {c['runs']:4d} (σ {sigmas} %)")
+            beyond = f"; {c['beyond_fitted_runs']} beyond the fitted runs: the band" if c["beyond_fitted_runs"] else ""
+            print(f"  {label:55} {c['inside_percent']:4.0f} % of {c['runs']:4d} (σ {sigmas} %{beyond})")
     print("held-out runs beyond the range of the runs fitted on (GPUs, nodes, model size, sequence, "
           "parallel degrees, type: what predict warns about), calibrated mean |error| beyond / inside:")
     for key, t in table.items():
@@ -570,6 +622,16 @@ def evaluate(binary, ref, work, json_out, thresholds):
             mean = lambda st: f"{st['mean_abs_percent']:.1f} %" if st else "–"
             print(f"  {key:44} {b['runs']:4d} of {t['predicted']:4d}: {mean(b['calibrated'])} / "
                   f"{mean(b['inside_calibrated'])}")
+    extrapolation = extrapolation_band(beyond_ratios)
+    if extrapolation:
+        low, median, high = extrapolation["band"]
+        print(f"  measured / predicted on those runs (sets with {MIN_RUNS_BEYOND} or more, each weighing the same): "
+              f"p10 {low:.3f}, median {median:.3f}, p90 {high:.3f} (in the code, EXTRAPOLATION_BAND and "
+              f"_MEDIAN: {EXTRAPOLATION[0]}, {EXTRAPOLATION[1]}, {EXTRAPOLATION[2]}); each set left out, "
+              f"the other sets' band holds {extrapolation['left_out_coverage_percent']:.0f} % of its runs "
+              "on average — " + ", ".join(
+                  f"{k} {v['inside_percent']:.0f} % ({v['runs']} runs, median {v['median']:.2f}, others "
+                  f"{v['others_band'][0]:.2f}–{v['others_band'][1]:.2f})" for k, v in extrapolation["sets"].items()))
     for key, t in table.items():
         m, f = t.get("mosaicml_mfu"), t.get("monotone_floor")
         if m:
@@ -659,7 +721,8 @@ def evaluate(binary, ref, work, json_out, thresholds):
               + "; ".join(f"{k} {a:.2f}–{b:.2f} s" for k, (a, b) in spans.items())
               + f" ({100 * (max(means.values()) / min(means.values()) - 1):.0f} % apart)")
     if json_out:
-        json.dump({**table, "cross_set_twins": twins}, open(json_out, "w"), indent=1)
+        json.dump({**table, "cross_set_twins": twins, "extrapolation_band": extrapolation},
+                  open(json_out, "w"), indent=1)
     if thresholds:
         limits = json.load(open(thresholds))
         failed = []
@@ -690,6 +753,14 @@ def evaluate(binary, ref, work, json_out, thresholds):
             if t["max_mfu_percent"] > t["achievable_mfu_percent"] + 1e-6:
                 failed.append(f"{key}: a prediction's MFU {t['max_mfu_percent']:.1f} % exceeds the "
                               f"achievable {t['achievable_mfu_percent']:.0f} %")
+        # the band predict's interval spans beyond the fitted runs must be the measured one
+        if extrapolation is None:
+            failed.append("extrapolation band: fewer than two held-out sets with runs beyond their "
+                          "calibration's range")
+        elif any(abs(m - c) > 0.05 for m, c in zip(extrapolation["band"], EXTRAPOLATION)):
+            failed.append(f"extrapolation band: the code's {EXTRAPOLATION} (EXTRAPOLATION_BAND, _MEDIAN in "
+                          f"src/predict/mod.rs) is not the measured "
+                          f"{tuple(round(b, 3) for b in extrapolation['band'])}: set them to it")
         if failed:
             print("\nACCURACY GATE FAILED:\n  " + "\n  ".join(failed))
             sys.exit(1)

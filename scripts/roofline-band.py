@@ -18,11 +18,12 @@ it prints for a cluster without models, must be the ones the runs show).
 
 import csv
 import json
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bands import band_in_code, pooled_band, weighted_quantile
 
 CLUSTERS = ["dgx-h100", "dgx-a100", "dgx-a100-40gb", "grand-teton-h100"]
 
@@ -41,24 +42,6 @@ def without_models(text: str, name: str) -> str:
     return "\n".join(out).replace(f"name: {name}", f"name: {name}-roofline", 1)
 
 
-def quantile(weighted: list, p: float) -> float:
-    total = 0.0
-    for value, weight in weighted:
-        total += weight
-        if total >= p - 1e-12:
-            return value
-    return weighted[-1][0]
-
-
-def band_in_code(repo: Path) -> tuple:
-    text = (repo / "src/predict/cost.rs").read_text()
-    band = re.search(r"ROOFLINE_BAND: \(f64, f64\) = \(([0-9.]+), ([0-9.]+)\)", text)
-    median = re.search(r"ROOFLINE_MEDIAN: f64 = ([0-9.]+);", text)
-    if not band or not median:
-        sys.exit("error: ROOFLINE_BAND or ROOFLINE_MEDIAN not found in src/predict/cost.rs")
-    return float(band.group(1)), float(median.group(1)), float(band.group(2))
-
-
 def main() -> None:
     args = [a for a in sys.argv[1:] if a != "--check"]
     check = "--check" in sys.argv[1:]
@@ -69,7 +52,7 @@ def main() -> None:
     rows = list(csv.DictReader(open(runs_csv, newline="")))
     if not rows:
         sys.exit(f"error: {runs_csv} holds no runs")
-    pooled = []
+    by_cluster = {}
     with tempfile.TemporaryDirectory(prefix="stepcast-roofline-") as tmp:
         tmp = Path(tmp)
         for name in CLUSTERS:
@@ -95,15 +78,15 @@ def main() -> None:
                 sys.exit(f"error: no run of {name} was predicted")
             mine_w = [(v, 1.0 / len(ratios)) for v in ratios]
             print(f"{name:18s} {len(ratios):5d} runs  measured / predicted: p10 "
-                  f"{quantile(mine_w, 0.1):.3f}  median {quantile(mine_w, 0.5):.3f}  p90 "
-                  f"{quantile(mine_w, 0.9):.3f}  (min {ratios[0]:.3f}, max {ratios[-1]:.3f})")
-            pooled += [(v, 1.0 / (len(ratios) * len(CLUSTERS))) for v in ratios]
-    pooled.sort()
-    measured = (quantile(pooled, 0.1), quantile(pooled, 0.5), quantile(pooled, 0.9))
-    print(f"{'pooled':18s} {len(pooled):5d} runs  measured / predicted: p10 {measured[0]:.3f}  "
+                  f"{weighted_quantile(mine_w, 0.1):.3f}  median {weighted_quantile(mine_w, 0.5):.3f}  p90 "
+                  f"{weighted_quantile(mine_w, 0.9):.3f}  (min {ratios[0]:.3f}, max {ratios[-1]:.3f})")
+            by_cluster[name] = ratios
+    measured = pooled_band(by_cluster)
+    runs = sum(len(v) for v in by_cluster.values())
+    print(f"{'pooled':18s} {runs:5d} runs  measured / predicted: p10 {measured[0]:.3f}  "
           f"median {measured[1]:.3f}  p90 {measured[2]:.3f}  (each cluster weighing the same)")
     if check:
-        code = band_in_code(repo)
+        code = band_in_code(repo / "src/predict/cost.rs", "ROOFLINE_BAND", "ROOFLINE_MEDIAN")
         if any(abs(m - c) > 0.05 for m, c in zip(measured, code)):
             sys.exit(f"error: the roofline's band and median in src/predict/cost.rs, {code}, are not the "
                      f"measured {tuple(round(m, 3) for m in measured)}: set ROOFLINE_BAND and "

@@ -1859,6 +1859,32 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
         ),
         "{beyond}"
     );
+    // beyond them its interval spans how far published steps outside their calibration's
+    // runs were off (mostly slower), not the fit's error on its own runs
+    assert!(
+        beyond.contains("as the step lies outside the calibrated runs, ×"),
+        "{beyond}"
+    );
+    let beyond_json = json_of(&on("predict", "32", "64", &["--json"]));
+    let band: Vec<f64> = beyond_json["interval_extrapolation_band"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let (step_s, high_s) = (
+        beyond_json["step_time_s"].as_f64().unwrap(),
+        beyond_json["interval_s"][1].as_f64().unwrap(),
+    );
+    assert!(band[0] <= 0.98 && band[1] >= 1.40, "{band:?}");
+    assert!(high_s >= step_s * band[1] * (1.0 - 1e-9), "{beyond_json}");
+    let inside_json = json_of(&on("predict", "4", "32", &["--json"]));
+    assert!(
+        inside_json.get("interval_extrapolation_band").is_none()
+            && inside_json["interval_s"][1].as_f64().unwrap()
+                < inside_json["step_time_s"].as_f64().unwrap() * 1.40,
+        "{inside_json}"
+    );
     let raw = predict_on("32", "64", &["--no-calibration"]);
     assert!(!raw.contains("outside the runs"), "{raw}");
     // the interval carries the runtime's error on measured runs: the calibration's, or the raw

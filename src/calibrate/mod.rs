@@ -602,19 +602,24 @@ fn unpredicted<'a>(
     })
 }
 
-/// Percent of `runs` whose cross-validated prediction lies within exp(±1.28σ) of the measured
-/// step, σ each run's (`sigma`: none leaves the run out); none without any.
+/// Percent of `runs` whose cross-validated prediction's interval — the runtime's part of
+/// `predict`'s, `predict::runtime_band`: exp(±1.28σ), σ each run's (`sigma`), widened to the
+/// extrapolation band where the run lies beyond the runs fitted on — holds the measured step
+/// (a run with neither is left out); none without any.
 fn inside_interval(runs: &[&RunResult], sigma: &dyn Fn(&RunResult) -> Option<f64>) -> Option<f64> {
-    let errors: Vec<(f64, f64)> = runs
+    let judged: Vec<(f64, (f64, f64))> = runs
         .iter()
-        .filter_map(|r| Some(((r.cross_validated_s? / r.measured_s).ln().abs(), sigma(r)?)))
-        .filter(|(e, _)| e.is_finite())
+        .filter_map(|r| {
+            let band = crate::predict::runtime_band(sigma(r), !r.beyond_fitted_runs.is_empty())?;
+            Some((r.measured_s / r.cross_validated_s?, band))
+        })
+        .filter(|(ratio, _)| ratio.is_finite())
         .collect();
-    let inside = errors
+    let inside = judged
         .iter()
-        .filter(|&&(e, sigma)| e <= crate::predict::Z80 * sigma)
+        .filter(|&&(ratio, (low, high))| (low..=high).contains(&ratio))
         .count();
-    (!errors.is_empty()).then(|| 100.0 * inside as f64 / errors.len() as f64)
+    (!judged.is_empty()).then(|| 100.0 * inside as f64 / judged.len() as f64)
 }
 
 fn set_reports(
@@ -718,5 +723,21 @@ mod tests {
                 .then_some(0.1)),
             Some(100.0 * 2.0 / 3.0)
         );
+    }
+
+    #[test]
+    fn a_run_beyond_the_runs_fitted_on_is_judged_by_the_extrapolation_band() {
+        // 30 % slower than predicted: outside exp(±1.28 × 0.02), inside the band once the
+        // run lies beyond the fitted runs; 10 % faster stays outside either way
+        let (low, high) = crate::predict::EXTRAPOLATION_BAND;
+        assert!(low > 1.0 / 1.1 && high > 1.3);
+        let mut slow = run(1.3, Some(1.0));
+        let mut fast = run(1.0, Some(1.1));
+        let spread = |_: &RunResult| Some(0.02);
+        assert_eq!(inside_interval(&[&slow, &fast], &spread), Some(0.0));
+        for r in [&mut slow, &mut fast] {
+            r.beyond_fitted_runs = vec!["ep 8 (runs: at most 1)".into()];
+        }
+        assert_eq!(inside_interval(&[&slow, &fast], &spread), Some(50.0));
     }
 }

@@ -302,9 +302,10 @@ fn print_check(c: &stepcast::calibrate::Check) {
         .filter_map(|(name, s)| Some(format!("{name} {:.0} %", s.inside_interval_percent?)))
         .collect();
     if !inside.is_empty() {
+        let (low, high) = stepcast::predict::EXTRAPOLATION_BAND;
         println!(
-            "runs inside predict's 80 % interval (its calibration part; about 80 % where it is \
-             honest): {}",
+            "runs inside predict's 80 % interval (its calibration part, widened to ×{low:.2}–\
+             ×{high:.2} for runs beyond the runs fitted on; about 80 % where it is honest): {}",
             inside.join(", ")
         );
     }
@@ -423,9 +424,11 @@ fn print_report(r: &Report) {
         })
         .collect();
     if !inside.is_empty() {
+        let (low, high) = stepcast::predict::EXTRAPOLATION_BAND;
         println!(
-            "runs inside predict's 80 % interval (its calibration part, σ {:.1} %; about 80 % \
-             where it is honest): {}",
+            "runs inside predict's 80 % interval (its calibration part, σ {:.1} %, widened to \
+             ×{low:.2}–×{high:.2} for runs beyond the runs fitted on; about 80 % where it is \
+             honest): {}",
             100.0 * r.interval_sigma_log,
             inside.join(", ")
         );

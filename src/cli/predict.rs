@@ -197,10 +197,23 @@ fn print_prediction(
         p.metrics.step_time_s,
         p.interval_s[0],
         p.interval_s[1],
-        match (p.interval_runtime_sigma_log, &p.calibration) {
-            (None, _) => ": operator models only",
-            (Some(_), Some(_)) => ": operator models and the calibration's error on its runs",
-            (Some(_), None) => ": operator models and the raw physics' error on measured runs",
+        match (
+            p.interval_extrapolation_band,
+            p.interval_runtime_sigma_log,
+            &p.calibration,
+        ) {
+            (Some([low, high]), _, _) => format!(
+                ": operator models and, as the step lies outside the calibrated runs, ×{low:.2}–\
+                 ×{high:.2}: published steps outside their calibration's runs took that many \
+                 times their prediction"
+            ),
+            (None, None, _) => ": operator models only".to_string(),
+            (None, Some(_), Some(_)) => {
+                ": operator models and the calibration's error on its runs".to_string()
+            }
+            (None, Some(_), None) => {
+                ": operator models and the raw physics' error on measured runs".to_string()
+            }
         }
     );
     println!(

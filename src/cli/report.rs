@@ -100,8 +100,20 @@ fn caveats(p: &Prediction) -> String {
              (first order), the moves added in quadrature"
         }
     };
-    let covers = match (p.interval_runtime_sigma_log, &p.calibration) {
-        (Some(sigma), calibrated) => format!(
+    let covers = match (
+        p.interval_extrapolation_band,
+        p.interval_runtime_sigma_log,
+        &p.calibration,
+    ) {
+        (Some([low, high]), _, _) => {
+            format!(
+                "the operator models' errors ({how}) and, added in quadrature, ×{low:.2}–×{high:.2} \
+                 of the step: the step lies outside the runs its calibration was fitted on, and \
+                 published steps outside their calibration's runs took that many times their \
+                 prediction (10th–90th percentile)"
+            )
+        }
+        (None, Some(sigma), calibrated) => format!(
             "the operator models' errors ({how}) and, added in quadrature, {} (σ {:.1} % of \
              the step, from its mean |error|)",
             if calibrated.is_some() {
@@ -111,7 +123,7 @@ fn caveats(p: &Prediction) -> String {
             },
             100.0 * sigma
         ),
-        (None, _) => format!(
+        (None, None, _) => format!(
             "the operator models' errors only ({how}); what no operator model sees — \
              framework overheads, contention, clocks — is not in it"
         ),

@@ -29,6 +29,34 @@ pub use metrics::StepMetrics;
 /// z of a two-sided 80 % interval.
 pub const Z80: f64 = 1.2816;
 
+/// Where a step lies outside the runs its calibration was fitted on, how published steps
+/// compared with such predictions: the 10th and 90th percentile of measured / predicted step
+/// time over the held-out runs beyond their calibration's range (six sets, 176 runs, each set
+/// weighing the same: `scripts/eval-real-runs.py`, which also checks each set against the band
+/// of the other five). A calibration's cross-validated error was measured inside its runs'
+/// range; beyond it, this band replaces the runtime's ±1.28σ on each side where it is wider —
+/// mostly upwards, as such steps mostly ran slower than predicted.
+pub const EXTRAPOLATION_BAND: (f64, f64) = (0.98, 1.40);
+/// The median of the same ratios.
+pub const EXTRAPOLATION_MEDIAN: f64 = 1.07;
+
+/// The runtime's part of a step's 80 % interval as low and high multipliers of the step:
+/// exp(±1.28σ) of its spread on measured runs, widened to `EXTRAPOLATION_BAND` where the step
+/// lies outside the runs its calibration was fitted on; none where neither applies.
+pub fn runtime_band(sigma_log: Option<f64>, extrapolating: bool) -> Option<(f64, f64)> {
+    let spread = sigma_log
+        .filter(|s| *s > 0.0)
+        .map(|s| ((-Z80 * s).exp(), (Z80 * s).exp()));
+    match (spread, extrapolating) {
+        (Some((low, high)), true) => Some((
+            low.min(EXTRAPOLATION_BAND.0),
+            high.max(EXTRAPOLATION_BAND.1),
+        )),
+        (None, true) => Some(EXTRAPOLATION_BAND),
+        (spread, false) => spread,
+    }
+}
+
 /// How a prediction may answer.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PredictOptions {
@@ -121,6 +149,11 @@ pub struct Prediction {
     /// included in the interval; none where no runs measured it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interval_runtime_sigma_log: Option<f64>,
+    /// Where the step lies outside the runs its calibration was fitted on, the runtime's part of
+    /// the interval as low and high multipliers of the step: exp(±1.28σ) widened to the band
+    /// held-out published runs beyond their calibration's range showed (`EXTRAPOLATION_BAND`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_extrapolation_band: Option<[f64; 2]>,
     /// What the step spends its time on, seconds; the parts add up to the step.
     pub breakdown_s: Breakdown,
     /// The pipeline schedule the step was composed with.
@@ -268,7 +301,9 @@ pub fn predict(
     let runtime_sigma_log = (layout.rules != Rules::Paper)
         .then(|| cost.runtime_sigma_log_for(layout.dtype.name()))
         .flatten();
-    let (low, high) = with_runtime_spread(step.step_us, low, high, runtime_sigma_log);
+    let extrapolating = beyond_calibration(arch, layout, cluster, cost).is_some();
+    let band = runtime_band(runtime_sigma_log, extrapolating);
+    let (low, high) = with_runtime_spread(step.step_us, low, high, band);
     let b = step.breakdown_us;
     Ok(Prediction {
         cluster: cluster.spec.name.clone(),
@@ -283,6 +318,9 @@ pub fn predict(
         interval_s: [low / 1e6, high / 1e6],
         interval_method,
         interval_runtime_sigma_log: runtime_sigma_log,
+        interval_extrapolation_band: band
+            .filter(|_| extrapolating)
+            .map(|(low, high)| [low, high]),
         schedule: layout.schedule.name(),
         breakdown_s: b.scaled(1e-6),
         sources_percent: sources(&plan, layout, &costed.estimates),
@@ -437,20 +475,24 @@ fn interval(
     Ok((step.step_us - down.sqrt(), step.step_us + up.sqrt(), method))
 }
 
-/// The operator models' interval widened by the runtime's spread on measured runs: what the
-/// runtime leaves unexplained (host, overlap, clocks) is independent of the operator models'
-/// errors, so the two 80 % half-widths add in quadrature on each side — in log space, where
-/// both errors live (ln(actual / predicted)), so the low end stays above zero however wide.
-fn with_runtime_spread(step_us: f64, low: f64, high: f64, sigma: Option<f64>) -> (f64, f64) {
-    let Some(sigma) = sigma.filter(|s| *s > 0.0) else {
+/// The operator models' interval widened by the runtime's part (`runtime_band`: its low and
+/// high multipliers of the step): what the runtime leaves unexplained (host, overlap, clocks)
+/// is independent of the operator models' errors, so the two 80 % half-widths add in
+/// quadrature on each side — in log space, where both errors live (ln(actual / predicted)), so
+/// the low end stays above zero however wide.
+fn with_runtime_spread(step_us: f64, low: f64, high: f64, band: Option<(f64, f64)>) -> (f64, f64) {
+    let Some((band_low, band_high)) = band else {
         return (low, high);
     };
-    let spread = Z80 * sigma;
     let down = (step_us / low.max(f64::MIN_POSITIVE)).ln().max(0.0);
     let up = (high / step_us).ln().max(0.0);
+    let (spread_down, spread_up) = (
+        -band_low.clamp(f64::MIN_POSITIVE, 1.0).ln(),
+        band_high.max(1.0).ln(),
+    );
     (
-        step_us * (-down.hypot(spread)).exp(),
-        step_us * up.hypot(spread).exp(),
+        step_us * (-down.hypot(spread_down)).exp(),
+        step_us * up.hypot(spread_up).exp(),
     )
 }
 

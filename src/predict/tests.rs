@@ -1951,21 +1951,42 @@ fn fp8_parameter_gather_carries_one_byte_per_parameter() {
 
 #[test]
 fn the_runtimes_spread_widens_the_interval_in_quadrature() {
+    let spread = |sigma| runtime_band(Some(sigma), false);
     // without a measured spread the operator models' interval stands
     assert_eq!(with_runtime_spread(100.0, 95.0, 106.0, None), (95.0, 106.0));
     assert_eq!(
-        with_runtime_spread(100.0, 95.0, 106.0, Some(0.0)),
+        with_runtime_spread(100.0, 95.0, 106.0, spread(0.0)),
         (95.0, 106.0)
     );
     // a spread alone gives exp(±1.28σ); with the models' half-widths they add in quadrature
     // in log space
-    let (low, high) = with_runtime_spread(100.0, 100.0, 100.0, Some(0.1));
+    let (low, high) = with_runtime_spread(100.0, 100.0, 100.0, spread(0.1));
     assert!((low - 100.0 * (-Z80 * 0.1f64).exp()).abs() < 1e-9, "{low}");
     assert!((high - 100.0 * (Z80 * 0.1f64).exp()).abs() < 1e-9, "{high}");
-    let (low2, high2) = with_runtime_spread(100.0, 95.0, 106.0, Some(0.1));
+    let (low2, high2) = with_runtime_spread(100.0, 95.0, 106.0, spread(0.1));
     let (d, u, z) = ((100.0f64 / 95.0).ln(), 1.06f64.ln(), Z80 * 0.1);
     assert!((low2 - 100.0 * (-d.hypot(z)).exp()).abs() < 1e-9);
     assert!((high2 - 100.0 * u.hypot(z).exp()).abs() < 1e-9);
+}
+
+#[test]
+fn beyond_the_calibrated_runs_the_interval_spans_the_extrapolation_band() {
+    let (band_low, band_high) = EXTRAPOLATION_BAND;
+    // a narrow spread gives way to the band on each side where the band is wider
+    assert_eq!(runtime_band(Some(0.01), true), Some(EXTRAPOLATION_BAND));
+    assert_eq!(runtime_band(None, true), Some(EXTRAPOLATION_BAND));
+    // a spread wider than the band on a side keeps that side
+    let wide = runtime_band(Some(0.5), true).unwrap();
+    assert!((wide.0 - (-Z80 * 0.5f64).exp()).abs() < 1e-12 && wide.0 < band_low);
+    assert!((wide.1 - (Z80 * 0.5f64).exp()).abs() < 1e-12 && wide.1 > band_high);
+    // inside the calibrated runs the spread alone, and nothing without one
+    let inside = runtime_band(Some(0.01), false).unwrap();
+    assert!(inside.0 > band_low && inside.1 < band_high);
+    assert_eq!(runtime_band(None, false), None);
+    // alone, the interval is the band itself: asymmetric, as the runs were
+    let (low, high) = with_runtime_spread(10.0, 10.0, 10.0, Some(EXTRAPOLATION_BAND));
+    assert!((low - 10.0 * band_low).abs() < 1e-9 && (high - 10.0 * band_high).abs() < 1e-9);
+    assert!(band_low < 1.0 && EXTRAPOLATION_MEDIAN > 1.0 && EXTRAPOLATION_MEDIAN < band_high);
 }
 
 proptest! {
@@ -1976,9 +1997,10 @@ proptest! {
         down in 0.0f64..0.999,
         up in 0.0f64..10.0,
         sigma in 0.0f64..3.0,
+        extrapolating: bool,
     ) {
         let (low, high) = (step * (1.0 - down), step * (1.0 + up));
-        let (l, h) = with_runtime_spread(step, low, high, Some(sigma));
+        let (l, h) = with_runtime_spread(step, low, high, runtime_band(Some(sigma), extrapolating));
         prop_assert!(l > 0.0 && l <= low * (1.0 + 1e-12) && l <= step);
         prop_assert!(h >= high * (1.0 - 1e-12) && h >= step && h.is_finite());
     }
