@@ -167,4 +167,95 @@ mod tests {
         };
         assert_eq!(compute_share(&reduce, &h100), 0.0);
     }
+
+    /// Derated, a memory-bound kernel's bytes stream at the fraction of HBM bandwidth: half
+    /// the bandwidth, twice the time; and the ideal time of any call is a kernel's roofline at
+    /// peak or a collective's network model at full link bandwidth (none without a network).
+    #[test]
+    fn derating_scales_a_memory_bound_kernel_and_the_ideal_time_covers_collectives() {
+        use crate::ops::{CollectiveShape, TokenShape};
+        let cluster = crate::hardware::dgx_h100_without_models();
+        let h100 = &cluster.spec.gpu;
+        let add = OpQuery {
+            op: OpKind::ResidualAdd,
+            phase: Phase::Fwd,
+            dtype: Dtype::Bf16,
+            role: None,
+            shape: Shape::Tokens(TokenShape {
+                batch: 1,
+                seq: 8192,
+                width: 4096,
+            }),
+        };
+        let at_peak = device_time_us(&add, h100).unwrap();
+        let half = time_at(&add, h100, 1.0, 0.5).unwrap();
+        assert!(
+            (half - 2.0 * at_peak).abs() < 1e-9 * half,
+            "{half} {at_peak}"
+        );
+        assert_eq!(ideal_time_us(&add, h100, None), Some(at_peak));
+        let collective = CollectiveShape {
+            bytes: 1 << 28,
+            nodes: 2,
+            gpus_per_node: 8,
+        };
+        let reduce = OpQuery {
+            op: OpKind::AllReduce,
+            shape: Shape::Collective(collective),
+            ..add
+        };
+        let net = &cluster.spec.network;
+        let expected =
+            super::super::network::collective_time_us(reduce.op, &collective, net, 1.0).0;
+        assert!(expected > 0.0);
+        assert_eq!(ideal_time_us(&reduce, h100, Some(net)), Some(expected));
+        assert_eq!(ideal_time_us(&reduce, h100, None), None);
+    }
+
+    /// A FlashAttention-2 call's floor is its roofline at the cluster file's fraction for its
+    /// phase — the backward's own — with no shortest-kernel floor under it (the fraction is
+    /// the bound); other attention has none.
+    #[test]
+    fn flash_attention_2_s_floor_takes_its_phase_s_fraction() {
+        use crate::hardware::Achievable;
+        use crate::ops::AttentionShape;
+        let h100 = GpuSpec::builtin("h100").unwrap();
+        let achievable = Achievable {
+            flash_attention_2_fwd: Some(0.4),
+            flash_attention_2_bwd: Some(0.2),
+            min_kernel_us: 1e6,
+            ..Achievable::default()
+        };
+        let call = |phase: Phase, role: Option<Role>| OpQuery {
+            op: OpKind::FlashAttention,
+            phase,
+            dtype: Dtype::Bf16,
+            role,
+            shape: Shape::Attention(AttentionShape {
+                batch: 1,
+                seq_q: 4096,
+                seq_kv: 4096,
+                heads: 32,
+                kv_heads: 8,
+                head_dim: 128,
+                causal: true,
+            }),
+        };
+        for (phase, fraction) in [(Phase::Fwd, 0.4), (Phase::Bwd, 0.2)] {
+            let q = call(phase, Some(Role::FlashAttention2));
+            let (f, floor) = flash_attention_2_floor_us(&q, &h100, &achievable).unwrap();
+            let at_peak = device_time_us(&q, &h100).unwrap();
+            assert_eq!(f, fraction);
+            // compute-bound: the roofline at peak over the fraction, far under 1e6 µs
+            assert!(
+                (floor - at_peak / fraction).abs() < 1e-6 * floor,
+                "{floor} {at_peak}"
+            );
+            assert!(floor < achievable.min_kernel_us);
+            assert_eq!(
+                flash_attention_2_floor_us(&call(phase, None), &h100, &achievable),
+                None
+            );
+        }
+    }
 }

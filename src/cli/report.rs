@@ -106,11 +106,12 @@ fn caveats(p: &Prediction) -> String {
         &p.calibration,
     ) {
         (Some([low, high]), _, _) => {
+            let (p10, p90) = stepcast::predict::EXTRAPOLATION_BAND;
             format!(
                 "the operator models' errors ({how}) and, added in quadrature, ×{low:.2}–×{high:.2} \
                  of the step: the step lies outside the runs its calibration was fitted on, and \
-                 published steps outside their calibration's runs took that many times their \
-                 prediction (10th–90th percentile)"
+                 published steps outside their calibration's runs took {p10:.2}–{p90:.2} times \
+                 their prediction (10th–90th percentile; the fit's own spread where it is wider)"
             )
         }
         (None, Some(sigma), calibrated) => format!(
