@@ -68,3 +68,26 @@ pub fn readable(v: f64) -> String {
         format!("{v}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Short numbers plainly, very large or very small ones in exponent form; zero and
+    /// non-finite values plainly.
+    #[test]
+    fn a_number_reads_as_people_write_it() {
+        assert_eq!(readable(0.0), "0");
+        assert_eq!(readable(42.5), "42.5");
+        assert_eq!(readable(-3.0), "-3");
+        assert_eq!(readable(2e9), "2e9");
+        assert_eq!(readable(1e-5), "1e-5");
+        assert_eq!(readable(f64::INFINITY), "inf");
+        let e = check_range("job.yaml", "seq_len", 2e9, 1.0..=1e6, "tokens").unwrap_err();
+        assert_eq!(
+            e,
+            "job.yaml: seq_len = 2e9 is outside the physical range 1 to 1000000 tokens: correct it"
+        );
+        assert_eq!(check_range("f", "x", 1e6, 1.0..=1e6, ""), Ok(()));
+    }
+}

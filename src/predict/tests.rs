@@ -82,6 +82,17 @@ fn strict_refuses_roofline_estimates() {
         e.to_string().contains("--strict") && e.to_string().contains("roofline"),
         "{e}"
     );
+    // five calls named, the rest counted
+    let plan = Plan::new(&arch, &layout, &c);
+    let unbacked = plan.queries.len();
+    assert!(unbacked > 5);
+    assert!(
+        e.to_string()
+            .contains(&format!("no trained model for {unbacked} call(s)"))
+            && e.to_string()
+                .contains(&format!("; and {} more", unbacked - 5)),
+        "{e}"
+    );
 }
 
 #[test]
@@ -1983,6 +1994,7 @@ fn beyond_the_calibrated_runs_the_interval_spans_the_extrapolation_band() {
     let inside = runtime_band(Some(0.01), false).unwrap();
     assert!(inside.0 > band_low && inside.1 < band_high);
     assert_eq!(runtime_band(None, false), None);
+    assert_eq!(runtime_band(Some(0.0), false), None);
     // alone, the interval is the band itself: asymmetric, as the runs were
     let (low, high) = with_runtime_spread(10.0, 10.0, 10.0, Some(EXTRAPOLATION_BAND));
     assert!((low - 10.0 * band_low).abs() < 1e-9 && (high - 10.0 * band_high).abs() < 1e-9);
@@ -2083,5 +2095,334 @@ fn flash_attention_2_efficiency_slows_only_flash_attention_2_calls() {
             slowed += fa2 as usize;
         }
         assert_eq!(slowed > 0, kernel == AttentionKernel::FlashAttention2);
+    }
+}
+
+/// A step of very many passes moves its models along its critical path, which its
+/// simulation keeps for that, and its interval still spans the step on both sides; a short
+/// step recomposes instead.
+#[test]
+fn a_very_long_step_takes_its_interval_from_the_critical_path() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let cost = CostModel::new(&c, None);
+    let interval_of = |micro_batches: u64| {
+        let layout = Layout::new(&spec(1, 16, 1, 1, micro_batches), &arch, &c).unwrap();
+        let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).unwrap();
+        (p.interval_method, p.interval_s, p.metrics.step_time_s)
+    };
+    let (method, [low, high], step) = interval_of(8192);
+    assert_eq!(method, IntervalMethod::CriticalPath);
+    assert!(low < step && step < high, "{low} {step} {high}");
+    let (method, [low, high], step) = interval_of(32);
+    assert_eq!(method, IntervalMethod::Recomposed);
+    assert!(low < step && step < high, "{low} {step} {high}");
+}
+
+/// Under a calibration, Megatron's rules compose under its runtime, name it, carry its
+/// held-out errors and its spread; the paper's rules compose the kernels timed alone and carry
+/// none of it.
+#[test]
+fn the_paper_s_rules_compose_without_the_calibration() {
+    let c = cluster();
+    let cost = CostModel::new(
+        &c,
+        Some(crate::regress::ModelSet::builtin("h100-sxm").unwrap()),
+    );
+    let summary = cost
+        .calibration_summary()
+        .expect("the shipped dgx-h100 calibration");
+    assert_ne!(cost.runtime(), Runtime::isolated());
+    assert_eq!(runtime_for(Rules::Megatron, &cost), cost.runtime());
+    assert_eq!(runtime_for(Rules::Paper, &cost), Runtime::isolated());
+    assert_eq!(
+        calibration_for(Rules::Megatron, &cost).as_deref(),
+        Some(summary)
+    );
+    assert_eq!(calibration_for(Rules::Paper, &cost), None);
+    let held_out = calibration_held_out_for(Rules::Megatron, &cost);
+    assert!(!held_out.is_empty() && &held_out == cost.calibration_held_out());
+    assert!(calibration_held_out_for(Rules::Paper, &cost).is_empty());
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let under = |rules: Rules| {
+        let s = ParallelSpec {
+            rules: Some(rules),
+            seq_len: Some(4096),
+            ..spec(2, 1, 4, 1, 8)
+        };
+        let layout = Layout::new(&s, &arch, &c).unwrap();
+        predict(&arch, &layout, &c, &cost, PredictOptions::default()).unwrap()
+    };
+    let (megatron, paper) = (under(Rules::Megatron), under(Rules::Paper));
+    assert!(megatron.interval_runtime_sigma_log.is_some() && megatron.calibration.is_some());
+    assert!(paper.interval_runtime_sigma_log.is_none() && paper.calibration.is_none());
+}
+
+/// The shipped dgx-h100 calibration's runs span sequences of 4,096–8,192 tokens on 8 GPUs or
+/// more: a step inside is silent and keeps the fit's spread; a shorter sequence or fewer GPUs
+/// lie beyond, warn, and take the extrapolation band; the paper's rules never warn.
+#[test]
+fn a_step_beyond_the_calibrated_runs_warns_and_takes_the_band() {
+    let c = cluster();
+    let cost = CostModel::new(
+        &c,
+        Some(crate::regress::ModelSet::builtin("h100-sxm").unwrap()),
+    );
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let layout = |seq: u64, dp: u64, rules: Rules| {
+        let s = ParallelSpec {
+            rules: Some(rules),
+            seq_len: Some(seq),
+            ..spec(2, 1, dp, 1, 8)
+        };
+        Layout::new(&s, &arch, &c).unwrap()
+    };
+    let inside = layout(4096, 4, Rules::Megatron);
+    assert_eq!(beyond_calibration(&arch, &inside, &c, &cost), None);
+    let p = predict(&arch, &inside, &c, &cost, PredictOptions::default()).unwrap();
+    assert_eq!(p.interval_extrapolation_band, None);
+    for (beyond, says) in [
+        (
+            layout(2048, 4, Rules::Megatron),
+            "sequences of 2,048 tokens",
+        ),
+        (layout(4096, 1, Rules::Megatron), "2 GPUs on 1 node"),
+    ] {
+        let warning = beyond_calibration(&arch, &beyond, &c, &cost).unwrap();
+        assert!(warning.contains(says), "{warning}");
+        let p = predict(&arch, &beyond, &c, &cost, PredictOptions::default()).unwrap();
+        let [low, high] = p.interval_extrapolation_band.unwrap();
+        assert!(low <= EXTRAPOLATION_BAND.0 && high == EXTRAPOLATION_BAND.1);
+        assert!(p.warnings.iter().any(|w| w.contains(says)));
+    }
+    assert_eq!(
+        beyond_calibration(&arch, &layout(2048, 4, Rules::Paper), &c, &cost),
+        None
+    );
+}
+
+/// Where a run lies in the dimensions a calibration's range spans: its nodes rounded up, its
+/// CUDA graphs and FlashAttention-2 calls as flags.
+#[test]
+fn a_run_point_counts_partial_nodes_and_flags_graphs_and_flash_attention_2() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let plain = Layout::new(&spec(2, 1, 5, 1, 8), &arch, &c).unwrap();
+    let p = run_point(&arch, &plain, &c);
+    assert_eq!((p.gpus, p.nodes, p.tp), (10, 2, 2));
+    assert!(!p.cuda_graphs && !p.flash_attention_2);
+    let s = ParallelSpec {
+        attention_kernel: Some(AttentionKernel::FlashAttention2),
+        cuda_graphs: Some(vec![crate::workload::CudaGraphScope::Attn]),
+        ..spec(2, 1, 4, 1, 8)
+    };
+    let flagged = run_point(&arch, &Layout::new(&s, &arch, &c).unwrap(), &c);
+    assert_eq!((flagged.gpus, flagged.nodes), (8, 1));
+    assert!(flagged.cuda_graphs && flagged.flash_attention_2);
+}
+
+/// With every call on one model of spread σ and nothing else in the step (the kernels timed
+/// alone: no host, no contention), the step scales with that model, so its interval is exactly
+/// exp(±1.28σ) of it — recomposed, and along the critical path for a step of very many passes.
+#[test]
+fn one_model_moves_the_whole_step_by_its_spread() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    for (micro_batches, expected) in [
+        (8, IntervalMethod::Recomposed),
+        (8192, IntervalMethod::CriticalPath),
+    ] {
+        let layout = Layout::new(&spec(1, 16, 1, 1, micro_batches), &arch, &c).unwrap();
+        let plan = Plan::new(&arch, &layout, &c);
+        let us: Vec<f64> = (0..plan.queries.len()).map(|i| 10.0 + i as f64).collect();
+        let times = QueryTimes::new(
+            &plan,
+            &us,
+            vec![0; plan.queries.len()],
+            1,
+            true,
+            Runtime::isolated(),
+        );
+        let costed = Costed {
+            estimates: Vec::new(),
+            times,
+            sigma_log: vec![0.1],
+            band: vec![None],
+        };
+        let (step, timeline) = compose_step(&plan, &layout, &costed.times).unwrap();
+        let work = timeline.as_ref().map(|(w, _)| w);
+        let (low, high, method) = interval(&costed, &layout, &step, work).unwrap();
+        assert_eq!(method, expected);
+        let (s, z) = (step.step_us, Z80 * 0.1);
+        assert!((low - s * (-z).exp()).abs() < 1e-6 * s, "{low} {s}");
+        assert!((high - s * z.exp()).abs() < 1e-6 * s, "{high} {s}");
+    }
+}
+
+/// The sources' shares weigh each call by its count and how often its list runs (per
+/// micro-batch or per step), as the stage report lists them.
+#[test]
+fn the_sources_weigh_each_call_as_the_stages_list_it() {
+    let arch = Arch::resolve("llama2-13b").unwrap();
+    let s = spec(2, 4, 8, 2, 16);
+    let p = predicted(&arch, &s);
+    let mut by_source: BTreeMap<&str, f64> = BTreeMap::new();
+    for stage in &p.stages {
+        for (list, per) in [
+            (&stage.fwd, 16.0),
+            (&stage.bwd, 16.0),
+            (&stage.grad_sync, 1.0),
+            (&stage.update, 1.0),
+        ] {
+            for op in list {
+                *by_source.entry(op.estimate.source.name()).or_default() +=
+                    op.count * op.estimate.time_us * per;
+            }
+        }
+    }
+    let total: f64 = by_source.values().sum();
+    assert_eq!(by_source.len(), p.sources_percent.len());
+    for (source, us) in by_source {
+        let share = p.sources_percent[source];
+        assert!(
+            (share - 100.0 * us / total).abs() < 1e-9,
+            "{source}: {share}"
+        );
+    }
+}
+
+/// Under the paper's rules and its closed form, one pipeline stage's step is the micro-batches
+/// times its forward and backward plus its per-step work: the stage report's milliseconds are
+/// the composition's microseconds.
+#[test]
+fn a_stage_s_milliseconds_compose_its_step() {
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let s = ParallelSpec {
+        rules: Some(Rules::Paper),
+        schedule: Some(Schedule::ClosedForm),
+        ..spec(1, 1, 8, 1, 4)
+    };
+    let layout = Layout::new(&s, &arch, &c).unwrap();
+    let p = predict(
+        &arch,
+        &layout,
+        &c,
+        &CostModel::new(&c, None),
+        PredictOptions::default(),
+    )
+    .unwrap();
+    let [stage] = p.stages.as_slice() else {
+        panic!("one stage")
+    };
+    let composed = 4.0 * (stage.fwd_ms + stage.bwd_ms)
+        + stage.grad_sync_ms
+        + stage.optimizer_ms
+        + stage.param_gather_ms;
+    let step_ms = 1e3 * p.metrics.step_time_s;
+    assert!(stage.fwd_ms > 0.0 && stage.grad_sync_ms > 0.0 && stage.optimizer_ms > 0.0);
+    assert!(
+        (composed - step_ms).abs() < 1e-9 * step_ms,
+        "{composed} {step_ms}"
+    );
+}
+
+/// What a prediction warns about: models of another GPU, tp across nodes, unaligned GEMMs; and
+/// the calls outside its models' training range are listed.
+#[test]
+fn a_prediction_warns_of_what_it_cannot_vouch_for() {
+    let h100 = || crate::regress::ModelSet::builtin("h100-sxm");
+    let c = cluster();
+    let mut arch = Arch::resolve("llama2-7b").unwrap();
+    let predict_on = |cluster: &Cluster, arch: &Arch, s: &ParallelSpec| {
+        let layout = Layout::new(s, arch, cluster).unwrap();
+        let cost = CostModel::new(cluster, Some(h100().unwrap()));
+        predict(arch, &layout, cluster, &cost, PredictOptions::default()).unwrap()
+    };
+    let quiet = predict_on(&c, &arch, &spec(2, 1, 4, 1, 8));
+    assert!(
+        quiet.out_of_coverage.is_empty(),
+        "{:?}",
+        quiet.out_of_coverage
+    );
+    assert!(
+        !quiet.warnings.iter().any(|w| w.contains("measured on")
+            || w.contains("spans nodes")
+            || w.contains("16 bytes")),
+        "{:?}",
+        quiet.warnings
+    );
+    // tp 16 over nodes of 8
+    let wide = predict_on(&c, &arch, &spec(16, 1, 1, 1, 8));
+    assert!(wide
+        .warnings
+        .iter()
+        .any(|w| w.contains("tp = 16 spans nodes (8 GPUs per node)")));
+    // the H100's models on an H200
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let h200 = Cluster::load(&dir.join("hardware-profiles/dgx-h200.yaml")).unwrap();
+    let moved = predict_on(&h200, &arch, &spec(2, 1, 4, 1, 8));
+    assert!(moved
+        .warnings
+        .iter()
+        .any(|w| w.contains("were measured on NVIDIA H100")));
+    // an unpadded vocabulary of 151,937 words: unaligned GEMMs, and a head wider than any
+    // measured GEMM
+    arch.vocab = 151_937;
+    arch.vocab_divisible_by = 1;
+    let odd = predict_on(&c, &arch, &spec(1, 1, 8, 1, 8));
+    let unaligned = |p: &Prediction| -> Vec<String> {
+        p.warnings
+            .iter()
+            .filter(|w| w.contains("16 bytes"))
+            .cloned()
+            .collect()
+    };
+    // the head's two shapes, both named
+    let head = unaligned(&odd);
+    assert!(
+        head.len() == 1 && head[0].starts_with("2 GEMM shape(s)") && !head[0].contains(" more"),
+        "{head:?}"
+    );
+    // an odd MLP width too: two named, the rest counted
+    let mut odder = arch.clone();
+    odder.ffn_hidden = 11_009;
+    let more = unaligned(&predict_on(&c, &odder, &spec(1, 1, 8, 1, 8)));
+    let n: usize = more[0].split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        n > 2 && more[0].contains(&format!(" and {} more)", n - 2)),
+        "{more:?}"
+    );
+    assert!(
+        odd.out_of_coverage
+            .iter()
+            .any(|l| l.contains("lm_head") && l.contains("outside the training range")),
+        "{:?}",
+        odd.out_of_coverage
+    );
+}
+
+/// A data-parallel bucket is bounded: smaller than 2^16 elements or larger than 2^40 is
+/// refused with the range, anything between is a layout.
+#[test]
+fn a_data_parallel_bucket_lies_in_its_physical_range() {
+    use crate::limits::{MAX_BUCKET_ELEMENTS, MIN_BUCKET_ELEMENTS};
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let with = |elements: u64| {
+        let s = ParallelSpec {
+            dp_bucket_elements: Some(elements),
+            ..spec(1, 1, 8, 1, 4)
+        };
+        Layout::new(&s, &arch, &c)
+    };
+    assert!(with(MIN_BUCKET_ELEMENTS).is_ok() && with(MAX_BUCKET_ELEMENTS).is_ok());
+    assert!(with(40_000_000).is_ok());
+    for refused in [MIN_BUCKET_ELEMENTS - 1, MAX_BUCKET_ELEMENTS + 1, 0] {
+        let e = with(refused).unwrap_err().to_string();
+        assert!(
+            e.contains("dp-bucket-elements") && e.contains("65536") && e.contains("1099511627776"),
+            "{e}"
+        );
     }
 }
