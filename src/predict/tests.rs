@@ -2100,7 +2100,9 @@ fn flash_attention_2_efficiency_slows_only_flash_attention_2_calls() {
 
 /// A step of very many passes moves its models along its critical path, which its
 /// simulation keeps for that, and its interval still spans the step on both sides; a short
-/// step recomposes instead.
+/// step recomposes instead. 5,000 micro-batches on 16 stages: 160,000 passes, over the
+/// threshold only counted twice per model (two models move: the roofline and the analytic
+/// network model).
 #[test]
 fn a_very_long_step_takes_its_interval_from_the_critical_path() {
     let c = cluster();
@@ -2111,7 +2113,7 @@ fn a_very_long_step_takes_its_interval_from_the_critical_path() {
         let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).unwrap();
         (p.interval_method, p.interval_s, p.metrics.step_time_s)
     };
-    let (method, [low, high], step) = interval_of(8192);
+    let (method, [low, high], step) = interval_of(5000);
     assert_eq!(method, IntervalMethod::CriticalPath);
     assert!(low < step && step < high, "{low} {step} {high}");
     let (method, [low, high], step) = interval_of(32);
