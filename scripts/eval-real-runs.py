@@ -37,12 +37,13 @@ about) measure the band predict's interval spans there: measured / predicted ove
 sets with 5 or more such runs, each set weighing the same (p10, median, p90), and each set left
 out in turn, how many of its runs the other sets' band holds.
 
-With --check THRESHOLDS.json it fails when the extrapolation band or its median is more than 0.05
-from `EXTRAPOLATION_BAND` / `EXTRAPOLATION_MEDIAN` in src/predict/mod.rs, when a set's calibrated mean |error| is more than one
-point above its threshold (the file commits today's figures), when a prediction's MFU
-exceeds its GPU's achievable fraction, when the memory projection's mean |error| on reported
-peaks ("memory: SET") is more than one point above its threshold, or when more runs that ran
-are projected OOM than the file allows ("projected OOM: SET").
+With --check THRESHOLDS.json it fails when the extrapolation band or its median is more than
+0.05 from `EXTRAPOLATION_BAND` / `EXTRAPOLATION_MEDIAN` in src/predict/mod.rs, when a set's
+calibrated mean |error| is more than one point above its threshold (the file commits today's
+figures), when a prediction's MFU exceeds its GPU's achievable fraction, when the memory
+projection's mean |error| on reported peaks ("memory: SET") is more than one point above its
+threshold, or when more runs that ran are projected OOM than the file allows ("projected OOM:
+SET").
 
 Its work directory (the imported runs and each calibration's report) is removed at the end;
 --keep-work keeps it and prints where.
@@ -488,7 +489,8 @@ def main():
 
 def evaluate(binary, ref, work, json_out, thresholds):
     global EXTRAPOLATION
-    EXTRAPOLATION = band_in_code(ROOT / "src/predict/mod.rs", "EXTRAPOLATION_BAND", "EXTRAPOLATION_MEDIAN")
+    EXTRAPOLATION = band_in_code(ROOT / "src/predict/mod.rs", "EXTRAPOLATION_BAND",
+                                 "EXTRAPOLATION_MEDIAN")
     beyond_ratios = {}
     subprocess.run([sys.executable, str(ROOT / "scripts/import-runs.py"), str(ref), str(work / "runs")],
                    check=True, capture_output=True)
