@@ -95,7 +95,8 @@ MIN_RUNS_OF_A_TYPE = 20
 # extrapolation band
 MIN_RUNS_BEYOND = 5
 # the extrapolation band in the code (p10, median, p90), which predict's interval uses
-EXTRAPOLATION = None
+EXTRAPOLATION = band_in_code(ROOT / "src/predict/mod.rs", "EXTRAPOLATION_BAND",
+                             "EXTRAPOLATION_MEDIAN")
 
 
 def spread(stats):
@@ -114,11 +115,11 @@ def runtime_band(sigma, beyond):
     """The runtime's part of predict's 80 % interval as multipliers of the step
     (`predict::runtime_band`): exp(±1.28 σ), widened to the extrapolation band on each side
     where the run lies beyond the runs its calibration was fitted on; none without either."""
-    low, high = (math.exp(-Z80 * sigma), math.exp(Z80 * sigma)) if sigma else (None, None)
+    spread = (math.exp(-Z80 * sigma), math.exp(Z80 * sigma)) if sigma else None
     if not beyond:
-        return (low, high) if sigma else None
-    band_low, _, band_high = EXTRAPOLATION
-    return (min(low, band_low), max(high, band_high)) if sigma else (band_low, band_high)
+        return spread
+    low, _, high = EXTRAPOLATION
+    return (min(spread[0], low), max(spread[1], high)) if spread else (low, high)
 
 
 def coverage(pred, sigma_of):
@@ -488,9 +489,6 @@ def main():
 
 
 def evaluate(binary, ref, work, json_out, thresholds):
-    global EXTRAPOLATION
-    EXTRAPOLATION = band_in_code(ROOT / "src/predict/mod.rs", "EXTRAPOLATION_BAND",
-                                 "EXTRAPOLATION_MEDIAN")
     beyond_ratios = {}
     subprocess.run([sys.executable, str(ROOT / "scripts/import-runs.py"), str(ref), str(work / "runs")],
                    check=True, capture_output=True)

@@ -135,24 +135,28 @@ mod tests {
         assert_eq!(compute_share(&q, &h100), 1.0);
     }
 
+    /// A bf16 residual add over 8,192 tokens of 4,096: a memory-bound kernel.
+    fn residual_add() -> OpQuery {
+        OpQuery {
+            op: OpKind::ResidualAdd,
+            phase: Phase::Fwd,
+            dtype: Dtype::Bf16,
+            role: None,
+            shape: Shape::Tokens(crate::ops::TokenShape {
+                batch: 1,
+                seq: 8192,
+                width: 4096,
+            }),
+        }
+    }
+
     /// A residual add does 8 FLOPs an element where it moves 6 bytes: on an H100 (989 TFLOP/s
     /// of bf16, 3.35 TB/s) its arithmetic is 8 / 6 · 3.35e12 / 989e12 ≈ 0.45 % of its roofline;
     /// a collective has none.
     #[test]
     fn a_memory_bound_kernel_is_mostly_a_wait_on_memory() {
-        use crate::ops::TokenShape;
         let h100 = GpuSpec::builtin("h100").unwrap();
-        let add = OpQuery {
-            op: OpKind::ResidualAdd,
-            phase: Phase::Fwd,
-            dtype: Dtype::Bf16,
-            role: None,
-            shape: Shape::Tokens(TokenShape {
-                batch: 1,
-                seq: 8192,
-                width: 4096,
-            }),
-        };
+        let add = residual_add();
         let share = compute_share(&add, &h100);
         let expected = 8.0 / 6.0 * h100.hbm_bytes_per_s() / h100.peak_flops(Dtype::Bf16);
         assert!((share - expected).abs() < 1e-12 && share < 0.01, "{share}");
@@ -173,20 +177,10 @@ mod tests {
     /// peak or a collective's network model at full link bandwidth (none without a network).
     #[test]
     fn derating_scales_a_memory_bound_kernel_and_the_ideal_time_covers_collectives() {
-        use crate::ops::{CollectiveShape, TokenShape};
+        use crate::ops::CollectiveShape;
         let cluster = crate::hardware::dgx_h100_without_models();
         let h100 = &cluster.spec.gpu;
-        let add = OpQuery {
-            op: OpKind::ResidualAdd,
-            phase: Phase::Fwd,
-            dtype: Dtype::Bf16,
-            role: None,
-            shape: Shape::Tokens(TokenShape {
-                batch: 1,
-                seq: 8192,
-                width: 4096,
-            }),
-        };
+        let add = residual_add();
         let at_peak = device_time_us(&add, h100).unwrap();
         let half = time_at(&add, h100, 1.0, 0.5).unwrap();
         assert!(

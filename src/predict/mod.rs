@@ -301,7 +301,8 @@ pub fn predict(
     let runtime_sigma_log = (layout.rules != Rules::Paper)
         .then(|| cost.runtime_sigma_log_for(layout.dtype.name()))
         .flatten();
-    let extrapolating = beyond_calibration(arch, layout, cluster, cost).is_some();
+    let beyond = beyond_calibration(arch, layout, cluster, cost);
+    let extrapolating = beyond.is_some();
     let band = runtime_band(runtime_sigma_log, extrapolating);
     let (low, high) = with_runtime_spread(step.step_us, low, high, band);
     let b = step.breakdown_us;
@@ -327,7 +328,7 @@ pub fn predict(
         stages: stage_reports(&plan, &step, &costed.estimates),
         memory,
         out_of_coverage: out_of_coverage(&plan, &costed.estimates),
-        warnings: warnings(arch, &plan, layout, cluster, cost, &costed.estimates),
+        warnings: warnings(&plan, layout, cluster, cost, &costed.estimates, beyond),
         timeline,
     })
 }
@@ -588,13 +589,15 @@ fn out_of_coverage(plan: &Plan, estimates: &[Estimate]) -> Vec<String> {
     out
 }
 
+/// What a prediction cannot vouch for; `beyond` is `beyond_calibration`'s warning, found once
+/// by `predict` (it also widens the interval).
 fn warnings(
-    arch: &Arch,
     plan: &Plan,
     layout: &Layout,
     cluster: &Cluster,
     cost: &CostModel,
     estimates: &[Estimate],
+    beyond: Option<String>,
 ) -> Vec<String> {
     let mut out: Vec<String> = plan
         .queries
@@ -630,7 +633,7 @@ fn warnings(
             layout.tp, cluster.spec.gpus_per_node
         ));
     }
-    out.extend(beyond_calibration(arch, layout, cluster, cost));
+    out.extend(beyond);
     out
 }
 

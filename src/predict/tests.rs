@@ -2121,16 +2121,21 @@ fn a_very_long_step_takes_its_interval_from_the_critical_path() {
     assert!(low < step && step < high, "{low} {step} {high}");
 }
 
+/// A cost model of `c` with the shipped H100 models and their calibration.
+fn shipped_h100_cost(c: &Cluster) -> CostModel<'_> {
+    CostModel::new(
+        c,
+        Some(crate::regress::ModelSet::builtin("h100-sxm").unwrap()),
+    )
+}
+
 /// Under a calibration, Megatron's rules compose under its runtime, name it, carry its
 /// held-out errors and its spread; the paper's rules compose the kernels timed alone and carry
 /// none of it.
 #[test]
 fn the_paper_s_rules_compose_without_the_calibration() {
     let c = cluster();
-    let cost = CostModel::new(
-        &c,
-        Some(crate::regress::ModelSet::builtin("h100-sxm").unwrap()),
-    );
+    let cost = shipped_h100_cost(&c);
     let summary = cost
         .calibration_summary()
         .expect("the shipped dgx-h100 calibration");
@@ -2166,10 +2171,7 @@ fn the_paper_s_rules_compose_without_the_calibration() {
 #[test]
 fn a_step_beyond_the_calibrated_runs_warns_and_takes_the_band() {
     let c = cluster();
-    let cost = CostModel::new(
-        &c,
-        Some(crate::regress::ModelSet::builtin("h100-sxm").unwrap()),
-    );
+    let cost = shipped_h100_cost(&c);
     let arch = Arch::resolve("llama2-7b").unwrap();
     let layout = |seq: u64, dp: u64, rules: Rules| {
         let s = ParallelSpec {
@@ -2333,12 +2335,11 @@ fn a_stage_s_milliseconds_compose_its_step() {
 /// the calls outside its models' training range are listed.
 #[test]
 fn a_prediction_warns_of_what_it_cannot_vouch_for() {
-    let h100 = || crate::regress::ModelSet::builtin("h100-sxm");
     let c = cluster();
     let mut arch = Arch::resolve("llama2-7b").unwrap();
     let predict_on = |cluster: &Cluster, arch: &Arch, s: &ParallelSpec| {
         let layout = Layout::new(s, arch, cluster).unwrap();
-        let cost = CostModel::new(cluster, Some(h100().unwrap()));
+        let cost = shipped_h100_cost(cluster);
         predict(arch, &layout, cluster, &cost, PredictOptions::default()).unwrap()
     };
     let quiet = predict_on(&c, &arch, &spec(2, 1, 4, 1, 8));
