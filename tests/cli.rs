@@ -2524,6 +2524,16 @@ fn calibrate_compares_a_forward_backward_time_with_the_passes_alone() {
     let scope = |i: usize| report["runs"][i].get("time_scope").cloned();
     assert_eq!(scope(1), Some(serde_json::json!("forward_backward")));
     assert_eq!((scope(0), scope(2)), (None, None));
+    // and its memory without the optimizer's states, which it never made: 12 bytes a
+    // parameter over 8 data-parallel ranks, ≈ 9.4 GiB of Llama 2 7B
+    let memory = |i: usize| {
+        report["runs"][i]["memory"]["projected_gib"]
+            .as_f64()
+            .unwrap()
+    };
+    let states = memory(0) - memory(1);
+    assert!((8.5..10.5).contains(&states), "{states} {report}");
+    assert_eq!(memory(0), memory(2));
 }
 
 /// The settings that change how a run holds its memory are said in the layout header, and

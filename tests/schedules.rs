@@ -172,30 +172,41 @@ fn trace_and_plot_are_written() {
 #[test]
 fn memory_reports_every_rank_and_a_verdict() {
     let cluster = repo("hardware-profiles/dgx-h100.yaml");
-    let o = stepcast(&[
-        "memory",
-        "--cluster",
-        &cluster,
-        "--model",
-        "llama2-70b",
-        "--tp",
-        "8",
-        "--pp",
-        "4",
-        "--dp",
-        "4",
-        "--micro-batch",
-        "1",
-        "--global-batch",
-        "64",
-        "--sequence-parallel",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = stdout(&o);
+    let llama2_70b_on_128 = |extra: &[&str]| {
+        let mut args = vec![
+            "memory",
+            "--cluster",
+            &cluster,
+            "--model",
+            "llama2-70b",
+            "--tp",
+            "8",
+            "--pp",
+            "4",
+            "--dp",
+            "4",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "64",
+            "--sequence-parallel",
+        ];
+        args.extend_from_slice(extra);
+        let o = stepcast(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let text = llama2_70b_on_128(&[]);
     assert!(
         text.contains("FITS") && text.contains("SwiGLU input"),
         "{text}"
     );
+    let step_copies = "the optimizer step makes fp32 copies of the 16-bit gradients";
+    assert!(!text.contains(step_copies), "{text}");
+    // a 16-bit gradient buffer: the step's fp32 copies are named, and counted apart from the
+    // activations they never meet
+    let text = llama2_70b_on_128(&["--grad-reduce-dtype", "bf16"]);
+    assert!(text.contains(step_copies), "{text}");
     // 70B parameters on 8 GPUs without pipeline or recompute cannot fit
     let o = stepcast(&[
         "memory",

@@ -63,6 +63,7 @@ impl Prepared {
             &crate::memory::project(&arch, &layout, cluster, &plan),
             crate::memory::overheads(&layout, cluster).1,
             run.measured_memory,
+            run.time_scope,
         );
         let flops_per_gpu = plan.model_flops_per_step / layout.world as f64;
         let point = crate::predict::run_point(&arch, &layout, cluster);
@@ -137,7 +138,8 @@ impl Prepared {
 /// that says it does not fit (OOM) is wrong whether or not the run reported its memory.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct MemoryOutcome {
-    /// The projection's fullest GPU, GiB, everything counted.
+    /// The projection's fullest GPU, GiB, everything the run held counted (a run timed
+    /// without its optimizer step: no optimizer states).
     pub projected_gib: f64,
     /// Its verdict.
     pub verdict: crate::memory::Verdict,
@@ -154,15 +156,21 @@ pub struct MemoryOutcome {
 }
 
 impl MemoryOutcome {
+    /// `report` counted as the run ran: a run timed without its optimizer step never made the
+    /// optimizer's states.
     fn new(
         report: &crate::memory::MemoryReport,
         communicators_gib: f64,
         measured: Option<runs::MeasuredMemory>,
+        scope: runs::TimeScope,
     ) -> MemoryOutcome {
-        let projected_gib = report.peak().total_gib;
+        let (projected_gib, verdict) = match scope {
+            runs::TimeScope::Step => (report.peak().total_gib, report.verdict),
+            runs::TimeScope::ForwardBackward => report.without_optimizer(),
+        };
         MemoryOutcome {
             projected_gib,
-            verdict: report.verdict,
+            verdict,
             measured_gib: measured.map(|m| m.gib),
             scope: measured.map(|m| m.scope),
             comparable_gib: measured.map(|m| match m.scope {

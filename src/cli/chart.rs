@@ -28,12 +28,13 @@ const FORWARD: &str = "#9dc3e6";
 const BACKWARD: &str = "#4f81bd";
 const WEIGHT_GRAD: &str = "#1f4e79";
 /// What a GPU holds, in stacking order.
-const MEMORY_PARTS: [(&str, &str); 6] = [
+const MEMORY_PARTS: [(&str, &str); 7] = [
     ("weights", "#385723"),
     ("gradients", "#70ad47"),
     ("optimizer states", "#a9d18e"),
     ("activations", "#7f6000"),
     ("transient", "#c9b27c"),
+    ("optimizer step's fp32 gradients beyond those", "#8faadc"),
     ("framework and NCCL", "#d9a6a6"),
 ];
 
@@ -267,6 +268,9 @@ pub fn memory(m: &MemoryReport) -> String {
                         r.optimizer_gib,
                         r.activations_gib,
                         r.transient_gib,
+                        // the step's copies replace the freed activations: the bar shows what
+                        // they need beyond them, so that it stacks to the total
+                        (r.step_gradients_gib - r.activations_gib - r.transient_gib).max(0.0),
                         r.overhead_gib,
                     ],
                     format!("{:.1} GiB {}", r.total_gib, r.verdict.name()),

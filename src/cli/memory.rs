@@ -71,6 +71,18 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
         report.capacity_gib,
         report.verdict.name()
     );
+    if let Some(r) = report
+        .ranks
+        .iter()
+        .filter(|r| r.step_gradients_gib > 0.0)
+        .max_by(|a, b| a.step_gradients_gib.total_cmp(&b.step_gradients_gib))
+    {
+        println!(
+            "the optimizer step makes fp32 copies of the 16-bit gradients ({:.2} GiB on rank {}), \
+             after the last backward freed the activations: a total counts the larger of the two",
+            r.step_gradients_gib, r.rank
+        );
+    }
     println!(
         "one layer stores {:.1} MiB per micro-batch and GPU:",
         report.layer_activations_gib * 1024.0

@@ -3,7 +3,8 @@
 //! Large Transformer Models", §4): with 16-bit activations, 1-byte dropout masks, an unfused
 //! attention and a 4·h GELU MLP the sum is s·b·h·(34 + 5·a·s/h), each tensor-parallel term
 //! divided by t, the rest too under sequence parallelism. Flash attention, SwiGLU, grouped
-//! key/value heads and no dropout change individual terms, named below.
+//! key/value heads and no dropout change individual terms, named below; training in fp32 the
+//! activations take 4 bytes an element (masks, token ids and the fp32 tensors keep theirs).
 
 use serde::Serialize;
 
@@ -62,8 +63,10 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     let heads = arch.heads as f64 / t;
     let kv_heads = (arch.kv_heads as f64 / t).max(1.0);
     let hd = arch.head_dim as f64;
-    let q = 2.0 * s * b * heads * hd;
-    let kv = 2.0 * s * b * kv_heads * hd;
+    // bytes an activation element takes: 16 bits, or 4 training in fp32
+    let e = layout.activation_dtype().bytes();
+    let q = e * s * b * heads * hd;
+    let kv = e * s * b * kv_heads * hd;
     let ffn = arch.ffn_hidden as f64 / t;
     let scores = heads * s * s * b; // elements of one rank's attention matrix
     let dropout = arch.dropout;
@@ -80,15 +83,16 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     let full = layout.recompute == Recompute::Full;
     // an eager RMSNorm (`plan::layer::eager_kernels`) keeps what autograd needs of its
     // operations: the fp32 copy of its input (4 bytes) and the 16-bit scaled output the
-    // weight multiplies (2); its 16-bit input is kept by nothing
+    // weight multiplies (2); its 16-bit input is kept by nothing (in fp32 the copy is the
+    // input, and the scaled output takes 4: 4 bytes more either way)
     let eager = layout.elementwise == Elementwise::Eager;
     let eager_norm = if eager && arch.norm == NormKind::Rmsnorm {
-        (4.0 + 2.0 - 2.0) * h * rep
+        (4.0 + e - e) * h * rep
     } else {
         0.0
     };
-    add("input norm input", 2.0 * h * rep, false);
-    add("QKV input (norm output)", 2.0 * h * rep, true);
+    add("input norm input", e * h * rep, false);
+    add("QKV input (norm output)", e * h * rep, true);
     add(
         "input norm fp32 copy and scaled output (eager)",
         eager_norm,
@@ -107,12 +111,12 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
                 );
             add(
                 "softmax output",
-                if torch_softmax { 4.0 } else { 2.0 } * scores,
+                if torch_softmax { 4.0 } else { e } * scores,
                 false,
             );
             if dropout {
                 add("attention dropout mask", scores, false);
-                add("attention dropout output", 2.0 * scores, false);
+                add("attention dropout output", e * scores, false);
             }
             add("V", kv, false);
             add("attention output (out-projection input)", q, true);
@@ -123,11 +127,11 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
             // v_head_dim wide, and its latents are kept for the up-projections' backward
             let (qkv, out) = match &arch.mla {
                 Some(m) => {
-                    let v = 2.0 * s * b * heads * m.v_head_dim as f64;
+                    let v = e * s * b * heads * m.v_head_dim as f64;
                     let latents = m.q_lora_rank.unwrap_or(0) + m.kv_lora_rank;
                     add(
                         "query and key-value latents (norm and up-projection inputs)",
-                        2.0 * 2.0 * s * b * latents as f64,
+                        2.0 * e * s * b * latents as f64,
                         true,
                     );
                     (2.0 * q + v, v)
@@ -142,8 +146,8 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     if dropout {
         add("attention-out dropout mask", h * rep, false);
     }
-    add("post-attention norm input", 2.0 * h * rep, false);
-    add("MLP input (norm output)", 2.0 * h * rep, true);
+    add("post-attention norm input", e * h * rep, false);
+    add("MLP input (norm output)", e * h * rep, true);
     add(
         "post-attention norm fp32 copy and scaled output (eager)",
         eager_norm,
@@ -157,19 +161,15 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     let gate = if arch.activation.is_gated() { 2.0 } else { 1.0 };
     if ffn > 0.0 {
         match arch.activation {
-            Activation::Gelu => add("GELU input", 2.0 * s * b * ffn, false),
-            Activation::SquaredRelu => add("squared-ReLU input", 2.0 * s * b * ffn, false),
-            Activation::Swiglu => add("SwiGLU input (gate and up)", 4.0 * s * b * ffn, false),
-            Activation::Geglu => add("GeGLU input (gate and up)", 4.0 * s * b * ffn, false),
+            Activation::Gelu => add("GELU input", e * s * b * ffn, false),
+            Activation::SquaredRelu => add("squared-ReLU input", e * s * b * ffn, false),
+            Activation::Swiglu => add("SwiGLU input (gate and up)", 2.0 * e * s * b * ffn, false),
+            Activation::Geglu => add("GeGLU input (gate and up)", 2.0 * e * s * b * ffn, false),
         }
-        add(
-            "MLP down input (activation output)",
-            2.0 * s * b * ffn,
-            true,
-        );
+        add("MLP down input (activation output)", e * s * b * ffn, true);
         // run eagerly, the multiply keeps SiLU's output besides the up projection's
         if eager && arch.activation.is_gated() {
-            add("SiLU output (eager)", 2.0 * s * b * ffn, false);
+            add("SiLU output (eager)", e * s * b * ffn, false);
         }
     }
     if let Some(m) = &arch.moe {
@@ -190,13 +190,13 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
         );
         add(
             "expert input (permuted tokens)",
-            2.0 * routed * arch.hidden as f64,
+            e * routed * arch.hidden as f64,
             true,
         );
-        add("expert activation input", 2.0 * gate * routed * fe, false);
+        add("expert activation input", e * gate * routed * fe, false);
         add(
             "expert down input (activation output)",
-            2.0 * routed * fe,
+            e * routed * fe,
             true,
         );
     }
@@ -212,10 +212,10 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     let recompute_working: f64 = v.iter().map(|s| s.bytes).sum();
     // output gradients the weight-gradient GEMMs read: of QKV, out-projection, MLP up, down
     let up_width = gate * ffn;
-    let out_grads = 2.0 * s * b * (heads * hd + 2.0 * kv_heads * hd)
-        + 2.0 * h * rep
-        + 2.0 * s * b * up_width
-        + 2.0 * h * rep;
+    let out_grads = e * s * b * (heads * hd + 2.0 * kv_heads * hd)
+        + e * h * rep
+        + e * s * b * up_width
+        + e * h * rep;
     let gemm_inputs: f64 = v
         .iter()
         .filter(|s| s.for_weight_grad)
@@ -229,7 +229,7 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
             .collect(),
         Recompute::Full => vec![Stored {
             what: "layer input (checkpoint)",
-            bytes: 2.0 * h * rep,
+            bytes: e * h * rep,
             for_weight_grad: false,
         }],
         Recompute::SelectiveOp => op_checkpointed(layout, h, [q, kv], s * b, heads, ffn, gate),
@@ -242,7 +242,7 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
             })
             .chain([Stored {
                 what: "layer input (checkpoint, every other layer)",
-                bytes: h * rep,
+                bytes: e / 2.0 * h * rep,
                 for_weight_grad: false,
             }])
             .collect(),
@@ -289,8 +289,9 @@ fn op_checkpointed(
     } else {
         h
     };
+    let e = layout.activation_dtype().bytes();
     let mut kept = vec![
-        ("layer input (checkpoint)", 2.0 * sp_h),
+        ("layer input (checkpoint)", e * sp_h),
         ("query projection output (saved matmul)", q),
         ("value projection output (saved matmul)", kv),
         (
@@ -301,20 +302,14 @@ fn op_checkpointed(
     if gate > 1.0 {
         kept.push((
             "MLP gate projection output (saved matmul)",
-            2.0 * tokens * ffn,
+            e * tokens * ffn,
         ));
-        kept.push(("MLP down projection output (saved matmul)", 2.0 * h));
+        kept.push(("MLP down projection output (saved matmul)", e * h));
     } else {
-        kept.push((
-            "MLP up projection output (saved matmul)",
-            2.0 * tokens * ffn,
-        ));
+        kept.push(("MLP up projection output (saved matmul)", e * tokens * ffn));
     }
     if layout.tp > 1 && layout.sequence_parallel {
-        kept.push((
-            "reduce-scatter outputs (saved collectives)",
-            2.0 * 2.0 * sp_h,
-        ));
+        kept.push(("reduce-scatter outputs (saved collectives)", 2.0 * e * sp_h));
     }
     kept.into_iter()
         .map(|(what, bytes)| Stored {
@@ -390,18 +385,20 @@ pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
         1.0
     };
     let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
-    let (kept, _) = loss_bytes_per_logit(layout.cross_entropy);
-    4.0 * sbh(arch, layout) * rep + kept * tokens * arch.padded_vocab(layout.tp) as f64 / t
+    let e = layout.activation_dtype().bytes();
+    let (kept, _) = loss_bytes_per_logit(layout.cross_entropy, e);
+    2.0 * e * sbh(arch, layout) * rep + kept * tokens * arch.padded_vocab(layout.tp) as f64 / t
 }
 
 /// Bytes a logit each loss keeps for its backward and holds beside them at its peak (see
-/// `head_extra` and `head_transient`).
-fn loss_bytes_per_logit(loss: crate::workload::CrossEntropy) -> (f64, f64) {
+/// `head_extra` and `head_transient`), the logits `e` bytes an element (in fp32 Megatron's
+/// loss has no 16-bit logits to convert).
+fn loss_bytes_per_logit(loss: crate::workload::CrossEntropy, e: f64) -> (f64, f64) {
     use crate::workload::CrossEntropy::*;
     match loss {
-        VocabParallel => (4.0, 2.0),
+        VocabParallel => (4.0, if e < 4.0 { e } else { 0.0 }),
         Pytorch => (4.0, 8.0),
-        Fused => (2.0, 0.0),
+        Fused => (e, 0.0),
     }
 }
 
@@ -411,7 +408,7 @@ fn loss_bytes_per_logit(loss: crate::workload::CrossEntropy) -> (f64, f64) {
 /// place on the 16-bit logits it keeps (`CrossEntropy`): transient.
 pub fn head_transient(arch: &Arch, layout: &Layout) -> f64 {
     let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
-    let (_, bytes) = loss_bytes_per_logit(layout.cross_entropy);
+    let (_, bytes) = loss_bytes_per_logit(layout.cross_entropy, layout.activation_dtype().bytes());
     bytes * tokens * arch.padded_vocab(layout.tp) as f64 / layout.tp as f64
 }
 
@@ -566,6 +563,36 @@ mod tests {
         // full recompute keeps the layer input: 2 sbh (split by t under sequence parallelism)
         assert_eq!(bytes(8, false, Recompute::Full), 2.0 * sbh);
         assert_eq!(bytes(8, true, Recompute::Full), 2.0 * sbh / 8.0);
+    }
+
+    /// Training in fp32 every activation element takes 4 bytes: Korthikanti's 34·sbh of 16-bit
+    /// tensors and 1-byte masks become 2·(34 − 2)·sbh + 2·sbh (the attention-out and MLP
+    /// dropout masks keep their byte), the 5·a·s/h of scores 2·(4·a·s/h) + a·s/h (the
+    /// softmax output and the dropout output double, the mask does not); the fp32 logits of
+    /// the loss stay 4 bytes and need no 16-bit copy converted.
+    #[test]
+    fn fp32_training_stores_four_byte_activations() {
+        let a = gpt3_as_in_the_paper();
+        let (s, h, heads) = (2048.0, 12288.0, 96.0);
+        let sbh = s * h;
+        let with = |dtype| {
+            let mut l = layout(&a, 1, false, Recompute::None);
+            l.dtype = dtype;
+            l
+        };
+        let fp32 = with(crate::ops::Dtype::Fp32);
+        let scores = heads * s / h;
+        assert_eq!(
+            layer(&a, &fp32).total(),
+            sbh * (2.0 * 32.0 + 2.0 + 2.0 * 4.0 * scores + scores)
+        );
+        let bf16 = with(crate::ops::Dtype::Bf16);
+        assert_eq!(
+            head_extra(&a, &fp32) - head_extra(&a, &bf16),
+            2.0 * 2.0 * sbh
+        );
+        assert_eq!(head_transient(&a, &fp32), 0.0);
+        assert!(head_transient(&a, &bf16) > 0.0);
     }
 
     #[test]

@@ -5,9 +5,12 @@
 //! whether it fits.
 //!
 //! Bytes per parameter follow Megatron-LM (16-bit weights, fp32 main gradients, fp32 master
-//! weights and two Adam moments: 2 + 4 + 12 = 18, or 6 + 12/dp with the distributed optimizer)
-//! and ZeRO (Rajbhandari et al. 2020: stage 2 also shards gradients, stage 3 the weights);
-//! under the paper's rules (DeepSpeed, fp16) gradients are 16-bit. Activations are in
+//! weights and two Adam moments: 2 + 4 + 12 = 18, or 6 + 12/dp with the distributed optimizer;
+//! in fp32, 4 + 4 + 8: the weights are their own master) and ZeRO (Rajbhandari et al. 2020:
+//! stage 2 also shards gradients, stage 3 the weights); under the paper's rules (DeepSpeed,
+//! fp16) gradients are 16-bit. A 16-bit gradient buffer's fp32 copies live only in the
+//! optimizer step, when the activations are freed: a GPU's peak is the larger of the passes'
+//! and the step's. Activations are in
 //! `activations`; the in-flight count comes from the schedule's own per-rank order, so 1F1B
 //! gives pp − r micro-batches on rank r and the interleaved schedule Megatron's
 //! (1 + (pp − 1)/(pp·vpp)) penalty on rank 0.
@@ -58,6 +61,9 @@ pub struct RankMemory {
     pub in_flight: f64,
     /// Buffers alive only inside a pass (a recomputed layer, the 16-bit logits).
     pub transient_gib: f64,
+    /// The fp32 gradient copies alive only in the optimizer step, after the activations are
+    /// freed: the total counts the larger of these and activations + transient.
+    pub step_gradients_gib: f64,
     /// Framework, allocator and communicator memory from the cluster file.
     pub overhead_gib: f64,
     pub total_gib: f64,
@@ -80,11 +86,55 @@ impl MemoryReport {
     pub fn peak(&self) -> &RankMemory {
         &self.ranks[self.peak_rank]
     }
+
+    /// The fullest GPU, GiB, and its verdict, of a run that never steps its optimizer (one
+    /// timed forward and backward, as NeuSight measured): no master weights, Adam moments or
+    /// step copies of the gradients are ever made.
+    pub fn without_optimizer(&self) -> (f64, Verdict) {
+        let gib = self
+            .ranks
+            .iter()
+            .map(|r| {
+                r.weights_gib
+                    + r.gradients_gib
+                    + r.activations_gib
+                    + r.transient_gib
+                    + r.overhead_gib
+            })
+            .fold(0.0, f64::max);
+        (gib, verdict(gib, self.capacity_gib))
+    }
 }
 
-/// Bytes per parameter held for weights, gradients and optimizer states, for parameters
-/// replicated over `replicas` ranks (dp·cp, or dp·cp / ep for routed experts).
-fn bytes_per_param(layout: &Layout, replicas: u64) -> (f64, f64, f64) {
+/// Whether `total_gib` fits a GPU of `capacity_gib`.
+fn verdict(total_gib: f64, capacity_gib: f64) -> Verdict {
+    if total_gib > capacity_gib {
+        Verdict::Oom
+    } else if total_gib > AT_RISK_SHARE * capacity_gib {
+        Verdict::AtRisk
+    } else {
+        Verdict::Fits
+    }
+}
+
+/// Bytes per parameter a rank holds, for parameters replicated over `replicas` ranks (dp·cp,
+/// or dp·cp / ep for routed experts).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ParamBytes {
+    weights: f64,
+    /// The gradient buffer the backward accumulates into, held for the whole step.
+    gradients: f64,
+    /// Master weights (none when training in fp32: the weights are their own master) and the
+    /// two Adam moments.
+    optimizer: f64,
+    /// The fp32 copies the optimizer step makes of a 16-bit gradient buffer's gradients:
+    /// Megatron's `_copy_model_grads_to_main_grads` runs in `step()` and the next step's
+    /// `zero_grad(set_to_none=True)` frees them before its forward, so they never meet the
+    /// activations.
+    step_gradients: f64,
+}
+
+fn bytes_per_param(layout: &Layout, replicas: u64) -> ParamBytes {
     let sharded = |stage: u8| {
         if layout.zero >= stage && replicas > 1 {
             replicas as f64
@@ -92,26 +142,40 @@ fn bytes_per_param(layout: &Layout, replicas: u64) -> (f64, f64, f64) {
             1.0
         }
     };
+    // training in fp32 (or tf32) the weights are fp32 and are what Adam updates: no 16-bit
+    // copy, no master copy, fp32 gradients
+    let full_precision = layout.activation_dtype().bytes() >= 4.0;
     // 16-bit weights and, training in fp8 with Transformer Engine, the fp8 cast and transpose
     // of each it caches across micro-batches; fp8 weights and their transpose under fp8
     // parameter gather; torchao casts at each matmul and caches nothing
     let te_caches = layout.transformer_engine_fp8() && !layout.fp8_param_gather;
-    let weights = if te_caches { 4.0 } else { 2.0 };
+    let weights = if te_caches || full_precision {
+        4.0
+    } else {
+        2.0
+    };
     // the paper's DeepSpeed fp16 keeps 16-bit gradients; FSDP's shards hold the parameters'
     // fp32; Megatron's gradient buffer holds the reduction type (fp32 under
     // `grad_reduce_in_fp32`, else the parameters' 16 bits, as NeMo's performance recipes run),
-    // and a 16-bit buffer leaves the optimizer an fp32 copy of the gradients it updates (the
-    // distributed optimizer's shard, `shard_main_param.grad = model_grad.float()`, or all of
-    // them without it)
-    let grads = if layout.rules == Rules::Paper {
-        2.0 / sharded(2)
-    } else if layout.fsdp() {
-        4.0 / sharded(2)
+    // and a 16-bit buffer leaves the optimizer step an fp32 copy of the gradients it updates
+    // (the distributed optimizer's shard, `shard_main_param.grad = model_grad.float()`, or all
+    // of them without it)
+    let (gradients, step_gradients) = if layout.rules == Rules::Paper {
+        (2.0 / sharded(2), 0.0)
+    } else if layout.fsdp() || full_precision {
+        (4.0 / sharded(2), 0.0)
     } else {
         let buffer = layout.grad_reduce_dtype.bytes();
-        buffer / sharded(2) + if buffer < 4.0 { 4.0 / sharded(1) } else { 0.0 }
+        let copy = if buffer < 4.0 { 4.0 / sharded(1) } else { 0.0 };
+        (buffer / sharded(2), copy)
     };
-    (weights / sharded(3), grads, 12.0 / sharded(1))
+    let master = if full_precision { 0.0 } else { 4.0 };
+    ParamBytes {
+        weights: weights / sharded(3),
+        gradients,
+        optimizer: (master + 8.0) / sharded(1),
+        step_gradients,
+    }
 }
 
 /// Peak bytes of stored activations on each rank: walks the rank's pass order, adding a
@@ -218,8 +282,10 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
         });
     }
     let peaks = peak_activations(layout, &chunk_bytes, &chunk_w);
-    let (w, g, o) = bytes_per_param(layout, layout.grad_replicas());
-    let (we, ge, oe) = bytes_per_param(layout, layout.expert_grad_replicas());
+    let (dense_params, expert_params) = (
+        bytes_per_param(layout, layout.grad_replicas()),
+        bytes_per_param(layout, layout.expert_grad_replicas()),
+    );
     let capacity = cluster.spec.gpu.memory_gib;
     let overhead = {
         let (framework, communicators) = overheads(layout, cluster);
@@ -254,11 +320,18 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
                 .map(|(vs, _)| chunk_bytes[vs])
                 .sum();
             let experts = s.expert_params as f64;
-            let weights = (params * w + experts * we) / GIB;
-            let gradients = (params * g + experts * ge) / GIB;
-            let optimizer = (params * o + experts * oe) / GIB;
+            let gib = |part: fn(&ParamBytes) -> f64| {
+                (params * part(&dense_params) + experts * part(&expert_params)) / GIB
+            };
+            let weights = gib(|b| b.weights);
+            let gradients = gib(|b| b.gradients);
+            let optimizer = gib(|b| b.optimizer);
+            let step_gradients = gib(|b| b.step_gradients);
             let acts = peaks[r] / GIB;
-            let total = weights + gradients + optimizer + acts + transient / GIB + overhead;
+            // the passes' peak and the optimizer step's: the step runs after the last backward
+            // freed the activations
+            let passes = acts + transient / GIB;
+            let total = weights + gradients + optimizer + overhead + passes.max(step_gradients);
             RankMemory {
                 rank: r,
                 params: s.params + s.expert_params,
@@ -268,15 +341,10 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
                 activations_gib: acts,
                 in_flight: peaks[r] / rank_layers.max(f64::MIN_POSITIVE),
                 transient_gib: transient / GIB,
+                step_gradients_gib: step_gradients,
                 overhead_gib: overhead,
                 total_gib: total,
-                verdict: if total > capacity {
-                    Verdict::Oom
-                } else if total > AT_RISK_SHARE * capacity {
-                    Verdict::AtRisk
-                } else {
-                    Verdict::Fits
-                },
+                verdict: verdict(total, capacity),
             }
         })
         .collect();
@@ -425,9 +493,10 @@ mod tests {
     }
 
     /// Gradients reduced in 16 bits leave Megatron a 16-bit buffer and the distributed
-    /// optimizer an fp32 copy of its shard (2 + 2 + 4/dp + 12/dp, NeMo's performance recipes);
-    /// fp8 weights cost Transformer Engine's cached fp8 cast and transpose (2 + 2) unless they
-    /// are kept in fp8 themselves (fp8 and the transpose: 2); torchao caches nothing.
+    /// optimizer step an fp32 copy of its shard (2 + 2 + 12/dp held, 4/dp in the step only: NeMo's
+    /// performance recipes); fp8 weights cost Transformer Engine's cached fp8 cast and
+    /// transpose (2 + 2) unless they are kept in fp8 themselves (fp8 and the transpose: 2);
+    /// torchao caches nothing; training in fp32, the weights are Adam's master (4 + 4 + 8/dp).
     #[test]
     fn gradient_reduction_and_fp8_weights_set_the_bytes_per_parameter() {
         use crate::ops::Dtype::{self, *};
@@ -441,20 +510,82 @@ mod tests {
             s.fp8_library = library;
             let (_, r) = report("llama2-7b", s);
             let m = &r.ranks[0];
-            (m.weights_gib + m.gradients_gib + m.optimizer_gib) * GIB / m.params as f64
+            let per = |gib: f64| gib * GIB / m.params as f64;
+            (
+                per(m.weights_gib + m.gradients_gib + m.optimizer_gib),
+                per(m.step_gradients_gib),
+            )
         };
-        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} {b}");
+        let close = |(a, step): (f64, f64), (b, step_b): (f64, f64)| {
+            assert!(
+                (a - b).abs() < 1e-9 && (step - step_b).abs() < 1e-9,
+                "{a} {b}"
+            )
+        };
         let sharded = 12.0 / 8.0;
-        close(per_param(Bf16, None, false, None), 6.0 + sharded);
-        let bf16_grads = 2.0 + 2.0 + 4.0 / 8.0 + sharded;
+        close(per_param(Bf16, None, false, None), (6.0 + sharded, 0.0));
+        let bf16_grads = (2.0 + 2.0 + sharded, 4.0 / 8.0);
         close(per_param(Bf16, Some(Bf16), false, None), bf16_grads);
-        close(per_param(Fp8, None, false, None), 8.0 + sharded);
+        close(per_param(Fp8, None, false, None), (8.0 + sharded, 0.0));
         close(
             per_param(Fp8, None, false, Some(TransformerEngine)),
-            8.0 + sharded,
+            (8.0 + sharded, 0.0),
         );
         close(per_param(Fp8, Some(Bf16), true, None), bf16_grads);
-        close(per_param(Fp8, None, false, Some(Torchao)), 6.0 + sharded);
+        close(
+            per_param(Fp8, None, false, Some(Torchao)),
+            (6.0 + sharded, 0.0),
+        );
+        close(per_param(Fp32, None, false, None), (8.0 + 8.0 / 8.0, 0.0));
+        close(per_param(Tf32, None, false, None), (8.0 + 8.0 / 8.0, 0.0));
+    }
+
+    /// The optimizer step's fp32 gradient copies never meet the activations: a GPU holds the
+    /// larger of the passes' peak (activations and transients) and the step's copies, not
+    /// both; when the activations are small (one short sequence of a model on few
+    /// data-parallel ranks) the step sets the peak.
+    #[test]
+    fn the_optimizer_steps_gradient_copies_do_not_add_to_the_activations() {
+        use crate::ops::Dtype::Bf16;
+        let total = |micro_batch: u64, seq: u64| {
+            let mut s = spec(8, 1, 1, 1);
+            s.zero = Some(1);
+            s.micro_batch = Some(micro_batch);
+            s.seq_len = Some(seq);
+            s.grad_reduce_dtype = Some(Bf16);
+            let m = report("llama2-13b", s).1.ranks[0].clone();
+            let held = m.weights_gib + m.gradients_gib + m.optimizer_gib + m.overhead_gib;
+            let passes = m.activations_gib + m.transient_gib;
+            assert!(m.step_gradients_gib > 0.0, "{m:?}");
+            assert!((m.total_gib - held - passes.max(m.step_gradients_gib)).abs() < 1e-9);
+            (m, passes)
+        };
+        let (long, passes) = total(8, 4096);
+        assert!(passes > long.step_gradients_gib, "{long:?}");
+        let (short, passes) = total(1, 128);
+        assert!(passes < short.step_gradients_gib, "{short:?}");
+        assert!(short.total_gib < long.total_gib);
+    }
+
+    /// A run that never steps its optimizer (a timed forward and backward) holds weights,
+    /// gradients, activations and the rest, not the optimizer's states: Llama 2 7B in fp32 on
+    /// one GPU needs 4 + 4 + 8 bytes a parameter to train (≈ 100 GiB: OOM) and 4 + 4 to run
+    /// its passes.
+    #[test]
+    fn a_run_without_its_optimizer_step_holds_no_optimizer_states() {
+        let mut s = spec(1, 1, 1, 1);
+        s.zero = Some(0);
+        s.dtype = Some(crate::ops::Dtype::Fp32);
+        s.seq_len = Some(1024);
+        let (_, r) = report("llama2-7b", s);
+        let m = r.peak();
+        assert_eq!(r.verdict, Verdict::Oom, "{m:?}");
+        let (gib, v) = r.without_optimizer();
+        let expected = m.total_gib - m.optimizer_gib;
+        assert!((gib - expected).abs() < 1e-9, "{gib} {expected}");
+        assert!(gib < m.total_gib && m.optimizer_gib > 0.0);
+        assert_eq!(v, verdict(gib, r.capacity_gib));
+        assert_eq!(v, Verdict::Fits, "{gib}");
     }
 
     /// Transformer Engine keeps the fp8 casts of a layer's GEMM inputs for the backward (the
