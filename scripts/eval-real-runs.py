@@ -34,8 +34,9 @@ FlagPerf's device memory), each compared in its own scope.
 
 Held-out runs beyond the range of the runs their calibration was fitted on (what predict warns
 about) measure the band predict's interval spans there: measured / predicted over the held-out
-sets with 5 or more such runs, each set weighing the same (p10, median, p90), and each set left
-out in turn, how many of its runs the other sets' band holds.
+sets with 5 or more such runs, each set weighing the same — its tails where each set, left out,
+falls inside the other sets' band 80 % of the time on average (p10–p90 unless that holds less),
+and its median — and each set left out in turn, how many of its runs the other sets' band holds.
 
 With --check THRESHOLDS.json it fails when the extrapolation band or its median is more than
 0.05 from `EXTRAPOLATION_BAND` / `EXTRAPOLATION_MEDIAN` in src/predict/mod.rs, when a set's
@@ -59,7 +60,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bands import band_in_code, pooled_band
+from bands import band_in_code, honest_tail, left_out_coverage, pooled_band
 
 ROOT = Path(__file__).resolve().parent.parent
 # cluster file → the sets its shipped calibration is fitted on (the rest are held out)
@@ -94,7 +95,7 @@ MIN_RUNS_OF_A_TYPE = 20
 # a held-out set needs this many runs beyond its calibration's range to count in the
 # extrapolation band
 MIN_RUNS_BEYOND = 5
-# the extrapolation band in the code (p10, median, p90), which predict's interval uses
+# the extrapolation band in the code (low, median, high), which predict's interval uses
 EXTRAPOLATION = band_in_code(ROOT / "src/predict/mod.rs", "EXTRAPOLATION_BAND",
                              "EXTRAPOLATION_MEDIAN")
 
@@ -141,20 +142,24 @@ def coverage(pred, sigma_of):
 
 def extrapolation_band(ratios_by_set):
     """How steps beyond their calibration's fitted runs compared with their calibrated prediction
-    (measured / predicted), from the held-out sets with at least MIN_RUNS_BEYOND such runs: the
-    pooled band (each set weighing the same) and, per set, the band of the other sets and how
-    many of its runs that band holds (leave one set out: the band's honest coverage)."""
+    (measured / predicted), from the held-out sets with at least MIN_RUNS_BEYOND such runs, each
+    set weighing the same: the band whose tails are chosen so that each set, left out, falls
+    inside the other sets' band 80 % of the time on average (`bands.honest_tail`: the band is
+    for steps unlike any run measured, so what it must hold is a set it never saw), with the
+    median; and, per set, that band of the others and how many of its runs it holds — and the
+    same for the pooled p10–p90, for comparison."""
     sets = {k: sorted(v) for k, v in ratios_by_set.items() if len(v) >= MIN_RUNS_BEYOND}
     if len(sets) < 2:
         return None
-    out = {"sets": {}, "band": pooled_band(sets)}
-    for name, ratios in sets.items():
-        low, _, high = pooled_band({k: v for k, v in sets.items() if k != name})
-        inside = sum(low <= r <= high for r in ratios)
-        out["sets"][name] = {"runs": len(ratios), "median": ratios[len(ratios) // 2],
-                             "others_band": [low, high], "inside_percent": 100 * inside / len(ratios)}
-    out["left_out_coverage_percent"] = sum(s["inside_percent"] for s in out["sets"].values()) / len(sets)
-    return out
+    tail = honest_tail(sets, 80.0)
+    left_out = left_out_coverage(sets, tail)
+    p10_p90 = left_out_coverage(sets, 0.1)
+    mean = lambda cover: sum(c["inside_percent"] for c in cover.values()) / len(cover)  # noqa: E731
+    return {"tail": tail, "band": pooled_band(sets, tail),
+            "sets": {k: {"runs": len(v), "median": v[len(v) // 2], **left_out[k], "ratios": v}
+                     for k, v in sets.items()},
+            "left_out_coverage_percent": mean(left_out),
+            "p10_p90": {"band": pooled_band(sets), "left_out_coverage_percent": mean(p10_p90)}}
 
 
 def vtrain_layout(label):
@@ -625,10 +630,15 @@ def evaluate(binary, ref, work, json_out, thresholds):
     extrapolation = extrapolation_band(beyond_ratios)
     if extrapolation:
         low, median, high = extrapolation["band"]
+        tail = 100 * extrapolation["tail"]
+        p10_p90 = extrapolation["p10_p90"]
         print(f"  measured / predicted on those runs (sets with {MIN_RUNS_BEYOND} or more, each weighing the same): "
-              f"p10 {low:.3f}, median {median:.3f}, p90 {high:.3f} (in the code, EXTRAPOLATION_BAND and "
-              f"_MEDIAN: {EXTRAPOLATION[0]}, {EXTRAPOLATION[1]}, {EXTRAPOLATION[2]}); each set left out, "
-              f"the other sets' band holds {extrapolation['left_out_coverage_percent']:.0f} % of its runs "
+              f"p{tail:g} {low:.3f}, median {median:.3f}, p{100 - tail:g} {high:.3f} (in the code, "
+              f"EXTRAPOLATION_BAND and _MEDIAN: {EXTRAPOLATION[0]}, {EXTRAPOLATION[1]}, {EXTRAPOLATION[2]}), "
+              f"the tails at which each set left out falls inside the other sets' band 80 % of the time "
+              f"on average (p10–p90, {p10_p90['band'][0]:.3f}–{p10_p90['band'][2]:.3f}, would hold "
+              f"{p10_p90['left_out_coverage_percent']:.0f} %); each set left out, the other sets' band "
+              f"holds {extrapolation['left_out_coverage_percent']:.0f} % of its runs "
               "on average — " + ", ".join(
                   f"{k} {v['inside_percent']:.0f} % ({v['runs']} runs, median {v['median']:.2f}, others "
                   f"{v['others_band'][0]:.2f}–{v['others_band'][1]:.2f})" for k, v in extrapolation["sets"].items()))

@@ -1876,7 +1876,8 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
         beyond_json["step_time_s"].as_f64().unwrap(),
         beyond_json["interval_s"][1].as_f64().unwrap(),
     );
-    assert!(band[0] <= 0.98 && band[1] >= 1.40, "{band:?}");
+    let (band_low, band_high) = stepcast::predict::EXTRAPOLATION_BAND;
+    assert!(band[0] <= band_low && band[1] >= band_high, "{band:?}");
     assert!(high_s >= step_s * band[1] * (1.0 - 1e-9), "{beyond_json}");
     let inside_json = json_of(&on("predict", "4", "32", &["--json"]));
     assert!(

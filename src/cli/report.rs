@@ -106,12 +106,13 @@ fn caveats(p: &Prediction) -> String {
         &p.calibration,
     ) {
         (Some([low, high]), _, _) => {
-            let (p10, p90) = stepcast::predict::EXTRAPOLATION_BAND;
+            let (band_low, band_high) = stepcast::predict::EXTRAPOLATION_BAND;
             format!(
                 "the operator models' errors ({how}) and, added in quadrature, ×{low:.2}–×{high:.2} \
                  of the step: the step lies outside the runs its calibration was fitted on, and \
-                 published steps outside their calibration's runs took {p10:.2}–{p90:.2} times \
-                 their prediction (10th–90th percentile; the fit's own spread where it is wider)"
+                 published steps outside their calibration's runs took {band_low:.2}–{band_high:.2} \
+                 times their prediction (the band that held 80 % of each set of them left out, on \
+                 average; the fit's own spread where it is wider)"
             )
         }
         (None, Some(sigma), calibrated) => format!(
