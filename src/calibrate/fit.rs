@@ -325,6 +325,140 @@ mod tests {
         assert!(restarted < 1e-5, "{restarted} (one simplex: {once})");
     }
 
+    /// Two Llama 2 7B runs on the models-free DGX H100 (roofline and analytic network),
+    /// each measured at `exp(-r)` times its step under the default runtime, with `weights`:
+    /// a run whose prediction is `r` too slow in log terms.
+    fn runs_off_by(r: [f64; 2], weights: [f64; 2]) -> Vec<Prepared> {
+        let cluster = crate::hardware::dgx_h100_without_models();
+        let cost = crate::predict::cost::CostModel::new(&cluster, None);
+        (0..2)
+            .map(|i| {
+                let run = super::super::runs::Run {
+                    line: 2 + i,
+                    set: "s".into(),
+                    family: format!("f{i}"),
+                    label: format!("run {i}"),
+                    cluster: std::path::PathBuf::new(),
+                    model: "llama2-7b".into(),
+                    spec: crate::workload::ParallelSpec {
+                        tp: Some(1 << i),
+                        dp: Some(8 >> i),
+                        micro_batch: Some(1),
+                        micro_batches: Some(4),
+                        seq_len: Some(1024),
+                        ..Default::default()
+                    },
+                    measured_s: 1.0,
+                    not_expressible: None,
+                    framework: None,
+                    measured_memory: None,
+                    time_scope: super::super::runs::TimeScope::Step,
+                };
+                let mut p = Prepared::new(i, &run, &cluster, &cost).unwrap();
+                p.measured_s = p.step_s(&Runtime::default()) * (-r[i]).exp();
+                p.weight = weights[i];
+                p
+            })
+            .collect()
+    }
+
+    /// The loss is soft-L1 of the log error at a 5 % scale, 2(√(1 + (r/0.05)²) − 1), averaged
+    /// with the runs' weights: 0 for exact predictions, 2(√2 − 1) for runs 5 % off, its
+    /// weighted mean for a mixture, 10⁶ for a run predicted as no step at all (its log error
+    /// not finite).
+    #[test]
+    fn the_loss_is_the_weighted_soft_l1_of_the_log_error() {
+        let start = Runtime::default();
+        let loss_of = |r, weights| {
+            let runs = runs_off_by(r, weights);
+            loss(&runs.iter().collect::<Vec<_>>(), &start, &start)
+        };
+        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-9 * b.max(1.0), "{a} {b}");
+        close(loss_of([0.0, 0.0], [1.0, 1.0]), 0.0);
+        let at_scale = 2.0 * (2.0f64.sqrt() - 1.0);
+        close(loss_of([SCALE, SCALE], [1.0, 1.0]), at_scale);
+        close(loss_of([-SCALE, -SCALE], [1.0, 1.0]), at_scale);
+        // large errors count linearly: 2|r|/0.05 − 2 to first order
+        let far = loss_of([1.0, 1.0], [1.0, 1.0]);
+        close(far, 2.0 * ((1.0 + 400.0f64).sqrt() - 1.0));
+        // three times the weight on the run 5 % off, none off on the other
+        close(loss_of([SCALE, 0.0], [3.0, 1.0]), 3.0 * at_scale / 4.0);
+        close(loss_of([0.0, 2.0 * SCALE], [1.0, 1.0]), 5.0f64.sqrt() - 1.0);
+        let mut runs = runs_off_by([0.0, 0.0], [1.0, 0.0]);
+        runs[0].measured_s = 0.0;
+        close(loss(&runs.iter().collect::<Vec<_>>(), &start, &start), 1e6);
+    }
+
+    /// The prior: 0.01 per parameter per (distance from the start / bound width)², so a
+    /// parameter the runs say nothing about stays at its start; no runs, no data term.
+    #[test]
+    fn the_prior_pulls_each_parameter_towards_its_start_by_its_bound_width() {
+        let start = Runtime::default();
+        let mut v = start.values();
+        let width = |i: usize| PARAMETERS[i].max - PARAMETERS[i].min;
+        v[0] += 0.5 * width(0);
+        v[3] += 0.25 * width(3);
+        let moved = start.with_values(v);
+        let expected = PRIOR * (0.25 + 0.0625);
+        assert!((loss(&[], &moved, &start) - expected).abs() < 1e-12);
+        assert_eq!(loss(&[], &start, &start), 0.0);
+        // with runs the prior adds to the data's mean
+        let runs = runs_off_by([SCALE, SCALE], [1.0, 1.0]);
+        let runs: Vec<&Prepared> = runs.iter().collect();
+        let data = loss(&runs, &moved, &moved);
+        assert!((loss(&runs, &moved, &start) - data - expected).abs() < 1e-9);
+    }
+
+    /// A fit of runs predicted exactly under the start keeps the start, and runs that all ran
+    /// slower than predicted move the runtime slower: the fitted steps come closer to them.
+    #[test]
+    fn fitting_moves_the_runtime_towards_the_runs() {
+        let start = Runtime::default();
+        let exact = runs_off_by([0.0, 0.0], [1.0, 1.0]);
+        let exact: Vec<&Prepared> = exact.iter().collect();
+        let kept = fit_holding(&exact, start, &[]);
+        assert!(kept.loss < 1e-9, "{kept:?}");
+        for (a, b) in kept.runtime.values().iter().zip(start.values()) {
+            assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{kept:?}");
+        }
+        // measured 20 % slower than predicted
+        let slow = runs_off_by([-0.2, -0.2], [1.0, 1.0]);
+        let slow: Vec<&Prepared> = slow.iter().collect();
+        let fitted = fit_holding(&slow, start, &[]);
+        assert!(
+            fitted.loss < loss(&slow, &start, &start) / 4.0,
+            "{fitted:?}"
+        );
+        for p in &slow {
+            let (before, after) = (p.step_s(&start), p.step_s(&fitted.runtime));
+            assert!(
+                after > before && after <= p.measured_s * 1.05,
+                "{before} {after}"
+            );
+        }
+        assert_eq!(fitted.runs, 2);
+    }
+
+    /// A parameter at a bound still encodes to a finite coordinate a hair inside it, so the
+    /// simplex can move it off the bound.
+    #[test]
+    fn a_bound_encodes_to_a_finite_coordinate_inside_it() {
+        let mins: [f64; N_PARAMETERS] = std::array::from_fn(|i| PARAMETERS[i].min);
+        let maxs: [f64; N_PARAMETERS] = std::array::from_fn(|i| PARAMETERS[i].max);
+        for v in [mins, maxs] {
+            let z = encode(v);
+            assert!(z.iter().all(|x| x.is_finite() && x.abs() < 10.0), "{z:?}");
+            for ((p, a), b) in PARAMETERS.iter().zip(v).zip(decode(&z)) {
+                let w = p.max - p.min;
+                assert!(
+                    (a - b).abs() <= 1.001e-4 * w && b > p.min && b < p.max,
+                    "{}",
+                    p.name
+                );
+            }
+        }
+    }
+
     #[test]
     fn encoding_round_trips_and_stays_in_bounds() {
         let v = Runtime::default().values();
