@@ -37,9 +37,11 @@ about) measure the band predict's interval spans there: measured / predicted ove
 sets with 5 or more such runs, each set weighing the same — its tails where each set, left out,
 falls inside the other sets' band 80 % of the time on average (p10–p90 unless that holds less),
 and its median — and each set left out in turn, how many of its runs the other sets' band holds.
+The peaks runs reported measure, the same way, the band `memory` puts around a projected peak.
 
 With --check THRESHOLDS.json it fails when the extrapolation band or its median is more than
-0.05 from `EXTRAPOLATION_BAND` / `EXTRAPOLATION_MEDIAN` in src/predict/mod.rs, when a set's
+0.05 from `EXTRAPOLATION_BAND` / `EXTRAPOLATION_MEDIAN` in src/predict/mod.rs (the reported-peak
+band from `REPORTED_PEAK_BAND` / `_MEDIAN` in src/memory/mod.rs), when a set's
 calibrated mean |error| is more than one point above its threshold (the file commits today's
 figures), when a prediction's MFU exceeds its GPU's achievable fraction, when the memory
 projection's mean |error| on reported peaks ("memory: SET") is more than one point above its
@@ -98,6 +100,8 @@ MIN_RUNS_BEYOND = 5
 # the extrapolation band in the code (low, median, high), which predict's interval uses
 EXTRAPOLATION = band_in_code(ROOT / "src/predict/mod.rs", "EXTRAPOLATION_BAND",
                              "EXTRAPOLATION_MEDIAN")
+# the band the memory projection's peak takes, from the peaks runs reported (low, median, high)
+REPORTED_PEAK = band_in_code(ROOT / "src/memory/mod.rs", "REPORTED_PEAK_BAND", "REPORTED_PEAK_MEDIAN")
 
 
 def spread(stats):
@@ -140,14 +144,14 @@ def coverage(pred, sigma_of):
             "beyond_fitted_runs": sum(bool(x.get("beyond_fitted_runs")) for x, _ in cv)}
 
 
-def extrapolation_band(ratios_by_set):
-    """How steps beyond their calibration's fitted runs compared with their calibrated prediction
-    (measured / predicted), from the held-out sets with at least MIN_RUNS_BEYOND such runs, each
-    set weighing the same: the band whose tails are chosen so that each set, left out, falls
-    inside the other sets' band 80 % of the time on average (`bands.honest_tail`: the band is
-    for steps unlike any run measured, so what it must hold is a set it never saw), with the
-    median; and, per set, that band of the others and how many of its runs it holds — and the
-    same for the pooled p10–p90, for comparison."""
+def measured_band(ratios_by_set):
+    """A band of measured / predicted from the sets with at least MIN_RUNS_BEYOND ratios, each
+    set weighing the same: its tails chosen so that each set, left out, falls inside the other
+    sets' band 80 % of the time on average (`bands.honest_tail`: what the band must hold is a
+    set it never saw), with the median; and, per set, that band of the others and how many of
+    its ratios it holds — and the same for the pooled p10–p90, for comparison. The extrapolation
+    band: steps beyond their calibration's fitted runs against their calibrated prediction; the
+    reported-peak band: the memory runs reported against its projection."""
     sets = {k: sorted(v) for k, v in ratios_by_set.items() if len(v) >= MIN_RUNS_BEYOND}
     if len(sets) < 2:
         return None
@@ -503,7 +507,7 @@ def main():
 
 
 def evaluate(binary, ref, work, json_out, thresholds):
-    beyond_ratios = {}
+    beyond_ratios, reported_ratios = {}, {}
     subprocess.run([sys.executable, str(ROOT / "scripts/import-runs.py"), str(ref), str(work / "runs")],
                    check=True, capture_output=True)
     runs_csv = work / "runs" / "runs.csv"
@@ -580,6 +584,10 @@ def evaluate(binary, ref, work, json_out, thresholds):
                 "calibrated": cal, "max_mfu_percent": mfu,
                 "achievable_mfu_percent": ACHIEVABLE_MFU[cluster], "memory": memory(pred),
                 "interval_coverage": coverage(pred, sigma_of)}
+            if framework is None and name in r["sets"]:
+                reported_ratios[f"{cluster} / {name}"] = [
+                    x["memory"]["measured_gib"] / x["memory"]["comparable_gib"]
+                    for x in pred if (x.get("memory") or {}).get("measured_gib")]
             if not s["fitted"]:
                 # held out: runs beyond the range of the runs fitted on are extrapolations
                 beyond = [x for x in pred if x.get("beyond_fitted_runs")]
@@ -636,7 +644,8 @@ def evaluate(binary, ref, work, json_out, thresholds):
             mean = lambda st: f"{st['mean_abs_percent']:.1f} %" if st else "–"
             print(f"  {key:44} {b['runs']:4d} of {t['predicted']:4d}: {mean(b['calibrated'])} / "
                   f"{mean(b['inside_calibrated'])}")
-    extrapolation = extrapolation_band(beyond_ratios)
+    extrapolation = measured_band(beyond_ratios)
+    reported_peak = measured_band(reported_ratios)
     if extrapolation:
         low, median, high = extrapolation["band"]
         tail = 100 * extrapolation["tail"]
@@ -733,6 +742,17 @@ def evaluate(binary, ref, work, json_out, thresholds):
             print(f"  {key:44} projected OOM {m['projected_oom']:3d} of {m['runs']:4d}"
                   + (f"; {rep['runs']} reported a peak: {rep['mean_abs_percent']:.1f} % mean |error|, "
                      f"max {rep['max_abs_percent']:.1f} %, bias {rep['bias_percent']:+.1f} %" if rep else ""))
+    if reported_peak:
+        low, median, high = reported_peak["band"]
+        tail = 100 * reported_peak["tail"]
+        print(f"  reported / projected peak (sets with {MIN_RUNS_BEYOND} or more reported, each weighing the "
+              f"same): p{tail:g} {low:.3f}, median {median:.3f}, p{100 - tail:g} {high:.3f} (in the code, "
+              f"REPORTED_PEAK_BAND and _MEDIAN: {REPORTED_PEAK[0]}, {REPORTED_PEAK[1]}, {REPORTED_PEAK[2]}); "
+              f"each set left out, the other sets' band holds {reported_peak['left_out_coverage_percent']:.0f} % "
+              f"of its runs on average ({reported_peak['nested_left_out_coverage_percent']:.0f} % with the tails "
+              "too chosen without it) — " + ", ".join(
+                  f"{k} {v['inside_percent']:.0f} % ({v['runs']} runs, median {v['median']:.2f}, others "
+                  f"{v['others_band'][0]:.2f}–{v['others_band'][1]:.2f})" for k, v in reported_peak["sets"].items()))
     twins = cross_set_twins(runs_csv)
     for t in twins:
         spans = {k: (min(v), max(v)) for k, v in t["measured_s"].items()}
@@ -741,8 +761,8 @@ def evaluate(binary, ref, work, json_out, thresholds):
               + "; ".join(f"{k} {a:.2f}–{b:.2f} s" for k, (a, b) in spans.items())
               + f" ({100 * (max(means.values()) / min(means.values()) - 1):.0f} % apart)")
     if json_out:
-        json.dump({**table, "cross_set_twins": twins, "extrapolation_band": extrapolation},
-                  open(json_out, "w"), indent=1)
+        json.dump({**table, "cross_set_twins": twins, "extrapolation_band": extrapolation,
+                   "reported_peak_band": reported_peak}, open(json_out, "w"), indent=1)
     if thresholds:
         limits = json.load(open(thresholds))
         failed = []
@@ -781,6 +801,13 @@ def evaluate(binary, ref, work, json_out, thresholds):
             failed.append(f"extrapolation band: the code's {EXTRAPOLATION} (EXTRAPOLATION_BAND, _MEDIAN in "
                           f"src/predict/mod.rs) is not the measured "
                           f"{tuple(round(b, 3) for b in extrapolation['band'])}: set them to it")
+        # and the band `memory` puts around a projected peak the measured one
+        if reported_peak is None:
+            failed.append("reported-peak band: fewer than two sets with 5 or more reported peaks")
+        elif any(abs(m - c) > 0.05 for m, c in zip(reported_peak["band"], REPORTED_PEAK)):
+            failed.append(f"reported-peak band: the code's {REPORTED_PEAK} (REPORTED_PEAK_BAND, _MEDIAN in "
+                          f"src/memory/mod.rs) is not the measured "
+                          f"{tuple(round(b, 3) for b in reported_peak['band'])}: set them to it")
         if failed:
             print("\nACCURACY GATE FAILED:\n  " + "\n  ".join(failed))
             sys.exit(1)

@@ -201,6 +201,12 @@ fn memory_reports_every_rank_and_a_verdict() {
         text.contains("FITS") && text.contains("SwiGLU input"),
         "{text}"
     );
+    // and what a run would likely show there, from the peaks published runs reported
+    assert!(
+        text.contains("a run would likely show")
+            && text.contains("published runs reported ×0.95–×1.25"),
+        "{text}"
+    );
     let step_copies = "the optimizer step makes fp32 copies of the 16-bit gradients";
     assert!(!text.contains(step_copies), "{text}");
     // a 16-bit gradient buffer: the step's fp32 copies are named, and counted apart from the

@@ -25,6 +25,17 @@ use crate::schedule::{order, Pass};
 use crate::workload::{Arch, Layout, Rules, Schedule};
 
 const GIB: f64 = (1u64 << 30) as f64;
+/// How the peaks published runs reported compared with this projection of them, reported /
+/// projected, each in the measurement's scope (PyTorch's peak reserved memory: torchtitan on
+/// Grand Teton, 18 runs; the device's used memory: FlagPerf on A100s and H100s, 7 and 5):
+/// the band at which each set, left out, falls inside the other two's 80 % of the time on
+/// average (the 8th and 92nd percentile, each set weighing the same; `scripts/eval-real-runs.py`
+/// measures it and CI checks it). Mostly above 1: a caching allocator reserves beyond what it
+/// holds, and the device counts what PyTorch does not; what a run will show, not a verdict —
+/// the allocator frees its cache and retries before it fails.
+pub const REPORTED_PEAK_BAND: (f64, f64) = (0.95, 1.25);
+/// The median of the same ratios.
+pub const REPORTED_PEAK_MEDIAN: f64 = 1.15;
 /// Above this share of the GPU's memory a projection is AT-RISK: allocator fragmentation and
 /// transient workspaces the analysis does not see commonly take several GiB.
 const AT_RISK_SHARE: f64 = 0.9;
@@ -77,6 +88,9 @@ pub struct MemoryReport {
     /// The rank with the most memory.
     pub peak_rank: usize,
     pub verdict: Verdict,
+    /// What a run would likely report at the peak rank, GiB: its projection times
+    /// `REPORTED_PEAK_BAND`.
+    pub reported_peak_gib: [f64; 2],
     /// One layer's stored activations per micro-batch, GiB, and what they are.
     pub layer_activations_gib: f64,
     pub layer: activations::LayerActivations,
@@ -356,8 +370,10 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
         .map(|r| r.verdict)
         .max()
         .unwrap_or(Verdict::Fits);
+    let peak = ranks.get(peak_rank).map_or(0.0, |r| r.total_gib);
     MemoryReport {
         capacity_gib: capacity,
+        reported_peak_gib: [peak * REPORTED_PEAK_BAND.0, peak * REPORTED_PEAK_BAND.1],
         ranks,
         peak_rank,
         verdict,
@@ -565,6 +581,20 @@ mod tests {
         let (short, passes) = total(1, 128);
         assert!(passes < short.step_gradients_gib, "{short:?}");
         assert!(short.total_gib < long.total_gib);
+    }
+
+    /// The peak a run would likely report is the projection's peak rank times the band
+    /// published runs' reported peaks showed.
+    #[test]
+    fn the_reported_peak_spans_the_measured_band_around_the_projection() {
+        let (_, r) = report("llama2-13b", spec(2, 4, 2, 8));
+        let peak = r.peak().total_gib;
+        assert!(r.ranks.iter().all(|x| x.total_gib <= peak));
+        assert_eq!(
+            r.reported_peak_gib,
+            [peak * REPORTED_PEAK_BAND.0, peak * REPORTED_PEAK_BAND.1]
+        );
+        assert!(r.reported_peak_gib[0] < peak && peak < r.reported_peak_gib[1]);
     }
 
     /// A run that never steps its optimizer (a timed forward and backward) holds weights,
