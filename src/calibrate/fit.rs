@@ -326,9 +326,9 @@ mod tests {
     }
 
     /// Two Llama 2 7B runs on the models-free DGX H100 (roofline and analytic network),
-    /// each measured at `exp(-r)` times its step under the default runtime, with `weights`:
-    /// a run whose prediction is `r` too slow in log terms.
-    fn runs_off_by(r: [f64; 2], weights: [f64; 2]) -> Vec<Prepared> {
+    /// each measured at `exp(-r)` times its step under `at`, with `weights`: a run whose
+    /// prediction is `r` too slow in log terms.
+    fn runs_off_by_at(at: &Runtime, r: [f64; 2], weights: [f64; 2]) -> Vec<Prepared> {
         let cluster = crate::hardware::dgx_h100_without_models();
         let cost = crate::predict::cost::CostModel::new(&cluster, None);
         (0..2)
@@ -355,11 +355,15 @@ mod tests {
                     time_scope: super::super::runs::TimeScope::Step,
                 };
                 let mut p = Prepared::new(i, &run, &cluster, &cost).unwrap();
-                p.measured_s = p.step_s(&Runtime::default()) * (-r[i]).exp();
+                p.measured_s = p.step_s(at) * (-r[i]).exp();
                 p.weight = weights[i];
                 p
             })
             .collect()
+    }
+
+    fn runs_off_by(r: [f64; 2], weights: [f64; 2]) -> Vec<Prepared> {
+        runs_off_by_at(&Runtime::default(), r, weights)
     }
 
     /// The loss is soft-L1 of the log error at a 5 % scale, 2(√(1 + (r/0.05)²) − 1), averaged
@@ -421,6 +425,23 @@ mod tests {
         for (a, b) in kept.runtime.values().iter().zip(start.values()) {
             assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{kept:?}");
         }
+        // what ends within 1 % of a bound is named, unless held: runs predicted exactly with
+        // the host's launch cost at its lower bound keep it there
+        let mut v = start.values();
+        let launch = PARAMETERS
+            .iter()
+            .position(|p| p.name == "launch_us")
+            .unwrap();
+        v[launch] = PARAMETERS[launch].min;
+        let low_launch = start.with_values(v);
+        let exact = runs_off_by_at(&low_launch, [0.0, 0.0], [1.0, 1.0]);
+        let exact: Vec<&Prepared> = exact.iter().collect();
+        let fitted = fit_holding(&exact, low_launch, &[]);
+        assert!(fitted.at_bound.contains(&"launch_us"), "{fitted:?}");
+        let at_a_bound = fitted.at_bound.len();
+        let held = fit_holding(&exact, low_launch, &[launch]);
+        assert!(!held.at_bound.contains(&"launch_us"), "{held:?}");
+        assert_eq!(held.at_bound.len(), at_a_bound - 1);
         // measured 20 % slower than predicted
         let slow = runs_off_by([-0.2, -0.2], [1.0, 1.0]);
         let slow: Vec<&Prepared> = slow.iter().collect();
