@@ -129,7 +129,9 @@ fn trace_and_plot_are_written() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(
-        text.contains("pipeline      1f1b") && text.contains("memory "),
+        text.contains("pipeline      1f1b")
+            && text.contains("memory ")
+            && text.contains("a run would likely show"),
         "{text}"
     );
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();

@@ -287,7 +287,8 @@ fn print_prediction(
     let m = p.memory.peak();
     println!(
         "memory        {:.1} GiB of {:.0} GiB on rank {} ({}): weights {:.1}, gradients {:.1}, optimizer {:.1}, \
-         activations {:.1} ({:.1} micro-batches in flight), transient {:.1}, overhead {:.1}",
+         activations {:.1} ({:.1} micro-batches in flight), transient {:.1}, overhead {:.1}; a run \
+         would likely show {:.1}–{:.1} GiB",
         m.total_gib,
         p.memory.capacity_gib,
         m.rank,
@@ -298,7 +299,9 @@ fn print_prediction(
         m.activations_gib,
         m.in_flight,
         m.transient_gib,
-        m.overhead_gib
+        m.overhead_gib,
+        p.memory.reported_peak_gib[0],
+        p.memory.reported_peak_gib[1]
     );
     let sources: Vec<String> = p
         .sources_percent
