@@ -309,10 +309,13 @@ mod tests {
         }
     }
 
-    /// The extended Rosenbrock function in as many dimensions as parameters, minimum 0 at (1, …, 1).
+    /// The extended Rosenbrock function in as many dimensions as parameters, moved so that its
+    /// minimum, 0, lies at (0.5, …, 0.5) (at (1, …, 1) a search that returned ones regardless
+    /// would pass).
     fn rosenbrock(x: &[f64; N_PARAMETERS]) -> f64 {
+        let y: Vec<f64> = x.iter().map(|v| v + 0.5).collect();
         (0..N_PARAMETERS - 1)
-            .map(|i| 100.0 * (x[i + 1] - x[i] * x[i]).powi(2) + (1.0 - x[i]).powi(2))
+            .map(|i| 100.0 * (y[i + 1] - y[i] * y[i]).powi(2) + (1.0 - y[i]).powi(2))
             .sum()
     }
 
