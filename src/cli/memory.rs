@@ -74,7 +74,7 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
     let (low, high) = stepcast::memory::REPORTED_PEAK_BAND;
     println!(
         "a run would likely show {:.1}–{:.1} GiB there: published runs reported ×{low:.2}–×{high:.2} \
-         of such projections (PyTorch's reserved or the device's used memory; 30 runs)",
+         of such projections (PyTorch's reserved or the device's used memory)",
         report.reported_peak_gib[0], report.reported_peak_gib[1]
     );
     if let Some(r) = report

@@ -82,12 +82,12 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     };
     let full = layout.recompute == Recompute::Full;
     // an eager RMSNorm (`plan::layer::eager_kernels`) keeps what autograd needs of its
-    // operations: the fp32 copy of its input (4 bytes) and the 16-bit scaled output the
-    // weight multiplies (2); its 16-bit input is kept by nothing (in fp32 the copy is the
-    // input, and the scaled output takes 4: 4 bytes more either way)
+    // operations: the fp32 copy of its input (4 bytes) and the scaled output the weight
+    // multiplies (e); its input (e, counted below as the norm's) is kept by nothing — 4 bytes
+    // more than a fused norm either way (in fp32 the copy is the input itself)
     let eager = layout.elementwise == Elementwise::Eager;
     let eager_norm = if eager && arch.norm == NormKind::Rmsnorm {
-        (4.0 + e - e) * h * rep
+        4.0 * h * rep
     } else {
         0.0
     };

@@ -131,9 +131,8 @@ fn verdict(total_gib: f64, capacity_gib: f64) -> Verdict {
     }
 }
 
-/// Bytes per parameter a rank holds, for parameters replicated over `replicas` ranks (dp·cp,
-/// or dp·cp / ep for routed experts).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Bytes per parameter a rank holds, by what holds them.
+#[derive(Debug, Clone, Copy)]
 struct ParamBytes {
     weights: f64,
     /// The gradient buffer the backward accumulates into, held for the whole step.
@@ -148,6 +147,8 @@ struct ParamBytes {
     step_gradients: f64,
 }
 
+/// Bytes per parameter for parameters replicated over `replicas` ranks (dp·cp, or dp·cp / ep
+/// for routed experts), sharded as the layout's ZeRO stage says.
 fn bytes_per_param(layout: &Layout, replicas: u64) -> ParamBytes {
     let sharded = |stage: u8| {
         if layout.zero >= stage && replicas > 1 {
