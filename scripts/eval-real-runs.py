@@ -94,9 +94,9 @@ Z80 = 1.2816
 # runs of a training type a calibration needs before it gives that type its own spread
 # (`hardware::MIN_RUNS_OF_A_TYPE`)
 MIN_RUNS_OF_A_TYPE = 20
-# a held-out set needs this many runs beyond its calibration's range to count in the
-# extrapolation band
-MIN_RUNS_BEYOND = 5
+# a set needs this many ratios to count in a measured band: held-out runs beyond its
+# calibration's range (the extrapolation band), or reported peaks (the reported-peak band)
+MIN_RUNS_IN_A_BAND = 5
 # the extrapolation band in the code (low, median, high), which predict's interval uses
 EXTRAPOLATION = band_in_code(ROOT / "src/predict/mod.rs", "EXTRAPOLATION_BAND",
                              "EXTRAPOLATION_MEDIAN")
@@ -144,15 +144,24 @@ def coverage(pred, sigma_of):
             "beyond_fitted_runs": sum(bool(x.get("beyond_fitted_runs")) for x, _ in cv)}
 
 
+def left_out_text(band):
+    """How a measured band holds each set left out, as eval prints it."""
+    return (f"each set left out, the other sets' band holds {band['left_out_coverage_percent']:.0f} % of its "
+            f"runs on average ({band['nested_left_out_coverage_percent']:.0f} % with the tails too chosen "
+            "without it) — " + ", ".join(
+                f"{k} {v['inside_percent']:.0f} % ({v['runs']} runs, median {v['median']:.2f}, others "
+                f"{v['others_band'][0]:.2f}–{v['others_band'][1]:.2f})" for k, v in band["sets"].items()))
+
+
 def measured_band(ratios_by_set):
-    """A band of measured / predicted from the sets with at least MIN_RUNS_BEYOND ratios, each
+    """A band of measured / predicted from the sets with at least MIN_RUNS_IN_A_BAND ratios, each
     set weighing the same: its tails chosen so that each set, left out, falls inside the other
     sets' band 80 % of the time on average (`bands.honest_tail`: what the band must hold is a
     set it never saw), with the median; and, per set, that band of the others and how many of
     its ratios it holds — and the same for the pooled p10–p90, for comparison. The extrapolation
     band: steps beyond their calibration's fitted runs against their calibrated prediction; the
     reported-peak band: the memory runs reported against its projection."""
-    sets = {k: sorted(v) for k, v in ratios_by_set.items() if len(v) >= MIN_RUNS_BEYOND}
+    sets = {k: sorted(v) for k, v in ratios_by_set.items() if len(v) >= MIN_RUNS_IN_A_BAND}
     if len(sets) < 2:
         return None
     tail = honest_tail(sets, 80.0)
@@ -650,17 +659,12 @@ def evaluate(binary, ref, work, json_out, thresholds):
         low, median, high = extrapolation["band"]
         tail = 100 * extrapolation["tail"]
         p10_p90 = extrapolation["p10_p90"]
-        print(f"  measured / predicted on those runs (sets with {MIN_RUNS_BEYOND} or more, each weighing the same): "
+        print(f"  measured / predicted on those runs (sets with {MIN_RUNS_IN_A_BAND} or more, each weighing the same): "
               f"p{tail:g} {low:.3f}, median {median:.3f}, p{100 - tail:g} {high:.3f} (in the code, "
               f"EXTRAPOLATION_BAND and _MEDIAN: {EXTRAPOLATION[0]}, {EXTRAPOLATION[1]}, {EXTRAPOLATION[2]}), "
               f"the tails at which each set left out falls inside the other sets' band 80 % of the time "
               f"on average (p10–p90, {p10_p90['band'][0]:.3f}–{p10_p90['band'][2]:.3f}, would hold "
-              f"{p10_p90['left_out_coverage_percent']:.0f} %); each set left out, the other sets' band "
-              f"holds {extrapolation['left_out_coverage_percent']:.0f} % of its runs on average "
-              f"({extrapolation['nested_left_out_coverage_percent']:.0f} % with the tails too chosen "
-              "without it) — " + ", ".join(
-                  f"{k} {v['inside_percent']:.0f} % ({v['runs']} runs, median {v['median']:.2f}, others "
-                  f"{v['others_band'][0]:.2f}–{v['others_band'][1]:.2f})" for k, v in extrapolation["sets"].items()))
+              f"{p10_p90['left_out_coverage_percent']:.0f} %); " + left_out_text(extrapolation))
     for key, t in table.items():
         m, f = t.get("mosaicml_mfu"), t.get("monotone_floor")
         if m:
@@ -745,14 +749,10 @@ def evaluate(binary, ref, work, json_out, thresholds):
     if reported_peak:
         low, median, high = reported_peak["band"]
         tail = 100 * reported_peak["tail"]
-        print(f"  reported / projected peak (sets with {MIN_RUNS_BEYOND} or more reported, each weighing the "
+        print(f"  reported / projected peak (sets with {MIN_RUNS_IN_A_BAND} or more reported, each weighing the "
               f"same): p{tail:g} {low:.3f}, median {median:.3f}, p{100 - tail:g} {high:.3f} (in the code, "
               f"REPORTED_PEAK_BAND and _MEDIAN: {REPORTED_PEAK[0]}, {REPORTED_PEAK[1]}, {REPORTED_PEAK[2]}); "
-              f"each set left out, the other sets' band holds {reported_peak['left_out_coverage_percent']:.0f} % "
-              f"of its runs on average ({reported_peak['nested_left_out_coverage_percent']:.0f} % with the tails "
-              "too chosen without it) — " + ", ".join(
-                  f"{k} {v['inside_percent']:.0f} % ({v['runs']} runs, median {v['median']:.2f}, others "
-                  f"{v['others_band'][0]:.2f}–{v['others_band'][1]:.2f})" for k, v in reported_peak["sets"].items()))
+              + left_out_text(reported_peak))
     twins = cross_set_twins(runs_csv)
     for t in twins:
         spans = {k: (min(v), max(v)) for k, v in t["measured_s"].items()}
