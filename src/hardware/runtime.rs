@@ -493,6 +493,16 @@ mod tests {
         let r = Runtime::default();
         r.validate("test").unwrap();
         assert_eq!(r.with_values(r.values()), r);
+        // every value lands in its own field, and the discrete settings are kept
+        let v = [2.0, 50.0, 0.8, 1.2, 7.0, 0.9];
+        let moved = r.with_values(v);
+        assert_eq!(moved.values(), v);
+        assert_eq!(moved.host_sync_per_transfer, r.host_sync_per_transfer);
+        let isolated = Runtime::isolated().with_values(v);
+        assert_eq!(
+            isolated.host_sync_per_transfer,
+            Runtime::isolated().host_sync_per_transfer
+        );
         let bad = r.with_values([0.0, 40.0, 1.0, 1.0, 0.0, 1.0]);
         assert!(bad
             .validate("x.yaml")
