@@ -47,6 +47,7 @@ pub const MODELS: &[(&str, &[u8])] = &[
         "h200-aiconfigurator",
         include_bytes!("../models/h200-aiconfigurator/models.bin"),
     ),
+    ("h200-sxm", include_bytes!("../models/h200-sxm/models.bin")),
     (
         "perlmutter",
         include_bytes!("../models/perlmutter/models.bin"),

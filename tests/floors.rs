@@ -67,6 +67,14 @@ fn our_h100_measurements_respect_the_dgx_h100_floors() {
 }
 
 #[test]
+fn our_h200_measurements_respect_the_dgx_h200_floors() {
+    check(
+        "datasets/h200-sxm/2026-11-27",
+        "hardware-profiles/dgx-h200.yaml",
+    );
+}
+
+#[test]
 fn our_h100_measurements_respect_the_dgx_h200_floors() {
     // the same SM and peaks, more HBM bandwidth: no lower a floor
     check(

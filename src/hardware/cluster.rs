@@ -561,8 +561,8 @@ mod tests {
         // lender whose models hold no calibration lends nothing
         let tmp = tempfile::tempdir().unwrap();
         let text = std::fs::read_to_string(dir.join("hardware-profiles/dgx-h200.yaml")).unwrap();
-        let models = dir.join("models/h200-aiconfigurator");
-        let text = text.replace("../models/h200-aiconfigurator", &models.to_string_lossy());
+        let models = dir.join("models");
+        let text = text.replace("../models", &models.to_string_lossy());
         std::fs::write(tmp.path().join("borrower.yaml"), &text).unwrap();
         std::fs::write(
             tmp.path().join("dgx-h100.yaml"),

@@ -32,15 +32,15 @@ pub const Z80: f64 = 1.2816;
 /// Where a step lies outside the runs its calibration was fitted on, how published steps
 /// compared with such predictions: percentiles of measured / predicted step time over the
 /// held-out runs beyond their calibration's range (six sets, 176 runs, each set weighing the
-/// same: `scripts/eval-real-runs.py`), the 4.5th and 95.5th — the narrowest pair at which each
+/// same: `scripts/eval-real-runs.py`), the 7th and 93rd — the narrowest pair at which each
 /// set, left out, falls inside the other five's band 80 % of the time on average (82 %; the
-/// 10th and 90th, 0.98–1.40, held 73 %: a step beyond the runs is unlike any of them, so the
+/// 10th and 90th, 0.95–1.40, held 73 %: a step beyond the runs is unlike any of them, so the
 /// band must hold a set it never saw). A calibration's cross-validated error was measured
 /// inside its runs' range; beyond it, this band replaces the runtime's ±1.28σ on each side
 /// where it is wider — mostly upwards, as such steps mostly ran slower than predicted.
-pub const EXTRAPOLATION_BAND: (f64, f64) = (0.92, 1.55);
+pub const EXTRAPOLATION_BAND: (f64, f64) = (0.94, 1.49);
 /// The median of the same ratios.
-pub const EXTRAPOLATION_MEDIAN: f64 = 1.07;
+pub const EXTRAPOLATION_MEDIAN: f64 = 1.06;
 
 /// The runtime's part of a step's 80 % interval as low and high multipliers of the step:
 /// exp(±1.28σ) of its spread on measured runs, widened to `EXTRAPOLATION_BAND` where the step

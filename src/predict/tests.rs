@@ -2363,7 +2363,13 @@ fn a_prediction_warns_of_what_it_cannot_vouch_for() {
         .any(|w| w.contains("tp = 16 spans nodes (8 GPUs per node)")));
     // the H100's models on an H200
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let h200 = Cluster::load(&dir.join("hardware-profiles/dgx-h200.yaml")).unwrap();
+    let text = std::fs::read_to_string(dir.join("hardware-profiles/dgx-h200.yaml"))
+        .unwrap()
+        .replace("../models/h200-sxm", "../models/h100-sxm")
+        .replace("../models", &dir.join("models").to_string_lossy());
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("dgx-h200.yaml"), text).unwrap();
+    let h200 = Cluster::load(&tmp.path().join("dgx-h200.yaml")).unwrap();
     let moved = predict_on(&h200, &arch, &spec(2, 1, 4, 1, 8));
     assert!(moved
         .warnings
