@@ -5,9 +5,9 @@
 //! (datasets/h100-sxm/2026-11-27). With the spin in front, the start event fires when the spin ends, by which time the runs are
 //! queued behind it. This is the "blocking kernel" of NVIDIA's nvbench, on a timer instead of
 //! a host flag; the PyTorch backend does the same with `torch.cuda._sleep`. One spin ahead of
-//! all the timed runs, not one per run: a spin before each run let the power-capped clock
-//! recover in between, and calls of over 1 ms timed 3.3-8 % faster than back to back
-//! (datasets/h100-sxm/2026-11-27-spin).
+//! all the timed runs, not one per run: a spin before each run lets the power-capped clock
+//! recover in between (GEMMs of over 1 ms timed 1.3 % faster that way on an H100:
+//! datasets/h100-sxm/2026-11-27-spin against datasets/h100-sxm/2026-11-27-back-to-back).
 
 use std::ffi::{c_void, CString};
 
