@@ -652,13 +652,12 @@ mod tests {
         s.zero = Some(3);
         let (layout, r) = report("llama2-7b", s);
         let working = activations::layer(&arch, &layout).recompute_working;
-        let close = |gib: f64, bytes: f64| assert!((gib * GIB / bytes - 1.0).abs() < 1e-12);
         // 16-bit weights gathered for the step and fp32 gradients accumulated until the last
         // backward, on top of the recomputation's working set (rank 0: not the head's rank;
         // experts are refused under FSDP)
         assert_eq!(layout.grad_reduce_dtype, crate::ops::Dtype::Fp32);
         let m = &r.ranks[0];
-        close(m.transient_gib, working + m.params as f64 * (2.0 + 4.0));
+        assert_gib_is(m.transient_gib, working + m.params as f64 * (2.0 + 4.0));
         // without a pipeline one layer's weights are gathered ahead of the one running, on the
         // rank that also holds the head's logits
         let mut flat = spec(1, 1, 8, 8);
@@ -666,9 +665,17 @@ mod tests {
         let (layout, r) = report("llama2-7b", flat);
         let plan = Plan::new(&arch, &layout, &c);
         let held = working_or_head(&arch, &layout);
-        close(
+        assert_gib_is(
             r.ranks[0].transient_gib,
             held + 2.0 * 2.0 * plan.layer.params as f64,
+        );
+    }
+
+    /// A figure in GiB is `bytes` to a relative 1e-12.
+    fn assert_gib_is(gib: f64, bytes: f64) {
+        assert!(
+            (gib * GIB / bytes - 1.0).abs() < 1e-12,
+            "{gib} GiB, {bytes} bytes"
         );
     }
 
@@ -690,7 +697,7 @@ mod tests {
         assert!(head > layer.recompute_working);
         assert_eq!(r.ranks[0].transient_gib * GIB, layer.recompute_working);
         assert_eq!(r.ranks[1].transient_gib * GIB, head);
-        assert!((r.layer_activations_gib * GIB / layer.total() - 1.0).abs() < 1e-12);
+        assert_gib_is(r.layer_activations_gib, layer.total());
     }
 
     /// Each holder's bytes per parameter divided over the replicas by the ZeRO stage that
@@ -792,9 +799,8 @@ mod tests {
         assert!(emb > 0.0 && head > 0.0 && dense.total() != routed.total());
         let ((c0, w0), (c1, w1)) = (chunk(0), chunk(1));
         assert!(w0 > 0.0 && w1 > 0.0);
-        let close = |gib: f64, bytes: f64| assert!((gib * GIB / bytes - 1.0).abs() < 1e-12);
-        close(r.ranks[0].activations_gib, 2.0 * c0 + w0);
-        close(r.ranks[1].activations_gib, c1 + 2.0 * w1);
+        assert_gib_is(r.ranks[0].activations_gib, 2.0 * c0 + w0);
+        assert_gib_is(r.ranks[1].activations_gib, c1 + 2.0 * w1);
     }
 
     /// A routing file's layers keep the activations of their own load: four of Mixtral's 32
@@ -828,8 +834,7 @@ mod tests {
             + activations::head_extra(&arch, &layout);
         let w = n * routed.for_weight_grad + 4.0 * loaded.for_weight_grad;
         assert!(w > 0.0);
-        let gib = r.ranks[0].activations_gib;
-        assert!((gib * GIB / (chunk + w) - 1.0).abs() < 1e-12, "{gib}");
+        assert_gib_is(r.ranks[0].activations_gib, chunk + w);
     }
 
     /// The framework's memory on every GPU, and a communicator's for each process group the
