@@ -186,8 +186,9 @@ pub fn simulate_with(
     let mut sync_ends = Vec::with_capacity(p);
     for (r, rank) in ranks.iter().enumerate() {
         let sync_end = reduce_gradients(&mut sim, observer, r, rank, gathers_end[r]);
+        // a rank's last pass (and blocking send) ends its compute: what follows is reduction
+        debug_assert_eq!(rank.compute_free.t, rank.cursor);
         let mut spent = rank.spent;
-        spent.bubble += (rank.compute_free.t - rank.cursor).max(0.0);
         spent.dp_comm += sync_end.t - rank.compute_free.t;
         summaries.push(RankSummary {
             compute_end_us: rank.compute_free.t,
@@ -840,8 +841,42 @@ mod tests {
             sync_per_transfer: true,
             step_overhead_us: 0.0,
         };
-        let step = simulate(&work).unwrap().step_us;
-        assert!((step - 130.0).abs() < 1e-9, "{step}");
+        let t = simulate(&work).unwrap();
+        assert!((t.step_us - 130.0).abs() < 1e-9, "{}", t.step_us);
+        // the device waits 10 µs for the first launch and 50 µs for the head's issue: host
+        // time; it computes 70 µs
+        let b = t.breakdown;
+        assert!((b.host - 60.0).abs() < 1e-9 && b.compute == 70.0, "{b:?}");
+    }
+
+    #[test]
+    fn a_passs_time_by_class_reaches_the_breakdown() {
+        // one rank, one micro-batch: the forward's parts carry every class
+        let mut work = uniform(Schedule::OneFOneB, 1, 1, 1, (28.0, 0.0, 0.0), 0.0);
+        work.chunks[0].bwd = PassWork::default();
+        work.chunks[0].fwd.parts = ClassTimes {
+            compute: 1.0,
+            tp_comm: 2.0,
+            cp_comm: 3.0,
+            ep_comm: 4.0,
+            pp_comm: 5.0,
+            dp_comm: 6.0,
+            optimizer: 7.0,
+            host: 8.0,
+        };
+        let b = simulate(&work).unwrap().breakdown;
+        let classes = [
+            b.compute,
+            b.tp_comm,
+            b.cp_comm,
+            b.ep_comm,
+            b.pp_comm,
+            b.dp_comm,
+            b.optimizer,
+            b.host,
+        ];
+        assert_eq!(classes, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(b.bubble, 0.0);
     }
 
     #[test]
@@ -869,6 +904,16 @@ mod tests {
         overlapped.overlap.p2p = true;
         let o = simulate(&overlapped).unwrap();
         assert!(o.step_us < t.step_us && o.breakdown.pp_comm == 0.0);
+        // a chart shows which sends held their rank's compute
+        for (p2p, blocking) in [(false, true), (true, false)] {
+            let mut work = uniform(Schedule::OneFOneB, 4, 1, 8, (1.0, 1.0, 1.0), 0.25);
+            work.overlap.p2p = p2p;
+            let mut chart = crate::schedule::record::Recorder::default();
+            simulate_with(&work, &mut chart, false).unwrap();
+            let sends = &chart.ranks[0].sends;
+            assert_eq!(sends.len(), 8);
+            assert!(sends.iter().all(|s| s.blocking == blocking), "p2p {p2p}");
+        }
     }
 
     #[test]
@@ -895,19 +940,242 @@ mod tests {
         assert!((exposed.step_us - hidden.step_us - 1.0).abs() < 1e-9);
     }
 
+    #[test]
+    fn each_rank_says_when_its_compute_and_its_reduction_ended() {
+        // pp 2, m 4, a stage's forward 1 µs and backward 2 µs: rank 0 computes for
+        // (m + p − 1)(F + B) = 15 µs, rank 1's last backward ends one backward earlier
+        let mut work = uniform(Schedule::OneFOneB, 2, 1, 4, (1.0, 1.0, 1.0), 0.0);
+        for r in &mut work.ranks {
+            r.grad_sync_us = 1.5;
+        }
+        let t = simulate(&work).unwrap();
+        let ends: Vec<[f64; 2]> = t
+            .ranks
+            .iter()
+            .map(|r| [r.compute_end_us, r.sync_end_us])
+            .collect();
+        assert_eq!(ends, [[15.0, 16.5], [13.0, 14.5]]);
+        assert_eq!((t.barrier_us, t.step_us), (16.5, 16.5));
+        // overlapped, rank 0's buckets end 0.5 µs after its compute (see the test above)
+        work.overlap.grad_reduce = true;
+        let hidden = simulate(&work).unwrap();
+        assert_eq!(hidden.ranks[0].compute_end_us, 15.0);
+        assert!((hidden.ranks[0].sync_end_us - 15.5).abs() < 1e-9);
+    }
+
+    /// The events a test looks at, as tuples easy to compare.
+    #[derive(Default)]
+    struct Seen {
+        /// The step's closing phases: (name, rank, start, end).
+        closing: Vec<(&'static str, usize, f64, f64)>,
+        /// The overlapped all-gather's buckets: (rank, chunk, bucket, start, end).
+        gathers: Vec<(usize, usize, u64, f64, f64)>,
+        /// What passes waited for those buckets: (rank, repetition, µs).
+        waits: Vec<(usize, u32, f64)>,
+        /// The gradient reduction's buckets: (rank, chunk, whether the compute waited).
+        reductions: Vec<(usize, usize, bool)>,
+    }
+
+    impl Observer for Seen {
+        fn event(&mut self, event: Event<'_>) {
+            match event {
+                Event::GatherBucket {
+                    rank,
+                    chunk,
+                    bucket,
+                    start_us,
+                    end_us,
+                } => self.gathers.push((rank, chunk, bucket, start_us, end_us)),
+                Event::ReduceBucket {
+                    rank,
+                    chunk,
+                    blocking,
+                    ..
+                } => self.reductions.push((rank, chunk, blocking)),
+                Event::Pass {
+                    rank, gather_waits, ..
+                } => self
+                    .waits
+                    .extend(gather_waits.iter().map(|&(rep, us)| (rank, rep, us))),
+                Event::Optimizer {
+                    rank,
+                    start_us,
+                    end_us,
+                } => self.closing.push(("optimizer", rank, start_us, end_us)),
+                Event::ParamGather {
+                    rank,
+                    start_us,
+                    end_us,
+                } => self.closing.push(("gather", rank, start_us, end_us)),
+                Event::StepOverhead { start_us, end_us } => {
+                    self.closing.push(("host", 0, start_us, end_us))
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn the_step_closes_with_optimizer_gather_and_host_work_that_exist() {
+        // one rank, one micro-batch of 1 + 1 µs: the barrier at 2 µs
+        let mut work = uniform(Schedule::OneFOneB, 1, 1, 1, (1.0, 1.0, 0.0), 0.0);
+        work.ranks[0].optimizer_us = 3.0;
+        let mut seen = Seen::default();
+        let bare = simulate_with(&work, &mut seen, false).unwrap();
+        // no gather and no per-step host work: no event for them, nor a summary's gather
+        assert_eq!(seen.closing, [("optimizer", 0, 2.0, 5.0)]);
+        assert_eq!(bare.ranks[0].param_gather_us, None);
+        assert_eq!(bare.step_us, 5.0);
+        work.ranks[0].param_gather_us = 0.5;
+        work.host.step_overhead_us = 4.0;
+        let mut seen = Seen::default();
+        let full = simulate_with(&work, &mut seen, false).unwrap();
+        assert_eq!(
+            seen.closing,
+            [
+                ("optimizer", 0, 2.0, 5.0),
+                ("gather", 0, 5.0, 5.5),
+                ("host", 0, 5.5, 9.5)
+            ]
+        );
+        assert_eq!(full.ranks[0].param_gather_us, Some([5.0, 5.5]));
+        assert_eq!(full.step_us, 9.5);
+        let b = full.breakdown;
+        assert_eq!((b.optimizer, b.dp_comm, b.host), (3.0, 0.5, 4.0));
+    }
+
+    #[test]
+    fn an_overlapped_all_gather_holds_each_layer_until_its_bucket_is_there() {
+        // one rank, five layers of 1 µs and 20 parameters; buckets of 40, 40 and 20 in
+        // gradient order, gathered first layers first in 10 µs for all 100 parameters:
+        // bucket 2 at [0, 2], 1 at [2, 6], 0 at [6, 10]
+        let mut work = uniform(Schedule::OneFOneB, 1, 1, 1, (5.0, 2.0, 0.0), 0.0);
+        work.overlap.param_gather = true;
+        work.ranks[0].param_gather_us = 10.0;
+        work.ranks[0].param_gather_attribution.add(3, 10.0);
+        let mut seen = Seen::default();
+        let t = simulate_with(&work, &mut seen, true).unwrap();
+        assert_eq!(
+            seen.gathers,
+            [
+                (0, 0, 2, 0.0, 2.0),
+                (0, 0, 1, 2.0, 6.0),
+                (0, 0, 0, 6.0, 10.0)
+            ]
+        );
+        // layer 0 waits for bucket 2 (2 µs), layer 1 for bucket 1 (until 6), layer 2 does
+        // not, layer 3 for bucket 0 (until 10): the forward ends at 12, the backward at 14
+        assert_eq!(seen.waits, [(0, 0, 2.0), (0, 1, 3.0), (0, 3, 2.0)]);
+        assert_eq!(t.step_us, 14.0);
+        let b = t.breakdown;
+        assert_eq!((b.compute, b.dp_comm), (7.0, 7.0));
+        // on the critical path: the whole gather, the last two layers, the backward
+        let path = t.critical_path.unwrap();
+        for (f, want) in [2.0, 2.0, 0.0, 10.0].into_iter().enumerate() {
+            assert!((path[f] - want).abs() < 1e-9, "factor {f}: {path:?}");
+        }
+        // nothing after the optimizer: the gather was overlapped
+        assert_eq!(t.ranks[0].param_gather_us, None);
+        // with two ranks of two chunks, each rank gathers its chunks in order
+        // and reduces their gradients, waited for or not
+        let mut two = uniform(Schedule::Interleaved, 2, 2, 4, (1.0, 1.0, 1.0), 0.0);
+        two.overlap.param_gather = true;
+        for r in &mut two.ranks {
+            r.param_gather_us = 1.0;
+            r.grad_sync_us = 1.0;
+            r.bucket_elements = 50;
+        }
+        for overlapped in [false, true] {
+            two.overlap.grad_reduce = overlapped;
+            let mut seen = Seen::default();
+            simulate_with(&two, &mut seen, false).unwrap();
+            let mut chunks: Vec<(usize, usize)> = seen.gathers.iter().map(|e| (e.0, e.1)).collect();
+            chunks.dedup();
+            assert_eq!(chunks, [(0, 0), (0, 1), (1, 0), (1, 1)]);
+            // two full buckets of each chunk's 100 parameters, and no empty third
+            assert_eq!(seen.reductions.len(), 2 * 2 * 2);
+            let mut reduced = seen.reductions.clone();
+            reduced.sort_by_key(|e| (e.0, e.1));
+            reduced.dedup();
+            let waited = !overlapped;
+            assert_eq!(
+                reduced,
+                [
+                    (0, 0, waited),
+                    (0, 1, waited),
+                    (1, 0, waited),
+                    (1, 1, waited)
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn the_rank_that_ends_the_step_gives_its_closing_phases() {
+        // after the barrier rank 1 ends last, then both tie: the first rank gives the split
+        let mut work = uniform(Schedule::OneFOneB, 2, 1, 2, (1.0, 1.0, 0.0), 0.0);
+        let closing = |work: &PipelineWork| {
+            let t = simulate(work).unwrap();
+            (
+                t.step_us - t.barrier_us,
+                t.breakdown.optimizer,
+                t.breakdown.dp_comm,
+            )
+        };
+        for (r, (optimizer, gather)) in [(3.0, 1.0), (2.0, 2.5)].into_iter().enumerate() {
+            work.ranks[r].optimizer_us = optimizer;
+            work.ranks[r].param_gather_us = gather;
+        }
+        assert_eq!(closing(&work), (4.5, 2.0, 2.5));
+        work.ranks[1].param_gather_us = 2.0;
+        assert_eq!(closing(&work), (4.0, 3.0, 1.0));
+    }
+
+    #[test]
+    fn a_pipeline_that_cannot_be_simulated_is_refused() {
+        let ok = uniform(Schedule::OneFOneB, 2, 1, 4, (1.0, 1.0, 1.0), 0.0);
+        assert!(simulate(&ok).is_ok());
+        // no micro-batches
+        let mut none = ok.clone();
+        none.micro_batches = 0;
+        // chunks that do not divide over the ranks
+        let mut uneven = ok.clone();
+        uneven.chunks.pop();
+        // no ranks
+        let mut empty = ok.clone();
+        empty.ranks.clear();
+        for work in [none, uneven, empty] {
+            let err = simulate(&work).unwrap_err().to_string();
+            assert!(err.contains("cannot be simulated"), "{err}");
+        }
+    }
+
     /// The critical path is the step's derivative: scaling a factor by 1 + ε moves the step by
     /// ε times its share of the path.
     #[test]
     fn critical_path_is_the_steps_response_to_each_factor() {
-        for (schedule, v, p2p) in [
-            (Schedule::OneFOneB, 1, false),
-            (Schedule::OneFOneB, 1, true),
-            (Schedule::Interleaved, 2, true),
-            (Schedule::ZbH1, 1, false),
-            (Schedule::Gpipe, 1, false),
+        for (schedule, v, p2p, reduce) in [
+            (Schedule::OneFOneB, 1, false, None),
+            (Schedule::OneFOneB, 1, true, None),
+            (Schedule::Interleaved, 2, true, None),
+            (Schedule::ZbH1, 1, false, None),
+            (Schedule::Gpipe, 1, false, None),
+            // a gradient reduction long enough to end the step, overlapped or after the passes
+            (Schedule::OneFOneB, 1, false, Some(true)),
+            (Schedule::OneFOneB, 1, false, Some(false)),
+            (Schedule::ZbH1, 1, true, Some(true)),
         ] {
             let mut work = uniform(schedule, 4, v, 8, (1.0, 1.7, 0.6), 0.3);
             work.overlap.p2p = p2p;
+            // factor 4: the gradient reduction
+            work.factors = 5;
+            if let Some(overlapped) = reduce {
+                work.overlap.grad_reduce = overlapped;
+                for r in &mut work.ranks {
+                    r.grad_sync_us = 6.0;
+                    r.grad_sync_attribution.add(4, 6.0);
+                }
+            }
             // unbalanced: rank 2 is slow
             for c in work.chunks.iter_mut().filter(|c| c.rank == 2) {
                 for s in &mut c.fwd.segments {
@@ -929,9 +1197,14 @@ mod tests {
                 "{schedule:?}: {path:?} {}",
                 base.step_us
             );
-            for factor in 0..4u32 {
+            for factor in 0..5u32 {
                 let eps = 1e-6;
                 let mut moved = work.clone();
+                if factor == 4 {
+                    for r in &mut moved.ranks {
+                        r.grad_sync_us *= 1.0 + eps;
+                    }
+                }
                 for c in &mut moved.chunks {
                     for pass in [&mut c.fwd, &mut c.bwd, &mut c.wgrad] {
                         for s in &mut pass.segments {
