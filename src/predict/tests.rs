@@ -328,6 +328,51 @@ proptest! {
         );
         prop_assert!(p.metrics.step_time_s.is_finite() && p.metrics.step_time_s > 0.0);
     }
+
+    /// Twice the tokens per micro-batch (twice the sequence, or twice the micro-batch) never
+    /// shortens a step on the shipped A100 and H100 models: learned efficiencies may jump
+    /// between shapes, but never by enough to make twice the work faster.
+    #[test]
+    fn twice_the_work_never_shortens_a_step(
+        a100 in any::<bool>(),
+        log_seq in 8u32..=15,
+        model in prop::sample::select(vec!["llama2-7b", "gpt3-15b", "llama3-8b", "llama3-70b", "gpt3-175b"]),
+        tp_log in 0u32..=3,
+        pp in prop::sample::select(vec![1u64, 2, 4, 8]),
+        dp_log in 0u32..=5,
+        mb in 1u64..=4,
+        m in 1u64..=16,
+        double_seq in any::<bool>(),
+    ) {
+        let name = if a100 { "dgx-a100" } else { "dgx-h100" };
+        let c = Cluster::load(std::path::Path::new(name)).unwrap();
+        let arch = Arch::resolve(model).unwrap();
+        let models = if a100 { "perlmutter" } else { "h100-sxm" };
+        let at = |seq: u64, mb: u64| -> Option<f64> {
+            let parallel = ParallelSpec {
+                tp: Some(1 << tp_log),
+                pp: Some(pp),
+                dp: Some(1 << dp_log),
+                micro_batch: Some(mb),
+                micro_batches: Some(m.max(pp)),
+                seq_len: Some(seq),
+                ..Default::default()
+            };
+            let layout = Layout::new(&parallel, &arch, &c).ok()?;
+            let cost = CostModel::new(&c, Some(crate::regress::ModelSet::builtin(models).unwrap()));
+            let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).ok()?;
+            Some(p.metrics.step_time_s)
+        };
+        let seq = 1u64 << log_seq;
+        let twice = if double_seq { at(2 * seq, mb) } else { at(seq, 2 * mb) };
+        if let (Some(once), Some(twice)) = (at(seq, mb), twice) {
+            prop_assert!(
+                twice >= once,
+                "{name} {model} seq {seq} mb {mb} (doubling the sequence: {double_seq}) tp {} pp {pp} dp {} m {m}: {once} s, then {twice} s",
+                1 << tp_log, 1 << dp_log,
+            );
+        }
+    }
 }
 
 fn cp_spec(cp: u64, dp: u64, seq: u64) -> ParallelSpec {
