@@ -777,13 +777,7 @@ mod tests {
             micro_batches: m,
             chunks,
             ranks,
-            overlap: Overlap {
-                grad_reduce: false,
-                param_gather: false,
-                p2p: false,
-                tp: false,
-                moe_a2a: false,
-            },
+            overlap: Overlap::default(),
             host: Default::default(),
             factors: 4,
         }

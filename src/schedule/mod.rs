@@ -547,3 +547,152 @@ pub struct Unobserved;
 impl Observer for Unobserved {
     fn event(&mut self, _: Event<'_>) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attributed(factor: u32, us: f64) -> Attribution {
+        let mut a = Attribution::default();
+        a.add(factor, us);
+        a
+    }
+
+    /// Two layers of 3 µs from factor 0, then a head of 5 µs from factor 1.
+    fn layers_then_head() -> PassWork {
+        let segment = |kind, repeat, us, factor| Segment {
+            kind,
+            repeat,
+            us,
+            recompute_us: 0.0,
+            issue_us: 0.0,
+            params: 0,
+            attribution: attributed(factor, us),
+        };
+        PassWork {
+            segments: vec![
+                segment(SegmentKind::Layer, 2, 3.0, 0),
+                segment(SegmentKind::Head, 1, 5.0, 1),
+            ],
+            parts: ClassTimes {
+                compute: 11.0,
+                ..Default::default()
+            },
+            hidden_tp_us: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_range_of_repetitions_is_attributed_segment_by_segment() {
+        let pass = layers_then_head();
+        let of = |from, to| {
+            let mut out = vec![0.0; 2];
+            pass.attribution(from, to, &mut out);
+            out
+        };
+        assert_eq!(of(0, 3), [6.0, 5.0]);
+        assert_eq!(of(1, 3), [3.0, 5.0]);
+        assert_eq!(of(2, 3), [0.0, 5.0]);
+        assert_eq!(of(0, 1), [3.0, 0.0]);
+        assert_eq!(of(2, 2), [0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_timeline_names_each_transfer_by_what_it_carries() {
+        let send = |pass| Event::Send {
+            rank: 1,
+            task: Task {
+                stage: 1,
+                pass,
+                micro_batch: 3,
+            },
+            start_us: 0.0,
+            end_us: 1.0,
+            blocking: true,
+        };
+        let name = |e: Event| e.on_stream().map(|s| (s.stream, s.name));
+        assert_eq!(
+            name(send(Pass::Forward)),
+            Some((Stream::Sends, "send activations mb 3".to_string()))
+        );
+        assert_eq!(
+            name(send(Pass::Backward)),
+            Some((Stream::Sends, "send gradients mb 3".to_string()))
+        );
+        let reduce = Event::ReduceBucket {
+            rank: 0,
+            chunk: 1,
+            bucket: 2,
+            start_us: 0.0,
+            end_us: 1.0,
+            blocking: false,
+        };
+        assert_eq!(
+            name(reduce),
+            Some((
+                Stream::DataParallel,
+                "gradient reduce chunk 1 bucket 2".to_string()
+            ))
+        );
+        let optimizer = Event::Optimizer {
+            rank: 0,
+            start_us: 0.0,
+            end_us: 1.0,
+        };
+        assert_eq!(name(optimizer), None);
+    }
+
+    #[test]
+    fn moving_a_factor_scales_its_share_of_every_duration() {
+        let chunk = ChunkWork {
+            rank: 0,
+            first_layer: 0,
+            fwd: layers_then_head(),
+            bwd: layers_then_head(),
+            wgrad: PassWork::default(),
+            send_fwd_us: 2.0,
+            send_bwd_us: 0.0,
+            send_attribution: attributed(0, 2.0),
+        };
+        let rank = RankWork {
+            grad_sync_us: 4.0,
+            param_gather_us: 6.0,
+            optimizer_us: 8.0,
+            optimizer_issue_us: 0.0,
+            params: 1,
+            bucket_elements: 1,
+            grad_sync_attribution: attributed(0, 4.0),
+            param_gather_attribution: attributed(0, 3.0),
+            optimizer_attribution: attributed(1, 8.0),
+        };
+        let work = PipelineWork {
+            schedule: Schedule::OneFOneB,
+            micro_batches: 1,
+            chunks: vec![chunk],
+            ranks: vec![rank],
+            overlap: Overlap::default(),
+            host: Host::default(),
+            factors: 2,
+        };
+        // factor 0 half as slow again: its 3 µs layers take 4.5, the head keeps its 5
+        let moved = work.moved(0, 1.5);
+        let c = &moved.chunks[0];
+        for pass in [&c.fwd, &c.bwd] {
+            let us: Vec<f64> = pass.segments.iter().map(|s| s.us).collect();
+            assert_eq!(us, [4.5, 5.0]);
+            assert_eq!(pass.us(), 14.0);
+        }
+        // a transfer that does not happen stays away
+        assert_eq!((c.send_fwd_us, c.send_bwd_us), (3.0, 0.0));
+        let r = &moved.ranks[0];
+        assert_eq!(
+            (r.grad_sync_us, r.param_gather_us, r.optimizer_us),
+            (6.0, 7.5, 8.0)
+        );
+        // factor 1: the head and the optimizer
+        let moved = work.moved(1, 2.0);
+        assert_eq!(moved.chunks[0].fwd.us(), 16.0);
+        assert_eq!(moved.ranks[0].optimizer_us, 16.0);
+        assert_eq!(moved.chunks[0].send_fwd_us, 2.0);
+    }
+}

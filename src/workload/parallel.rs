@@ -242,8 +242,8 @@ impl Schedule {
     }
 }
 
-/// Which communication runs beside the compute.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// Which communication runs beside the compute (by default nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Overlap {
     /// Data-parallel gradient reduction bucket by bucket during the last backward
     /// (Megatron `--overlap-grad-reduce`).
