@@ -265,6 +265,30 @@ proptest! {
     }
 }
 
+/// A shipped cluster file and the built-in models its predictions use: the DGX A100 with the
+/// Perlmutter A100 models, or the DGX H100 with our H100 measurements.
+fn shipped(a100: bool) -> (&'static str, Cluster, crate::regress::ModelSet) {
+    let name = if a100 { "dgx-a100" } else { "dgx-h100" };
+    let models = if a100 { "perlmutter" } else { "h100-sxm" };
+    (
+        name,
+        Cluster::load(std::path::Path::new(name)).unwrap(),
+        crate::regress::ModelSet::builtin(models).unwrap(),
+    )
+}
+
+/// tp 2^tp_log · pp · dp 2^dp_log, micro-batches of `mb`, `m` of them but at least one per stage.
+fn spec_of_powers(tp_log: u32, pp: u64, dp_log: u32, mb: u64, m: u64) -> ParallelSpec {
+    ParallelSpec {
+        tp: Some(1 << tp_log),
+        pp: Some(pp),
+        dp: Some(1 << dp_log),
+        micro_batch: Some(mb),
+        micro_batches: Some(m.max(pp)),
+        ..Default::default()
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
@@ -287,8 +311,7 @@ proptest! {
         m in 1u64..=8,
         fp8 in any::<bool>(),
     ) {
-        let name = if a100 { "dgx-a100" } else { "dgx-h100" };
-        let c = Cluster::load(std::path::Path::new(name)).unwrap();
+        let (name, c, models) = shipped(a100);
         let heads = 1u64 << heads_log;
         let hidden = (hidden_k * 1024).max(heads * 32) / heads * heads;
         let yaml = format!(
@@ -299,21 +322,13 @@ proptest! {
         let spec = crate::workload::ArchSpec::parse_yaml(std::path::Path::new("x.yaml"), &yaml).unwrap();
         let arch = spec.validate("x.yaml").unwrap();
         let parallel = ParallelSpec {
-            tp: Some(1 << tp_log),
-            pp: Some(pp),
-            dp: Some(1 << dp_log),
-            micro_batch: Some(mb),
-            micro_batches: Some(m.max(pp)),
             dtype: Some(if fp8 && !a100 { crate::ops::Dtype::Fp8 } else { crate::ops::Dtype::Bf16 }),
-            ..Default::default()
+            ..spec_of_powers(tp_log, pp, dp_log, mb, m)
         };
         let layout = match Layout::new(&parallel, &arch, &c) {
             Ok(l) => l,
             Err(_) => return Ok(()),
         };
-        let models = crate::regress::ModelSet::builtin(
-            if a100 { "perlmutter" } else { "h100-sxm" },
-        ).unwrap();
         let cost = CostModel::new(&c, Some(models));
         let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).unwrap();
         let achievable = if layout.dtype == crate::ops::Dtype::Fp8 {
@@ -344,22 +359,15 @@ proptest! {
         m in 1u64..=16,
         double_seq in any::<bool>(),
     ) {
-        let name = if a100 { "dgx-a100" } else { "dgx-h100" };
-        let c = Cluster::load(std::path::Path::new(name)).unwrap();
+        let (name, c, models) = shipped(a100);
+        let cost = CostModel::new(&c, Some(models));
         let arch = Arch::resolve(model).unwrap();
-        let models = if a100 { "perlmutter" } else { "h100-sxm" };
         let at = |seq: u64, mb: u64| -> Option<f64> {
             let parallel = ParallelSpec {
-                tp: Some(1 << tp_log),
-                pp: Some(pp),
-                dp: Some(1 << dp_log),
-                micro_batch: Some(mb),
-                micro_batches: Some(m.max(pp)),
                 seq_len: Some(seq),
-                ..Default::default()
+                ..spec_of_powers(tp_log, pp, dp_log, mb, m)
             };
             let layout = Layout::new(&parallel, &arch, &c).ok()?;
-            let cost = CostModel::new(&c, Some(crate::regress::ModelSet::builtin(models).unwrap()));
             let p = predict(&arch, &layout, &c, &cost, PredictOptions::default()).ok()?;
             Some(p.metrics.step_time_s)
         };

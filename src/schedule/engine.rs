@@ -859,18 +859,18 @@ mod tests {
             host: 8.0,
         };
         let b = simulate(&work).unwrap().breakdown;
-        let classes = [
-            b.compute,
-            b.tp_comm,
-            b.cp_comm,
-            b.ep_comm,
-            b.pp_comm,
-            b.dp_comm,
-            b.optimizer,
-            b.host,
-        ];
-        assert_eq!(classes, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-        assert_eq!(b.bubble, 0.0);
+        let expected = Breakdown {
+            compute: 1.0,
+            tp_comm: 2.0,
+            cp_comm: 3.0,
+            ep_comm: 4.0,
+            pp_comm: 5.0,
+            dp_comm: 6.0,
+            optimizer: 7.0,
+            bubble: 0.0,
+            host: 8.0,
+        };
+        assert_eq!(b, expected);
     }
 
     #[test]
