@@ -494,12 +494,27 @@ mod tests {
 
     /// As `times`, query 2 a `collective` over 4 ranks.
     fn times_of(us: [f64; 3], collective: OpKind) -> QueryTimes {
+        let mut t = times_with(&[
+            (OpKind::Gemm, us[0]),
+            (OpKind::Gemm, us[1]),
+            (collective, us[2]),
+        ]);
+        t.kernels[1] = 2.0;
+        t
+    }
+
+    /// Queries of these kinds, each call taking its µs in one kernel; collectives over 4 ranks.
+    fn times_with(queries: &[(OpKind, f64)]) -> QueryTimes {
+        let n = queries.len();
         QueryTimes {
-            us: us.to_vec(),
-            kernels: vec![1.0, 2.0, 1.0],
-            ops: vec![OpKind::Gemm, OpKind::Gemm, collective],
-            ranks: vec![0.0, 0.0, 4.0],
-            factor: vec![0; 3],
+            us: queries.iter().map(|q| q.1).collect(),
+            kernels: vec![1.0; n],
+            ops: queries.iter().map(|q| q.0).collect(),
+            ranks: queries
+                .iter()
+                .map(|q| if q.0.is_collective() { 4.0 } else { 0.0 })
+                .collect(),
+            factor: vec![0; n],
             factors: 1,
             attribute: false,
             runtime: Runtime::isolated(),
@@ -670,5 +685,219 @@ mod tests {
         assert_eq!(cycle_us(&[lane(20.0, 8.0, 4.0, true)]), Some(22.0));
         // run in 10: the first issued at 5, then 40 µs of device
         assert_eq!(cycle_us(&[lane(20.0, 40.0, 4.0, true)]), Some(45.0));
+    }
+
+    /// After a wait, two host-bound calls: the second is issued only once the host has
+    /// issued the first (10 + 10 µs), its kernel runs 1 µs after that.
+    #[test]
+    fn the_host_issues_one_call_after_another() {
+        let host_bound = [lane(10.0, 1.0, 1.0, true), lane(10.0, 1.0, 1.0, false)];
+        assert_eq!(cycle_us(&host_bound), Some(21.0));
+    }
+
+    /// The lanes are kept where a call waits for the device, or where the caller asks (a
+    /// list that runs between another list's waits), and only there.
+    #[test]
+    fn lanes_are_kept_where_the_host_waits_or_where_asked() {
+        let mut t = times([100.0, 300.0, 50.0]);
+        t.runtime.launch_us = 10.0;
+        let g = call(0, Class::Compute);
+        let waiting = Call {
+            host_waits: true,
+            ..call(1, Class::Compute)
+        };
+        let lanes = |calls: &[&Call], keep: bool| {
+            cost_keeping_lanes(calls.iter().map(|&c| (c, 1.0)), &t, &whole, false, keep).lanes
+        };
+        assert!(lanes(&[&g], false).is_empty());
+        assert_eq!(
+            lanes(&[&g, &waiting], false),
+            [lane(10.0, 100.0, 1.0, false), lane(20.0, 300.0, 2.0, true)]
+        );
+        assert_eq!(lanes(&[&g], true), [lane(10.0, 100.0, 1.0, false)]);
+    }
+
+    /// A context-parallel ring exchange (send/recv) hides behind the latest attention step,
+    /// not behind a GEMM; other context-parallel collectives, and pipeline sends, stay exposed.
+    #[test]
+    fn a_ring_exchange_hides_behind_the_attention_step_before_it() {
+        use OpKind::{AllGather, FlashAttention, Gemm, SendRecv};
+        let t = times_with(&[
+            (FlashAttention, 200.0),
+            (Gemm, 1000.0),
+            (SendRecv, 300.0),
+            (AllGather, 300.0),
+        ]);
+        let (attention, gemm) = (call(0, Class::Compute), call(1, Class::Compute));
+        let exposed =
+            |calls: &[&Call]| cost(calls.iter().map(|&c| (c, 1.0)), &t, &whole, false).parts;
+        // 200 of the exchange's 300 µs run beside the attention step, after the GEMM too
+        let ring = call(2, Class::CpComm);
+        let parts = exposed(&[&attention, &gemm, &ring]);
+        assert_eq!((parts.cp_comm, parts.compute), (100.0, 1200.0));
+        // with no attention step before it, nothing hides it
+        assert_eq!(exposed(&[&gemm, &ring]).cp_comm, 300.0);
+        // a context-parallel all-gather is not a ring step
+        let gather = call(3, Class::CpComm);
+        assert_eq!(exposed(&[&attention, &gather]).cp_comm, 300.0);
+        // nor is a pipeline send
+        let send = call(2, Class::PpComm);
+        assert_eq!(exposed(&[&attention, &send]).pp_comm, 300.0);
+    }
+
+    /// Collectives run beside the compute (overlapped): only what the compute cannot cover
+    /// is exposed, split between expert and data-parallel time as they ran beside it; a
+    /// collective's lane holds no device time. Each cost factor's exposed µs add up to the
+    /// step: the collectives' where they outlast the compute, the compute's where it covers
+    /// them.
+    #[test]
+    fn collectives_beside_the_compute_expose_only_their_excess() {
+        use OpKind::{AllReduce, AllToAll, Gemm};
+        let mut t = times_with(&[(Gemm, 1000.0), (AllReduce, 600.0), (AllToAll, 900.0)]);
+        (t.factor, t.factors, t.attribute) = (vec![0, 1, 2], 3, true);
+        let gemm = call(0, Class::Compute);
+        let overlapped = |q, class| Call {
+            overlapped: true,
+            ..call(q, class)
+        };
+        let (reduce, all_to_all) = (overlapped(1, Class::DpComm), overlapped(2, Class::EpComm));
+        let c = cost_keeping_lanes(
+            [(&gemm, 1.0), (&reduce, 1.0), (&all_to_all, 1.0)].into_iter(),
+            &t,
+            &whole,
+            false,
+            true,
+        );
+        // 1,500 µs beside 1,000 of compute: 500 exposed, 0.6 of it the all-to-all's
+        let p = c.parts;
+        assert_eq!((p.compute, p.ep_comm, p.dp_comm), (1000.0, 300.0, 200.0));
+        let device: Vec<f64> = c.lanes.iter().map(|l| l.device_us).collect();
+        assert_eq!(device, [1000.0, 0.0, 0.0]);
+        let by_factor: Vec<f64> = (0..3).map(|f| c.attribution.of(f)).collect();
+        assert_eq!(by_factor, [0.0, 600.0, 900.0]);
+        // the compute covers the all-reduce alone: nothing exposed, the step is the compute's
+        let c = cost(
+            [(&gemm, 1.0), (&reduce, 1.0)].into_iter(),
+            &t,
+            &whole,
+            false,
+        );
+        assert_eq!((c.parts.dp_comm, c.parts.total()), (0.0, 1000.0));
+        assert_eq!(c.attribution.of(0), 1000.0);
+        assert_eq!(c.attribution.of(1), 0.0);
+    }
+
+    /// Compute sharing the GPU with a collective runs `contention` times slower while they
+    /// overlap, which can let it cover the collective; the compute's attribution grows with it.
+    #[test]
+    fn contention_slows_the_compute_a_collective_runs_beside() {
+        use OpKind::{AllReduce, Gemm, ReduceScatter};
+        let mut t = times_with(&[(Gemm, 1000.0), (AllReduce, 1200.0), (ReduceScatter, 1500.0)]);
+        (t.factor, t.factors, t.attribute) = (vec![0, 1, 2], 3, true);
+        t.runtime.contention = 1.5;
+        let gemm = call(0, Class::Compute);
+        let reduce = Call {
+            overlapped: true,
+            ..call(1, Class::DpComm)
+        };
+        // all 1,000 µs of compute share the GPU: 1,500, which covers the 1,200 µs all-reduce
+        let c = cost(
+            [(&gemm, 1.0), (&reduce, 1.0)].into_iter(),
+            &t,
+            &whole,
+            false,
+        );
+        assert_eq!((c.parts.compute, c.parts.dp_comm), (1500.0, 0.0));
+        assert_eq!(c.attribution.of(0), 1500.0);
+        // a tensor-parallel reduce-scatter started beside the kernel: 1,000 of its 1,500 µs
+        // hide (and slow the kernel they share it with), a third of it stays exposed
+        let rs = Call {
+            beside_kernel: true,
+            ..call(2, Class::TpComm)
+        };
+        let c = cost_keeping_lanes(
+            [(&rs, 1.0), (&gemm, 1.0)].into_iter(),
+            &t,
+            &whole,
+            false,
+            true,
+        );
+        assert_eq!((c.parts.compute, c.parts.tp_comm), (1500.0, 500.0));
+        assert_eq!(c.attribution.of(0), 1500.0);
+        assert!((c.attribution.of(2) - 500.0).abs() < 1e-9);
+        assert_eq!(c.lanes[0].device_us, 500.0);
+        t.runtime.contention = 1.0;
+        let c = cost([(&rs, 1.0), (&gemm, 1.0)].into_iter(), &t, &whole, false);
+        assert_eq!((c.parts.compute, c.parts.tp_comm), (1000.0, 500.0));
+        assert_eq!(c.attribution.of(0), 1000.0);
+        assert!((c.attribution.of(2) - 500.0).abs() < 1e-9);
+    }
+
+    /// A collective started beside a kernel hides behind the next GEMM in the list — not a
+    /// norm between them, not the GEMM before it — for as long as that GEMM runs in the step
+    /// (its time × count × repetitions × share); an overlapped one (beside the whole compute)
+    /// is not also hidden behind a kernel.
+    #[test]
+    fn a_collective_beside_a_kernel_pairs_with_the_next_gemm_at_its_whole_time() {
+        use OpKind::{Gemm, ReduceScatter, RmsNorm};
+        let t = times_with(&[
+            (Gemm, 100.0),
+            (Gemm, 1000.0),
+            (RmsNorm, 50.0),
+            (ReduceScatter, 600.0),
+        ]);
+        let (small, big, norm) = (
+            call(0, Class::Compute),
+            call(1, Class::Compute),
+            call(2, Class::Compute),
+        );
+        let rs = Call {
+            beside_kernel: true,
+            ..call(3, Class::TpComm)
+        };
+        let exposed = |calls: &[(&Call, f64)], share: &dyn Fn(&Call) -> f64| {
+            cost(calls.iter().copied(), &t, share, false).parts.tp_comm
+        };
+        let one = |c| (c, 1.0);
+        assert_eq!(
+            exposed(&[one(&small), one(&rs), one(&norm), one(&big)], &whole),
+            0.0
+        );
+        // the 100 µs GEMM, 4 calls a layer, 2 layers, half of it in this share: 400 µs hide
+        let counted = Call {
+            count: 4.0,
+            ..small.clone()
+        };
+        let half_the_small_gemm = |c: &Call| if c.query == 0 { 0.5 } else { 1.0 };
+        let list = [one(&rs), (&counted, 2.0)];
+        assert_eq!(exposed(&list, &half_the_small_gemm), 200.0);
+        // run beside the whole compute instead, nothing of it hides behind one kernel
+        let overlapped = Call {
+            overlapped: true,
+            ..rs.clone()
+        };
+        let c = cost([one(&overlapped), one(&big)].into_iter(), &t, &whole, false);
+        assert_eq!((c.hidden_tp_us, c.parts.tp_comm), (0.0, 0.0));
+    }
+
+    /// With TP overlap a forward all-gather pipelines with the GEMM after it, the one it
+    /// feeds, not with a forward GEMM before it: only a backward GEMM's output gradient is
+    /// gathered after it.
+    #[test]
+    fn a_forward_all_gather_pipelines_with_the_gemm_it_feeds() {
+        use OpKind::{AllGather, Gemm};
+        let t = times_with(&[(Gemm, 100.0), (Gemm, 4000.0), (AllGather, 600.0)]);
+        let (small, big, gather) = (
+            call(0, Class::Compute),
+            call(1, Class::Compute),
+            call(2, Class::TpComm),
+        );
+        let c = cost(
+            [(&small, 1.0), (&gather, 1.0), (&big, 1.0)].into_iter(),
+            &t,
+            &whole,
+            true,
+        );
+        assert_eq!(c.parts.tp_comm, 0.0);
     }
 }

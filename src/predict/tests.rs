@@ -2488,3 +2488,122 @@ fn a_data_parallel_bucket_lies_in_its_physical_range() {
         );
     }
 }
+
+/// The host launches two kernels for a GEMM's backward (the gradients of its input and of its
+/// weight) and one for everything else, a forward GEMM or a backward norm alike.
+#[test]
+fn a_gemms_backward_launches_two_kernels_everything_else_one() {
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let c = cluster();
+    let layout = Layout::new(&spec(2, 1, 4, 1, 4), &arch, &c).unwrap();
+    let plan = Plan::new(&arch, &layout, &c);
+    let n = plan.queries.len();
+    let times = QueryTimes::new(
+        &plan,
+        &vec![1.0; n],
+        vec![0; n],
+        1,
+        false,
+        crate::hardware::Runtime::isolated(),
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for (q, &kernels) in plan.queries.iter().zip(&times.kernels) {
+        let two = q.op == OpKind::Gemm && q.phase == Phase::Bwd;
+        assert_eq!(kernels, if two { 2.0 } else { 1.0 }, "{q:?}");
+        seen.insert((q.op == OpKind::Gemm, q.phase == Phase::Bwd));
+    }
+    // backward and forward GEMMs, backward and forward other kernels: all four were checked
+    assert_eq!(seen.len(), 4, "{seen:?}");
+}
+
+/// The closed form's step with one cost factor's calls k times slower — how the interval
+/// moves it — is the step recomposed from query times with that factor's scaled by k, for
+/// each factor, faster or slower, whichever stage that makes the slowest.
+#[test]
+fn the_closed_forms_moved_step_is_the_step_recomposed_with_that_factor_scaled() {
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let c = cluster();
+    let s = ParallelSpec {
+        schedule: Some(Schedule::ClosedForm),
+        ..spec(1, 4, 2, 1, 8)
+    };
+    let layout = Layout::new(&s, &arch, &c).unwrap();
+    let plan = Plan::new(&arch, &layout, &c);
+    // GEMMs, other kernels, collectives
+    let factor: Vec<u32> = plan
+        .queries
+        .iter()
+        .map(|q| match q.op {
+            OpKind::Gemm => 0,
+            op if op.is_collective() => 2,
+            _ => 1,
+        })
+        .collect();
+    let us: Vec<f64> = (0..plan.queries.len())
+        .map(|i| 10.0 + 7.0 * (i % 5) as f64)
+        .collect();
+    let step_with = |us: &[f64]| {
+        let runtime = crate::hardware::Runtime::isolated();
+        let times = QueryTimes::new(&plan, us, factor.clone(), 3, true, runtime);
+        compose::one_f_one_b(&plan, layout.micro_batches, &times)
+    };
+    let base = step_with(&us);
+    for f in 0..3 {
+        for k in [0.25, 3.0] {
+            let scaled: Vec<f64> = us
+                .iter()
+                .zip(&factor)
+                .map(|(&t, &g)| if g == f { t * k } else { t })
+                .collect();
+            let recomposed = step_with(&scaled).step_us;
+            let moved = compose::one_f_one_b_moved(&base.stages, layout.micro_batches, f, k);
+            assert!(
+                (moved - recomposed).abs() < 1e-9 * recomposed,
+                "factor {f} × {k}: moved {moved}, recomposed {recomposed}"
+            );
+            assert!((moved - base.step_us).abs() > 1e-3 * base.step_us);
+        }
+    }
+}
+
+/// The closed form's breakdown adds up to its step, every class in it (tensor, context and
+/// expert parallel communication, pipeline sends, the gradient reduction, the optimizer, the
+/// bubble).
+#[test]
+fn the_closed_forms_breakdown_adds_up_to_its_step() {
+    let closed_form = |s: ParallelSpec| ParallelSpec {
+        schedule: Some(Schedule::ClosedForm),
+        ..s
+    };
+    let dense = closed_form(ParallelSpec {
+        cp: Some(2),
+        seq_len: Some(1024),
+        ..spec(2, 2, 2, 1, 4)
+    });
+    let p = predicted(&Arch::resolve("llama2-7b").unwrap(), &dense);
+    let b = &p.breakdown_s;
+    assert!(
+        b.tp_comm > 0.0 && b.cp_comm > 0.0 && b.pp_comm > 0.0 && b.dp_comm > 0.0,
+        "{b:?}"
+    );
+    assert!(b.compute > 0.0 && b.optimizer > 0.0 && b.bubble > 0.0);
+    let experts = closed_form(moe_spec(8, None));
+    let q = predicted(&crate::workload::presets::mixtral_8x7b(), &experts);
+    assert!(q.breakdown_s.ep_comm > 0.0, "{:?}", q.breakdown_s);
+    // FSDP on short sequences: the per-layer gathers outlast the compute in both passes
+    let fsdp = closed_form(ParallelSpec {
+        zero: Some(3),
+        seq_len: Some(128),
+        ..spec(1, 1, 64, 1, 2)
+    });
+    let r = predicted(&Arch::resolve("llama2-7b").unwrap(), &fsdp);
+    let [stage] = r.stages.as_slice() else {
+        panic!("one stage")
+    };
+    assert_eq!((stage.grad_sync_ms, stage.param_gather_ms), (0.0, 0.0));
+    assert!(r.breakdown_s.dp_comm > 0.0, "{:?}", r.breakdown_s);
+    for p in [p, q, r] {
+        let (b, step) = (p.breakdown_s, p.metrics.step_time_s);
+        assert!((b.total() - step).abs() < 1e-9 * step, "{b:?} {step}");
+    }
+}
