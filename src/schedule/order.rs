@@ -122,6 +122,16 @@ mod tests {
             .join(" ")
     }
 
+    /// `names` with each pass's virtual stage: "F0s2" is micro-batch 0's forward on stage 2.
+    fn staged(tasks: &[Task]) -> String {
+        let with_stage: Vec<String> = tasks
+            .iter()
+            .zip(names(tasks).split(' '))
+            .map(|(t, name)| format!("{name}s{}", t.stage))
+            .collect();
+        with_stage.join(" ")
+    }
+
     #[test]
     fn one_f_one_b_warms_up_pp_minus_rank_minus_one() {
         let o = orders(Schedule::OneFOneB, 4, 1, 6);
@@ -146,16 +156,8 @@ mod tests {
     fn interleaved_follows_megatron_chunk_order() {
         // pp 2, vpp 2, m 4: rank 0 warms up 2·1 + 1·2 = 4 chunk-passes
         let o = orders(Schedule::Interleaved, 2, 2, 4);
-        let stages: Vec<String> = o[0]
-            .iter()
-            .map(|t| {
-                format!("{:?}{}s{}", t.pass, t.micro_batch, t.stage)
-                    .replace("Forward", "F")
-                    .replace("Backward", "B")
-            })
-            .collect();
         assert_eq!(
-            stages.join(" "),
+            staged(&o[0]),
             "F0s0 F1s0 F0s2 F1s2 F2s0 B0s2 F3s0 B1s2 F2s2 B0s0 F3s2 B1s0 B2s2 B3s2 B2s0 B3s0"
         );
     }
@@ -187,5 +189,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gpipe_runs_every_forward_then_the_backwards_last_first() {
+        let o = orders(Schedule::Gpipe, 2, 1, 3);
+        for rank in &o {
+            assert_eq!(names(rank), "F0 F1 F2 B2 B1 B0");
+        }
+        assert_eq!(o[1][0].stage, 1);
+    }
+
+    /// Fewer micro-batches than ranks: the warm-up is every micro-batch, and no rank runs a
+    /// backward before all its forwards (the property tests only see m ≥ pp).
+    #[test]
+    fn one_f_one_b_with_fewer_micro_batches_than_ranks_warms_up_all_of_them() {
+        let o = orders(Schedule::OneFOneB, 4, 1, 2);
+        assert_eq!(names(&o[0]), "F0 F1 B0 B1");
+        assert_eq!(names(&o[2]), "F0 F1 B0 B1");
+        assert_eq!(names(&o[3]), "F0 B0 F1 B1");
+        let zb = orders(Schedule::ZbH1, 4, 1, 2);
+        assert_eq!(names(&zb[0]), "F0 F1 B0 W0 B1 W1");
+        assert_eq!(names(&zb[3]), "F0 B0 F1 B1 W0 W1");
+    }
+
+    /// As many micro-batches as ranks: Megatron warms up every chunk-pass on every rank
+    /// (`all_warmup_microbatches`), the last rank too, which the general rule would give 2.
+    #[test]
+    fn interleaved_with_one_micro_batch_per_rank_runs_every_forward_first() {
+        let o = orders(Schedule::Interleaved, 2, 2, 2);
+        assert_eq!(staged(&o[0]), "F0s0 F1s0 F0s2 F1s2 B0s2 B1s2 B0s0 B1s0");
+        assert_eq!(staged(&o[1]), "F0s1 F1s1 F0s3 F1s3 B0s3 B1s3 B0s1 B1s1");
     }
 }
