@@ -200,8 +200,9 @@ mod tests {
         assert_eq!(o[1][0].stage, 1);
     }
 
-    /// Fewer micro-batches than ranks: the warm-up is every micro-batch, and no rank runs a
-    /// backward before all its forwards (the property tests only see m ≥ pp).
+    /// Fewer micro-batches than ranks: a rank's warm-up is capped at the micro-batches there
+    /// are, so the first ranks run every forward before a backward (the property test only
+    /// draws m ≥ pp).
     #[test]
     fn one_f_one_b_with_fewer_micro_batches_than_ranks_warms_up_all_of_them() {
         let o = orders(Schedule::OneFOneB, 4, 1, 2);
@@ -214,7 +215,7 @@ mod tests {
     }
 
     /// As many micro-batches as ranks: Megatron warms up every chunk-pass on every rank
-    /// (`all_warmup_microbatches`), the last rank too, which the general rule would give 2.
+    /// (`all_warmup_microbatches`), the last rank too, where the general rule warms up 2.
     #[test]
     fn interleaved_with_one_micro_batch_per_rank_runs_every_forward_first() {
         let o = orders(Schedule::Interleaved, 2, 2, 2);
