@@ -2607,3 +2607,107 @@ fn the_closed_forms_breakdown_adds_up_to_its_step() {
         assert!((b.total() - step).abs() < 1e-9 * step, "{b:?} {step}");
     }
 }
+
+/// A step's runtime spread is the calibration's for its training type where the calibration
+/// had enough runs of that type, else its spread over all runs; a cluster without models has
+/// neither a calibration to name nor a spread.
+#[test]
+fn the_runtime_spread_is_the_training_types_where_the_calibration_has_one() {
+    let c = cluster();
+    let bare = CostModel::new(&c, None);
+    assert_eq!(bare.calibration_summary(), None);
+    assert_eq!(bare.runtime_sigma_log_for("bf16"), None);
+    let cost = shipped_h100_cost(&c);
+    let summary = cost.calibration_summary().expect("the shipped calibration");
+    assert!(summary.contains("grouped cross-validation"), "{summary}");
+    let all = cost.runtime_sigma_log().expect("its spread");
+    assert!(all > 0.0);
+    let by_dtype = cost.runtime_sigma_by_dtype();
+    assert!(!by_dtype.is_empty());
+    for (dtype, &sigma) in by_dtype {
+        assert!(sigma > 0.0 && sigma != all, "{dtype}: {sigma}");
+        assert_eq!(cost.runtime_sigma_log_for(dtype), Some(sigma));
+    }
+    assert_eq!(
+        cost.runtime_sigma_log_for("a type no run trained in"),
+        Some(all)
+    );
+}
+
+/// Where the models measured only the forward, a GEMM's backward is its data- and
+/// weight-gradient GEMMs timed through the forward model (the operands' shapes transposed),
+/// and a fused attention's backward the learned forward times a backward/forward ratio (here,
+/// with no other GPU's models to measure it, FlashAttention-2's 2.5); both say they are
+/// derived.
+#[test]
+fn a_backward_the_models_lack_is_derived_from_the_forward() {
+    use crate::ops::GemmShape;
+    use crate::predict::cost::Source;
+    let c = cluster();
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let plan = Plan::new(
+        &arch,
+        &Layout::new(&spec(2, 1, 4, 2, 4), &arch, &c).unwrap(),
+        &c,
+    );
+    // NVIDIA's inference timings: forwards only
+    let forwards = crate::regress::ModelSet::builtin("h100-aiconfigurator").unwrap();
+    let cost = CostModel::new(&c, Some(forwards));
+    let backward = |op: OpKind, distinct: fn(&Shape) -> bool| {
+        plan.queries
+            .iter()
+            .find(|q| q.op == op && q.phase == Phase::Bwd && distinct(&q.shape))
+            .unwrap()
+    };
+    // m, n and k all different: each transpose is a shape of its own
+    let gemm = backward(
+        OpKind::Gemm,
+        |s| matches!(s, Shape::Gemm(g) if g.m != g.n && g.n != g.k && g.k != g.m),
+    );
+    let Shape::Gemm(g) = gemm.shape else {
+        panic!("{gemm}")
+    };
+    let e = cost.estimate(gemm).unwrap();
+    assert_eq!(e.source, Source::Derived, "{gemm}");
+    let fwd = |m, n, k| {
+        let shape = Shape::Gemm(GemmShape { m, n, k, ..g });
+        let f = cost
+            .estimate(&OpQuery {
+                phase: Phase::Fwd,
+                shape,
+                ..*gemm
+            })
+            .unwrap();
+        // as the model answered: neither raised to the floor nor slowed as unaligned
+        let note = f.note.unwrap_or_default();
+        assert!(f.source == Source::Learned && f.floored_from_us.is_none());
+        assert!(!note.contains("aligned"), "{note}");
+        (f.time_us, f.sigma_log)
+    };
+    let (dgrad, wgrad) = (fwd(g.m, g.k, g.n), fwd(g.k, g.n, g.m));
+    assert!(
+        (e.time_us - (dgrad.0 + wgrad.0)).abs() < 1e-9 * e.time_us,
+        "{} {dgrad:?} {wgrad:?}",
+        e.time_us
+    );
+    // one model's errors, fully correlated: the larger of the two
+    assert_eq!(e.sigma_log, dgrad.1.max(wgrad.1));
+    // no GPU measured both phases at this shape: FlashAttention-2's work ratio
+    let attention = backward(OpKind::FlashAttention, |_| true);
+    let e = cost.estimate(attention).unwrap();
+    let forward = cost
+        .estimate(&OpQuery {
+            phase: Phase::Fwd,
+            ..*attention
+        })
+        .unwrap();
+    assert_eq!(e.source, Source::Derived, "{attention}");
+    assert!(e.floored_from_us.is_none() && forward.floored_from_us.is_none());
+    assert!(
+        e.note
+            .unwrap_or_default()
+            .starts_with("2.5 × the learned forward"),
+        "{attention}"
+    );
+    assert!((e.time_us - 2.5 * forward.time_us).abs() < 1e-9 * e.time_us);
+}
