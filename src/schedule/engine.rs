@@ -910,12 +910,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn overlapped_gradient_reduction_hides_behind_the_last_backward() {
+    /// pp 2, m 4, a stage's forward 1 µs and backward 2 µs, each rank reducing its gradients
+    /// in `grad_sync_us`.
+    fn reducing_in(grad_sync_us: f64) -> PipelineWork {
         let mut work = uniform(Schedule::OneFOneB, 2, 1, 4, (1.0, 1.0, 1.0), 0.0);
         for r in &mut work.ranks {
-            r.grad_sync_us = 1.5;
+            r.grad_sync_us = grad_sync_us;
         }
+        work
+    }
+
+    #[test]
+    fn overlapped_gradient_reduction_hides_behind_the_last_backward() {
+        let mut work = reducing_in(1.5);
         let exposed = simulate(&work).unwrap();
         work.overlap.grad_reduce = true;
         let hidden = simulate(&work).unwrap();
@@ -938,10 +945,7 @@ mod tests {
     fn each_rank_says_when_its_compute_and_its_reduction_ended() {
         // pp 2, m 4, a stage's forward 1 µs and backward 2 µs: rank 0 computes for
         // (m + p − 1)(F + B) = 15 µs, rank 1's last backward ends one backward earlier
-        let mut work = uniform(Schedule::OneFOneB, 2, 1, 4, (1.0, 1.0, 1.0), 0.0);
-        for r in &mut work.ranks {
-            r.grad_sync_us = 1.5;
-        }
+        let mut work = reducing_in(1.5);
         let t = simulate(&work).unwrap();
         let ends: Vec<[f64; 2]> = t
             .ranks
