@@ -427,8 +427,8 @@ mod tests {
         spec.validate("gpt3").unwrap()
     }
 
-    fn layout(arch: &Arch, tp: u64, sp: bool, recompute: Recompute) -> Layout {
-        let s = ParallelSpec {
+    fn spec(tp: u64, sp: bool, recompute: Recompute) -> ParallelSpec {
+        ParallelSpec {
             tp: Some(tp),
             pp: Some(8),
             dp: Some(1),
@@ -437,8 +437,11 @@ mod tests {
             sequence_parallel: Some(sp),
             recompute: Some(recompute),
             ..Default::default()
-        };
-        Layout::new(&s, arch, &cluster()).unwrap()
+        }
+    }
+
+    fn layout(arch: &Arch, tp: u64, sp: bool, recompute: Recompute) -> Layout {
+        Layout::new(&spec(tp, sp, recompute), arch, &cluster()).unwrap()
     }
 
     /// Recomputing the MLP frees its 4·h-wide activation input and output (Korthikanti's
@@ -704,5 +707,376 @@ mod tests {
             half.recompute_working,
             total(Recompute::Full).recompute_working
         );
+    }
+
+    /// Llama 3 8B's shape with DeepSeek-V3's latent attention (query rank 1,536, key-value
+    /// rank 512, heads of 128 + 64 query/key and 128 value dimensions).
+    fn latent_attention() -> Arch {
+        let mut spec: ArchSpec = crate::workload::presets::preset("llama3-8b").unwrap();
+        spec.kv_heads = Some(32);
+        spec.mla = Some(crate::workload::MlaSpec {
+            q_lora_rank: Some(1536),
+            kv_lora_rank: 512,
+            qk_nope_head_dim: 128,
+            qk_rope_head_dim: 64,
+            v_head_dim: 128,
+        });
+        spec.validate("latent").unwrap()
+    }
+
+    /// Llama 3 8B's shape with a mixture of 16 experts of 1,024, the top 2 routed, and two
+    /// shared experts (2,048 together) in every layer.
+    fn experts() -> Arch {
+        let mut spec: ArchSpec = crate::workload::presets::preset("llama3-8b").unwrap();
+        spec.moe = Some(crate::workload::MoeSpec {
+            experts: 16,
+            top_k: 2,
+            expert_ffn: 1024,
+            shared_experts: 2,
+            shared_ffn: None,
+            dense_layers: 0,
+            groups: 0,
+            topk_groups: 0,
+        });
+        spec.validate("experts").unwrap()
+    }
+
+    /// The names of what a layer stores.
+    fn names(acts: &LayerActivations) -> Vec<&'static str> {
+        acts.stored.iter().map(|s| s.what).collect()
+    }
+
+    /// The bytes of the stored tensor named `what` (which must be there).
+    fn stored(acts: &LayerActivations, what: &str) -> f64 {
+        let found = acts.stored.iter().find(|s| s.what == what);
+        found
+            .unwrap_or_else(|| panic!("no {what} in {:?}", acts.stored))
+            .bytes
+    }
+
+    /// A micro-batch of b sequences stores b times what one sequence stores, term by term —
+    /// what the layer keeps, what the split backward's weight-gradient pass holds, what a
+    /// recomputing backward rebuilds, the embedding's and the head's extras — whatever the
+    /// attention, MLP or recomputation (every other test takes one sequence a micro-batch).
+    #[test]
+    fn a_micro_batch_of_b_sequences_stores_b_times_one() {
+        let archs = [
+            gpt3_as_in_the_paper(),
+            Arch::resolve("llama3-8b").unwrap(),
+            crate::workload::presets::mixtral_8x7b(),
+            latent_attention(),
+        ];
+        let modes = [
+            Recompute::None,
+            Recompute::Selective,
+            Recompute::Full,
+            Recompute::SelectiveOp,
+            Recompute::SelectiveLayer,
+        ];
+        let mut layouts = Vec::new();
+        for a in &archs {
+            for recompute in modes {
+                for kernels in [Elementwise::Fused, Elementwise::Eager] {
+                    // op-level checkpointing is costed for torchtitan's Llama only
+                    if let Ok(mut lay) = Layout::new(&spec(2, true, recompute), a, &cluster()) {
+                        lay.elementwise = kernels;
+                        layouts.push((a, lay));
+                    }
+                }
+            }
+        }
+        assert_eq!(layouts.len(), 2 * (4 * 4 + 1));
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
+        let extras = |a: &Arch, l: &Layout| {
+            [
+                embedding_extra(a, l),
+                head_extra(a, l),
+                head_transient(a, l),
+            ]
+        };
+        for (a, mut lay) in layouts {
+            let case = format!("{} {:?} {:?}", a.name, lay.recompute, lay.elementwise);
+            let (one, one_extras) = (layer(a, &lay), extras(a, &lay));
+            lay.micro_batch = 4;
+            let four = layer(a, &lay);
+            assert!(one.total() > 0.0, "{case}");
+            assert_eq!(one.stored.len(), four.stored.len(), "{case}");
+            for (x, y) in one.stored.iter().zip(&four.stored) {
+                assert!(close(y.bytes, 4.0 * x.bytes), "{case}: {x:?} {y:?}");
+            }
+            let weight_grad = (four.for_weight_grad, one.for_weight_grad);
+            assert!(close(weight_grad.0, 4.0 * weight_grad.1), "{case}");
+            let working = (four.recompute_working, one.recompute_working);
+            assert!(close(working.0, 4.0 * working.1), "{case}");
+            for (x, y) in one_extras.iter().zip(extras(a, &lay)) {
+                assert!(close(y, 4.0 * x), "{case}");
+            }
+        }
+    }
+
+    /// What the split backward's weight-gradient pass holds of the paper's GPT-3 layer, by
+    /// hand: its four GEMMs' inputs (QKV and MLP inputs 2·sbh each, the out-projection's
+    /// 2·sbh, the MLP down projection's 2·4·sbh: 14·sbh) and their output gradients (QKV's
+    /// 2·3·sbh, the out-projection's 2·sbh, MLP up's 2·4·sbh, down's 2·sbh: 18·sbh), each
+    /// split over t under tensor and sequence parallelism; half of it checkpointing every
+    /// other layer, none under full recomputation, and Transformer
+    /// Engine's fp8 keeps the GEMM inputs as 1-byte casts. A backward rebuilds the whole
+    /// layer where it recomputes one (full, every other layer), nothing otherwise.
+    #[test]
+    fn the_weight_gradient_pass_holds_the_gemm_inputs_and_output_gradients() {
+        let a = gpt3_as_in_the_paper();
+        let sbh = 2048.0 * 12288.0;
+        let everything = sbh * (34.0 + 5.0 * 96.0 * 2048.0 / 12288.0);
+        let at = |recompute| layer(&a, &layout(&a, 1, false, recompute));
+        let none = at(Recompute::None);
+        assert_eq!(
+            (none.for_weight_grad, none.recompute_working),
+            (32.0 * sbh, 0.0)
+        );
+        let every_other = at(Recompute::SelectiveLayer);
+        assert_eq!(every_other.for_weight_grad, 16.0 * sbh);
+        assert_eq!(every_other.recompute_working, everything);
+        let full = at(Recompute::Full);
+        assert_eq!(
+            (full.for_weight_grad, full.recompute_working),
+            (0.0, everything)
+        );
+        assert_eq!(at(Recompute::Selective).recompute_working, 0.0);
+        // tensor and sequence parallel: every term split over t
+        let split = layer(&a, &layout(&a, 8, true, Recompute::None));
+        assert_eq!(split.for_weight_grad, 32.0 * sbh / 8.0);
+        let mut fp8 = layout(&a, 1, false, Recompute::None);
+        fp8.dtype = crate::ops::Dtype::Fp8;
+        fp8.fp8_library = crate::workload::Fp8Library::TransformerEngine;
+        let cast = layer(&a, &fp8);
+        assert_eq!(cast.for_weight_grad, 25.0 * sbh);
+        assert_eq!(cast.total(), everything - 7.0 * sbh);
+    }
+
+    /// Past 4,096 tokens, or on rows it cannot block, Megatron's fused softmax refuses the
+    /// shape and PyTorch's keeps its output in fp32: 4 bytes a score where the fused kernel
+    /// keeps 2 (the paper's rules model the fused kernel throughout).
+    #[test]
+    fn megatrons_softmax_fallback_keeps_fp32_scores() {
+        let a = gpt3_as_in_the_paper();
+        let at = |seq: u64, rules| {
+            let mut l = layout(&a, 8, true, Recompute::None);
+            (l.seq_len, l.rules) = (seq, rules);
+            stored(&layer(&a, &l), "softmax output")
+        };
+        let scores = |seq: f64| 96.0 / 8.0 * seq * seq;
+        assert_eq!(at(2048, Rules::Megatron), 2.0 * scores(2048.0));
+        assert_eq!(at(8192, Rules::Megatron), 4.0 * scores(8192.0));
+        assert_eq!(at(8192, Rules::Paper), 2.0 * scores(8192.0));
+        // nor does it take 3 rows of scores (96 heads over tp 32, one sequence), whatever the
+        // length: it runs 4 at a time
+        let mut l = layout(&a, 32, true, Recompute::None);
+        let scores = 96.0 / 32.0 * 2048.0 * 2048.0;
+        assert_eq!(stored(&layer(&a, &l), "softmax output"), 4.0 * scores);
+        l.micro_batch = 4;
+        assert_eq!(stored(&layer(&a, &l), "softmax output"), 2.0 * 4.0 * scores);
+    }
+
+    /// Only tensors a layer keeps are listed: nothing of no bytes (no dropout masks without
+    /// dropout, no eager intermediates with fused kernels).
+    #[test]
+    fn a_layer_lists_only_what_it_keeps() {
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let acts = layer(&a, &layout(&a, 2, true, Recompute::None));
+        for s in &acts.stored {
+            assert!(s.bytes > 0.0, "{s:?}");
+            assert!(
+                !s.what.contains("dropout") && !s.what.contains("eager"),
+                "{s:?}"
+            );
+        }
+    }
+
+    /// Latent attention keeps the query and key-value latents (the up-projections' inputs),
+    /// queries and keys of 192 dimensions a head and values of 128, and an output as wide as
+    /// the values: per token and rank of tp 2, 2·(1,536 + 512) + 2·16·(2·192 + 128) +
+    /// 2·16·128 bytes.
+    #[test]
+    fn latent_attention_keeps_its_latents_and_value_wide_outputs() {
+        let a = latent_attention();
+        assert_eq!(a.head_dim, 192);
+        let lay = layout(&a, 2, true, Recompute::None);
+        let tokens = lay.local_seq_len() as f64;
+        let acts = layer(&a, &lay);
+        let per_token = |what| stored(&acts, what) / tokens;
+        let latents = "query and key-value latents (norm and up-projection inputs)";
+        assert_eq!(per_token(latents), 2.0 * 2.0 * (1536.0 + 512.0));
+        assert_eq!(per_token("Q, K and V"), 2.0 * 16.0 * (2.0 * 192.0 + 128.0));
+        let out = "attention output (out-projection input)";
+        assert_eq!(per_token(out), 2.0 * 16.0 * 128.0);
+    }
+
+    /// Each MLP keeps its activation's input (two projections wide where gated) and the down
+    /// projection's input: per token (two sequences a micro-batch) and rank of tp 2, 2·ffn/2
+    /// bytes each, twice that for a gated input.
+    #[test]
+    fn each_mlp_activation_keeps_its_input_and_the_down_projections() {
+        use crate::workload::Activation;
+        let cases = [
+            (Activation::Gelu, "GELU input", 1.0),
+            (Activation::SquaredRelu, "squared-ReLU input", 1.0),
+            (Activation::Swiglu, "SwiGLU input (gate and up)", 2.0),
+            (Activation::Geglu, "GeGLU input (gate and up)", 2.0),
+        ];
+        for (activation, input, width) in cases {
+            let mut spec: ArchSpec = crate::workload::presets::preset("llama3-8b").unwrap();
+            spec.activation = activation;
+            let a = spec.validate("llama3-8b").unwrap();
+            let mut lay = layout(&a, 2, true, Recompute::None);
+            lay.micro_batch = 2;
+            let acts = layer(&a, &lay);
+            let tokens = (lay.local_seq_len() * lay.micro_batch) as f64;
+            let per_token = |what| stored(&acts, what) / tokens;
+            let ffn = 14336.0 / 2.0;
+            assert_eq!(per_token(input), width * 2.0 * ffn, "{activation:?}");
+            let down = "MLP down input (activation output)";
+            assert_eq!(per_token(down), 2.0 * ffn, "{activation:?}");
+        }
+    }
+
+    /// A mixture-of-experts layer keeps, besides its shared experts' MLP, the router's fp32
+    /// probabilities (split by the sequence under sequence parallelism) and, for the busiest
+    /// expert's share of the k routed copies of the tokens its expert-tensor-parallel group
+    /// gathered, the permuted inputs, the gated activation's input and the down projection's
+    /// input. By hand: 16 experts, top 2 of 1,024 wide, 2 shared (2,048), tp 2 with sequence
+    /// parallelism, a router load of 1.5.
+    #[test]
+    fn an_expert_layer_keeps_the_routers_and_the_busiest_experts_tensors() {
+        let a = experts();
+        let (h, t, load) = (4096.0, 2.0, 1.5);
+        for (etp, sp) in [(1, true), (2, true), (1, false)] {
+            let mut lay = layout(&a, 2, sp, Recompute::None);
+            lay.etp = etp;
+            let s = lay.local_seq_len() as f64;
+            let acts = layer_at(&a, &lay, load);
+            let case = format!("etp {etp}, sequence parallel {sp}");
+            let per_token = |what| stored(&acts, what) / s;
+            // the shared experts as one SwiGLU MLP of 2,048, split over tp
+            let shared = 2048.0 / t;
+            let swiglu = "SwiGLU input (gate and up)";
+            assert_eq!(per_token(swiglu), 2.0 * 2.0 * shared, "{case}");
+            let router = if sp { 4.0 * 16.0 / t } else { 4.0 * 16.0 };
+            assert_eq!(per_token("router probabilities (fp32)"), router, "{case}");
+            // tokens the group gathered: s·etp/t of the sequence-parallel shards, at most s
+            let gathered = if sp { (etp as f64 / t).min(1.0) } else { 1.0 };
+            let routed = gathered * 2.0 * load;
+            let fe = 1024.0 / etp as f64;
+            let input = "expert input (permuted tokens)";
+            assert_eq!(per_token(input), 2.0 * routed * h, "{case}");
+            let activation = "expert activation input";
+            assert_eq!(per_token(activation), 2.0 * 2.0 * routed * fe, "{case}");
+            let down = "expert down input (activation output)";
+            assert_eq!(per_token(down), 2.0 * routed * fe, "{case}");
+        }
+    }
+
+    /// Recomputing a mixture's modules drops what they make: `moe` the router's probabilities,
+    /// the permuted tokens and every expert tensor (and the shared experts', which it runs
+    /// too), `moe_act` only the experts' activation outputs; `mla_up_proj` latent attention's
+    /// queries, keys and values, which the up-projections rebuild from the kept latents.
+    #[test]
+    fn recomputed_expert_and_latent_modules_drop_what_they_make() {
+        use crate::workload::RecomputeModule as M;
+        let with = |a: &Arch, modules: Vec<M>| {
+            let mut l = layout(a, 2, true, Recompute::Selective);
+            l.recompute_modules = Some(modules);
+            names(&layer(a, &l))
+        };
+        let a = experts();
+        let kept = with(&a, vec![M::CoreAttn]);
+        let router = [
+            "router probabilities (fp32)",
+            "expert input (permuted tokens)",
+            "expert activation input",
+        ];
+        let experts_make = ["expert down input (activation output)"];
+        let shared = [
+            "SwiGLU input (gate and up)",
+            "MLP down input (activation output)",
+        ];
+        for what in router.iter().chain(&experts_make).chain(&shared) {
+            assert!(kept.contains(what), "{what}");
+        }
+        let moe: Vec<&str> = [&router[..], &experts_make, &shared].concat();
+        assert_eq!(with(&a, vec![M::CoreAttn, M::Moe]), without(&kept, &moe));
+        assert_eq!(
+            with(&a, vec![M::CoreAttn, M::MoeAct]),
+            without(&kept, &experts_make)
+        );
+        let a = latent_attention();
+        let kept = with(&a, vec![M::CoreAttn]);
+        assert!(kept.contains(&"Q, K and V"));
+        assert_eq!(
+            with(&a, vec![M::CoreAttn, M::MlaUpProj]),
+            without(&kept, &["Q, K and V"])
+        );
+    }
+
+    /// `names` less those `dropped`, in order.
+    fn without<'a>(names: &[&'a str], dropped: &[&str]) -> Vec<&'a str> {
+        names
+            .iter()
+            .copied()
+            .filter(|w| !dropped.contains(w))
+            .collect()
+    }
+
+    /// Op-level checkpointing of an ungated MLP keeps its up projection's output in place of
+    /// the gate's and the down projection's; without sequence parallelism there are no
+    /// reduce-scatters whose outputs to keep. Per token of Llama 3 8B's shape with a GELU MLP
+    /// on tp 2, no sequence parallelism: the layer input 2h, the query 2h/2 and value 2·1,024/2
+    /// projections, the attention output 2h/2 and log-sum-exp 4·16, the up projection
+    /// 2·14,336/2.
+    #[test]
+    fn op_level_checkpointing_of_an_ungated_mlp_keeps_the_up_projection() {
+        let mut spec: ArchSpec = crate::workload::presets::preset("llama3-8b").unwrap();
+        spec.activation = crate::workload::Activation::Gelu;
+        let a = spec.validate("llama3-8b with GELU").unwrap();
+        let lay = layout(&a, 2, false, Recompute::SelectiveOp);
+        let acts = layer(&a, &lay);
+        assert_eq!(
+            names(&acts),
+            [
+                "layer input (checkpoint)",
+                "query projection output (saved matmul)",
+                "value projection output (saved matmul)",
+                "attention output and log-sum-exp (saved kernel)",
+                "MLP up projection output (saved matmul)",
+            ]
+        );
+        let h = 4096.0;
+        let per_token = acts.total() / lay.local_seq_len() as f64;
+        let expected =
+            2.0 * h + (2.0 * h + 2.0 * 1024.0 + 2.0 * h + 4.0 * 32.0 + 2.0 * 14336.0) / 2.0;
+        assert_eq!(per_token, expected);
+    }
+
+    /// Besides its layers, the first rank keeps the token ids (8 bytes each) and, with
+    /// dropout, the embedding's dropout mask (a byte an element, split by the sequence under
+    /// sequence parallelism); the last keeps the final norm's and the head's 16-bit inputs and
+    /// the vocabulary-parallel loss's fp32 logits of its vocabulary share. By hand for the
+    /// paper's GPT-3 on tp 8 with sequence parallelism, and Llama 3 8B (no dropout) on tp 1.
+    #[test]
+    fn the_first_and_last_ranks_keep_the_tokens_and_the_logits() {
+        let a = gpt3_as_in_the_paper();
+        let lay = layout(&a, 8, true, Recompute::None);
+        let (s, h, t) = (2048.0, 12288.0, 8.0);
+        assert_eq!(embedding_extra(&a, &lay), 8.0 * s + s * h / t);
+        let vocab = a.padded_vocab(8) as f64;
+        assert_eq!(
+            head_extra(&a, &lay),
+            2.0 * 2.0 * s * h / t + 4.0 * s * vocab / t
+        );
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let lay = layout(&a, 1, false, Recompute::None);
+        let (s, h) = (8192.0, 4096.0);
+        assert_eq!(embedding_extra(&a, &lay), 8.0 * s);
+        let vocab = a.padded_vocab(1) as f64;
+        assert_eq!(head_extra(&a, &lay), 2.0 * 2.0 * s * h + 4.0 * s * vocab);
     }
 }
