@@ -714,13 +714,7 @@ mod tests {
     fn latent_attention() -> Arch {
         let mut spec: ArchSpec = crate::workload::presets::preset("llama3-8b").unwrap();
         spec.kv_heads = Some(32);
-        spec.mla = Some(crate::workload::MlaSpec {
-            q_lora_rank: Some(1536),
-            kv_lora_rank: 512,
-            qk_nope_head_dim: 128,
-            qk_rope_head_dim: 64,
-            v_head_dim: 128,
-        });
+        spec.mla = Some(crate::workload::MlaSpec::deepseek_v3());
         spec.validate("latent").unwrap()
     }
 

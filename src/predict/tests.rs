@@ -927,13 +927,7 @@ fn deepseek_like(layers: u64) -> Arch {
         groups: 8,
         topk_groups: 4,
     });
-    spec.mla = Some(crate::workload::MlaSpec {
-        q_lora_rank: Some(1536),
-        kv_lora_rank: 512,
-        qk_nope_head_dim: 128,
-        qk_rope_head_dim: 64,
-        v_head_dim: 128,
-    });
+    spec.mla = Some(crate::workload::MlaSpec::deepseek_v3());
     spec.validate("deepseek-like")
         .expect("a valid architecture")
 }

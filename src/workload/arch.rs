@@ -126,6 +126,19 @@ impl MlaSpec {
     pub fn qk_head_dim(&self) -> u64 {
         self.qk_nope_head_dim + self.qk_rope_head_dim
     }
+
+    /// DeepSeek-V3's latent attention (its published config): a query rank of 1,536, a
+    /// key-value rank of 512, 128 + 64 query and key dimensions a head and 128 value ones.
+    #[cfg(test)]
+    pub(crate) fn deepseek_v3() -> MlaSpec {
+        MlaSpec {
+            q_lora_rank: Some(1536),
+            kv_lora_rank: 512,
+            qk_nope_head_dim: 128,
+            qk_rope_head_dim: 64,
+            v_head_dim: 128,
+        }
+    }
 }
 
 impl MoeSpec {
