@@ -822,6 +822,8 @@ fn combine(a: Estimate, b: Estimate) -> Estimate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hardware::dgx_h100_without_models;
+    use crate::ops::{AttentionShape, Dtype, TokenShape};
 
     /// A cluster's own calibration wins over the one its file borrows, which stands in only
     /// when the cluster has none; a file that borrows nothing gets nothing.
@@ -844,9 +846,6 @@ mod tests {
         let h100 = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).expect("shipped");
         assert!(calibration_of(&h100, only_theirs).is_none());
     }
-
-    use crate::hardware::dgx_h100_without_models;
-    use crate::ops::{AttentionShape, Dtype, TokenShape};
 
     fn shipped(name: &str) -> ModelSet {
         ModelSet::builtin(name).expect("shipped models")
