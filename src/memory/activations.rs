@@ -813,9 +813,9 @@ mod tests {
     /// 2·sbh, the MLP down projection's 2·4·sbh: 14·sbh) and their output gradients (QKV's
     /// 2·3·sbh, the out-projection's 2·sbh, MLP up's 2·4·sbh, down's 2·sbh: 18·sbh), each
     /// split over t under tensor and sequence parallelism; half of it checkpointing every
-    /// other layer, none under full recomputation, and Transformer
-    /// Engine's fp8 keeps the GEMM inputs as 1-byte casts. A backward rebuilds the whole
-    /// layer where it recomputes one (full, every other layer), nothing otherwise.
+    /// other layer, none under full recomputation; Transformer Engine's fp8 keeps the GEMM
+    /// inputs as 1-byte casts. A backward rebuilds the whole layer where it recomputes one
+    /// (full, every other layer), nothing otherwise.
     #[test]
     fn the_weight_gradient_pass_holds_the_gemm_inputs_and_output_gradients() {
         let a = gpt3_as_in_the_paper();
