@@ -2686,7 +2686,8 @@ fn a_backward_the_models_lack_is_derived_from_the_forward() {
     );
     // one model's errors, fully correlated: the larger of the two
     assert_eq!(e.sigma_log, dgrad.1.max(wgrad.1));
-    // no GPU measured both phases at this shape: FlashAttention-2's work ratio
+    // no other GPU's models set up to measure the ratio: FlashAttention-2's work ratio (another
+    // GPU's ratio: `cost::tests::an_attention_backward_takes_the_ratio_another_gpu_measured`)
     let attention = backward(OpKind::FlashAttention, |_| true);
     let e = cost.estimate(attention).unwrap();
     let forward = cost
