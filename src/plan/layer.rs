@@ -1334,7 +1334,8 @@ fn remote_nodes(moe: &MoeSpec, nodes: u64) -> f64 {
 /// What a layer's backward runs besides the mirror of its forward: the bias gradients (a
 /// reduction of each biased GEMM's output gradient over the tokens) and the accumulation of
 /// the small parameters' gradients into the fp32 main gradients (Megatron accumulates the
-/// weight matrices inside the weight-gradient GEMM, the norms and biases with a kernel each).
+/// projections' weight matrices inside the weight-gradient GEMM, the norms, biases and a
+/// mixture's router — a plain parameter its own GEMM reads — with a kernel each).
 fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64, dense: bool) {
     let qkv_width = (d.heads + 2 * d.kv_heads) * d.hd;
     if arch.qkv_bias && !arch.linear_bias {
@@ -1362,7 +1363,17 @@ fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64, dens
     } else {
         arch.layer_params(d.t)
     };
-    let small = tensors.saturating_sub(4);
+    // the projections: QKV and output, or latent attention's (query down and up, or one
+    // query projection; key-value down and up; output); the dense MLP's or shared experts'
+    // up and down
+    let attention_matrices = arch
+        .mla
+        .map_or(2, |m| 4 + u64::from(m.q_lora_rank.is_some()));
+    let mlp_matrices = match &arch.moe {
+        Some(m) if !dense => 2 * u64::from(m.shared_ffn() > 0),
+        _ => 2,
+    };
+    let small = tensors.saturating_sub(attention_matrices + mlp_matrices);
     if small > 0 {
         p.compute(
             "gradient accumulation",
