@@ -2240,3 +2240,960 @@ mod cuda_graph_tests {
         assert!(up > unpermute);
     }
 }
+
+/// Whole layer passes written out by hand: every call's label, operator, phase, type and
+/// shape, and what makes it special (count, run beside a kernel, overlapped, host wait), so
+/// that a changed size, order, type or flag anywhere in a pass fails here.
+#[cfg(test)]
+mod by_hand_tests {
+    use super::*;
+    use crate::ops::OpQuery;
+    use crate::plan::Plan;
+    use crate::workload::ParallelSpec;
+
+    /// One call as a line: "label: op phase dtype (role) shape [×count] [flags]", shapes
+    /// compactly (a GEMM m×n×k, tokens batch×seq×width, a collective its bytes over nodes ×
+    /// GPUs a node).
+    fn line(q: &OpQuery, c: &Call) -> String {
+        let shape = match q.shape {
+            Shape::Gemm(g) if g.batch == 1 => format!("{}x{}x{}", g.m, g.n, g.k),
+            Shape::Gemm(g) => format!("{}x{}x{} batch {}", g.m, g.n, g.k, g.batch),
+            Shape::Attention(a) => format!(
+                "b{} {}x{} h{}/{} d{}{}",
+                a.batch,
+                a.seq_q,
+                a.seq_kv,
+                a.heads,
+                a.kv_heads,
+                a.head_dim,
+                if a.causal { " causal" } else { "" }
+            ),
+            Shape::Tokens(t) => format!("{}x{}x{}", t.batch, t.seq, t.width),
+            Shape::Lookup(l) => format!("{}x{} d{} v{}", l.batch, l.seq, l.hidden, l.vocab),
+            Shape::Collective(c) => format!("{} B {}x{}", c.bytes, c.nodes, c.gpus_per_node),
+            Shape::Optimizer(o) => format!("{} params {} tensors", o.params, o.tensors),
+        };
+        let role = q.role.map(|r| format!(" ({r})")).unwrap_or_default();
+        let mut s = format!(
+            "{}: {} {} {}{role} {shape}",
+            c.label,
+            q.op.name(),
+            q.phase,
+            q.dtype
+        );
+        if c.count != 1.0 {
+            s += &format!(" x{}", c.count);
+        }
+        for (flag, on) in [
+            ("beside", c.beside_kernel),
+            ("overlapped", c.overlapped),
+            ("waits", c.host_waits),
+        ] {
+            if on {
+                s += &format!(" {flag}");
+            }
+        }
+        s
+    }
+
+    fn lines(p: &Plan, calls: &[Call]) -> Vec<String> {
+        calls
+            .iter()
+            .map(|c| line(&p.queries[c.query as usize], c))
+            .collect()
+    }
+
+    fn plan(arch: &Arch, spec: ParallelSpec) -> Plan {
+        let c = crate::hardware::dgx_h100_without_models();
+        Plan::new(arch, &Layout::new(&spec, arch, &c).unwrap(), &c)
+    }
+
+    /// Llama 3 8B on tp 2 with sequence parallelism, two 8,192-token sequences a micro-batch:
+    /// tokens 16,384, 16 query and 4 key-value heads of 128 on the rank, MLP 7,168 a rank,
+    /// norms and residuals on the 4,096-row shard, each TP collective 16,384 × 4,096 × 2 bytes.
+    /// The backward reduce-scatters the input gradient and gathers the input again beside the
+    /// GEMMs and accumulates its two norms' gradients in fp32.
+    #[test]
+    fn a_llama_layer_on_two_sequence_parallel_ranks() {
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let p = plan(
+            &a,
+            ParallelSpec {
+                tp: Some(2),
+                dp: Some(4),
+                micro_batch: Some(2),
+                global_batch: Some(8),
+                sequence_parallel: Some(true),
+                ..Default::default()
+            },
+        );
+        let tp = "134217728 B 1x2";
+        let fwd = [
+            "input norm: rmsnorm fwd bf16 2x4096x4096".to_string(),
+            "qkv: gemm fwd bf16 (qkv) 16384x3072x4096".into(),
+            "rope q: rope fwd bf16 2x8192x2048".into(),
+            "rope k: rope fwd bf16 2x8192x512".into(),
+            "attention: flash_attention fwd bf16 b2 8192x8192 h16/4 d128 causal".into(),
+            "attention out: gemm fwd bf16 (attn_out) 16384x4096x2048".into(),
+            format!("tp all-gather: all_gather none bf16 {tp}"),
+            format!("tp reduce-scatter: reduce_scatter none bf16 {tp}"),
+            "residual add: residual_add fwd bf16 2x4096x4096".into(),
+            "post-attention norm: rmsnorm fwd bf16 2x4096x4096".into(),
+            "mlp up: gemm fwd bf16 (mlp_up) 16384x14336x4096".into(),
+            "activation: swiglu fwd bf16 2x8192x7168".into(),
+            "mlp down: gemm fwd bf16 (mlp_down) 16384x4096x7168".into(),
+            format!("tp all-gather: all_gather none bf16 {tp}"),
+            format!("tp reduce-scatter: reduce_scatter none bf16 {tp}"),
+            "residual add: residual_add fwd bf16 2x4096x4096".into(),
+        ];
+        assert_eq!(lines(&p, &p.layer.fwd), fwd);
+        let comm = [
+            format!("tp all-gather: all_gather none bf16 {tp}"),
+            format!("tp reduce-scatter: reduce_scatter none bf16 {tp} beside"),
+            format!("tp input re-gather: all_gather none bf16 {tp} beside"),
+        ];
+        let mut bwd: Vec<String> = Vec::new();
+        for l in &fwd {
+            if l.starts_with("tp reduce-scatter") {
+                continue;
+            }
+            if l.starts_with("tp all-gather") {
+                bwd.extend(comm.iter().cloned());
+            } else {
+                bwd.push(l.replace(" fwd ", " bwd "));
+            }
+        }
+        bwd.push("gradient accumulation: residual_add bwd fp32 1x1x4096 x2".into());
+        assert_eq!(lines(&p, &p.layer.bwd), bwd);
+        assert!(p.layer.recompute.is_empty());
+        // six tensors: two norms, QKV, the output projection, the MLP's up and down
+        assert_eq!(p.layer.tensors, 6);
+    }
+    /// GPT-3 15B's layer with unfused attention (`AttentionImpl::Unfused`) on tp 4 without
+    /// sequence parallelism, one 2,048-token sequence: 12 heads of 128 a rank, QKV 4,608
+    /// wide, MLP 3,072 a rank, each all-reduce 2,048 × 6,144 × 2 bytes. Megatron's fused
+    /// softmax takes 12 rows of 2,048 columns (4 rows a block); GPT-3 drops out the
+    /// probabilities; the context goes back to [s, b, h·hd]; the backward reduces its four
+    /// biases' gradients and accumulates eight small gradients (two norms' weights and biases,
+    /// four biases) in fp32. Under the paper's rules: its tool's list, nothing more.
+    #[test]
+    fn a_gpt3_layer_with_unfused_attention_on_four_ranks() {
+        let mut a = Arch::resolve("gpt3-15b").unwrap();
+        a.attention = AttentionImpl::Unfused;
+        let spec = |tp: u64, rules: Rules| ParallelSpec {
+            tp: Some(tp),
+            dp: Some(8 / tp),
+            micro_batch: Some(1),
+            global_batch: Some(8 / tp),
+            seq_len: Some(2048),
+            dtype: Some(Dtype::Bf16),
+            rules: Some(rules),
+            ..Default::default()
+        };
+        let ar = "tp all-reduce: all_reduce none bf16 25165824 B 1x4";
+        let core = [
+            "attention scores: gemm fwd bf16 (attn_scores) 2048x2048x128 batch 12",
+            "scale-mask-softmax: scale_mask_softmax fwd bf16 b1 2048x2048 h12/12 d1 causal",
+            "attention dropout: elementwise fwd bf16 12x2048x2048",
+            "attention context: gemm fwd bf16 (attn_context) 2048x128x2048 batch 12",
+            "context transpose: elementwise fwd bf16 1x2048x1536",
+        ];
+        let fwd = |core: &[&str], ar: &str| -> Vec<String> {
+            let mut v = vec![
+                "input norm: layernorm fwd bf16 1x2048x6144".to_string(),
+                "qkv: gemm fwd bf16 (qkv) 2048x4608x6144".into(),
+            ];
+            v.extend(core.iter().map(|l| l.to_string()));
+            v.extend([
+                "attention out: gemm fwd bf16 (attn_out) 2048x6144x1536".to_string(),
+                ar.into(),
+                "residual add: residual_add fwd bf16 1x2048x6144".into(),
+                "post-attention norm: layernorm fwd bf16 1x2048x6144".into(),
+                "mlp up: gemm fwd bf16 (mlp_up) 2048x3072x6144".into(),
+                "activation: gelu fwd bf16 1x2048x3072".into(),
+                "mlp down: gemm fwd bf16 (mlp_down) 2048x6144x3072".into(),
+                ar.into(),
+                "residual add: residual_add fwd bf16 1x2048x6144".into(),
+            ]);
+            v
+        };
+        let bwd = |fwd: &[String]| -> Vec<String> {
+            fwd.iter()
+                .map(|l| match l.strip_prefix("tp all-reduce") {
+                    Some(rest) => format!("tp all-reduce{rest} beside"),
+                    None => l.replace(" fwd ", " bwd "),
+                })
+                .collect()
+        };
+        let megatron = plan(&a, spec(4, Rules::Megatron));
+        assert_eq!(lines(&megatron, &megatron.layer.fwd), fwd(&core, ar));
+        let mut expected = bwd(&fwd(&core, ar));
+        for width in [4608, 6144, 3072, 6144] {
+            expected.push(format!(
+                "bias gradient: elementwise bwd bf16 1x2048x{width}"
+            ));
+        }
+        expected.push("gradient accumulation: residual_add bwd fp32 1x1x6144 x8".into());
+        assert_eq!(lines(&megatron, &megatron.layer.bwd), expected);
+        assert_eq!(megatron.layer.tensors, 12);
+
+        let paper = plan(&a, spec(4, Rules::Paper));
+        let paper_core = [core[0], core[1], core[3]];
+        assert_eq!(lines(&paper, &paper.layer.fwd), fwd(&paper_core, ar));
+        let paper_bwd = bwd(&fwd(&paper_core, ar))
+            .into_iter()
+            .map(|l| l.trim_end_matches(" beside").to_string());
+        assert_eq!(
+            lines(&paper, &paper.layer.bwd),
+            paper_bwd.collect::<Vec<_>>()
+        );
+
+        // on tp 8, 6 rows of scores: no fused kernel takes them, PyTorch's five run
+        let eight = plan(&a, spec(8, Rules::Megatron));
+        let scores: Vec<String> = lines(&eight, &eight.layer.fwd)[3..8].to_vec();
+        assert_eq!(
+            scores,
+            [
+                "scores to fp32: elementwise fwd bf16 6x2048x2048",
+                "scores scale: elementwise fwd fp32 6x2048x2048",
+                "scores mask: fill_mask fwd fp32 b1 2048x2048 h6/6 d1",
+                "softmax: softmax fwd fp32 b1 2048x2048 h6/6 d1",
+                "probabilities to 16 bits: elementwise fwd bf16 6x2048x2048",
+            ]
+        );
+    }
+
+    /// The expert half of a Mixtral 8×7B layer over 8 expert-parallel ranks, one 4,096-token
+    /// sequence, the busiest rank 1.5× the mean: 8,192 routed copies, 12,288 of them on the
+    /// busiest expert (4,096 · 2 · 8 / 8 · 1.5), each all-to-all 12,288 tokens of 8 KiB and
+    /// their fp32 probabilities, the token counts (8 experts × 8 ranks, int64) gathered first
+    /// and read back before the dispatch. A layer at load 2 (a routing file's) is the same with
+    /// 16,384. On 4 ranks two experts a rank: the received tokens sorted by expert and back.
+    #[test]
+    fn a_mixtral_layer_dispatches_its_busiest_experts_tokens() {
+        let a = crate::workload::presets::mixtral_8x7b();
+        let c = crate::hardware::dgx_h100_without_models();
+        let spec = |ep: u64| ParallelSpec {
+            ep: Some(ep),
+            dp: Some(8),
+            micro_batch: Some(1),
+            global_batch: Some(8),
+            moe_imbalance: Some(1.5),
+            ..Default::default()
+        };
+        let mut layout = Layout::new(&spec(8), &a, &c).unwrap();
+        layout.layer_loads = vec![1.5, 2.0];
+        let p = Plan::new(&a, &layout, &c);
+        let experts = |l: &[String]| -> Vec<String> {
+            let from = l.iter().position(|l| l.starts_with("router:")).unwrap();
+            l[from..l.len() - 1].to_vec()
+        };
+        let a2a = |tokens: u64| {
+            let bytes = tokens * 4096 * 2;
+            [
+                format!("moe all-to-all (dispatch): all_to_all none bf16 {bytes} B 1x8"),
+                format!(
+                    "moe all-to-all (probabilities): all_to_all none bf16 {} B 1x8",
+                    tokens * 4
+                ),
+            ]
+        };
+        let expected = |tokens: u64| -> Vec<String> {
+            let [dispatch, probabilities] = a2a(tokens);
+            vec![
+                "router: gemm fwd bf16 4096x8x4096".to_string(),
+                "router top-k: softmax fwd bf16 1x4096x8".into(),
+                "moe token counts all-gather: all_gather none bf16 512 B 1x8".into(),
+                "permute: elementwise fwd bf16 1x8192x4096".into(),
+                format!("{dispatch} waits"),
+                probabilities,
+                format!("expert up: gemm fwd bf16 (mlp_up) {tokens}x28672x4096"),
+                format!("expert activation: swiglu fwd bf16 1x{tokens}x14336"),
+                format!("expert down: gemm fwd bf16 (mlp_down) {tokens}x4096x14336"),
+                format!(
+                    "moe all-to-all (combine): all_to_all none bf16 {} B 1x8",
+                    tokens * 4096 * 2
+                ),
+                "unpermute: elementwise fwd bf16 1x8192x4096".into(),
+            ]
+        };
+        assert_eq!(experts(&lines(&p, &p.layer.fwd)), expected(12288));
+        // the backward reuses the counts: no gather, no wait
+        let bwd: Vec<String> = expected(12288)
+            .into_iter()
+            .filter(|l| !l.starts_with("moe token counts"))
+            .map(|l| l.trim_end_matches(" waits").replace(" fwd ", " bwd "))
+            .collect();
+        let b = lines(&p, &p.layer.bwd);
+        assert_eq!(experts(&b[..b.len() - 1]), bwd);
+        // the router's weight is accumulated apart, as the norms' are
+        assert_eq!(
+            b.last().unwrap(),
+            "gradient accumulation: residual_add bwd fp32 1x1x4096 x3"
+        );
+        assert_eq!(p.loaded_layers.len(), 1);
+        assert_eq!(p.loaded_layers[0].load, 2.0);
+        let loaded = &p.loaded_layers[0].block;
+        assert_eq!(experts(&lines(&p, &loaded.fwd)), expected(16384));
+
+        let four = Plan::new(&a, &Layout::new(&spec(4), &a, &c).unwrap(), &c);
+        let f = lines(&four, &four.layer.fwd);
+        let from = f.iter().position(|l| l.starts_with("sort by")).unwrap();
+        // 4,096 · 2 · 4 / 8 · 1.5 = 6,144 tokens an expert, two experts
+        assert_eq!(
+            f[from..from + 5],
+            [
+                "sort by local expert: elementwise fwd bf16 1x12288x4096",
+                "expert up: gemm fwd bf16 (mlp_up) 6144x28672x4096 x2",
+                "expert activation: swiglu fwd bf16 1x6144x14336 x2",
+                "expert down: gemm fwd bf16 (mlp_down) 6144x4096x14336 x2",
+                "unsort by local expert: elementwise fwd bf16 1x12288x4096",
+            ]
+        );
+        assert!(f.contains(&"moe token counts all-gather: all_gather none bf16 256 B 1x4".into()));
+    }
+
+    /// Latent attention (DeepSeek-V3's ranks) on a Llama 2 7B-sized dense layer, one
+    /// 4,096-token sequence, tp 1: the query through its 1,536-wide latent and norm up to 32
+    /// heads of 128 + 64, keys and values from one 512-wide latent (plus the 64-wide RoPE key)
+    /// up to 32 × (128 + 128), the core costed at heads of 160 (the mean of 192 and 128), the
+    /// output projection from 32 × 128. Its backward accumulates four small gradients apart:
+    /// the layer's two norms and the two latent norms (the five projections and the MLP's two
+    /// are accumulated in their weight-gradient GEMMs).
+    #[test]
+    fn a_latent_attention_layer() {
+        let latent = |mla: MlaSpec| {
+            let mut spec = crate::workload::presets::preset("llama2-7b").unwrap();
+            spec.mla = Some(mla);
+            replicas(&spec.validate("latent").unwrap())
+        };
+        let p = latent(MlaSpec::deepseek_v3());
+        let fwd = lines(&p, &p.layer.fwd);
+        assert_eq!(
+            fwd[..11],
+            [
+                "input norm: rmsnorm fwd bf16 1x4096x4096",
+                "q down: gemm fwd bf16 (qkv) 4096x1536x4096",
+                "q latent norm: rmsnorm fwd bf16 1x4096x1536",
+                "q up: gemm fwd bf16 (qkv) 4096x6144x1536",
+                "kv down: gemm fwd bf16 (qkv) 4096x576x4096",
+                "kv latent norm: rmsnorm fwd bf16 1x4096x512",
+                "kv up: gemm fwd bf16 (qkv) 4096x8192x512",
+                "rope q: rope fwd bf16 1x4096x2048",
+                "rope k: rope fwd bf16 1x4096x64",
+                "attention: flash_attention fwd bf16 b1 4096x4096 h32/32 d160 causal",
+                "attention out: gemm fwd bf16 (attn_out) 4096x4096x4096",
+            ]
+        );
+        assert_eq!(
+            lines(&p, &p.layer.bwd).last().unwrap(),
+            "gradient accumulation: residual_add bwd fp32 1x1x4096 x4"
+        );
+        // without the query's latent: one query projection, and one latent norm: three
+        let p = latent(MlaSpec {
+            q_lora_rank: None,
+            ..MlaSpec::deepseek_v3()
+        });
+        let fwd = lines(&p, &p.layer.fwd);
+        assert_eq!(fwd[1], "q: gemm fwd bf16 (qkv) 4096x6144x4096");
+        assert_eq!(fwd[2], "kv down: gemm fwd bf16 (qkv) 4096x576x4096");
+        assert_eq!(
+            lines(&p, &p.layer.bwd).last().unwrap(),
+            "gradient accumulation: residual_add bwd fp32 1x1x4096 x3"
+        );
+    }
+
+    /// Llama 3 8B's embedding, head and pipeline transfer on tp 2 with sequence parallelism
+    /// and pp 2, one 8,192-token sequence: 64,128 vocabulary rows a rank (128,256 is a
+    /// multiple of 128 · 2), each hidden state 8,192 × 4,096 × 2 bytes, a pipeline transfer
+    /// its tp share. The LM head's input is gathered first; its backward reduce-scatters the
+    /// input gradient and gathers the input again beside its GEMMs; without sequence
+    /// parallelism it all-reduces the input gradient; under the paper's rules nothing. A fused
+    /// cross-entropy carries its own role.
+    #[test]
+    fn the_embedding_head_and_pipeline_transfer_on_two_ranks() {
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let spec = |sp: bool, rules: Rules, loss: CrossEntropy| ParallelSpec {
+            tp: Some(2),
+            pp: Some(2),
+            dp: Some(2),
+            micro_batch: Some(1),
+            global_batch: Some(4),
+            sequence_parallel: Some(sp),
+            rules: Some(rules),
+            dtype: Some(Dtype::Bf16),
+            cross_entropy: Some(loss),
+            ..Default::default()
+        };
+        let p = plan(&a, spec(true, Rules::Megatron, CrossEntropy::VocabParallel));
+        let hidden = "67108864 B 1x2";
+        assert_eq!(
+            lines(&p, &p.embedding.fwd),
+            [
+                "embedding: embedding fwd bf16 1x8192 d4096 v64128".to_string(),
+                format!("embedding all-reduce: all_reduce none bf16 {hidden}"),
+            ]
+        );
+        assert_eq!(
+            lines(&p, &p.embedding.bwd),
+            ["embedding: embedding bwd bf16 1x8192 d4096 v64128"]
+        );
+        assert_eq!((p.embedding.params, p.embedding.tensors), (64128 * 4096, 1));
+        assert_eq!(
+            lines(&p, &p.head.fwd),
+            [
+                "final norm: rmsnorm fwd bf16 1x4096x4096".to_string(),
+                format!("lm head all-gather: all_gather none bf16 {hidden}"),
+                "lm head: gemm fwd bf16 (lm_head) 8192x64128x4096".into(),
+                "cross-entropy: cross_entropy fwd bf16 1x8192x64128".into(),
+            ]
+        );
+        assert_eq!(
+            lines(&p, &p.head.bwd),
+            [
+                "final norm: rmsnorm bwd bf16 1x4096x4096".to_string(),
+                format!("lm head reduce-scatter: reduce_scatter none bf16 {hidden} beside"),
+                format!("lm head input re-gather: all_gather none bf16 {hidden} beside"),
+                "lm head: gemm bwd bf16 (lm_head) 8192x64128x4096".into(),
+                "cross-entropy: cross_entropy bwd bf16 1x8192x64128".into(),
+            ]
+        );
+        assert_eq!((p.head.params, p.head.tensors), (4096 + 64128 * 4096, 2));
+        let send = p.send.as_ref().unwrap();
+        let Shape::Collective(sent) = p.queries[send.query as usize].shape else {
+            panic!("a pipeline transfer is a collective")
+        };
+        assert_eq!(sent.bytes, 8192 * 4096 * 2 / 2);
+
+        let whole = plan(&a, spec(false, Rules::Megatron, CrossEntropy::Fused));
+        assert_eq!(
+            lines(&whole, &whole.head.fwd)[1..],
+            [
+                "lm head: gemm fwd bf16 (lm_head) 8192x64128x4096",
+                "cross-entropy: cross_entropy fwd bf16 (fused_cross_entropy) 1x8192x64128",
+            ]
+        );
+        assert_eq!(
+            lines(&whole, &whole.head.bwd)[1],
+            format!("lm head all-reduce: all_reduce none bf16 {hidden} beside")
+        );
+        assert_eq!(
+            lines(&whole, &whole.head.fwd)[0],
+            "final norm: rmsnorm fwd bf16 1x8192x4096"
+        );
+        let paper = plan(&a, spec(false, Rules::Paper, CrossEntropy::VocabParallel));
+        assert_eq!(paper.head.fwd.len(), 3);
+        assert_eq!(paper.head.bwd.len(), 3);
+    }
+
+    /// The attention core of `p`'s layer pass: from the first call after the projections to
+    /// the output projection.
+    fn core(p: &Plan, calls: &[Call]) -> Vec<String> {
+        let l = lines(p, calls);
+        let from = l.iter().position(|l| l.starts_with("rope k")).unwrap() + 1;
+        let to = l
+            .iter()
+            .position(|l| l.starts_with("attention out"))
+            .unwrap();
+        l[from..to].to_vec()
+    }
+
+    /// `arch` under `spec`, one sequence a micro-batch on tp 1 in bf16 unless it says.
+    fn over(arch: &Arch, spec: ParallelSpec) -> Plan {
+        let spec = ParallelSpec {
+            tp: spec.tp.or(Some(1)),
+            micro_batch: spec.micro_batch.or(Some(1)),
+            dtype: spec.dtype.or(Some(Dtype::Bf16)),
+            ..spec
+        };
+        plan(arch, spec)
+    }
+
+    fn llama_over(spec: ParallelSpec) -> Plan {
+        over(&Arch::resolve("llama3-8b").unwrap(), spec)
+    }
+
+    /// `arch` on 8 data-parallel ranks of one GPU each.
+    fn replicas(arch: &Arch) -> Plan {
+        let spec = ParallelSpec {
+            dp: Some(8),
+            global_batch: Some(8),
+            ..Default::default()
+        };
+        over(arch, spec)
+    }
+
+    /// Ring attention over 4 context-parallel ranks of an 8,192-token sequence: each rank's
+    /// 2,048 queries attend causally to their own keys, then in 3 ring steps to half of
+    /// 2,048 received ones while the next 2,048 × 2 × 8 × 128 × 2 bytes of keys and values
+    /// travel (twice that with their gradients in the backward); the later steps' outputs are
+    /// merged into the first's (forward) and their gradients added up (backward). By
+    /// all-gather: the whole sequence's keys and values gathered (8,192 × 2 × 8 × 128 × 2
+    /// bytes), one causal call over all of them, their gradients reduce-scattered.
+    #[test]
+    fn context_parallel_attention_by_ring_and_by_all_gather() {
+        let ring = llama_over(ParallelSpec {
+            cp: Some(4),
+            dp: Some(2),
+            global_batch: Some(2),
+            ..Default::default()
+        });
+        assert_eq!(
+            core(&ring, &ring.layer.fwd),
+            [
+                "attention (own chunks): flash_attention fwd bf16 b1 2048x2048 h32/8 d128 causal",
+                "attention (ring step): flash_attention fwd bf16 b1 2048x1024 h32/8 d128 x3",
+                "cp k/v exchange: send_recv none bf16 8388608 B 1x2 x3",
+                "cp output rescale: elementwise fwd bf16 1x2048x4096",
+                "cp output merge: residual_add fwd bf16 1x2048x4096 x3",
+            ]
+        );
+        assert_eq!(
+            core(&ring, &ring.layer.bwd),
+            [
+                "attention (own chunks): flash_attention bwd bf16 b1 2048x2048 h32/8 d128 causal",
+                "attention (ring step): flash_attention bwd bf16 b1 2048x1024 h32/8 d128 x3",
+                "cp k/v exchange: send_recv none bf16 16777216 B 1x2 x3",
+                "cp query-gradient accumulation: residual_add bwd bf16 1x2048x4096 x3",
+                "cp key/value-gradient accumulation: residual_add bwd bf16 1x2048x2048 x3",
+            ]
+        );
+        let gathered = llama_over(ParallelSpec {
+            cp: Some(4),
+            cp_comm: Some(CpComm::AllGather),
+            dp: Some(2),
+            global_batch: Some(2),
+            ..Default::default()
+        });
+        let kv = "cp k/v all-gather: all_gather none bf16 33554432 B 1x4";
+        let attention =
+            "attention (gathered k/v): flash_attention fwd bf16 b1 2048x8192 h32/8 d128";
+        assert_eq!(
+            core(&gathered, &gathered.layer.fwd),
+            [kv.to_string(), format!("{attention} causal")]
+        );
+        assert_eq!(
+            core(&gathered, &gathered.layer.bwd),
+            [
+                kv.to_string(),
+                format!("{} causal", attention.replace(" fwd ", " bwd ")),
+                "cp k/v gradient reduce-scatter: reduce_scatter none bf16 33554432 B 1x4".into(),
+            ]
+        );
+    }
+
+    /// Sliding-window attention on Llama 3 8B's shape, one 8,192-token sequence: a causal
+    /// query sees min(i + 1, w) keys, w − w²/2s of them on average (960 for w = 1,024; 939 for
+    /// w = 1,000, rounded up), run as ⌈s/w⌉ windows of w queries (8 and 9 sequences of the
+    /// batch). Three layers in four local: each call at its share; every layer local: the
+    /// window alone; a window as long as the sequence: global attention.
+    #[test]
+    fn sliding_window_attention_in_its_windows() {
+        let with = |window: u64, every: Option<u64>| {
+            let mut a = Arch::resolve("llama3-8b").unwrap();
+            a.sliding_window = Some(window);
+            a.global_attention_every = every;
+            let p = replicas(&a);
+            core(&p, &p.layer.fwd)
+        };
+        let global = "attention: flash_attention fwd bf16 b1 8192x8192 h32/8 d128 causal";
+        assert_eq!(
+            with(1024, Some(4)),
+            [
+                "sliding-window attention: flash_attention fwd bf16 b8 1024x960 h32/8 d128 x0.75"
+                    .to_string(),
+                format!("{global} x0.25"),
+            ]
+        );
+        assert_eq!(
+            with(1000, None),
+            ["sliding-window attention: flash_attention fwd bf16 b9 1000x939 h32/8 d128"]
+        );
+        assert_eq!(with(8192, Some(2)), [global]);
+    }
+
+    /// Under an fp8 recipe with sequence parallelism the forward all-gather carries the
+    /// column-parallel GEMM's input cast to fp8 (8,192 × 4,096 × 1 bytes); the reduce-scatter
+    /// and the backward's gradients stay 16-bit; the backward re-gathers the fp8 input.
+    #[test]
+    fn fp8_gathers_its_inputs_in_one_byte() {
+        let p = llama_over(ParallelSpec {
+            tp: Some(2),
+            dp: Some(4),
+            global_batch: Some(4),
+            sequence_parallel: Some(true),
+            dtype: Some(Dtype::Fp8),
+            ..Default::default()
+        });
+        let tp = |calls: &[Call]| -> Vec<String> {
+            lines(&p, calls)
+                .into_iter()
+                .filter(|l| l.starts_with("tp "))
+                .collect()
+        };
+        let (half, full) = ("33554432 B 1x2", "67108864 B 1x2");
+        let fwd = [
+            format!("tp all-gather: all_gather none bf16 {half}"),
+            format!("tp reduce-scatter: reduce_scatter none bf16 {full}"),
+        ];
+        assert_eq!(tp(&p.layer.fwd), [fwd.clone(), fwd].concat());
+        let bwd = [
+            format!("tp all-gather: all_gather none bf16 {full}"),
+            format!("tp reduce-scatter: reduce_scatter none bf16 {full} beside"),
+            format!("tp input re-gather: all_gather none bf16 {half} beside"),
+        ];
+        assert_eq!(tp(&p.layer.bwd), [bwd.clone(), bwd].concat());
+    }
+
+    /// FSDP (ZeRO-3) on 8 ranks: a Llama 3 8B layer's 218,112,000 parameters (QKV 4,096 ×
+    /// 6,144, output 4,096², up 4,096 × 28,672, down 14,336 × 4,096, two norms) gathered in
+    /// 16 bits before its forward and its backward, their fp32 gradients reduce-scattered
+    /// after, all three beside the compute; in fp8 with fp8 parameter gathers, one byte each.
+    #[test]
+    fn fsdp_gathers_a_layers_weights_and_scatters_its_gradients() {
+        let params: u64 = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096 + 2 * 4096;
+        assert_eq!(params, 218_112_000);
+        let fsdp = |dtype: Dtype, fp8_gather: bool| {
+            llama_over(ParallelSpec {
+                dp: Some(8),
+                global_batch: Some(8),
+                zero: Some(3),
+                dtype: Some(dtype),
+                grad_reduce_dtype: Some(Dtype::Fp32),
+                fp8_param_gather: fp8_gather.then_some(true),
+                ..Default::default()
+            })
+        };
+        let p = fsdp(Dtype::Bf16, false);
+        assert_eq!(p.layer.params, params);
+        let gather = |bytes: u64| {
+            format!("fsdp parameter collective: all_gather none bf16 {bytes} B 1x8 overlapped")
+        };
+        let scatter = format!(
+            "fsdp parameter collective: reduce_scatter none bf16 {} B 1x8 overlapped",
+            4 * params
+        );
+        assert_eq!(lines(&p, &p.layer.fwd).last().unwrap(), &gather(2 * params));
+        let bwd = lines(&p, &p.layer.bwd);
+        assert_eq!(bwd[bwd.len() - 2..], [gather(2 * params), scatter.clone()]);
+        let fp8 = fsdp(Dtype::Fp8, true);
+        assert_eq!(lines(&fp8, &fp8.layer.fwd).last().unwrap(), &gather(params));
+        let bwd = lines(&fp8, &fp8.layer.bwd);
+        assert_eq!(bwd[bwd.len() - 2..], [gather(params), scatter]);
+    }
+
+    /// A Mixtral-shaped layer (8 experts unless `experts` says, top 2, the busiest rank 1.5×
+    /// the mean), one 4,096-token sequence, under `spec`: its forward's lines.
+    fn mixture(experts: u64, spec: ParallelSpec) -> Vec<String> {
+        let mut a = crate::workload::presets::mixtral_8x7b();
+        if let Some(m) = a.moe.as_mut() {
+            m.experts = experts;
+        }
+        let p = plan(
+            &a,
+            ParallelSpec {
+                micro_batch: Some(1),
+                moe_imbalance: Some(1.5),
+                ..spec
+            },
+        );
+        lines(&p, &p.layer.fwd)
+    }
+
+    /// The dispatchers' transfers. DeepEP over 16 ranks on two nodes: each token's 2 copies
+    /// miss the other node with 1/4, so 0.75 remote copies a token, × 1.5 for the busiest
+    /// rank, sent as the 2-node all-to-all's off-node half (× 2): 9,216 tokens of 8 KiB over
+    /// the network, then 12,288 over NVLink (the combine in reverse); no token counts
+    /// gathered, the host reads them back before the first transfer. The all-gather
+    /// dispatcher gathers all 8 ranks' tokens and reduce-scatters them back. With the
+    /// all-to-alls overlapped, each runs beside the compute.
+    #[test]
+    fn each_dispatcher_moves_the_tokens_its_way() {
+        let deepep = mixture(
+            16,
+            ParallelSpec {
+                ep: Some(16),
+                dp: Some(16),
+                global_batch: Some(16),
+                moe_dispatcher: Some(Dispatcher::Deepep),
+                ..Default::default()
+            },
+        );
+        let network = |way: &str| {
+            format!("moe network all-to-all ({way}): all_to_all none bf16 75497472 B 2x1")
+        };
+        let nvlink = |way: &str| {
+            format!("moe nvlink all-to-all ({way}): all_to_all none bf16 100663296 B 1x8")
+        };
+        let transfers = |l: &[String]| -> Vec<String> {
+            l.iter()
+                .filter(|l| l.starts_with("moe "))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            transfers(&deepep),
+            [
+                format!("{} waits", network("dispatch")),
+                nvlink("dispatch"),
+                nvlink("combine"),
+                network("combine"),
+            ]
+        );
+        let allgather = mixture(
+            8,
+            ParallelSpec {
+                ep: Some(8),
+                dp: Some(8),
+                global_batch: Some(8),
+                moe_dispatcher: Some(Dispatcher::Allgather),
+                moe_a2a_overlap: Some(true),
+                ..Default::default()
+            },
+        );
+        let all = "268435456 B 1x8 overlapped";
+        assert_eq!(
+            transfers(&allgather),
+            [
+                format!("moe all-gather (dispatch): all_gather none bf16 {all} waits"),
+                format!("moe reduce-scatter (combine): reduce_scatter none bf16 {all}"),
+            ]
+        );
+    }
+
+    /// Experts split over 2 expert-tensor-parallel ranks (tp 2 with sequence parallelism, ep
+    /// 4): the 2,048-token shard's copies go over the all-to-all (6,144 × 8 KiB), the group
+    /// gathers its two shards' routed tokens (12,288 × 8 KiB) before the experts and
+    /// reduce-scatters their output after; token counts come from all 8 ranks (512 bytes).
+    /// Each of the two local experts runs 6,144 tokens on a 7,168-wide half.
+    #[test]
+    fn expert_tensor_parallelism_gathers_the_groups_tokens() {
+        let l = mixture(
+            8,
+            ParallelSpec {
+                tp: Some(2),
+                etp: Some(2),
+                ep: Some(4),
+                dp: Some(4),
+                global_batch: Some(4),
+                sequence_parallel: Some(true),
+                ..Default::default()
+            },
+        );
+        let from = l.iter().position(|l| l.starts_with("router:")).unwrap();
+        let etp = "100663296 B 1x2";
+        let a2a = "50331648 B 1x4";
+        assert_eq!(
+            l[from..l.len() - 3],
+            [
+                "router: gemm fwd bf16 2048x8x4096".to_string(),
+                "router top-k: softmax fwd bf16 1x2048x8".into(),
+                "moe token counts all-gather: all_gather none bf16 512 B 1x8".into(),
+                "permute: elementwise fwd bf16 1x4096x4096".into(),
+                format!("moe all-to-all (dispatch): all_to_all none bf16 {a2a} waits"),
+                "moe all-to-all (probabilities): all_to_all none bf16 24576 B 1x4".into(),
+                format!("moe etp all-gather: all_gather none bf16 {etp}"),
+                "sort by local expert: elementwise fwd bf16 1x12288x4096".into(),
+                "expert up: gemm fwd bf16 (mlp_up) 6144x14336x4096 x2".into(),
+                "expert activation: swiglu fwd bf16 1x6144x7168 x2".into(),
+                "expert down: gemm fwd bf16 (mlp_down) 6144x4096x7168 x2".into(),
+                "unsort by local expert: elementwise fwd bf16 1x12288x4096".into(),
+                format!("moe etp reduce-scatter: reduce_scatter none bf16 {etp}"),
+                format!("moe all-to-all (combine): all_to_all none bf16 {a2a}"),
+                "unpermute: elementwise fwd bf16 1x4096x4096".into(),
+            ]
+        );
+    }
+
+    /// With a capacity factor the host reads the kept count back before the permutation
+    /// (its output's size); padded to capacity every size is known: no counts gathered,
+    /// nothing read back.
+    #[test]
+    fn a_capacity_moves_or_removes_the_read_back() {
+        let spec = |pad: bool| ParallelSpec {
+            ep: Some(8),
+            dp: Some(8),
+            global_batch: Some(8),
+            moe_capacity_factor: Some(1.0),
+            moe_pad_to_capacity: Some(pad),
+            ..Default::default()
+        };
+        let dropping = mixture(8, spec(false));
+        let waits: Vec<&String> = dropping.iter().filter(|l| l.ends_with(" waits")).collect();
+        assert_eq!(waits.len(), 1);
+        assert!(waits[0].starts_with("permute: "), "{waits:?}");
+        let padded = mixture(8, spec(true));
+        assert!(!padded.iter().any(|l| l.ends_with(" waits")));
+        assert!(!padded.iter().any(|l| l.starts_with("moe token counts")));
+        assert!(dropping.iter().any(|l| l.starts_with("moe token counts")));
+    }
+
+    /// What selective recomputation rebuilds, by Megatron-Core's `--recompute-modules`:
+    /// the attention core alone by default; each named module's forward calls, in order (an
+    /// fp8 cast with the GEMM it feeds); in an expert layer `mlp`'s calls are the shared
+    /// experts', `moe` every router, dispatch and expert call, `moe_act` the experts'
+    /// activation; with latent attention `mla_up_proj` the up-projections and RoPE.
+    #[test]
+    fn selective_recomputation_rebuilds_the_modules_it_names() {
+        use crate::workload::RecomputeModule as M;
+        let labels =
+            |p: &Plan| -> Vec<&'static str> { p.layer.recompute.iter().map(|c| c.label).collect() };
+        let modules = |m: &[M]| ParallelSpec {
+            dp: Some(8),
+            global_batch: Some(8),
+            recompute: Some(Recompute::Selective),
+            recompute_modules: (!m.is_empty()).then(|| m.to_vec()),
+            ..Default::default()
+        };
+        assert_eq!(labels(&llama_over(modules(&[]))), ["attention"]);
+        assert_eq!(
+            labels(&llama_over(modules(&[M::Layernorm, M::Mlp]))),
+            [
+                "input norm",
+                "post-attention norm",
+                "mlp up",
+                "activation",
+                "mlp down"
+            ]
+        );
+        let fp8 = llama_over(ParallelSpec {
+            dtype: Some(Dtype::Fp8),
+            fp8_library: Some(Fp8Library::TransformerEngine),
+            ..modules(&[M::Mlp])
+        });
+        assert_eq!(labels(&fp8), ["mlp up", "activation", FP8_CAST, "mlp down"]);
+
+        let c = crate::hardware::dgx_h100_without_models();
+        let mut shared = crate::workload::presets::mixtral_8x7b();
+        if let Some(m) = shared.moe.as_mut() {
+            m.shared_experts = 1;
+        }
+        let experts = |m: &[M]| {
+            let spec = ParallelSpec {
+                ep: Some(8),
+                ..modules(m)
+            };
+            let p = Plan::new(&shared, &Layout::new(&spec, &shared, &c).unwrap(), &c);
+            labels(&p)
+        };
+        assert_eq!(experts(&[M::MoeAct]), ["expert activation"]);
+        assert_eq!(
+            experts(&[M::SharedExperts]),
+            ["mlp up", "activation", "mlp down"]
+        );
+        assert_eq!(
+            experts(&[M::Moe]),
+            [
+                "router",
+                "router top-k",
+                "moe token counts all-gather",
+                "permute",
+                "moe all-to-all (dispatch)",
+                "moe all-to-all (probabilities)",
+                "expert up",
+                "expert activation",
+                "expert down",
+                "moe all-to-all (combine)",
+                "unpermute",
+                "mlp up",
+                "activation",
+                "mlp down",
+            ]
+        );
+
+        let mut spec = crate::workload::presets::preset("llama2-7b").unwrap();
+        spec.mla = Some(MlaSpec::deepseek_v3());
+        let latent = spec.validate("latent").unwrap();
+        let spec = modules(&[M::MlaUpProj]);
+        let p = Plan::new(&latent, &Layout::new(&spec, &latent, &c).unwrap(), &c);
+        assert_eq!(labels(&p), ["q up", "kv up", "rope q", "rope k"]);
+    }
+
+    /// Per-head query and key norms (Qwen 3, OLMo 2) after the QKV GEMM; a QKV bias (Qwen
+    /// 2) reduced in the backward; under the paper's rules RoPE on the queries only, as its
+    /// tool lists it.
+    #[test]
+    fn query_key_norms_qkv_bias_and_the_papers_rope() {
+        let mut a = Arch::resolve("llama3-8b").unwrap();
+        a.qk_norm = true;
+        a.qkv_bias = true;
+        let spec = |rules: Rules| ParallelSpec {
+            tp: Some(1),
+            dp: Some(8),
+            micro_batch: Some(1),
+            global_batch: Some(8),
+            dtype: Some(Dtype::Bf16),
+            rules: Some(rules),
+            ..Default::default()
+        };
+        let p = plan(&a, spec(Rules::Megatron));
+        let fwd = lines(&p, &p.layer.fwd);
+        assert_eq!(
+            fwd[1..6],
+            [
+                "qkv: gemm fwd bf16 (qkv) 8192x6144x4096",
+                "q norm: rmsnorm fwd bf16 1x8192x4096",
+                "k norm: rmsnorm fwd bf16 1x8192x1024",
+                "rope q: rope fwd bf16 1x8192x4096",
+                "rope k: rope fwd bf16 1x8192x1024",
+            ]
+        );
+        let bwd = lines(&p, &p.layer.bwd);
+        // two norms, the QKV bias, the query and key norms: five small gradients
+        assert_eq!(
+            bwd[bwd.len() - 2..],
+            [
+                "bias gradient: elementwise bwd bf16 1x8192x6144",
+                "gradient accumulation: residual_add bwd fp32 1x1x4096 x5",
+            ]
+        );
+        let paper = plan(&a, spec(Rules::Paper));
+        let fwd = lines(&paper, &paper.layer.fwd);
+        assert_eq!(fwd[4], "rope q: rope fwd bf16 1x8192x4096");
+        assert!(fwd[5].starts_with("attention: "), "{fwd:?}");
+    }
+
+    /// A multi-token-prediction module on tp 2 with sequence parallelism, one 8,192-token
+    /// sequence: the embedding, two norms on the 4,096-row shard, the 2 × 4,096 → 4,096
+    /// projection split over tp (2,048 columns a rank) and its output gathered, a layer, the
+    /// head; the backward in reverse. Its own parameters: the layer's, the projection's
+    /// 4,096 × 8,192 / 2, two norms of 4,096; three tensors more than the layer.
+    #[test]
+    fn a_multi_token_prediction_module() {
+        let p = llama_over(ParallelSpec {
+            tp: Some(2),
+            dp: Some(4),
+            global_batch: Some(4),
+            sequence_parallel: Some(true),
+            mtp_layers: Some(1),
+            ..Default::default()
+        });
+        let mtp = p.mtp.as_ref().unwrap();
+        let bridge = |phase: &str| -> Vec<String> {
+            vec![
+                format!("mtp embedding norm: rmsnorm {phase} bf16 1x4096x4096"),
+                format!("mtp hidden norm: rmsnorm {phase} bf16 1x4096x4096"),
+                format!("mtp projection: gemm {phase} bf16 8192x2048x8192"),
+                "mtp gather: all_gather none bf16 67108864 B 1x2".into(),
+            ]
+        };
+        let fwd = [
+            lines(&p, &p.embedding.fwd),
+            bridge("fwd"),
+            lines(&p, &p.layer.fwd),
+            lines(&p, &p.head.fwd),
+        ]
+        .concat();
+        assert_eq!(lines(&p, &mtp.fwd), fwd);
+        let bwd = [
+            lines(&p, &p.head.bwd),
+            lines(&p, &p.layer.bwd),
+            bridge("bwd"),
+            lines(&p, &p.embedding.bwd),
+        ]
+        .concat();
+        assert_eq!(lines(&p, &mtp.bwd), bwd);
+        assert_eq!(mtp.params, p.layer.params + 4096 * 8192 / 2 + 2 * 4096);
+        assert_eq!(mtp.tensors, p.layer.tensors + 3);
+    }
+}
