@@ -2247,66 +2247,9 @@ mod cuda_graph_tests {
 #[cfg(test)]
 mod by_hand_tests {
     use super::*;
-    use crate::ops::OpQuery;
+    use crate::plan::by_hand::{lines, plan};
     use crate::plan::Plan;
     use crate::workload::ParallelSpec;
-
-    /// One call as a line: "label: op phase dtype (role) shape [×count] [flags]", shapes
-    /// compactly (a GEMM m×n×k, tokens batch×seq×width, a collective its bytes over nodes ×
-    /// GPUs a node).
-    fn line(q: &OpQuery, c: &Call) -> String {
-        let shape = match q.shape {
-            Shape::Gemm(g) if g.batch == 1 => format!("{}x{}x{}", g.m, g.n, g.k),
-            Shape::Gemm(g) => format!("{}x{}x{} batch {}", g.m, g.n, g.k, g.batch),
-            Shape::Attention(a) => format!(
-                "b{} {}x{} h{}/{} d{}{}",
-                a.batch,
-                a.seq_q,
-                a.seq_kv,
-                a.heads,
-                a.kv_heads,
-                a.head_dim,
-                if a.causal { " causal" } else { "" }
-            ),
-            Shape::Tokens(t) => format!("{}x{}x{}", t.batch, t.seq, t.width),
-            Shape::Lookup(l) => format!("{}x{} d{} v{}", l.batch, l.seq, l.hidden, l.vocab),
-            Shape::Collective(c) => format!("{} B {}x{}", c.bytes, c.nodes, c.gpus_per_node),
-            Shape::Optimizer(o) => format!("{} params {} tensors", o.params, o.tensors),
-        };
-        let role = q.role.map(|r| format!(" ({r})")).unwrap_or_default();
-        let mut s = format!(
-            "{}: {} {} {}{role} {shape}",
-            c.label,
-            q.op.name(),
-            q.phase,
-            q.dtype
-        );
-        if c.count != 1.0 {
-            s += &format!(" x{}", c.count);
-        }
-        for (flag, on) in [
-            ("beside", c.beside_kernel),
-            ("overlapped", c.overlapped),
-            ("waits", c.host_waits),
-        ] {
-            if on {
-                s += &format!(" {flag}");
-            }
-        }
-        s
-    }
-
-    fn lines(p: &Plan, calls: &[Call]) -> Vec<String> {
-        calls
-            .iter()
-            .map(|c| line(&p.queries[c.query as usize], c))
-            .collect()
-    }
-
-    fn plan(arch: &Arch, spec: ParallelSpec) -> Plan {
-        let c = crate::hardware::dgx_h100_without_models();
-        Plan::new(arch, &Layout::new(&spec, arch, &c).unwrap(), &c)
-    }
 
     /// Llama 3 8B on tp 2 with sequence parallelism, two 8,192-token sequences a micro-batch:
     /// tokens 16,384, 16 query and 4 key-value heads of 128 on the rank, MLP 7,168 a rank,
@@ -3195,5 +3138,108 @@ mod by_hand_tests {
         assert_eq!(lines(&p, &mtp.bwd), bwd);
         assert_eq!(mtp.params, p.layer.params + 4096 * 8192 / 2 + 2 * 4096);
         assert_eq!(mtp.tensors, p.layer.tensors + 3);
+    }
+
+    /// torchao casts a GEMM's input and weight in the forward, only the input when the
+    /// weights are gathered in fp8 already (torchtitan's `enable_fsdp_float8_all_gather`).
+    #[test]
+    fn torchao_leaves_fp8_weights_uncast() {
+        let casts = |fp8_weights: bool| {
+            let p = llama_over(ParallelSpec {
+                dp: Some(8),
+                global_batch: Some(8),
+                dtype: Some(Dtype::Fp8),
+                fp8_library: Some(Fp8Library::Torchao),
+                fp8_param_gather: fp8_weights.then_some(true),
+                ..Default::default()
+            });
+            lines(&p, &p.layer.fwd)
+                .into_iter()
+                .filter(|l| l.starts_with(FP8_CAST))
+                .collect::<Vec<_>>()
+        };
+        // the output projection's input (8,192 tokens × 4,096) and weight (4,096 × 4,096)
+        let input = format!("{FP8_CAST}: elementwise fwd bf16 1x8192x4096");
+        let weight = format!("{FP8_CAST}: elementwise fwd bf16 1x4096x4096");
+        let both = casts(false);
+        assert_eq!(both.len(), 8);
+        assert_eq!(both[2..4], [input.clone(), weight]);
+        let inputs = casts(true);
+        assert_eq!(inputs.len(), 4);
+        assert_eq!(inputs[1], input);
+    }
+
+    /// A mixture's expert layer under Megatron-Core's `moe` graph scope (its input padded to
+    /// a capacity, so nothing is read back): the router, dispatch, experts and combine
+    /// captured in one graph after the eager attention block.
+    #[test]
+    fn the_moe_scope_captures_the_whole_expert_block() {
+        let a = crate::workload::presets::mixtral_8x7b();
+        let p = plan(
+            &a,
+            ParallelSpec {
+                ep: Some(8),
+                dp: Some(8),
+                global_batch: Some(8),
+                cuda_graphs: Some(vec![CudaGraphScope::Moe]),
+                moe_capacity_factor: Some(1.0),
+                moe_pad_to_capacity: Some(true),
+                ..Default::default()
+            },
+        );
+        let fwd = &p.layer.fwd;
+        let start = fwd
+            .iter()
+            .position(|c| c.label == "post-attention norm")
+            .unwrap();
+        assert!(fwd[..start].iter().all(|c| c.issue == Issue::Eager));
+        assert_eq!(fwd[start].issue, Issue::GraphLaunch);
+        assert!(fwd[start + 1..].iter().all(|c| c.issue == Issue::InGraph));
+    }
+
+    /// A mixture's first dense layer runs the dense MLP of `ffn_hidden` (no router, no
+    /// experts) and accumulates its two norms' gradients apart; shared experts on tp 2 are a
+    /// dense MLP of half their width a rank.
+    #[test]
+    fn a_mixtures_dense_layer_and_its_shared_experts_split_over_tp() {
+        let mut a = crate::workload::presets::mixtral_8x7b();
+        if let Some(m) = a.moe.as_mut() {
+            m.dense_layers = 1;
+            m.shared_experts = 1;
+        }
+        let p = plan(
+            &a,
+            ParallelSpec {
+                tp: Some(2),
+                ep: Some(4),
+                dp: Some(4),
+                micro_batch: Some(1),
+                global_batch: Some(4),
+                ..Default::default()
+            },
+        );
+        let dense = p.dense_layer.as_ref().unwrap();
+        let fwd = lines(&p, &dense.fwd);
+        assert!(!fwd.iter().any(|l| l.starts_with("router")), "{fwd:?}");
+        let mlp = fwd.iter().position(|l| l.starts_with("mlp up")).unwrap();
+        let half = [
+            "mlp up: gemm fwd bf16 (mlp_up) 4096x14336x4096",
+            "activation: swiglu fwd bf16 1x4096x7168",
+            "mlp down: gemm fwd bf16 (mlp_down) 4096x4096x7168",
+        ];
+        assert_eq!(fwd[mlp..mlp + 3], half);
+        assert_eq!(
+            lines(&p, &dense.bwd).last().unwrap(),
+            "gradient accumulation: residual_add bwd fp32 1x1x4096 x2"
+        );
+        // the expert layer's shared experts: 14,336 wide, 7,168 a rank, after the combine
+        let fwd = lines(&p, &p.layer.fwd);
+        let unpermute = fwd.iter().position(|l| l.starts_with("unpermute")).unwrap();
+        assert_eq!(fwd[unpermute + 1..unpermute + 4], half);
+        // two norms and the router accumulated apart; the shared experts in their GEMMs
+        assert_eq!(
+            lines(&p, &p.layer.bwd).last().unwrap(),
+            "gradient accumulation: residual_add bwd fp32 1x1x4096 x3"
+        );
     }
 }

@@ -15,6 +15,8 @@
 #![warn(missing_docs)]
 
 mod buckets;
+#[cfg(test)]
+mod by_hand;
 mod groups;
 mod layer;
 mod stage;

@@ -397,3 +397,152 @@ fn update(
     }
     out
 }
+
+/// Each stage's per-step work written out by hand (`by_hand`).
+#[cfg(test)]
+mod tests {
+    use crate::ops::Dtype;
+    use crate::plan::by_hand::{lines, plan};
+    use crate::workload::{Arch, ParallelSpec, Rules};
+
+    /// Llama 3 8B on tp 2, pp 2, dp 2, 16 layers a stage of 109,060,096 parameters a rank
+    /// (QKV 4,096 × 6,144 and output 4,096² and MLP 4,096 × 28,672 + 14,336 × 4,096 halved,
+    /// two norms whole) and 6 tensors; the first stage adds the embedding's 64,128 × 4,096,
+    /// the last the head's and the final norm. With Megatron's distributed optimizer
+    /// (ZeRO-1) and buckets of 500 M elements: the 16-bit gradients reduce-scattered in four
+    /// full buckets and the rest; the fused Adam over half the rank's parameters, the
+    /// master-to-model copy (6 bytes a parameter), the gradient norm (4), its all-reduce over
+    /// the 4 model-parallel ranks, clipping (8), zeroing (4), each as a pass over 4-byte
+    /// elements; then the parameters gathered in the same buckets.
+    #[test]
+    fn a_distributed_optimizer_step_per_stage() {
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let spec = |dtype: Dtype, zero: u8, rules: Rules| ParallelSpec {
+            tp: Some(2),
+            pp: Some(2),
+            dp: Some(2),
+            micro_batch: Some(1),
+            global_batch: Some(8),
+            zero: Some(zero),
+            dtype: Some(dtype),
+            grad_reduce_dtype: Some(Dtype::Bf16),
+            dp_bucket_elements: Some(500_000_000),
+            rules: Some(rules),
+            ..Default::default()
+        };
+        let p = plan(&a, spec(Dtype::Bf16, 1, Rules::Megatron));
+        let layers = 16 * 109_060_096u64;
+        let table = 64128 * 4096;
+        let (first, last) = (layers + table, layers + table + 4096);
+        assert_eq!((p.stages[0].params, p.stages[0].tensors), (first, 97));
+        assert_eq!((p.stages[1].params, p.stages[1].tensors), (last, 98));
+        let expected = |params: u64, tensors: u64| -> (Vec<String>, Vec<String>) {
+            let rest = params - 4 * 500_000_000;
+            let buckets = |label: &str, op: &str| {
+                vec![
+                    format!("{label}: {op} none bf16 1000000000 B 1x2 x4"),
+                    format!("{label}: {op} none bf16 {} B 1x2", 2 * rest),
+                ]
+            };
+            let half = params.div_ceil(2);
+            let mut update = vec![
+                format!(
+                    "optimizer step: optimizer_step none bf16 (fused_adam) {half} params \
+                     {tensors} tensors"
+                ),
+                format!(
+                    "main-to-model parameter copy: elementwise fwd bf16 1x1x{}",
+                    half * 6 / 4
+                ),
+                format!("gradient norm: elementwise fwd bf16 1x1x{params}"),
+                "gradient-norm all-reduce: all_reduce none bf16 4 B 1x4".into(),
+                format!("gradient clipping: elementwise fwd bf16 1x1x{}", 2 * params),
+                format!("zero gradient buffers: elementwise fwd bf16 1x1x{params}"),
+            ];
+            update.extend(buckets("dp parameter all-gather", "all_gather"));
+            (buckets("dp gradient sync", "reduce_scatter"), update)
+        };
+        for (stage, tensors) in [(&p.stages[0], 97), (&p.stages[1], 98)] {
+            let (sync, update) = expected(stage.params, tensors);
+            assert_eq!(lines(&p, &stage.grad_sync), sync);
+            assert_eq!(lines(&p, &stage.update), update);
+        }
+
+        // fp16 unscales and checks for infs (8 bytes a parameter) and all-reduces the result;
+        // without ZeRO the gradients are all-reduced, the whole rank stepped, nothing gathered
+        let fp16 = plan(&a, spec(Dtype::Fp16, 0, Rules::Megatron));
+        let s = &fp16.stages[0];
+        assert_eq!(
+            lines(&fp16, &s.grad_sync)[0],
+            "dp gradient sync: all_reduce none bf16 1000000000 B 1x2 x4"
+        );
+        let update = lines(&fp16, &s.update);
+        assert_eq!(
+            update[0],
+            format!(
+                "optimizer step: optimizer_step none fp16 (fused_adam) {first} params 97 tensors"
+            )
+        );
+        assert_eq!(
+            update[6..],
+            [
+                format!(
+                    "loss-scale unscale and inf check: elementwise fwd bf16 1x1x{}",
+                    2 * first
+                ),
+                "found-inf all-reduce: all_reduce none bf16 4 B 1x4".into(),
+            ]
+        );
+
+        // the paper's rules: GPT-NeoX's split (32 layers and 5 other blocks, 19 and 18 a
+        // stage, the first stage's two and the last's three not layers: 17 and 15 layers)
+        // and its tool's per-stage optimizer model, nothing more
+        let (first, last) = (17 * 109_060_096 + table, 15 * 109_060_096 + table + 4096);
+        let paper = plan(&a, spec(Dtype::Fp16, 0, Rules::Paper));
+        let update: Vec<Vec<String>> = paper
+            .stages
+            .iter()
+            .map(|s| lines(&paper, &s.update))
+            .collect();
+        assert_eq!(
+            update,
+            [
+                [format!("optimizer step: optimizer_step none fp16 (first_stage) {first} params 103 tensors")],
+                [format!("optimizer step: optimizer_step none fp16 (last_stage) {last} params 92 tensors")],
+            ]
+        );
+    }
+
+    /// Tied embeddings on two stages: the first and the last all-reduce the table's fp32
+    /// gradient (64,128 × 4,096 × 4 bytes) between them, before the data-parallel sync; on
+    /// one stage the head reuses the embedding's table: counted once.
+    #[test]
+    fn tied_embeddings_are_reduced_between_the_first_and_last_stage() {
+        let mut a = Arch::resolve("llama3-8b").unwrap();
+        a.tied_embeddings = true;
+        let spec = |pp: u64| ParallelSpec {
+            tp: Some(2),
+            pp: Some(pp),
+            dp: Some(4 / pp),
+            micro_batch: Some(1),
+            global_batch: Some(8),
+            ..Default::default()
+        };
+        let p = plan(&a, spec(2));
+        let table = 64128 * 4096u64;
+        for s in &p.stages {
+            assert_eq!(
+                lines(&p, &s.grad_sync)[0],
+                format!(
+                    "tied-embedding gradient all-reduce: all_reduce none bf16 {} B 1x2",
+                    4 * table
+                )
+            );
+        }
+        let one = plan(&a, spec(1));
+        let s = &one.stages[0];
+        assert!(!lines(&one, &s.grad_sync)[0].starts_with("tied"));
+        let layers = 32 * 109_060_096u64;
+        assert_eq!((s.params, s.tensors), (layers + table + 4096, 192 + 2));
+    }
+}
