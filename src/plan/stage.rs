@@ -165,7 +165,6 @@ pub(super) fn stages(
         .collect()
 }
 
-/// 16-bit gradients and parameters travel over the data-parallel group.
 /// The routed experts a pipeline rank holds: reduced and sharded over the expert
 /// data-parallel group (dp·cp / ep ranks) instead of the whole data-parallel group.
 #[derive(Clone, Copy)]
@@ -544,5 +543,188 @@ mod tests {
         assert!(!lines(&one, &s.grad_sync)[0].starts_with("tied"));
         let layers = 32 * 109_060_096u64;
         assert_eq!((s.params, s.tensors), (layers + table + 4096, 192 + 2));
+    }
+
+    /// Mixtral 8×7B on ep 4 of 8 data-parallel ranks (ZeRO-1, buckets of 1 G elements):
+    /// the rank's 1,605,636,096 dense parameters (32 layers of attention 4,096 × 6,144 +
+    /// 4,096², router 4,096 × 8 and two norms; embedding and head 32,000 × 4,096; final norm)
+    /// reduce-scattered over all 8, its two experts a layer (2 × (4,096 × 28,672 + 14,336 ×
+    /// 4,096) × 32 = 11,274,289,152) over the 2 ranks that hold the same experts; the Adam
+    /// step over an eighth of the first and half of the second; each gathered back over its
+    /// own group.
+    #[test]
+    fn experts_are_reduced_and_sharded_over_their_own_replicas() {
+        let a = crate::workload::presets::mixtral_8x7b();
+        let p = plan(
+            &a,
+            ParallelSpec {
+                ep: Some(4),
+                dp: Some(8),
+                micro_batch: Some(1),
+                global_batch: Some(8),
+                zero: Some(1),
+                grad_reduce_dtype: Some(Dtype::Bf16),
+                dp_bucket_elements: Some(1_000_000_000),
+                ..Default::default()
+            },
+        );
+        let dense: u64 =
+            32 * (4096 * 6144 + 4096 * 4096 + 4096 * 8 + 2 * 4096) + 2 * 32000 * 4096 + 4096;
+        let experts: u64 = 32 * 2 * (4096 * 28672 + 14336 * 4096);
+        assert_eq!((dense, experts), (1_605_636_096, 11_274_289_152));
+        let s = &p.stages[0];
+        assert_eq!((s.params, s.expert_params), (dense, experts));
+        let buckets = |label: &str, op: &str, params: u64, group: &str| {
+            let full = params / 1_000_000_000;
+            let rest = 2 * (params % 1_000_000_000);
+            let count = if full > 1 {
+                format!(" x{full}")
+            } else {
+                String::new()
+            };
+            vec![
+                format!("{label}: {op} none bf16 2000000000 B {group}{count}"),
+                format!("{label}: {op} none bf16 {rest} B {group}"),
+            ]
+        };
+        assert_eq!(
+            lines(&p, &s.grad_sync),
+            [
+                buckets("dp gradient sync", "reduce_scatter", dense, "1x8"),
+                buckets("expert gradient sync", "reduce_scatter", experts, "1x2"),
+            ]
+            .concat()
+        );
+        let update = lines(&p, &s.update);
+        // 5 tensors a layer (two norms, QKV, output, router), embedding, head and final
+        // norm; two experts' two each a layer
+        let stepped = dense.div_ceil(8) + experts.div_ceil(2);
+        assert_eq!(
+            update[0],
+            format!(
+                "optimizer step: optimizer_step none bf16 (fused_adam) {stepped} params {} \
+                 tensors",
+                32 * 5 + 3 + 32 * 4
+            )
+        );
+        // the gradient passes run over all the rank's parameters
+        assert_eq!(
+            update[2],
+            format!(
+                "gradient norm: elementwise fwd bf16 1x1x{}",
+                dense + experts
+            )
+        );
+        assert_eq!(
+            update[update.len() - 4..],
+            [
+                buckets("dp parameter all-gather", "all_gather", dense, "1x8"),
+                buckets("expert parameter all-gather", "all_gather", experts, "1x2"),
+            ]
+            .concat()
+        );
+    }
+
+    /// Megatron's interleaved schedule on pp 2 with 2 chunks a rank: chunks of 8 layers
+    /// placed round-robin (ranks 0, 1, 0, 1), the embedding on the first, the head on the
+    /// last; a chunk sends forward when the next chunk is on another rank (all but the last)
+    /// and backward when the previous one is (all but the first). On pp 4: first, middle,
+    /// middle, last.
+    #[test]
+    fn interleaved_chunks_go_round_robin() {
+        use crate::workload::Schedule;
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let p = plan(
+            &a,
+            ParallelSpec {
+                tp: Some(1),
+                pp: Some(2),
+                dp: Some(1),
+                vpp: Some(2),
+                schedule: Some(Schedule::Interleaved),
+                micro_batch: Some(1),
+                global_batch: Some(8),
+                ..Default::default()
+            },
+        );
+        let chunks: Vec<_> = p
+            .chunks
+            .iter()
+            .map(|c| {
+                (
+                    c.rank,
+                    c.first_layer,
+                    c.layers,
+                    c.embedding,
+                    c.head,
+                    c.sends_fwd,
+                    c.sends_bwd,
+                )
+            })
+            .collect();
+        assert_eq!(
+            chunks,
+            [
+                (0, 0, 8, true, false, true, false),
+                (1, 8, 8, false, false, true, true),
+                (0, 16, 8, false, false, true, true),
+                (1, 24, 8, false, true, false, true),
+            ]
+        );
+        let stages: Vec<_> = p
+            .stages
+            .iter()
+            .map(|s| (s.layers, s.embedding, s.head, s.sends_fwd, s.sends_bwd))
+            .collect();
+        assert_eq!(stages, [(16, true, false, 2, 1), (16, false, true, 1, 2)]);
+        let four = plan(
+            &a,
+            ParallelSpec {
+                tp: Some(1),
+                pp: Some(4),
+                dp: Some(1),
+                micro_batch: Some(1),
+                global_batch: Some(8),
+                ..Default::default()
+            },
+        );
+        let roles: Vec<&str> = four.stages.iter().map(|s| s.role.name()).collect();
+        assert_eq!(roles, ["first", "middle", "middle", "last"]);
+    }
+
+    /// Under FSDP the layers reduce-scatter their own gradients (`layer_block`): the stage
+    /// syncs nothing more, the optimizer steps the shard, and no master-to-model copy runs
+    /// (the 16-bit weights are cast as they are gathered); no parameter all-gather after it.
+    #[test]
+    fn fsdp_leaves_the_stage_only_its_optimizer_and_gradient_passes() {
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let p = plan(
+            &a,
+            ParallelSpec {
+                tp: Some(1),
+                dp: Some(8),
+                micro_batch: Some(1),
+                global_batch: Some(8),
+                zero: Some(3),
+                ..Default::default()
+            },
+        );
+        let s = &p.stages[0];
+        assert!(s.grad_sync.is_empty());
+        let labels: Vec<&str> = s.update.iter().map(|c| c.label).collect();
+        assert_eq!(
+            labels,
+            [
+                "optimizer step",
+                "gradient norm",
+                "gradient clipping",
+                "zero gradient buffers"
+            ]
+        );
+        let stepped = lines(&p, &s.update[..1]);
+        assert!(
+            stepped[0].contains(&format!(" {} params ", s.params.div_ceil(8))),
+            "{stepped:?}"
+        );
     }
 }
