@@ -2379,6 +2379,13 @@ mod by_hand_tests {
         expected.push("gradient accumulation: residual_add bwd fp32 1x1x6144 x8".into());
         assert_eq!(lines(&megatron, &megatron.layer.bwd), expected);
         assert_eq!(megatron.layer.tensors, 12);
+        // the GPT-2 vocabulary padded to 512 (50,688), a quarter a rank, and the learned
+        // positions (2,048 × 6,144, whole on every rank); the head's norm has a bias
+        let table = 50688 / 4 * 6144;
+        let e = &megatron.embedding;
+        assert_eq!((e.params, e.tensors), (table + 2048 * 6144, 2));
+        let h = &megatron.head;
+        assert_eq!((h.params, h.tensors), (table + 2 * 6144, 3));
 
         let paper = plan(&a, spec(4, Rules::Paper));
         let paper_core = [core[0], core[1], core[3]];
