@@ -546,7 +546,8 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
     let attention = projections
         + 4.0 * s * keys * core // scores and context
         + 2.0 * s * out * d; // output projection
-                             // the MLP work a token does: up (and gate) and down of `ffn`, and a router
+
+    // the MLP work a token does: up (and gate) and down of `ffn`, and a router
     let mlp = |ffn: f64, router: f64| {
         let up = if arch.activation.is_gated() {
             2.0 * ffn
@@ -571,4 +572,62 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
     // model's last, and the head again
     let mtp = layout.mtp_layers as f64 * (2.0 * s * 2.0 * d * d + attention + sparse + head);
     3.0 * (per_model + head + mtp) * layout.global_batch as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::by_hand::plan;
+    use crate::workload::{Arch, ParallelSpec, Rules};
+
+    /// A step's model FLOPs as 6 × tokens × the matmul parameters a token passes through
+    /// (Llama 3 8B: 218,103,808 a layer, QKV 4,096 × 6,144, output 4,096², up 4,096 × 28,672,
+    /// down 14,336 × 4,096; the head 4,096 × 128,256), plus the attention core's 3 × 4 × s ×
+    /// keys × 4,096 a layer, a query seeing half the 8,192 keys under a causal mask and all
+    /// of them under the paper's rules; × the global batch. Mixtral: the two experts a token
+    /// runs and the router (4,096 × 8) instead of the dense MLP; sliding windows of 1,024:
+    /// 960 keys a query.
+    #[test]
+    fn model_flops_count_what_a_token_passes_through() {
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let spec = |rules: Rules| ParallelSpec {
+            tp: Some(1),
+            dp: Some(2),
+            micro_batch: Some(1),
+            global_batch: Some(2),
+            seq_len: Some(8192),
+            rules: Some(rules),
+            ..Default::default()
+        };
+        let s = 8192.0;
+        let (layer, head) = (218_103_808.0, 4096.0 * 128_256.0);
+        let core = |keys: f64| 32.0 * 3.0 * 4.0 * s * keys * 4096.0;
+        let matmuls = |layer: f64| 6.0 * s * (32.0 * layer + head);
+        let flops = |p: &crate::plan::Plan| p.model_flops_per_step / 2.0;
+        let megatron = plan(&a, spec(Rules::Megatron));
+        let close = |x: f64, y: f64| (x / y - 1.0).abs() < 1e-12;
+        assert!(close(flops(&megatron), matmuls(layer) + core(4096.0)));
+        let paper = plan(&a, spec(Rules::Paper));
+        assert!(close(flops(&paper), matmuls(layer) + core(8192.0)));
+
+        let mixtral = crate::workload::presets::mixtral_8x7b();
+        let p = plan(
+            &mixtral,
+            ParallelSpec {
+                ep: Some(2),
+                ..spec(Rules::Megatron)
+            },
+        );
+        // Mixtral's attention: 32 query and 8 key-value heads of 128, like Llama 3 8B's;
+        // Llama 2's 32,000-entry vocabulary
+        let attention = 4096.0 * 6144.0 + 4096.0 * 4096.0;
+        let experts = 2.0 * (4096.0 * 28672.0 + 14336.0 * 4096.0) + 4096.0 * 8.0;
+        let head = 4096.0 * 32000.0;
+        let expected = 6.0 * s * (32.0 * (attention + experts) + head) + core(4096.0);
+        assert!(close(flops(&p), expected), "{} {expected}", flops(&p));
+
+        let mut windowed = a.clone();
+        windowed.sliding_window = Some(1024);
+        let p = plan(&windowed, spec(Rules::Megatron));
+        assert!(close(flops(&p), matmuls(layer) + core(960.0)));
+    }
 }
