@@ -1794,6 +1794,9 @@ mod dispatch_tests {
         let two = 1.0 - (6.0 * 5.0 * 4.0 * 3.0) / (8.0 * 7.0 * 6.0 * 5.0);
         assert!((remote_nodes(&moe(8, 4), 4) - 3.0 * two).abs() < 1e-12);
         assert_eq!(remote_nodes(&moe(8, 4), 1), 0.0);
+        // 8 groups do not split evenly over 3 nodes: the limit is not modelled, 8 random copies
+        let uneven = 2.0 * (1.0 - (2.0f64 / 3.0).powi(8));
+        assert!((remote_nodes(&moe(8, 4), 3) - uneven).abs() < 1e-12);
     }
 }
 
@@ -3247,6 +3250,89 @@ mod by_hand_tests {
         assert_eq!(
             lines(&p, &p.layer.bwd).last().unwrap(),
             "gradient accumulation: residual_add bwd fp32 1x1x4096 x3"
+        );
+    }
+
+    /// DeepEP's two legs only where they run: on one node no network leg; with one expert
+    /// rank a node (tp 8 and etp 8 over two nodes, beside the expert-tensor-parallel
+    /// gathers) no NVLink leg; over 4 nodes of 8 (32
+    /// experts) a token's 2 copies miss a node with (3/4)², so 1.3125 remote nodes, × 1.5 for
+    /// the busiest rank, × 4/3 as the 4-node all-to-all's off-node share: 10,752 tokens of
+    /// 8 KiB. Without expert parallelism no token counts are gathered.
+    #[test]
+    fn deepep_runs_only_the_legs_its_ranks_span() {
+        let transfers = |experts: u64, spec: ParallelSpec| -> Vec<String> {
+            mixture(
+                experts,
+                ParallelSpec {
+                    moe_dispatcher: Some(Dispatcher::Deepep),
+                    ..spec
+                },
+            )
+            .into_iter()
+            .filter(|l| l.contains(" all-to-all ("))
+            .map(|l| l.split(':').next().unwrap().to_string())
+            .collect()
+        };
+        let replicas = |ep: u64, dp: u64| ParallelSpec {
+            ep: Some(ep),
+            dp: Some(dp),
+            global_batch: Some(dp),
+            ..Default::default()
+        };
+        assert_eq!(
+            transfers(8, replicas(8, 8)),
+            [
+                "moe nvlink all-to-all (dispatch)",
+                "moe nvlink all-to-all (combine)"
+            ]
+        );
+        let wide = ParallelSpec {
+            tp: Some(8),
+            ..replicas(2, 2)
+        };
+        assert_eq!(
+            transfers(8, wide),
+            [
+                "moe network all-to-all (dispatch)",
+                "moe network all-to-all (combine)"
+            ]
+        );
+        let four = mixture(
+            32,
+            ParallelSpec {
+                moe_dispatcher: Some(Dispatcher::Deepep),
+                ..replicas(32, 32)
+            },
+        );
+        assert!(four.contains(
+            &"moe network all-to-all (combine): all_to_all none bf16 88080384 B 4x1".to_string()
+        ));
+        let alone = mixture(8, replicas(1, 8));
+        assert!(!alone.iter().any(|l| l.starts_with("moe ")), "{alone:?}");
+    }
+
+    /// A mixture's dense layer without shared experts still accumulates only its two
+    /// norms apart (its MLP's two projections in their GEMMs).
+    #[test]
+    fn a_dense_layer_without_shared_experts() {
+        let mut a = crate::workload::presets::mixtral_8x7b();
+        if let Some(m) = a.moe.as_mut() {
+            m.dense_layers = 1;
+        }
+        let p = over(
+            &a,
+            ParallelSpec {
+                ep: Some(8),
+                dp: Some(8),
+                global_batch: Some(8),
+                ..Default::default()
+            },
+        );
+        let dense = p.dense_layer.as_ref().unwrap();
+        assert_eq!(
+            lines(&p, &dense.bwd).last().unwrap(),
+            "gradient accumulation: residual_add bwd fp32 1x1x4096 x2"
         );
     }
 }
