@@ -3335,4 +3335,97 @@ mod by_hand_tests {
             "gradient accumulation: residual_add bwd fp32 1x1x4096 x2"
         );
     }
+
+    /// Op-level checkpointing (torchtitan's policy) of an ungated MLP saves the up
+    /// projection's output and recomputes the down projection (the 6th of six matmuls); on
+    /// tp 2 with sequence parallelism it recomputes the all-gathers and saves what the
+    /// reduce-scatters produced; with context parallelism it keeps the attention's inputs, so
+    /// no key-value exchange reruns.
+    #[test]
+    fn op_level_checkpointing_saves_reduce_scatters_attention_and_every_other_matmul() {
+        let labels = |a: &Arch, spec: ParallelSpec| -> Vec<&'static str> {
+            let p = over(
+                a,
+                ParallelSpec {
+                    recompute: Some(Recompute::SelectiveOp),
+                    ..spec
+                },
+            );
+            p.layer.recompute.iter().map(|c| c.label).collect()
+        };
+        let eight = ParallelSpec {
+            dp: Some(8),
+            global_batch: Some(8),
+            ..Default::default()
+        };
+        let mut ungated = Arch::resolve("llama3-8b").unwrap();
+        ungated.activation = crate::workload::Activation::Gelu;
+        let mlp: Vec<&str> = labels(&ungated, eight.clone())
+            .into_iter()
+            .filter(|l| l.starts_with("mlp"))
+            .collect();
+        assert_eq!(mlp, ["mlp down"]);
+        let llama = Arch::resolve("llama3-8b").unwrap();
+        let sp = ParallelSpec {
+            tp: Some(2),
+            dp: Some(4),
+            global_batch: Some(4),
+            sequence_parallel: Some(true),
+            ..Default::default()
+        };
+        let tp: Vec<&str> = labels(&llama, sp)
+            .into_iter()
+            .filter(|l| l.starts_with("tp ") || l.starts_with("attention"))
+            .collect();
+        assert_eq!(tp, ["attention out", "tp all-gather", "tp all-gather"]);
+        let cp = ParallelSpec {
+            cp: Some(2),
+            dp: Some(4),
+            global_batch: Some(4),
+            ..Default::default()
+        };
+        let rebuilt = labels(&llama, cp);
+        assert!(!rebuilt
+            .iter()
+            .any(|l| l.starts_with("cp k/v") || l.starts_with("attention (")));
+        assert!(rebuilt.contains(&"cp output merge"), "{rebuilt:?}");
+    }
+
+    /// On one tensor-parallel rank neither the embedding nor a multi-token-prediction
+    /// module communicates.
+    #[test]
+    fn one_rank_gathers_nothing() {
+        let p = llama_over(ParallelSpec {
+            dp: Some(8),
+            global_batch: Some(8),
+            mtp_layers: Some(1),
+            ..Default::default()
+        });
+        assert_eq!(
+            lines(&p, &p.embedding.fwd),
+            ["embedding: embedding fwd bf16 1x8192 d4096 v128256"]
+        );
+        let mtp = p.mtp.as_ref().unwrap();
+        assert!(!mtp.fwd.iter().any(|c| c.label == "mtp gather"));
+        // a module of GPT-3 15B: its projection 2 × 6,144 → 6,144 whole, two layer norms
+        // with their biases
+        let gpt3 = over(
+            &Arch::resolve("gpt3-15b").unwrap(),
+            ParallelSpec {
+                dp: Some(8),
+                global_batch: Some(8),
+                mtp_layers: Some(1),
+                ..Default::default()
+            },
+        );
+        let mtp = gpt3.mtp.as_ref().unwrap();
+        let layer = &gpt3.layer;
+        assert_eq!(
+            (mtp.params, mtp.tensors),
+            (
+                layer.params + 2 * 6144 * 6144 + 4 * 6144,
+                layer.tensors + 1 + 4
+            )
+        );
+    }
 }
