@@ -3428,4 +3428,25 @@ mod by_hand_tests {
             )
         );
     }
+
+    /// Token counts come from every rank of the expert and expert-tensor-parallel groups:
+    /// with tp (and etp) 16 over two nodes and ep 2, 32 ranks on four nodes, 8 experts × 8
+    /// bytes each.
+    #[test]
+    fn token_counts_come_from_ranks_on_every_node_they_span() {
+        let l = mixture(
+            8,
+            ParallelSpec {
+                tp: Some(16),
+                ep: Some(2),
+                dp: Some(2),
+                global_batch: Some(2),
+                ..Default::default()
+            },
+        );
+        assert!(
+            l.contains(&"moe token counts all-gather: all_gather none bf16 2048 B 4x8".to_string()),
+            "{l:?}"
+        );
+    }
 }
