@@ -727,4 +727,51 @@ mod tests {
             "{stepped:?}"
         );
     }
+
+    /// A stage's parameters are its blocks': a mixture with 2 dense first layers and a
+    /// multi-token-prediction module on one stage holds 30 expert layers, 2 dense ones, the
+    /// module (its own experts among the expert parameters), the embedding and the head.
+    #[test]
+    fn a_stage_holds_its_dense_expert_and_prediction_layers() {
+        let mut a = crate::workload::presets::mixtral_8x7b();
+        if let Some(m) = a.moe.as_mut() {
+            m.dense_layers = 2;
+        }
+        let p = plan(
+            &a,
+            ParallelSpec {
+                ep: Some(8),
+                dp: Some(8),
+                micro_batch: Some(1),
+                global_batch: Some(8),
+                mtp_layers: Some(1),
+                ..Default::default()
+            },
+        );
+        let (layer, dense) = (&p.layer, p.dense_layer.as_ref().unwrap());
+        let mtp = p.mtp.as_ref().unwrap();
+        let (e, h) = (&p.embedding, &p.head);
+        let s = &p.stages[0];
+        assert_eq!((s.layers, s.dense_layers, s.mtp_layers), (32, 2, 1));
+        assert_eq!(
+            s.params,
+            30 * layer.params + 2 * dense.params + mtp.params + e.params + h.params
+        );
+        assert_eq!(
+            s.tensors,
+            30 * layer.tensors + 2 * dense.tensors + mtp.tensors + e.tensors + h.tensors
+        );
+        assert_eq!(
+            s.expert_params,
+            30 * layer.expert_params + mtp.expert_params
+        );
+        // the optimizer steps the expert tensors too (one expert a rank: 2 a layer)
+        let update = lines(&p, &s.update[..1]);
+        let tensors = s.tensors + 2 * 31;
+        assert!(
+            update[0].ends_with(&format!(" {tensors} tensors")),
+            "{update:?}"
+        );
+        assert!(layer.params != dense.params && dense.params > 0 && mtp.params > 0);
+    }
 }
