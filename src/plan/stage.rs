@@ -467,6 +467,24 @@ mod tests {
             assert_eq!(lines(&p, &stage.update), update);
         }
 
+        // gradients reduced in fp32: 4 bytes an element; the parameters still gathered in 16
+        let fp32 = plan(
+            &a,
+            ParallelSpec {
+                grad_reduce_dtype: Some(Dtype::Fp32),
+                ..spec(Dtype::Bf16, 1, Rules::Megatron)
+            },
+        );
+        let s = &fp32.stages[0];
+        assert_eq!(
+            lines(&fp32, &s.grad_sync)[0],
+            "dp gradient sync: reduce_scatter none bf16 2000000000 B 1x2 x4"
+        );
+        assert_eq!(
+            lines(&fp32, &s.update)[6],
+            "dp parameter all-gather: all_gather none bf16 1000000000 B 1x2 x4"
+        );
+
         // fp16 unscales and checks for infs (8 bytes a parameter) and all-reduces the result;
         // without ZeRO the gradients are all-reduced, the whole rank stepped, nothing gathered
         let fp16 = plan(&a, spec(Dtype::Fp16, 0, Rules::Megatron));
@@ -538,6 +556,23 @@ mod tests {
                 )
             );
         }
+        // with tp 8 a stage fills a node: the two stages reduce across the network, a table
+        // padded to a multiple of 128 · 8 (129,024 rows), an eighth a rank
+        let wide = plan(
+            &a,
+            ParallelSpec {
+                tp: Some(8),
+                dp: Some(1),
+                ..spec(2)
+            },
+        );
+        assert_eq!(
+            lines(&wide, &wide.stages[0].grad_sync),
+            [format!(
+                "tied-embedding gradient all-reduce: all_reduce none bf16 {} B 2x1",
+                4 * (129024 / 8) * 4096
+            )]
+        );
         let one = plan(&a, spec(1));
         let s = &one.stages[0];
         assert!(!lines(&one, &s.grad_sync)[0].starts_with("tied"));
