@@ -809,4 +809,33 @@ mod tests {
         );
         assert!(layer.params != dense.params && dense.params > 0 && mtp.params > 0);
     }
+
+    /// One expert a rank on ep 8 of 8 replicas: no other rank holds its experts, so their
+    /// gradients are neither reduced nor gathered, and the optimizer steps all of them.
+    #[test]
+    fn experts_held_once_are_not_reduced() {
+        let a = crate::workload::presets::mixtral_8x7b();
+        let p = plan(
+            &a,
+            ParallelSpec {
+                ep: Some(8),
+                dp: Some(8),
+                micro_batch: Some(1),
+                global_batch: Some(8),
+                zero: Some(1),
+                ..Default::default()
+            },
+        );
+        let s = &p.stages[0];
+        let labels =
+            |calls: &[crate::plan::Call]| -> Vec<&str> { calls.iter().map(|c| c.label).collect() };
+        assert!(!labels(&s.grad_sync).iter().any(|l| l.starts_with("expert")));
+        assert!(!labels(&s.update).iter().any(|l| l.starts_with("expert")));
+        let stepped = s.params.div_ceil(8) + s.expert_params;
+        let update = lines(&p, &s.update[..1]);
+        assert!(
+            update[0].contains(&format!(" {stepped} params ")),
+            "{update:?}"
+        );
+    }
 }
