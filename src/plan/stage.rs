@@ -580,6 +580,18 @@ mod tests {
         assert_eq!((s.params, s.tensors), (layers + table + 4096, 192 + 2));
     }
 
+    /// Mixtral 8×7B on 8 data-parallel ranks under Megatron's distributed optimizer.
+    fn mixtral_over_8(spec: ParallelSpec) -> crate::plan::Plan {
+        let spec = ParallelSpec {
+            dp: Some(8),
+            micro_batch: Some(1),
+            global_batch: Some(8),
+            zero: Some(1),
+            ..spec
+        };
+        plan(&crate::workload::presets::mixtral_8x7b(), spec)
+    }
+
     /// Mixtral 8×7B on ep 4 of 8 data-parallel ranks (ZeRO-1, buckets of 1 G elements):
     /// the rank's 1,605,636,096 dense parameters (32 layers of attention 4,096 × 6,144 +
     /// 4,096², router 4,096 × 8 and two norms; embedding and head 32,000 × 4,096; final norm)
@@ -589,20 +601,12 @@ mod tests {
     /// own group.
     #[test]
     fn experts_are_reduced_and_sharded_over_their_own_replicas() {
-        let a = crate::workload::presets::mixtral_8x7b();
-        let p = plan(
-            &a,
-            ParallelSpec {
-                ep: Some(4),
-                dp: Some(8),
-                micro_batch: Some(1),
-                global_batch: Some(8),
-                zero: Some(1),
-                grad_reduce_dtype: Some(Dtype::Bf16),
-                dp_bucket_elements: Some(1_000_000_000),
-                ..Default::default()
-            },
-        );
+        let p = mixtral_over_8(ParallelSpec {
+            ep: Some(4),
+            grad_reduce_dtype: Some(Dtype::Bf16),
+            dp_bucket_elements: Some(1_000_000_000),
+            ..Default::default()
+        });
         let dense: u64 =
             32 * (4096 * 6144 + 4096 * 4096 + 4096 * 8 + 2 * 4096) + 2 * 32000 * 4096 + 4096;
         let experts: u64 = 32 * 2 * (4096 * 28672 + 14336 * 4096);
@@ -814,18 +818,10 @@ mod tests {
     /// gradients are neither reduced nor gathered, and the optimizer steps all of them.
     #[test]
     fn experts_held_once_are_not_reduced() {
-        let a = crate::workload::presets::mixtral_8x7b();
-        let p = plan(
-            &a,
-            ParallelSpec {
-                ep: Some(8),
-                dp: Some(8),
-                micro_batch: Some(1),
-                global_batch: Some(8),
-                zero: Some(1),
-                ..Default::default()
-            },
-        );
+        let p = mixtral_over_8(ParallelSpec {
+            ep: Some(8),
+            ..Default::default()
+        });
         let s = &p.stages[0];
         let labels =
             |calls: &[crate::plan::Call]| -> Vec<&str> { calls.iter().map(|c| c.label).collect() };
@@ -837,5 +833,27 @@ mod tests {
             update[0].contains(&format!(" {stepped} params ")),
             "{update:?}"
         );
+    }
+
+    /// One replica under ZeRO-1 (pipeline ranks only): nothing to reduce or gather.
+    #[test]
+    fn one_replica_reduces_and_gathers_nothing() {
+        let a = Arch::resolve("llama3-8b").unwrap();
+        let p = plan(
+            &a,
+            ParallelSpec {
+                tp: Some(1),
+                pp: Some(2),
+                dp: Some(1),
+                micro_batch: Some(1),
+                global_batch: Some(4),
+                zero: Some(1),
+                ..Default::default()
+            },
+        );
+        for s in &p.stages {
+            assert!(s.grad_sync.is_empty());
+            assert!(!s.update.iter().any(|c| c.label.contains("all-gather")));
+        }
     }
 }
