@@ -664,6 +664,19 @@ mod tests {
         );
     }
 
+    /// Llama 3 8B over `pp` pipeline ranks alone (tp 1, dp 1), 8 sequences a step.
+    fn llama_pipeline(pp: u64, spec: ParallelSpec) -> crate::plan::Plan {
+        let spec = ParallelSpec {
+            tp: Some(1),
+            pp: Some(pp),
+            dp: Some(1),
+            micro_batch: Some(1),
+            global_batch: Some(8),
+            ..spec
+        };
+        plan(&Arch::resolve("llama3-8b").unwrap(), spec)
+    }
+
     /// Megatron's interleaved schedule on pp 2 with 2 chunks a rank: chunks of 8 layers
     /// placed round-robin (ranks 0, 1, 0, 1), the embedding on the first, the head on the
     /// last; a chunk sends forward when the next chunk is on another rank (all but the last)
@@ -672,17 +685,11 @@ mod tests {
     #[test]
     fn interleaved_chunks_go_round_robin() {
         use crate::workload::Schedule;
-        let a = Arch::resolve("llama3-8b").unwrap();
-        let p = plan(
-            &a,
+        let p = llama_pipeline(
+            2,
             ParallelSpec {
-                tp: Some(1),
-                pp: Some(2),
-                dp: Some(1),
                 vpp: Some(2),
                 schedule: Some(Schedule::Interleaved),
-                micro_batch: Some(1),
-                global_batch: Some(8),
                 ..Default::default()
             },
         );
@@ -716,17 +723,7 @@ mod tests {
             .map(|s| (s.layers, s.embedding, s.head, s.sends_fwd, s.sends_bwd))
             .collect();
         assert_eq!(stages, [(16, true, false, 2, 1), (16, false, true, 1, 2)]);
-        let four = plan(
-            &a,
-            ParallelSpec {
-                tp: Some(1),
-                pp: Some(4),
-                dp: Some(1),
-                micro_batch: Some(1),
-                global_batch: Some(8),
-                ..Default::default()
-            },
-        );
+        let four = llama_pipeline(4, ParallelSpec::default());
         let roles: Vec<&str> = four.stages.iter().map(|s| s.role.name()).collect();
         assert_eq!(roles, ["first", "middle", "middle", "last"]);
     }
@@ -838,15 +835,9 @@ mod tests {
     /// One replica under ZeRO-1 (pipeline ranks only): nothing to reduce or gather.
     #[test]
     fn one_replica_reduces_and_gathers_nothing() {
-        let a = Arch::resolve("llama3-8b").unwrap();
-        let p = plan(
-            &a,
+        let p = llama_pipeline(
+            2,
             ParallelSpec {
-                tp: Some(1),
-                pp: Some(2),
-                dp: Some(1),
-                micro_batch: Some(1),
-                global_batch: Some(4),
                 zero: Some(1),
                 ..Default::default()
             },
