@@ -764,9 +764,9 @@ mod tests {
         );
     }
 
-    /// A stage's parameters are its blocks': a mixture with 2 dense first layers and a
-    /// multi-token-prediction module on one stage holds 30 expert layers, 2 dense ones, the
-    /// module (its own experts among the expert parameters), the embedding and the head.
+    /// A stage's parameters are its blocks': a mixture with 2 dense first layers and two
+    /// multi-token-prediction modules on one stage holds 30 expert layers, 2 dense ones, the
+    /// modules (their own experts among the expert parameters), the embedding and the head.
     #[test]
     fn a_stage_holds_its_dense_expert_and_prediction_layers() {
         let mut a = crate::workload::presets::mixtral_8x7b();
@@ -780,7 +780,7 @@ mod tests {
                 dp: Some(8),
                 micro_batch: Some(1),
                 global_batch: Some(8),
-                mtp_layers: Some(1),
+                mtp_layers: Some(2),
                 ..Default::default()
             },
         );
@@ -788,22 +788,22 @@ mod tests {
         let mtp = p.mtp.as_ref().unwrap();
         let (e, h) = (&p.embedding, &p.head);
         let s = &p.stages[0];
-        assert_eq!((s.layers, s.dense_layers, s.mtp_layers), (32, 2, 1));
+        assert_eq!((s.layers, s.dense_layers, s.mtp_layers), (32, 2, 2));
         assert_eq!(
             s.params,
-            30 * layer.params + 2 * dense.params + mtp.params + e.params + h.params
+            30 * layer.params + 2 * dense.params + 2 * mtp.params + e.params + h.params
         );
         assert_eq!(
             s.tensors,
-            30 * layer.tensors + 2 * dense.tensors + mtp.tensors + e.tensors + h.tensors
+            30 * layer.tensors + 2 * dense.tensors + 2 * mtp.tensors + e.tensors + h.tensors
         );
         assert_eq!(
             s.expert_params,
-            30 * layer.expert_params + mtp.expert_params
+            30 * layer.expert_params + 2 * mtp.expert_params
         );
         // the optimizer steps the expert tensors too (one expert a rank: 2 a layer)
         let update = lines(&p, &s.update[..1]);
-        let tensors = s.tensors + 2 * 31;
+        let tensors = s.tensors + 2 * 32;
         assert!(
             update[0].ends_with(&format!(" {tensors} tensors")),
             "{update:?}"
