@@ -3255,10 +3255,10 @@ mod by_hand_tests {
 
     /// DeepEP's two legs only where they run: on one node no network leg; with one expert
     /// rank a node (tp 8 and etp 8 over two nodes, beside the expert-tensor-parallel
-    /// gathers) no NVLink leg; over 4 nodes of 8 (32
-    /// experts) a token's 2 copies miss a node with (3/4)², so 1.3125 remote nodes, × 1.5 for
-    /// the busiest rank, × 4/3 as the 4-node all-to-all's off-node share: 10,752 tokens of
-    /// 8 KiB. Without expert parallelism no token counts are gathered.
+    /// gathers) no NVLink leg; over 4 nodes of 8 (32 experts) a token's 2 copies miss a node
+    /// with (3/4)², so 1.3125 remote nodes, × 1.5 for the busiest rank, × 4/3 as the 4-node
+    /// all-to-all's off-node share: 10,752 tokens of 8 KiB. Without expert parallelism no
+    /// token counts are gathered.
     #[test]
     fn deepep_runs_only_the_legs_its_ranks_span() {
         let transfers = |experts: u64, spec: ParallelSpec| -> Vec<String> {

@@ -601,13 +601,13 @@ mod tests {
         let s = 8192.0;
         let (layer, head) = (218_103_808.0, 4096.0 * 128_256.0);
         let core = |keys: f64| 32.0 * 3.0 * 4.0 * s * keys * 4096.0;
-        let matmuls = |layer: f64| 6.0 * s * (32.0 * layer + head);
+        let matmuls = 6.0 * s * (32.0 * layer + head);
         let flops = |p: &crate::plan::Plan| p.model_flops_per_step / 2.0;
         let megatron = plan(&a, spec(Rules::Megatron));
         let close = |x: f64, y: f64| (x / y - 1.0).abs() < 1e-12;
-        assert!(close(flops(&megatron), matmuls(layer) + core(4096.0)));
+        assert!(close(flops(&megatron), matmuls + core(4096.0)));
         let paper = plan(&a, spec(Rules::Paper));
-        assert!(close(flops(&paper), matmuls(layer) + core(8192.0)));
+        assert!(close(flops(&paper), matmuls + core(8192.0)));
 
         let mixtral = crate::workload::presets::mixtral_8x7b();
         let p = plan(
@@ -628,6 +628,6 @@ mod tests {
         let mut windowed = a.clone();
         windowed.sliding_window = Some(1024);
         let p = plan(&windowed, spec(Rules::Megatron));
-        assert!(close(flops(&p), matmuls(layer) + core(960.0)));
+        assert!(close(flops(&p), matmuls + core(960.0)));
     }
 }
