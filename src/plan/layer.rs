@@ -1363,17 +1363,7 @@ fn backward_extras(p: &mut PassCalls, arch: &Arch, d: &Dims, up_width: u64, dens
     } else {
         arch.layer_params(d.t)
     };
-    // the projections: QKV and output, or latent attention's (query down and up, or one
-    // query projection; key-value down and up; output); the dense MLP's or shared experts'
-    // up and down
-    let attention_matrices = arch
-        .mla
-        .map_or(2, |m| 4 + u64::from(m.q_lora_rank.is_some()));
-    let mlp_matrices = match &arch.moe {
-        Some(m) if !dense => 2 * u64::from(m.shared_ffn() > 0),
-        _ => 2,
-    };
-    let small = tensors.saturating_sub(attention_matrices + mlp_matrices);
+    let small = tensors.saturating_sub(arch.layer_projections(dense));
     if small > 0 {
         p.compute(
             "gradient accumulation",
@@ -3274,14 +3264,14 @@ mod by_hand_tests {
             .map(|l| l.split(':').next().unwrap().to_string())
             .collect()
         };
-        let replicas = |ep: u64, dp: u64| ParallelSpec {
+        let experts_over = |ep: u64, dp: u64| ParallelSpec {
             ep: Some(ep),
             dp: Some(dp),
             global_batch: Some(dp),
             ..Default::default()
         };
         assert_eq!(
-            transfers(8, replicas(8, 8)),
+            transfers(8, experts_over(8, 8)),
             [
                 "moe nvlink all-to-all (dispatch)",
                 "moe nvlink all-to-all (combine)"
@@ -3289,7 +3279,7 @@ mod by_hand_tests {
         );
         let wide = ParallelSpec {
             tp: Some(8),
-            ..replicas(2, 2)
+            ..experts_over(2, 2)
         };
         assert_eq!(
             transfers(8, wide),
@@ -3302,13 +3292,13 @@ mod by_hand_tests {
             32,
             ParallelSpec {
                 moe_dispatcher: Some(Dispatcher::Deepep),
-                ..replicas(32, 32)
+                ..experts_over(32, 32)
             },
         );
         assert!(four.contains(
             &"moe network all-to-all (combine): all_to_all none bf16 88080384 B 4x1".to_string()
         ));
-        let alone = mixture(8, replicas(1, 8));
+        let alone = mixture(8, experts_over(1, 8));
         assert!(!alone.iter().any(|l| l.starts_with("moe ")), "{alone:?}");
     }
 

@@ -447,6 +447,22 @@ impl Arch {
         self.params_with_mlp(tp, self.ffn_hidden, 0, 2)
     }
 
+    /// A layer's projections — the weight matrices Megatron accumulates into their fp32 main
+    /// gradients inside the weight-gradient GEMM, unlike its other tensors (norms, biases, a
+    /// mixture's router), which take a kernel each: QKV and output, or latent attention's
+    /// (query down and up, or one query projection; key-value down and up; output), and the
+    /// dense MLP's or shared experts' up and down. `dense`: a mixture's dense layer.
+    pub fn layer_projections(&self, dense: bool) -> u64 {
+        let attention = self
+            .mla
+            .map_or(2, |m| 4 + u64::from(m.q_lora_rank.is_some()));
+        let mlp = match &self.moe {
+            Some(m) if !dense => 2 * u64::from(m.shared_ffn() > 0),
+            _ => 2,
+        };
+        attention + mlp
+    }
+
     /// Layers with a dense MLP: all of a dense model's, a mixture's first `dense_layers`.
     pub fn dense_layers(&self) -> u64 {
         self.moe.map_or(self.layers, |m| m.dense_layers)
