@@ -123,6 +123,11 @@ mod tests {
     use crate::hardware::{InterNodeTier, IntraNodeTier};
 
     fn dgx() -> NetworkSpec {
+        with_nics(8)
+    }
+
+    /// A DGX's NVLink (450 GB/s, 2 µs) and `nics` NICs of 400 Gbit/s (50 GB/s, 3 µs).
+    fn with_nics(nics: u32) -> NetworkSpec {
         NetworkSpec {
             intra_node: IntraNodeTier {
                 technology: "NVLink".into(),
@@ -131,7 +136,7 @@ mod tests {
             },
             inter_node: InterNodeTier {
                 technology: "IB".into(),
-                nics_per_node: 8,
+                nics_per_node: nics,
                 bandwidth_gbit_per_s_per_nic: 400.0,
                 latency_us: 3.0,
                 topology: "fat-tree".into(),
@@ -179,5 +184,105 @@ mod tests {
     fn small_messages_are_latency_bound_and_pick_the_tree() {
         let (_, algo) = collective_time_us(OpKind::AllReduce, &shape(4096, 128, 8), &dgx(), 0.85);
         assert_eq!(algo, "tree");
+    }
+
+    /// `(op, bytes, nodes, GPUs a node, NICs a node, efficiency)`: its time and algorithm.
+    fn time(
+        op: OpKind,
+        bytes: u64,
+        (nodes, gpn): (u64, u64),
+        nics: u32,
+        eff: f64,
+    ) -> (f64, &'static str) {
+        collective_time_us(op, &shape(bytes, nodes, gpn), &with_nics(nics), eff)
+    }
+
+    fn close(t: f64, expected: f64) -> bool {
+        (t / expected - 1.0).abs() < 1e-9
+    }
+
+    /// Worked by hand (1.6 GB, 2 nodes of 8 GPUs, 4 NICs: 200 GB/s out of a node, 25 GB/s a
+    /// rail). Ring over 16 ranks: 2·15 hops of 3 µs + 2·15/16 · 1.6 GB at 200 GB/s = 15,090 µs.
+    /// Tree: 2·1 hops across nodes and 2·7 inside + 2 · 1.6 GB / 200 GB/s = 16,034 µs.
+    /// Hierarchical: twice inside the node, 7·2 µs + 7/8 · 1.6 GB at 450 GB/s = 3,125.1 µs, and
+    /// across on one rail, 2·1·3 µs + 2·1/2 · 0.2 GB at 25 GB/s = 8,006 µs: 14,256.2 µs, the
+    /// fastest. With two GPUs of a node in the group (4 nodes) they drive two NICs (100 GB/s):
+    /// ring 42 + 28,000, tree 16 + 32,000, hierarchical 2·(2 + 1,777.8) + 18 + 24,000 µs.
+    #[test]
+    fn multi_node_all_reduce_takes_the_cheapest_of_three_schedules() {
+        let (t, algo) = time(OpKind::AllReduce, 1_600_000_000, (2, 8), 4, 1.0);
+        assert_eq!(algo, "hierarchical");
+        assert!(close(t, 2.0 * (14.0 + 1.4e9 / 450e9 * 1e6) + 8006.0), "{t}");
+        let (t, algo) = time(OpKind::AllReduce, 1_600_000_000, (4, 2), 8, 1.0);
+        assert_eq!(algo, "hierarchical");
+        assert!(
+            close(t, 2.0 * (2.0 + 0.8e9 / 450e9 * 1e6) + 24_018.0),
+            "{t}"
+        );
+        // four bytes across 128 nodes: the tree's 2·7 hops of 3 µs and 2·7 of 2 µs
+        let (t, algo) = time(OpKind::AllReduce, 4096, (128, 8), 8, 1.0);
+        assert_eq!(algo, "tree");
+        assert!(close(t, 70.0 + 2.0 * 4096.0 / 400e9 * 1e6), "{t}");
+        // one node's GPUs in a ring: the tree and hierarchy need more than one node
+        let (t, algo) = time(OpKind::AllReduce, 4096, (1, 8), 8, 1.0);
+        assert_eq!(algo, "ring");
+        assert!(
+            close(t, 28.0 + 2.0 * 7.0 / 8.0 * 4096.0 / 450e9 * 1e6),
+            "{t}"
+        );
+    }
+
+    /// The efficiency scales bandwidth, not latency: 8 GPUs' ring at half of 450 GB/s,
+    /// 28 µs + 2·7/8 · 1.6 GB / 225 GB/s.
+    #[test]
+    fn efficiency_slows_bandwidth_not_latency() {
+        let (t, _) = time(OpKind::AllReduce, 1_600_000_000, (1, 8), 8, 0.5);
+        assert!(close(t, 28.0 + 2.8e9 / 225e9 * 1e6), "{t}");
+    }
+
+    /// 1.6 GB gathered over 4 nodes of 8 (8 NICs: 400 GB/s a node, 50 GB/s a rail). Ring:
+    /// 31 hops of 3 µs + 31/32 · 1.6 GB at 400 GB/s = 3,968 µs. Hierarchical: inside, 7·2 µs +
+    /// 7/8 of a node's 0.4 GB at 450 GB/s; across, 3·3 µs + 3/4 · 0.2 GB at 50 GB/s = 3,009 µs:
+    /// 3,800.8 µs. A reduce-scatter moves the same bytes. On one node, the ring alone.
+    #[test]
+    fn all_gather_and_reduce_scatter_cost_alike() {
+        for op in [OpKind::AllGather, OpKind::ReduceScatter] {
+            let (t, algo) = time(op, 1_600_000_000, (4, 8), 8, 1.0);
+            assert_eq!(algo, "hierarchical");
+            assert!(close(t, 14.0 + 0.35e9 / 450e9 * 1e6 + 3009.0), "{op} {t}");
+            // one GPU a node: no hierarchy, the ring at one NIC's 50 GB/s
+            let (t, algo) = time(op, 1_600_000_000, (4, 1), 8, 1.0);
+            assert_eq!(algo, "ring");
+            assert!(close(t, 9.0 + 1.2e9 / 50e9 * 1e6), "{op} {t}");
+            let (t, algo) = time(op, 1_600_000_000, (1, 8), 8, 1.0);
+            assert_eq!(algo, "ring");
+            assert!(close(t, 14.0 + 1.4e9 / 450e9 * 1e6), "{op} {t}");
+        }
+    }
+
+    /// Each rank sends 7/8 of 1.6 GB to the others of one node: 7 hops of 2 µs + 1.4 GB at
+    /// 450 GB/s. On 2 nodes of 8 half of it leaves the node: the 8 GPUs' 6.4 GB through
+    /// 400 GB/s, 16 ms, outlasts the 15·2 µs + 7/16 · 1.6 GB on NVLink; plus one hop of 3 µs.
+    #[test]
+    fn all_to_all_is_bound_by_what_leaves_the_node() {
+        let (t, algo) = time(OpKind::AllToAll, 1_600_000_000, (1, 8), 8, 1.0);
+        assert_eq!(algo, "pairwise");
+        assert!(close(t, 14.0 + 1.4e9 / 450e9 * 1e6), "{t}");
+        let (t, _) = time(OpKind::AllToAll, 1_600_000_000, (2, 8), 8, 1.0);
+        assert!(close(t, 16_003.0), "{t}");
+        // with 2 NICs a node the NVLink side is never the bound across nodes either
+        let (t, _) = time(OpKind::AllToAll, 1_600_000_000, (2, 8), 2, 1.0);
+        assert!(close(t, 64_003.0), "{t}");
+    }
+
+    /// A pipeline transfer of 100 MB: NVLink's 2 µs + 222.2 µs inside a node, one NIC's
+    /// 3 µs + 2 ms between two.
+    #[test]
+    fn point_to_point_uses_nvlink_or_one_nic() {
+        let (t, algo) = time(OpKind::SendRecv, 100_000_000, (1, 2), 8, 1.0);
+        assert_eq!(algo, "p2p");
+        assert!(close(t, 2.0 + 1e8 / 450e9 * 1e6), "{t}");
+        let (t, _) = time(OpKind::SendRecv, 100_000_000, (2, 1), 8, 1.0);
+        assert!(close(t, 2003.0), "{t}");
     }
 }
