@@ -220,9 +220,12 @@ pub struct Plan {
     pub model_flops_per_step: f64,
 }
 
-/// `calls` each `times` times.
+/// `calls` each `times` times; none when `times` is 0, so that a block a stage does not run
+/// lists no calls (a host wait that runs no times would still stop the host).
 fn repeated(calls: &[Call], times: f64) -> impl Iterator<Item = (&Call, f64)> {
-    calls.iter().map(move |c| (c, times))
+    calls[..if times > 0.0 { calls.len() } else { 0 }]
+        .iter()
+        .map(move |c| (c, times))
 }
 
 /// A part of an optional block (a mixture's dense layer, a multi-token-prediction module),
@@ -576,8 +579,21 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::by_hand::plan;
+    use super::by_hand::{lines, plan};
     use crate::workload::{Arch, ParallelSpec, Rules};
+
+    /// Two sequences of 8,192 tokens a step, one on each of two data-parallel ranks.
+    fn two_sequences(rules: Rules) -> ParallelSpec {
+        ParallelSpec {
+            tp: Some(1),
+            dp: Some(2),
+            micro_batch: Some(1),
+            global_batch: Some(2),
+            seq_len: Some(8192),
+            rules: Some(rules),
+            ..Default::default()
+        }
+    }
 
     /// A step's model FLOPs as 6 × tokens × the matmul parameters a token passes through
     /// (Llama 3 8B: 218,103,808 a layer, QKV 4,096 × 6,144, output 4,096², up 4,096 × 28,672,
@@ -589,15 +605,7 @@ mod tests {
     #[test]
     fn model_flops_count_what_a_token_passes_through() {
         let a = Arch::resolve("llama3-8b").unwrap();
-        let spec = |rules: Rules| ParallelSpec {
-            tp: Some(1),
-            dp: Some(2),
-            micro_batch: Some(1),
-            global_batch: Some(2),
-            seq_len: Some(8192),
-            rules: Some(rules),
-            ..Default::default()
-        };
+        let spec = two_sequences;
         let s = 8192.0;
         let (layer, head) = (218_103_808.0, 4096.0 * 128_256.0);
         let core = |keys: f64| 32.0 * 3.0 * 4.0 * s * keys * 4096.0;
@@ -629,5 +637,282 @@ mod tests {
         windowed.sliding_window = Some(1024);
         let p = plan(&windowed, spec(Rules::Megatron));
         assert!(close(flops(&p), matmuls + core(960.0)));
+    }
+
+    /// The rest of the count, on Llama 3 8B's sizes at 8,192 tokens, one sequence (the step's
+    /// two halved): latent attention (DeepSeek-V3's ranks) replaces the QKV projection's
+    /// 25,165,824 parameters a token passes through with the query latent's 1,536 × (4,096 +
+    /// 32 × 192) = 15,728,640 (4,096 × 6,144 without it) and the key-value latent's 4,096 ×
+    /// (512 + 64) + 512 × 32 × (128 + 128) = 6,553,600; its core 32 heads of 192 score and 128
+    /// context dimensions. Every fourth layer global, the others windows of 1,024: 3/4 × 960 +
+    /// 1/4 × 4,096 = 1,744 keys a query; a window as long as the sequence is no window (all
+    /// 8,192 keys under the paper's rules). Mixtral with one shared expert and two dense first
+    /// layers: three experts' MLP a token on 30 layers, the dense MLP on 2. One
+    /// multi-token-prediction module: its 8,192 × 4,096 projection, a layer and the head again.
+    #[test]
+    fn model_flops_of_latent_attention_windows_shared_experts_and_prediction() {
+        use super::model_flops;
+        use crate::workload::{Layout, MlaSpec};
+        let llama = Arch::resolve("llama3-8b").unwrap();
+        let c = crate::hardware::dgx_h100_without_models();
+        let layout = |rules: Rules| Layout::new(&two_sequences(rules), &llama, &c).unwrap();
+        let megatron = layout(Rules::Megatron);
+        let s = 8192.0;
+        let (qkv, out, mlp) = (25_165_824.0, 16_777_216.0, 176_160_768.0);
+        let head = 4096.0 * 128_256.0;
+        let core = |keys: f64, width: f64| 32.0 * 3.0 * 4.0 * s * keys * width;
+        let per_sequence = |a: &Arch, l: &Layout| model_flops(a, l) / 2.0;
+        let close = |x: f64, y: f64| (x / y - 1.0).abs() < 1e-12;
+
+        let mut latent = llama.clone();
+        latent.mla = Some(MlaSpec::deepseek_v3());
+        let attention = 15_728_640.0 + 6_553_600.0 + out;
+        let expected = 6.0 * s * (32.0 * (attention + mlp) + head) + core(4096.0, 32.0 * 160.0);
+        assert!(close(per_sequence(&latent, &megatron), expected));
+        latent.mla = Some(MlaSpec {
+            q_lora_rank: None,
+            ..MlaSpec::deepseek_v3()
+        });
+        let attention = 25_165_824.0 + 6_553_600.0 + out;
+        let expected = 6.0 * s * (32.0 * (attention + mlp) + head) + core(4096.0, 32.0 * 160.0);
+        assert!(close(per_sequence(&latent, &megatron), expected));
+
+        let dense = 6.0 * s * (32.0 * (qkv + out + mlp) + head);
+        let mut windowed = llama.clone();
+        windowed.sliding_window = Some(1024);
+        windowed.global_attention_every = Some(4);
+        let expected = dense + core(1744.0, 4096.0);
+        assert!(close(per_sequence(&windowed, &megatron), expected));
+        windowed.sliding_window = Some(8192);
+        let paper = layout(Rules::Paper);
+        assert!(close(
+            per_sequence(&windowed, &paper),
+            dense + core(8192.0, 4096.0)
+        ));
+
+        let mut mixtral = crate::workload::presets::mixtral_8x7b();
+        let m = mixtral.moe.as_mut().unwrap();
+        (m.shared_experts, m.dense_layers) = (1, 2);
+        let attention = 4096.0 * 6144.0 + out;
+        let sparse = 3.0 * mlp + 4096.0 * 8.0;
+        let matmuls = 32.0 * attention + 2.0 * mlp + 30.0 * sparse + 4096.0 * 32_000.0;
+        let expected = 6.0 * s * matmuls + core(4096.0, 4096.0);
+        assert!(close(per_sequence(&mixtral, &megatron), expected));
+
+        let mut predicting = megatron.clone();
+        predicting.mtp_layers = 1;
+        let module = 8192.0 * 4096.0 + qkv + out + mlp + head;
+        let expected =
+            dense + core(4096.0, 4096.0) + 6.0 * s * module + core(4096.0, 4096.0) / 32.0;
+        assert!(close(per_sequence(&llama, &predicting), expected));
+    }
+
+    /// Under FlashAttention-2 (torchtitan's, MosaicML's) every fused-attention call, forward
+    /// and backward, asks for that kernel's timing; nothing else changes its role.
+    #[test]
+    fn flash_attention_2_is_the_attention_calls_role_alone() {
+        use crate::workload::AttentionKernel;
+        let llama = Arch::resolve("llama3-8b").unwrap();
+        let spec = |kernel: AttentionKernel| ParallelSpec {
+            attention_kernel: Some(kernel),
+            ..two_sequences(Rules::Megatron)
+        };
+        let flash2 = plan(&llama, spec(AttentionKernel::FlashAttention2));
+        let native = plan(&llama, spec(AttentionKernel::Native));
+        for (a, b) in [
+            (&flash2.layer.fwd, &native.layer.fwd),
+            (&flash2.layer.bwd, &native.layer.bwd),
+        ] {
+            let (a, b) = (lines(&flash2, a), lines(&native, b));
+            let changed: Vec<(&String, &String)> =
+                a.iter().zip(&b).filter(|(x, y)| x != y).collect();
+            assert_eq!(a.len(), b.len());
+            assert_eq!(changed.len(), 1, "{changed:?}");
+            let (x, y) = changed[0];
+            assert!(x.starts_with("attention: flash_attention "), "{x}");
+            assert_eq!(*x, y.replace(" bf16 ", " bf16 (flash_attention_2) "));
+        }
+    }
+
+    /// Each call of a pass: its label, which call it is (its address in the plan's blocks),
+    /// and how many times it runs.
+    type Pass = Vec<(&'static str, *const super::Call, f64)>;
+
+    fn pass<'a>(calls: impl Iterator<Item = (&'a super::Call, f64)>) -> Pass {
+        calls.map(|(c, n)| (c.label, c as *const _, n)).collect()
+    }
+
+    /// `calls` each `n` times, as [`pass`] writes them.
+    fn each(calls: &[super::Call], n: f64) -> Pass {
+        calls.iter().map(|c| (c.label, c as *const _, n)).collect()
+    }
+
+    /// Llama 3 8B on two pipeline ranks, fully recomputed. The first rank's forward: the
+    /// embedding, its 16 layers, one transfer to the next rank; the last rank's: its 16
+    /// layers and the head. The backward runs them the other way, each layer's recomputation
+    /// after the layers' backward calls (counts, not order of execution, matter to the
+    /// composers), the last rank sending the input gradient back. On one rank: no transfer.
+    #[test]
+    fn a_stages_passes_run_its_blocks_in_model_order() {
+        use crate::workload::Recompute;
+        let llama = Arch::resolve("llama3-8b").unwrap();
+        let spec = |pp: u64| ParallelSpec {
+            tp: Some(1),
+            pp: Some(pp),
+            dp: Some(1),
+            micro_batch: Some(1),
+            global_batch: Some(8),
+            recompute: Some(Recompute::Full),
+            ..Default::default()
+        };
+        let p = plan(&llama, spec(2));
+        assert_eq!(p.pp(), 2);
+        assert!(!p.layer.recompute.is_empty());
+        let send = std::slice::from_ref(p.send.as_ref().unwrap());
+        let (first, last) = (&p.stages[0], &p.stages[1]);
+        let fwd = [
+            each(&p.embedding.fwd, 1.0),
+            each(&p.layer.fwd, 16.0),
+            each(send, 1.0),
+        ];
+        assert_eq!(pass(p.stage_fwd(first)), fwd.concat());
+        let fwd = [each(&p.layer.fwd, 16.0), each(&p.head.fwd, 1.0)];
+        assert_eq!(pass(p.stage_fwd(last)), fwd.concat());
+        let bwd = [
+            each(&p.head.bwd, 1.0),
+            each(&p.layer.bwd, 16.0),
+            each(&p.layer.recompute, 16.0),
+            each(send, 1.0),
+        ];
+        assert_eq!(pass(p.stage_bwd(last)), bwd.concat());
+        let bwd = [
+            each(&p.layer.bwd, 16.0),
+            each(&p.layer.recompute, 16.0),
+            each(&p.embedding.bwd, 1.0),
+        ];
+        assert_eq!(pass(p.stage_bwd(first)), bwd.concat());
+
+        let p = plan(&llama, spec(1));
+        assert_eq!(p.pp(), 1);
+        assert!(p.send.is_none());
+        let fwd = [
+            each(&p.embedding.fwd, 1.0),
+            each(&p.layer.fwd, 32.0),
+            each(&p.head.fwd, 1.0),
+        ];
+        assert_eq!(pass(p.stage_fwd(&p.stages[0])), fwd.concat());
+    }
+
+    /// Mixtral with a dense first layer and one prediction module on pp 2 with two chunks a
+    /// rank (layers 0–7 and 16–23 on rank 0, 8–15 and 24–31 on rank 1), fully recomputed, its
+    /// router 1.5× the mean but a routing file's loads: 3 on the dense layer 0 (no router:
+    /// ignored), 2 on layers 1 and 2 (1.996 is 2 to 1 %) and 17, 1.504 on layer 3 (1.5 to 1 %:
+    /// the plain layer), 2.5 on layers 9 and 20. Two loaded blocks, 2 then 2.5, in the order
+    /// the chunks meet them: chunk 0 runs 2 of the first, chunk 1 one of the second, chunk 2
+    /// one of each; rank 0 holds 3 of the first and 1 of the second and runs 16 − 1 dense − 4
+    /// = 11 plain layers, rank 1 15. Rank 0 sends forward from both chunks and backward from
+    /// its second; rank 1 forward from its first, backward from both.
+    #[test]
+    fn a_routing_files_loads_become_layers_of_their_own() {
+        use crate::workload::{Layout, Recompute, Schedule};
+        let mut a = crate::workload::presets::mixtral_8x7b();
+        a.moe.as_mut().unwrap().dense_layers = 1;
+        let spec = ParallelSpec {
+            pp: Some(2),
+            vpp: Some(2),
+            schedule: Some(Schedule::Interleaved),
+            ep: Some(8),
+            dp: Some(8),
+            micro_batch: Some(1),
+            global_batch: Some(16),
+            moe_imbalance: Some(1.5),
+            mtp_layers: Some(1),
+            recompute: Some(Recompute::Full),
+            ..Default::default()
+        };
+        let c = crate::hardware::dgx_h100_without_models();
+        let mut layout = Layout::new(&spec, &a, &c).unwrap();
+        let mut loads = vec![1.5; 32];
+        for (layer, load) in [(0, 3.0), (1, 2.0), (2, 1.996), (3, 1.504)] {
+            loads[layer] = load;
+        }
+        for (layer, load) in [(9, 2.5), (17, 2.0), (20, 2.5)] {
+            loads[layer] = load;
+        }
+        layout.layer_loads = loads;
+        let p = super::Plan::new(&a, &layout, &c);
+
+        let block_loads: Vec<f64> = p.loaded_layers.iter().map(|l| l.load).collect();
+        assert_eq!(block_loads, [2.0, 2.5]);
+        let chunks: Vec<_> = p
+            .chunks
+            .iter()
+            .map(|c| (c.rank, c.loaded.clone()))
+            .collect();
+        assert_eq!(
+            chunks,
+            [
+                (0, vec![(0, 2)]),
+                (1, vec![(1, 1)]),
+                (0, vec![(0, 1), (1, 1)]),
+                (1, vec![])
+            ]
+        );
+        let plain: Vec<u64> = p.chunks.iter().map(|c| c.layout_load_layers()).collect();
+        assert_eq!(plain, [5, 7, 6, 8]);
+        let (first, last) = (&p.stages[0], &p.stages[1]);
+        assert_eq!(first.loaded, [(0, 3), (1, 1)]);
+        assert_eq!(last.loaded, [(1, 1)]);
+        assert_eq!(
+            (first.layout_load_layers(), last.layout_load_layers()),
+            (11, 15)
+        );
+
+        let dense = p.dense_layer.as_ref().unwrap();
+        let mtp = p.mtp.as_ref().unwrap();
+        let send = std::slice::from_ref(p.send.as_ref().unwrap());
+        let [two, two_and_a_half] = [0, 1].map(|i| &p.loaded_layers[i].block);
+        assert!(!dense.recompute.is_empty() && !mtp.recompute.is_empty());
+        let fwd = [
+            each(&p.embedding.fwd, 1.0),
+            each(&dense.fwd, 1.0),
+            each(&p.layer.fwd, 11.0),
+            each(&two.fwd, 3.0),
+            each(&two_and_a_half.fwd, 1.0),
+            each(send, 2.0),
+        ];
+        assert_eq!(pass(p.stage_fwd(first)), fwd.concat());
+        let fwd = [
+            each(&p.layer.fwd, 15.0),
+            each(&two_and_a_half.fwd, 1.0),
+            each(&p.head.fwd, 1.0),
+            each(&mtp.fwd, 1.0),
+            each(send, 1.0),
+        ];
+        assert_eq!(pass(p.stage_fwd(last)), fwd.concat());
+        let bwd = [
+            each(&mtp.bwd, 1.0),
+            each(&mtp.recompute, 1.0),
+            each(&p.head.bwd, 1.0),
+            each(&p.layer.bwd, 15.0),
+            each(&p.layer.recompute, 15.0),
+            each(&two_and_a_half.bwd, 1.0),
+            each(&two_and_a_half.recompute, 1.0),
+            each(send, 2.0),
+        ];
+        assert_eq!(pass(p.stage_bwd(last)), bwd.concat());
+        let bwd = [
+            each(&p.layer.bwd, 11.0),
+            each(&p.layer.recompute, 11.0),
+            each(&two.bwd, 3.0),
+            each(&two_and_a_half.bwd, 1.0),
+            each(&two.recompute, 3.0),
+            each(&two_and_a_half.recompute, 1.0),
+            each(&dense.bwd, 1.0),
+            each(&dense.recompute, 1.0),
+            each(&p.embedding.bwd, 1.0),
+            each(send, 1.0),
+        ];
+        assert_eq!(pass(p.stage_bwd(first)), bwd.concat());
     }
 }
