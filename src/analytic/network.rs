@@ -233,11 +233,14 @@ mod tests {
     }
 
     /// The efficiency scales bandwidth, not latency: 8 GPUs' ring at half of 450 GB/s,
-    /// 28 µs + 2·7/8 · 1.6 GB / 225 GB/s.
+    /// 28 µs + 2·7/8 · 1.6 GB / 225 GB/s; across nodes, at half a NIC's.
     #[test]
     fn efficiency_slows_bandwidth_not_latency() {
         let (t, _) = time(OpKind::AllReduce, 1_600_000_000, (1, 8), 8, 0.5);
         assert!(close(t, 28.0 + 2.8e9 / 225e9 * 1e6), "{t}");
+        // and the NICs': one GPU a node on 4 nodes gathers at half of 50 GB/s
+        let (t, _) = time(OpKind::AllGather, 1_600_000_000, (4, 1), 8, 0.5);
+        assert!(close(t, 9.0 + 1.2e9 / 25e9 * 1e6), "{t}");
     }
 
     /// 1.6 GB gathered over 4 nodes of 8 (8 NICs: 400 GB/s a node, 50 GB/s a rail). Ring:

@@ -70,3 +70,75 @@ impl Groups {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Groups;
+    use crate::workload::{Arch, Layout, ParallelSpec};
+
+    fn groups(arch: &Arch, spec: ParallelSpec, gpus_per_node: u64) -> Groups {
+        let c = crate::hardware::dgx_h100_without_models();
+        Groups::new(&Layout::new(&spec, arch, &c).unwrap(), gpus_per_node)
+    }
+
+    /// Llama 3 8B on 64 GPUs of 8 a node: tp 2, cp 2, dp 4, pp 4. The tp pair shares a node;
+    /// the cp pair is 2 ranks apart, on the same node (its ring never leaves it); the 8
+    /// gradient replicas (dp × cp) 2 ranks apart, 4 a node over 2 nodes; a replica (16 ranks)
+    /// fills two nodes, so neighbouring stages are on different nodes, and the model-parallel
+    /// group (tp × pp: the gradient norm's) is a tp pair on each of 4 nodes. On one node with
+    /// tp 1, dp 2, pp 4 the stages are 2 ranks apart: neighbours on a node, all four stages
+    /// on it. With tp 8 a cp pair is a node apart: its ring and its gradient replicas cross
+    /// nodes. On nodes of 4, tp 8 spans two; on pp 2 its model-parallel group spans four.
+    #[test]
+    fn groups_follow_megatrons_rank_order() {
+        let llama = Arch::resolve("llama3-8b").unwrap();
+        let spec = |tp: u64, cp: u64, dp: u64, pp: u64| ParallelSpec {
+            tp: Some(tp),
+            cp: Some(cp),
+            dp: Some(dp),
+            pp: Some(pp),
+            micro_batch: Some(1),
+            global_batch: Some(dp * 4),
+            ..Default::default()
+        };
+        let g = groups(&llama, spec(2, 2, 4, 4), 8);
+        assert_eq!((g.tp, g.cp, g.cp_ring), ((1, 2), (1, 2), (1, 2)));
+        assert_eq!((g.dp, g.pp, g.mp), ((2, 4), (2, 1), (4, 2)));
+
+        let g = groups(&llama, spec(1, 1, 2, 4), 8);
+        assert_eq!((g.tp, g.dp, g.pp, g.mp), ((1, 1), (1, 2), (1, 2), (1, 4)));
+
+        let g = groups(&llama, spec(8, 2, 1, 1), 8);
+        assert_eq!(
+            (g.tp, g.cp, g.cp_ring, g.dp),
+            ((1, 8), (2, 1), (2, 1), (2, 1))
+        );
+
+        let g = groups(&llama, spec(8, 1, 1, 2), 4);
+        assert_eq!((g.tp, g.pp, g.mp), ((2, 4), (2, 1), (4, 4)));
+    }
+
+    /// Mixtral on 32 GPUs of 8 a node, tp 2, dp 16, experts over 8 ranks unsplit (etp 1):
+    /// the expert ranks are adjacent, a node's 8; the 2 · 16 / 8 = 4 ranks holding the same
+    /// experts are 8 apart, one a node. With etp = tp = 2 and cp 2 on ep 4: expert ranks
+    /// 4 apart, two a node over two nodes; the etp pair on a node; the 2 · 8 / 8 = 2 expert
+    /// replicas 8 apart, on two nodes.
+    #[test]
+    fn expert_groups_follow_megatron_cores_order() {
+        let mixtral = crate::workload::presets::mixtral_8x7b();
+        let spec = |cp: u64, dp: u64, ep: u64, etp: u64| ParallelSpec {
+            tp: Some(2),
+            cp: Some(cp),
+            dp: Some(dp),
+            ep: Some(ep),
+            etp: Some(etp),
+            micro_batch: Some(1),
+            global_batch: Some(dp),
+            ..Default::default()
+        };
+        let g = groups(&mixtral, spec(1, 16, 8, 1), 8);
+        assert_eq!((g.ep, g.etp, g.expert_dp), ((1, 8), (1, 1), (4, 1)));
+        let g = groups(&mixtral, spec(2, 4, 4, 2), 8);
+        assert_eq!((g.ep, g.etp, g.expert_dp), ((2, 2), (1, 2), (2, 1)));
+    }
+}
