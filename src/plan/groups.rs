@@ -88,7 +88,9 @@ mod tests {
     /// group (tp × pp: the gradient norm's) is a tp pair on each of 4 nodes. On one node with
     /// tp 1, dp 2, pp 4 the stages are 2 ranks apart: neighbours on a node, all four stages
     /// on it. With tp 8 a cp pair is a node apart: its ring and its gradient replicas cross
-    /// nodes. On nodes of 4, tp 8 spans two; on pp 2 its model-parallel group spans four.
+    /// nodes. On nodes of 4, tp 8 spans two; on pp 2 its model-parallel group spans four; on
+    /// nodes of 8 a tp 8 replica (or tp 2 × cp 2 × dp 2) fills one, so the next stage is on
+    /// the next node. Three replicas on tp 4 span two nodes.
     #[test]
     fn groups_follow_megatrons_rank_order() {
         let llama = Arch::resolve("llama3-8b").unwrap();
@@ -116,13 +118,22 @@ mod tests {
 
         let g = groups(&llama, spec(8, 1, 1, 2), 4);
         assert_eq!((g.tp, g.pp, g.mp), ((2, 4), (2, 1), (4, 4)));
+        // a replica that just fills a node: the next stage is on the next node
+        let g = groups(&llama, spec(8, 1, 1, 2), 8);
+        assert_eq!((g.tp, g.pp, g.mp), ((1, 8), (2, 1), (2, 8)));
+        // so does one of tp 2 × cp 2 × dp 2
+        let g = groups(&llama, spec(2, 2, 2, 2), 8);
+        assert_eq!((g.pp, g.mp), ((2, 1), (2, 2)));
+        // 3 replicas 4 ranks apart, 2 a node: on 2 nodes
+        let g = groups(&llama, spec(4, 1, 3, 1), 8);
+        assert_eq!((g.tp, g.dp), ((1, 4), (2, 2)));
     }
 
     /// Mixtral on 32 GPUs of 8 a node, tp 2, dp 16, experts over 8 ranks unsplit (etp 1):
     /// the expert ranks are adjacent, a node's 8; the 2 · 16 / 8 = 4 ranks holding the same
     /// experts are 8 apart, one a node. With etp = tp = 2 and cp 2 on ep 4: expert ranks
     /// 4 apart, two a node over two nodes; the etp pair on a node; the 2 · 8 / 8 = 2 expert
-    /// replicas 8 apart, on two nodes.
+    /// replicas 8 apart, on two nodes. On tp 1, dp 8, ep 2: 4 expert replicas 2 apart.
     #[test]
     fn expert_groups_follow_megatron_cores_order() {
         let mixtral = crate::workload::presets::mixtral_8x7b();
@@ -140,5 +151,15 @@ mod tests {
         assert_eq!((g.ep, g.etp, g.expert_dp), ((1, 8), (1, 1), (4, 1)));
         let g = groups(&mixtral, spec(2, 4, 4, 2), 8);
         assert_eq!((g.ep, g.etp, g.expert_dp), ((2, 2), (1, 2), (2, 1)));
+        // tp 1, dp 8, ep 2: the 8 / 2 = 4 expert replicas 2 apart, all on the node
+        let g = groups(
+            &mixtral,
+            ParallelSpec {
+                tp: Some(1),
+                ..spec(1, 8, 2, 1)
+            },
+            8,
+        );
+        assert_eq!((g.ep, g.etp, g.expert_dp), ((1, 2), (1, 1), (1, 4)));
     }
 }

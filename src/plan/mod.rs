@@ -734,6 +734,27 @@ mod tests {
         }
     }
 
+    /// A plan written out (`plan --json`) names how a call is issued only where it is not
+    /// the default, eager PyTorch.
+    #[test]
+    fn a_call_names_its_issue_only_when_graphed() {
+        use super::Issue;
+        let p = plan(
+            &Arch::resolve("llama3-8b").unwrap(),
+            two_sequences(Rules::Megatron),
+        );
+        let mut call = p.layer.fwd[0].clone();
+        let json = |c: &super::Call| serde_json::to_value(c).unwrap();
+        assert!(json(&call).get("issue").is_none());
+        for (issue, name) in [
+            (Issue::GraphLaunch, "graph_launch"),
+            (Issue::InGraph, "in_graph"),
+        ] {
+            call.issue = issue;
+            assert_eq!(json(&call)["issue"], name);
+        }
+    }
+
     /// Each call of a pass: its label, which call it is (its address in the plan's blocks),
     /// and how many times it runs.
     type Pass = Vec<(&'static str, *const super::Call, f64)>;
