@@ -220,8 +220,9 @@ pub struct Plan {
     pub model_flops_per_step: f64,
 }
 
-/// `calls` each `times` times; none when `times` is 0, so that a block a stage does not run
-/// lists no calls (a host wait that runs no times would still stop the host).
+/// `calls` each `times` times; none when `times` is 0: a block a stage does not run lists no
+/// calls, since a composer reading the list would still stop the host at a listed host wait
+/// and pair a collective started beside a kernel with a listed GEMM that never runs.
 fn repeated(calls: &[Call], times: f64) -> impl Iterator<Item = (&Call, f64)> {
     calls[..if times > 0.0 { calls.len() } else { 0 }]
         .iter()
@@ -605,16 +606,15 @@ mod tests {
     #[test]
     fn model_flops_count_what_a_token_passes_through() {
         let a = Arch::resolve("llama3-8b").unwrap();
-        let spec = two_sequences;
         let s = 8192.0;
         let (layer, head) = (218_103_808.0, 4096.0 * 128_256.0);
         let core = |keys: f64| 32.0 * 3.0 * 4.0 * s * keys * 4096.0;
         let matmuls = 6.0 * s * (32.0 * layer + head);
         let flops = |p: &crate::plan::Plan| p.model_flops_per_step / 2.0;
-        let megatron = plan(&a, spec(Rules::Megatron));
+        let megatron = plan(&a, two_sequences(Rules::Megatron));
         let close = |x: f64, y: f64| (x / y - 1.0).abs() < 1e-12;
         assert!(close(flops(&megatron), matmuls + core(4096.0)));
-        let paper = plan(&a, spec(Rules::Paper));
+        let paper = plan(&a, two_sequences(Rules::Paper));
         assert!(close(flops(&paper), matmuls + core(8192.0)));
 
         let mixtral = crate::workload::presets::mixtral_8x7b();
@@ -622,7 +622,7 @@ mod tests {
             &mixtral,
             ParallelSpec {
                 ep: Some(2),
-                ..spec(Rules::Megatron)
+                ..two_sequences(Rules::Megatron)
             },
         );
         // Mixtral's attention: 32 query and 8 key-value heads of 128, like Llama 3 8B's;
@@ -635,7 +635,7 @@ mod tests {
 
         let mut windowed = a.clone();
         windowed.sliding_window = Some(1024);
-        let p = plan(&windowed, spec(Rules::Megatron));
+        let p = plan(&windowed, two_sequences(Rules::Megatron));
         assert!(close(flops(&p), matmuls + core(960.0)));
     }
 
@@ -702,6 +702,7 @@ mod tests {
         let mut predicting = megatron.clone();
         predicting.mtp_layers = 1;
         let module = 8192.0 * 4096.0 + qkv + out + mlp + head;
+        // the module's one layer's attention core: a 32nd of the model's
         let expected =
             dense + core(4096.0, 4096.0) + 6.0 * s * module + core(4096.0, 4096.0) / 32.0;
         assert!(close(per_sequence(&llama, &predicting), expected));
