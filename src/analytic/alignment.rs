@@ -90,4 +90,32 @@ mod tests {
         assert_eq!(misaligned(&head(50257, Dtype::Fp8), 0.5).unwrap().0, 1);
         assert_eq!(misaligned(&head(50256, Dtype::Fp8), 0.5), None);
     }
+
+    /// The inner dimension's rows count too (the head's backward loads the odd vocabulary as
+    /// k), the narrower of the two decides, and only a tensor-core GEMM is slowed. One byte (an
+    /// odd fp8 row) keeps 0.5^(4/3); a row wider than the vector is as aligned as 16 bytes.
+    #[test]
+    fn the_narrower_of_the_rows_decides_and_only_gemms_are_slowed() {
+        let odd_k = |dtype: Dtype| {
+            let mut q = head(4096, dtype);
+            if let Shape::Gemm(g) = &mut q.shape {
+                g.k = 50257;
+            }
+            q
+        };
+        assert_eq!(misaligned(&odd_k(Dtype::Bf16), 0.5), Some((2, 0.5)));
+        // n 8-byte aligned (12,564 fp16 elements), k 2-byte: the 2 bytes decide
+        let mut q = odd_k(Dtype::Fp16);
+        if let Shape::Gemm(g) = &mut q.shape {
+            g.n = 12564;
+        }
+        assert_eq!(misaligned(&q, 0.5), Some((2, 0.5)));
+        let mut not_a_gemm = odd_k(Dtype::Bf16);
+        not_a_gemm.op = OpKind::FlashAttention;
+        assert_eq!(misaligned(&not_a_gemm, 0.5), None);
+        assert!((kept_share(0.5, 1) - 0.5f64.powf(4.0 / 3.0)).abs() < 1e-12);
+        assert_eq!(kept_share(0.5, 64), 1.0);
+        assert_eq!(row_alignment_bytes(50257, Dtype::Fp8), 1);
+        assert_eq!(row_alignment_bytes(0, Dtype::Bf16), 1);
+    }
 }
