@@ -3385,12 +3385,13 @@ mod by_hand_tests {
     /// module communicates.
     #[test]
     fn one_rank_gathers_nothing() {
-        let p = llama_over(ParallelSpec {
+        let spec = ParallelSpec {
             dp: Some(8),
             global_batch: Some(8),
             mtp_layers: Some(1),
             ..Default::default()
-        });
+        };
+        let p = llama_over(spec.clone());
         assert_eq!(
             lines(&p, &p.embedding.fwd),
             ["embedding: embedding fwd bf16 1x8192 d4096 v128256"]
@@ -3399,15 +3400,7 @@ mod by_hand_tests {
         assert!(!mtp.fwd.iter().any(|c| c.label == "mtp gather"));
         // a module of GPT-3 15B: its projection 2 × 6,144 → 6,144 whole, two layer norms
         // with their biases
-        let gpt3 = over(
-            &Arch::resolve("gpt3-15b").unwrap(),
-            ParallelSpec {
-                dp: Some(8),
-                global_batch: Some(8),
-                mtp_layers: Some(1),
-                ..Default::default()
-            },
-        );
+        let gpt3 = over(&Arch::resolve("gpt3-15b").unwrap(), spec);
         let mtp = gpt3.mtp.as_ref().unwrap();
         let layer = &gpt3.layer;
         assert_eq!(

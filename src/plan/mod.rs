@@ -242,9 +242,7 @@ fn optional<'a>(
 
 /// `calls` once if `on`.
 fn when(on: bool, calls: &[Call]) -> impl Iterator<Item = (&Call, f64)> {
-    calls[..if on { calls.len() } else { 0 }]
-        .iter()
-        .map(|c| (c, 1.0))
+    repeated(calls, f64::from(u8::from(on)))
 }
 
 impl Plan {
@@ -356,10 +354,7 @@ impl Plan {
     }
 
     fn sends(&self, n: u64) -> impl Iterator<Item = (&Call, f64)> {
-        self.send
-            .iter()
-            .filter(move |_| n > 0)
-            .map(move |c| (c, n as f64))
+        repeated(self.send.as_slice(), n as f64)
     }
 
     /// Pipeline ranks.
