@@ -372,38 +372,9 @@ pub struct StageTiming {
     pub optimizer_us: f64,
     /// Parameter all-gather per step, µs.
     pub param_gather_us: f64,
+    /// Where the forward's, backward's, gradient reduction's and update's µs come from.
     #[serde(skip)]
-    attribution: [Attribution; 4],
-}
-
-/// Per-stage times of one micro-batch's forward and backward and of the per-step work.
-pub fn stage_timings(plan: &Plan, times: &QueryTimes) -> Vec<StageTiming> {
-    plan.stages
-        .iter()
-        .map(|s| {
-            let fwd = cost(plan.stage_fwd(s), times, &whole, false);
-            let bwd = cost(plan.stage_bwd(s), times, &whole, false);
-            let once = |calls: &[Call]| cost(calls.iter().map(|c| (c, 1.0)), times, &whole, false);
-            let sync = once(&s.grad_sync);
-            let update = once(&s.update);
-            StageTiming {
-                index: s.index,
-                fwd_us: fwd.parts.total(),
-                bwd_us: bwd.parts.total(),
-                fwd_parts: fwd.parts,
-                bwd_parts: bwd.parts,
-                grad_sync_us: sync.parts.total(),
-                optimizer_us: update.parts.optimizer,
-                param_gather_us: update.parts.dp_comm,
-                attribution: [
-                    fwd.attribution,
-                    bwd.attribution,
-                    sync.attribution,
-                    update.attribution,
-                ],
-            }
-        })
-        .collect()
+    pub(super) attribution: [Attribution; 4],
 }
 
 /// A composed step.
@@ -420,9 +391,9 @@ pub struct Step {
     pub critical_path: Option<Vec<f64>>,
 }
 
-/// The paper's 1F1B step.
-pub fn one_f_one_b(plan: &Plan, micro_batches: u64, times: &QueryTimes) -> Step {
-    closed_form(stage_timings(plan, times), micro_batches, times)
+/// The paper's 1F1B step from each stage's times (`pipeline::stage_timings`).
+pub fn one_f_one_b(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes) -> Step {
+    closed_form(stages, micro_batches, times)
 }
 
 /// The closed-form step time with cost factor `factor` scaled by `k` in every stage.

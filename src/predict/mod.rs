@@ -22,7 +22,7 @@ use crate::plan::{Call, Plan, StageRole};
 use crate::schedule::{simulate_with, PipelineWork, Timeline, Unobserved};
 use crate::timing::{Breakdown, Class};
 use crate::workload::{Arch, Layout, Rules, Schedule};
-use compose::{one_f_one_b, stage_timings, QueryTimes, Step};
+use compose::{one_f_one_b, QueryTimes, Step};
 use cost::{CostModel, Estimate, Source};
 pub use metrics::StepMetrics;
 
@@ -267,10 +267,11 @@ pub fn compose_step(
     layout: &Layout,
     times: &QueryTimes,
 ) -> Result<(Step, Option<(PipelineWork, Timeline)>)> {
-    if layout.schedule == Schedule::ClosedForm {
-        return Ok((one_f_one_b(plan, layout.micro_batches, times), None));
-    }
     let work = pipeline::pipeline_work(plan, layout, times);
+    if layout.schedule == Schedule::ClosedForm {
+        let stages = pipeline::stage_timings(&work);
+        return Ok((one_f_one_b(stages, layout.micro_batches, times), None));
+    }
     // the critical path is only needed where the interval will not recompose the step
     let keep_path = times.attribute && work.passes() * 2 * times.factors > EXACT_INTERVAL_PASSES;
     let timeline = simulate_with(&work, &mut Unobserved, keep_path)?;
@@ -278,7 +279,7 @@ pub fn compose_step(
         step_us: timeline.step_us,
         breakdown_us: timeline.breakdown,
         critical_path: timeline.critical_path.clone(),
-        stages: stage_timings(plan, times),
+        stages: pipeline::stage_timings(&work),
     };
     Ok((step, Some((work, timeline))))
 }

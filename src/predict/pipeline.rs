@@ -3,11 +3,11 @@
 //! weight-gradient parts where the schedule asks for it, the hidden share of tensor-parallel
 //! communication taken out, and every duration's attribution to cost factors.
 
-use super::compose::{cost_keeping_lanes, cycle_us, whole, Cost, Lane, QueryTimes};
+use super::compose::{cost_keeping_lanes, cycle_us, whole, Cost, Lane, QueryTimes, StageTiming};
 use crate::ops::{OpKind, Phase, Role};
 use crate::plan::{Block, Call, Chunk, Plan};
 use crate::schedule::{ChunkWork, Host, PassWork, PipelineWork, RankWork, Segment, SegmentKind};
-use crate::timing::{Attribution, Class};
+use crate::timing::{Attribution, Class, ClassTimes};
 use crate::workload::Layout;
 
 /// Share of a backward call that computes input gradients (the rest: weight gradients). A
@@ -251,4 +251,60 @@ pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> Pipeli
         },
         factors: if times.attribute { times.factors } else { 0 },
     }
+}
+
+/// Per-stage times: a rank's chunks' passes for one micro-batch (block by block, with the
+/// layout's tensor-parallel overlap and the host's waits inside a repetition, the
+/// weight-gradient pass of a split schedule in the backward) and their pipeline transfers,
+/// and the rank's per-step work. The simulator runs these passes and the closed form takes
+/// its slowest stages from them, so the per-stage report shows what either step is made of.
+pub fn stage_timings(work: &PipelineWork) -> Vec<StageTiming> {
+    work.ranks
+        .iter()
+        .enumerate()
+        .map(|(index, rank)| {
+            let (mut fwd, mut bwd) = (ClassTimes::default(), ClassTimes::default());
+            let (mut fwd_from, mut bwd_from) = (Attribution::default(), Attribution::default());
+            for chunk in work.chunks.iter().filter(|c| c.rank == index) {
+                for (times, from, passes, sent) in [
+                    (&mut fwd, &mut fwd_from, vec![&chunk.fwd], chunk.send_fwd_us),
+                    (
+                        &mut bwd,
+                        &mut bwd_from,
+                        vec![&chunk.bwd, &chunk.wgrad],
+                        chunk.send_bwd_us,
+                    ),
+                ] {
+                    for pass in passes {
+                        *times = times.plus(&pass.parts);
+                        for s in &pass.segments {
+                            from.add_scaled(&s.attribution, s.repeat as f64);
+                        }
+                    }
+                    if sent > 0.0 {
+                        times.pp_comm += sent;
+                        from.add_scaled(&chunk.send_attribution, 1.0);
+                    }
+                }
+            }
+            let mut update_from = rank.optimizer_attribution.clone();
+            update_from.add_scaled(&rank.param_gather_attribution, 1.0);
+            StageTiming {
+                index,
+                fwd_us: fwd.total(),
+                bwd_us: bwd.total(),
+                fwd_parts: fwd,
+                bwd_parts: bwd,
+                grad_sync_us: rank.grad_sync_us,
+                optimizer_us: rank.optimizer_us,
+                param_gather_us: rank.param_gather_us,
+                attribution: [
+                    fwd_from,
+                    bwd_from,
+                    rank.grad_sync_attribution.clone(),
+                    update_from,
+                ],
+            }
+        })
+        .collect()
 }

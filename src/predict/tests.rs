@@ -2342,6 +2342,41 @@ fn the_sources_weigh_each_call_as_the_stages_list_it() {
     }
 }
 
+/// A stage's report is what the simulator runs of it, and the closed form composes the same:
+/// its forward without the tensor-parallel communication that overlap hides, its backward
+/// with the weight-gradient pass a split schedule runs apart.
+#[test]
+fn the_simulators_stage_report_is_what_it_runs() {
+    let arch = Arch::resolve("llama2-7b").unwrap();
+    let stages = |s: ParallelSpec| predicted(&arch, &s).stages;
+    let tp = |schedule: Schedule, overlap: bool| ParallelSpec {
+        schedule: Some(schedule),
+        sequence_parallel: Some(true),
+        tp_comm_overlap: Some(overlap),
+        ..spec(4, 2, 1, 1, 8)
+    };
+    let hidden = stages(tp(Schedule::OneFOneB, true));
+    let exposed = stages(tp(Schedule::OneFOneB, false));
+    let closed = stages(tp(Schedule::ClosedForm, true));
+    for ((h, e), c) in hidden.iter().zip(&exposed).zip(&closed) {
+        assert!(h.fwd_ms < 0.99 * e.fwd_ms, "{} {}", h.fwd_ms, e.fwd_ms);
+        for (x, y) in [(h.fwd_ms, c.fwd_ms), (h.bwd_ms, c.bwd_ms)] {
+            assert!((x - y).abs() < 1e-9 * y, "{x} {y}");
+        }
+    }
+    let backward = |schedule: Schedule| -> Vec<f64> {
+        let s = ParallelSpec {
+            schedule: Some(schedule),
+            ..spec(1, 2, 1, 1, 8)
+        };
+        stages(s).iter().map(|s| s.bwd_ms).collect()
+    };
+    let (split, whole) = (backward(Schedule::ZbH1), backward(Schedule::OneFOneB));
+    for (s, w) in split.iter().zip(&whole) {
+        assert!((s - w).abs() < 1e-9 * w, "{s} {w}");
+    }
+}
+
 /// Under the paper's rules and its closed form, one pipeline stage's step is the micro-batches
 /// times its forward and backward plus its per-step work: the stage report's milliseconds are
 /// the composition's microseconds.
@@ -2539,7 +2574,8 @@ fn the_closed_forms_moved_step_is_the_step_recomposed_with_that_factor_scaled() 
     let step_with = |us: &[f64]| {
         let runtime = crate::hardware::Runtime::isolated();
         let times = QueryTimes::new(&plan, us, factor.clone(), 3, true, runtime);
-        compose::one_f_one_b(&plan, layout.micro_batches, &times)
+        let stages = pipeline::stage_timings(&pipeline::pipeline_work(&plan, &layout, &times));
+        compose::one_f_one_b(stages, layout.micro_batches, &times)
     };
     let base = step_with(&us);
     for f in 0..3 {
