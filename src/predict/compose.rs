@@ -283,7 +283,9 @@ pub fn cost_keeping_lanes<'a>(
 /// Always: a collective the backward starts asynchronously beside one kernel of the GEMM that
 /// follows it (`Call::beside_kernel`: the column-parallel GEMM's input re-gather beside its
 /// data-gradient kernel, the input gradient's reduce-scatter or all-reduce beside its
-/// weight-gradient kernel) hides up to that kernel's time: hidden = min(comm, kernel).
+/// weight-gradient kernel) hides up to that kernel's time: hidden = min(comm, kernel). A
+/// split backward (ZB-H1) keeps the collectives in its input-gradient pass, whose GEMMs run
+/// one kernel each: they hide behind that one as much as unsplit.
 ///
 /// With `tp_overlap` also the blocking ones, as Transformer Engine pipelines them
 /// (userbuffers): the forward all-gather before a column-parallel GEMM (QKV, MLP up) is
@@ -315,8 +317,9 @@ fn tp_hidden(
     let gemms: Vec<usize> = (0..calls.len()).filter(|&i| is_gemm(i)).collect();
     let next_gemm = |i: usize| gemms.iter().find(|&&g| g > i).or(gemms.first()).copied();
     let previous_gemm = |i: usize| gemms.iter().rev().find(|&&g| g < i).copied();
-    // one of a GEMM call's kernels: a backward call is its data- and weight-gradient kernels
-    let kernel = |g: usize| t(g) / launches(g).max(1.0);
+    // one of the kernels a GEMM call runs in this share of it: a backward call is its data-
+    // and weight-gradient kernels, of which a split backward's passes run one each
+    let kernel = |g: usize| t(g) / (launches(g) * share(calls[g].0)).max(1.0);
     let mut out = vec![0.0; calls.len()];
     for (i, &(call, _)) in calls.iter().enumerate() {
         let ranks = times.ranks[call.query as usize];
@@ -842,6 +845,20 @@ mod tests {
         let half_the_small_gemm = |c: &Call| if c.query == 0 { 0.5 } else { 1.0 };
         let list = [one(&rs), (&counted, 2.0)];
         assert_eq!(exposed(&list, &half_the_small_gemm), 200.0);
+        // a backward GEMM of two kernels (data and weight gradient), 2 × 150 µs, of which a
+        // split backward's pass runs one: the collective hides behind that one, 150 µs
+        let mut two_kernels = times_with(&[(Gemm, 300.0), (ReduceScatter, 600.0)]);
+        two_kernels.kernels[0] = 2.0;
+        let gemm = call(0, Class::Compute);
+        let rs = Call {
+            beside_kernel: true,
+            ..call(1, Class::TpComm)
+        };
+        for (share, hidden) in [(1.0, 150.0), (0.5, 150.0), (0.0, 0.0)] {
+            let of = |c: &Call| if c.query == 0 { share } else { 1.0 };
+            let c = cost([one(&rs), one(&gemm)].into_iter(), &two_kernels, &of, false);
+            assert_eq!(c.hidden_tp_us, hidden, "share {share}");
+        }
         // run beside the whole compute instead, nothing of it hides behind one kernel
         let overlapped = Call {
             overlapped: true,

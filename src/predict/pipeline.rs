@@ -308,3 +308,241 @@ pub fn stage_timings(work: &PipelineWork) -> Vec<StageTiming> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::{dgx_h100_without_models as cluster, Runtime};
+    use crate::ops::OpQuery;
+    use crate::predict::compose::cost;
+    use crate::workload::{Arch, ParallelSpec, Schedule};
+
+    fn spec(tp: u64, pp: u64, dp: u64) -> ParallelSpec {
+        ParallelSpec {
+            tp: Some(tp),
+            pp: Some(pp),
+            dp: Some(dp),
+            micro_batch: Some(1),
+            micro_batches: Some(4),
+            ..Default::default()
+        }
+    }
+
+    fn planned(arch: &Arch, s: &ParallelSpec) -> (Plan, Layout) {
+        let c = cluster();
+        let layout = Layout::new(s, arch, &c).unwrap();
+        (Plan::new(arch, &layout, &c), layout)
+    }
+
+    /// Query times from `us`, composed under `runtime`.
+    fn timed(plan: &Plan, us: impl Fn(&OpQuery) -> f64, runtime: Runtime) -> QueryTimes {
+        let t: Vec<f64> = plan.queries.iter().map(us).collect();
+        QueryTimes::new(plan, &t, vec![0; t.len()], 1, false, runtime)
+    }
+
+    /// Collectives 1,000 µs, every other kernel 1 µs: communication no compute can cover.
+    fn slow_collectives(q: &OpQuery) -> f64 {
+        if q.op.is_collective() {
+            1000.0
+        } else {
+            1.0
+        }
+    }
+
+    fn segment(pass: &PassWork, kind: SegmentKind) -> &Segment {
+        pass.segments.iter().find(|s| s.kind == kind).unwrap()
+    }
+
+    /// ZB-H1's weight-gradient pass holds half of each weighted GEMM's backward (its
+    /// weight-gradient GEMM), the embedding's whole backward and FSDP's gradient
+    /// reduce-scatter; the input-gradient pass everything else, the sequence-parallel
+    /// reduce-scatter among it. Together they are the unsplit backward.
+    #[test]
+    fn a_split_backward_puts_weight_gradients_and_their_reduction_in_the_w_pass() {
+        let arch = Arch::resolve("llama2-7b").unwrap();
+        let split = |tp: u64| ParallelSpec {
+            schedule: Some(Schedule::ZbH1),
+            sequence_parallel: Some(tp > 1),
+            zero: Some(3),
+            ..spec(tp, 1, 4)
+        };
+        // and with attention's unfused score GEMMs, which have no weights
+        let mut unfused = arch.clone();
+        unfused.attention = crate::workload::AttentionImpl::Unfused;
+        for (arch, tp) in [(&arch, 1), (&arch, 2), (&unfused, 1)] {
+            let (plan, layout) = planned(arch, &split(tp));
+            let times = timed(&plan, |_| 10.0, Runtime::isolated());
+            the_passes_split_the_backward(&plan, &layout, &times);
+        }
+        // with the collectives too long to hide: the FSDP reduce-scatter's excess shows in W
+        // alone, the TP reduce-scatters in B alone
+        let (plan, layout) = planned(&arch, &split(2));
+        let times = timed(&plan, slow_collectives, Runtime::isolated());
+        let work = pipeline_work(&plan, &layout, &times);
+        let w_pass = &work.chunks[0].wgrad.parts;
+        let b_pass = &work.chunks[0].bwd.parts;
+        assert_eq!(w_pass.tp_comm, 0.0, "{w_pass:?}");
+        // (B's data-parallel time is FSDP's parameter all-gather)
+        assert!(w_pass.dp_comm > 900.0, "{w_pass:?}");
+        assert!(b_pass.tp_comm > 0.0, "{b_pass:?}");
+    }
+
+    /// The layer's W segment is its weight-gradient GEMMs (the FSDP reduce-scatter hiding
+    /// beside them), B and W together the unsplit backward, and the embedding's backward W's.
+    fn the_passes_split_the_backward(plan: &Plan, layout: &Layout, times: &QueryTimes) {
+        let work = pipeline_work(plan, layout, times);
+        let [chunk] = work.chunks.as_slice() else {
+            panic!("one chunk")
+        };
+        let (b, w) = (
+            segment(&chunk.bwd, SegmentKind::Layer),
+            segment(&chunk.wgrad, SegmentKind::Layer),
+        );
+        // the layer's weight-gradient GEMMs, worked from its backward list
+        let wgrad: f64 = plan
+            .layer
+            .bwd
+            .iter()
+            .filter(|c| {
+                let q = plan.query(c);
+                q.op == OpKind::Gemm && q.role.is_some_and(Role::has_weights)
+            })
+            .map(|c| 0.5 * times.of(c.query) * c.count)
+            .sum();
+        assert!(wgrad > 0.0);
+        // (the FSDP reduce-scatter, 10 µs, hides beside them)
+        assert!((w.us - wgrad).abs() < 1e-9 * wgrad, "{} {wgrad}", w.us);
+        // with the recomputation B runs first, the unsplit backward
+        let unsplit = cost(
+            plan.layer
+                .recompute
+                .iter()
+                .chain(&plan.layer.bwd)
+                .map(|c| (c, 1.0)),
+            times,
+            &whole,
+            false,
+        )
+        .parts
+        .total();
+        assert!(
+            (b.us + w.us - unsplit).abs() < 1e-9 * unsplit,
+            "{} + {} vs {unsplit}",
+            b.us,
+            w.us
+        );
+        // the embedding's backward is all weight gradient
+        assert_eq!(segment(&chunk.bwd, SegmentKind::Embedding).us, 0.0);
+        assert!(segment(&chunk.wgrad, SegmentKind::Embedding).us > 0.0);
+    }
+
+    /// A runtime that takes `launch` µs to issue a kernel or a collective, isolated otherwise.
+    fn launching(launch: f64) -> Runtime {
+        Runtime {
+            launch_us: launch,
+            collective_launch_us: 2.0 * launch,
+            ..Runtime::isolated()
+        }
+    }
+
+    /// A backward segment issues its recomputation and its own calls, and hides the
+    /// tensor-parallel communication of both, once per layer it repeats.
+    #[test]
+    fn a_segment_counts_its_recomputation_and_its_own_calls() {
+        let arch = Arch::resolve("llama2-7b").unwrap();
+        let s = ParallelSpec {
+            sequence_parallel: Some(true),
+            tp_comm_overlap: Some(true),
+            recompute: Some(crate::workload::Recompute::Full),
+            ..spec(2, 2, 2)
+        };
+        let (plan, layout) = planned(&arch, &s);
+        let times = timed(&plan, |_| 10.0, launching(5.0));
+        let work = pipeline_work(&plan, &layout, &times);
+        let first = &work.chunks[0];
+        let layer = segment(&first.bwd, SegmentKind::Layer);
+        let of = |calls: &[Call]| cost(calls.iter().map(|c| (c, 1.0)), &times, &whole, true);
+        let (own, rc) = (of(&plan.layer.bwd), of(&plan.layer.recompute));
+        assert!(own.issue_us > 0.0 && rc.issue_us > 0.0);
+        assert_eq!(layer.issue_us, own.issue_us + rc.issue_us);
+        assert_eq!(layer.recompute_us, rc.parts.total());
+        // the first stage's embedding holds no GEMM to hide a collective behind
+        assert!(own.hidden_tp_us > 0.0 && rc.hidden_tp_us > 0.0);
+        let layers = layer.repeat as f64;
+        assert!(layers > 1.0);
+        assert_eq!(
+            first.bwd.hidden_tp_us,
+            (own.hidden_tp_us + rc.hidden_tp_us) * layers
+        );
+    }
+
+    /// Where the host waits for the device inside a layer (an expert layer's token counts),
+    /// neither runs ahead: a host-bound layer takes the host's cycle, which both its time and
+    /// its issue time then are, the device idle for the difference.
+    #[test]
+    fn a_host_bound_layer_that_waits_takes_the_hosts_cycle() {
+        let arch = crate::workload::presets::mixtral_8x7b();
+        let s = ParallelSpec {
+            ep: Some(8),
+            moe_imbalance: Some(1.0),
+            ..spec(1, 1, 8)
+        };
+        let (plan, layout) = planned(&arch, &s);
+        assert!(plan.layer.fwd.iter().any(|c| c.host_waits));
+        let times = timed(&plan, |_| 1.0, launching(100.0));
+        let work = pipeline_work(&plan, &layout, &times);
+        let layer = segment(&work.chunks[0].fwd, SegmentKind::Layer);
+        let alone = cost(
+            plan.layer.fwd.iter().map(|c| (c, 1.0)),
+            &times,
+            &whole,
+            false,
+        );
+        let device = alone.parts.total();
+        assert!(layer.issue_us > alone.issue_us, "{layer:?}");
+        assert!(layer.us > device + 1000.0, "{} {device}", layer.us);
+        assert!(
+            (layer.us - layer.issue_us).abs() < 1e-9 * layer.us,
+            "{layer:?}"
+        );
+        let host = work.chunks[0].fwd.parts.host;
+        assert!(
+            (host - (layer.us - device) * layer.repeat as f64).abs() < 1e-9 * host,
+            "{host}"
+        );
+    }
+
+    /// A rank's per-step work: its optimizer's and parameter all-gather's host time, and the
+    /// runtime's per-step overhead (ms to µs) and transfer synchronisation, the latter only
+    /// where there are transfers.
+    #[test]
+    fn a_rank_issues_its_update_and_the_host_syncs_only_where_stages_send() {
+        let arch = Arch::resolve("llama2-7b").unwrap();
+        let s = ParallelSpec {
+            zero: Some(1),
+            ..spec(1, 2, 4)
+        };
+        let (plan, layout) = planned(&arch, &s);
+        let runtime = Runtime {
+            step_overhead_ms: 2.5,
+            host_sync_per_transfer: true,
+            ..launching(5.0)
+        };
+        let times = timed(&plan, |_| 10.0, runtime);
+        let work = pipeline_work(&plan, &layout, &times);
+        let update = &plan.stages[0].update;
+        let issue = |class: Class| {
+            let calls: Vec<&Call> = update.iter().filter(|c| c.class == class).collect();
+            cost(calls.into_iter().map(|c| (c, 1.0)), &times, &whole, false).issue_us
+        };
+        let (optimizer, gather) = (issue(Class::Optimizer), issue(Class::DpComm));
+        assert!(optimizer > 0.0 && gather > 0.0);
+        assert_eq!(work.ranks[0].optimizer_issue_us, optimizer + gather);
+        assert_eq!(work.host.step_overhead_us, 2500.0);
+        assert!(work.host.sync_per_transfer);
+        // one stage sends nothing, so the host never waits on a transfer
+        let (plan, layout) = planned(&arch, &spec(1, 1, 8));
+        let times = timed(&plan, |_| 10.0, runtime);
+        assert!(!pipeline_work(&plan, &layout, &times).host.sync_per_transfer);
+    }
+}
