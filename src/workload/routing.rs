@@ -332,6 +332,12 @@ mod tests {
         ExpertRouting::parse(Path::new("routing.csv"), text.as_bytes())
     }
 
+    /// Why a file that parses does not fit `m`'s `layers` layers on `ep` ranks.
+    fn misfit(text: &str, m: &MoeSpec, layers: u64, ep: u64) -> String {
+        let routing = parse(text).unwrap();
+        routing.loads(m, layers, ep, None).unwrap_err().to_string()
+    }
+
     #[test]
     fn the_busiest_rank_averages_its_experts() {
         // 4 experts: one hot (40), three at 20: mean 25
@@ -364,7 +370,7 @@ mod tests {
     #[test]
     fn a_file_that_does_not_fit_the_model_names_the_line_and_fix() {
         let m = moe(4, 1, 1);
-        let err = |text: &str| parse(text).unwrap().loads(&m, 3, 2, None).unwrap_err();
+
         for (text, says) in [
             ("layer,imbalance\n1,1.5\n", "no rows for layer 2"),
             ("layer,imbalance\n1,1.5\n2,1.2\n3,1.1\n", "line 4: layer 3"),
@@ -376,15 +382,16 @@ mod tests {
             ("layer,expert,tokens\n1,7,1\n2,0,1\n", "4 experts"),
             ("layer,expert,tokens\n1,0,0\n2,0,1\n", "routes no tokens"),
         ] {
-            let message = err(text).to_string();
+            let message = misfit(text, &m, 3, 2);
             assert!(message.contains(says), "{text:?}: {message}");
         }
         let two = moe(4, 2, 1);
-        let message = parse("layer,expert,tokens\n1,0,3\n1,1,1\n2,0,1\n2,1,1\n")
-            .unwrap()
-            .loads(&two, 3, 2, None)
-            .unwrap_err()
-            .to_string();
+        let message = misfit(
+            "layer,expert,tokens\n1,0,3\n1,1,1\n2,0,1\n2,1,1\n",
+            &two,
+            3,
+            2,
+        );
         assert!(
             message.contains("layer 1, expert 0: 3 of the layer's 4"),
             "{message}"
@@ -409,5 +416,28 @@ mod tests {
             assert!(message.starts_with("routing.csv"), "{message}");
             assert!(message.contains(says), "{text:?}: {message}");
         }
+    }
+
+    /// The bounds are inclusive where they should be: an expert may take exactly 1/top-k of a
+    /// layer's routed tokens and a layer's imbalance be exactly experts / top-k, but not more;
+    /// an expert index may be up to the most experts a file may name, less one.
+    #[test]
+    fn a_layer_may_reach_its_bounds_but_not_pass_them() {
+        let two = moe(8, 2, 0);
+        // two of eight experts take every copy: each exactly 1/top-k of the copies
+        let r = parse("layer,expert,tokens\n0,0,50\n0,1,50\n").unwrap();
+        assert_eq!(r.loads(&two, 1, 8, None).unwrap(), vec![4.0]);
+        let r = parse("layer,imbalance\n0,4\n").unwrap();
+        assert_eq!(r.loads(&two, 1, 8, None).unwrap(), vec![4.0]);
+        let message = misfit("layer,imbalance\n0,4.01\n", &two, 1, 8);
+        assert!(
+            message.contains("between 1 and 4 (experts / top-k)"),
+            "{message}"
+        );
+        let last = format!("layer,expert,tokens\n0,{},1\n", MAX_EXPERTS - 1);
+        assert!(parse(&last).is_ok());
+        let beyond = format!("layer,expert,tokens\n0,{MAX_EXPERTS},1\n");
+        let message = parse(&beyond).unwrap_err().to_string();
+        assert!(message.contains("from 0 below 65536"), "{message}");
     }
 }
