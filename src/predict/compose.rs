@@ -1,5 +1,5 @@
-//! Costing lists of calls, per-stage times, and the paper's closed-form 1F1B step (Zhang et
-//! al. 2025, §III-D; `docs/method.md` §4):
+//! Costing lists of calls and the paper's closed-form 1F1B step (Zhang et al. 2025, §III-D;
+//! `docs/method.md` §4):
 //!
 //! ```text
 //! step = (micro_batches − 1 + stages) · (max_s fwd_s + max_s bwd_s)
@@ -394,11 +394,6 @@ pub struct Step {
     pub critical_path: Option<Vec<f64>>,
 }
 
-/// The paper's 1F1B step from each stage's times (`pipeline::stage_timings`).
-pub fn one_f_one_b(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes) -> Step {
-    closed_form(stages, micro_batches, times)
-}
-
 /// The closed-form step time with cost factor `factor` scaled by `k` in every stage.
 pub fn one_f_one_b_moved(stages: &[StageTiming], micro_batches: u64, factor: u32, k: f64) -> f64 {
     let d = k - 1.0;
@@ -413,7 +408,8 @@ pub fn one_f_one_b_moved(stages: &[StageTiming], micro_batches: u64, factor: u32
     (m - 1.0 + pp) * (fwd + bwd) + first_sync + update
 }
 
-fn closed_form(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes) -> Step {
+/// The paper's 1F1B step from each stage's times (`pipeline::stage_timings`).
+pub fn one_f_one_b(stages: Vec<StageTiming>, micro_batches: u64, times: &QueryTimes) -> Step {
     let slowest = |f: &dyn Fn(&StageTiming) -> f64| {
         stages
             .iter()

@@ -1,7 +1,8 @@
 //! From a plan and per-query times to the pipeline simulator's input: each model chunk's passes
 //! as segments (embedding, its layers, the head), the backward split into input- and
 //! weight-gradient parts where the schedule asks for it, the hidden share of tensor-parallel
-//! communication taken out, and every duration's attribution to cost factors.
+//! communication taken out, and every duration's attribution to cost factors; and from those
+//! passes each stage's times, which the stage report shows and the closed form composes.
 
 use super::compose::{cost_keeping_lanes, cycle_us, whole, Cost, Lane, QueryTimes, StageTiming};
 use crate::ops::{OpKind, Phase, Role};
