@@ -87,9 +87,7 @@ impl Expander<'_> {
                 out.extend_from_slice(&item);
             }
         }
-        if depth > 0 {
-            return Err(bad(self.text, "a \"(\" is never closed: add its \")\""));
-        }
+        // (an inner sequence at the end: its caller finds no ")" and says so)
         Ok(out)
     }
 
@@ -225,6 +223,24 @@ mod tests {
         let l = PipelineLayout::parse("E((t*2)|)*2tL", 5).unwrap();
         let layers: Vec<u64> = l.chunks.iter().map(|c| c.layers).collect();
         assert_eq!(layers, vec![2, 2, 1]);
+        // modules counted wherever they are, none without
+        let l = PipelineLayout::parse("Ett|ttmmL", 4).unwrap();
+        assert_eq!((l.chunks[1].mtp, l.mtp_layers()), (2, 2));
+        assert_eq!(PipelineLayout::parse("EttttL", 4).unwrap().mtp_layers(), 0);
+    }
+
+    /// A layout may expand to exactly the most symbols, and is then judged on what it holds.
+    #[test]
+    fn a_layout_may_expand_to_the_most_symbols() {
+        assert_eq!(MAX_SYMBOLS, 1024 * 1024);
+        let message = PipelineLayout::parse("(t*1024)*1024", 4)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("embedding E once, first"), "{message}");
+        let message = PipelineLayout::parse("t(t*1024)*1024", 4)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("expands to more than"), "{message}");
     }
 
     #[test]
