@@ -696,4 +696,111 @@ mod tests {
             assert!(e.contains("line 2") && e.contains(says), "{e}");
         }
     }
+
+    /// Every layout column reaches the setting it names: a row with each set away from its
+    /// default reads as that whole layout; ep and vpp of 1 and a TP overlap of 0 read as
+    /// "none" and "off".
+    #[test]
+    fn every_layout_column_reaches_its_setting() {
+        use crate::workload::Fp8Library;
+        let header = "set,family,label,cluster,model,tp,pp,dp,cp,ep,etp,moe_a2a_overlap,\
+                      pipeline_split,micro_batch,global_batch,seq_len,dtype,recompute,zero,\
+                      schedule,vpp,sequence_parallel,tp_comm_overlap,overlap_grad_reduce,\
+                      overlap_param_gather,grad_reduce_dtype,fp8_param_gather,fp8_library,\
+                      measured_step_s\n";
+        let (_d, path) = write(&format!(
+            "{header}s,f,a,dgx-h100,m.yaml,2,4,16,2,8,2,true,embedding+loss,1,512,8192,fp8,\
+             selective,1,interleaved,4,true,1,true,true,fp32,true,transformer-engine,9.5\n\
+             s,f,b,dgx-h100,m.yaml,2,4,16,1,1,1,false,loss,1,512,8192,bf16,full,0,1f1b,1,\
+             false,0,false,false,bf16,false,torchao,9.5\n"
+        ));
+        let runs = load(&path).unwrap();
+        let expected = ParallelSpec {
+            tp: Some(2),
+            pp: Some(4),
+            dp: Some(16),
+            cp: Some(2),
+            ep: Some(8),
+            etp: Some(2),
+            moe_a2a_overlap: Some(true),
+            account_for_embedding_in_pipeline_split: Some(true),
+            account_for_loss_in_pipeline_split: Some(true),
+            micro_batch: Some(1),
+            global_batch: Some(512),
+            seq_len: Some(8192),
+            dtype: Some(Dtype::Fp8),
+            recompute: Some(Recompute::Selective),
+            zero: Some(1),
+            schedule: Some(Schedule::Interleaved),
+            vpp: Some(4),
+            sequence_parallel: Some(true),
+            tp_comm_overlap: Some(true),
+            overlap_grad_reduce: Some(true),
+            overlap_param_gather: Some(true),
+            grad_reduce_dtype: Some(Dtype::Fp32),
+            fp8_param_gather: Some(true),
+            fp8_library: Some(Fp8Library::TransformerEngine),
+            ..Default::default()
+        };
+        assert_eq!(runs[0].spec, expected);
+        let off = ParallelSpec {
+            cp: Some(1),
+            ep: None,
+            etp: Some(1),
+            moe_a2a_overlap: Some(false),
+            account_for_embedding_in_pipeline_split: Some(false),
+            dtype: Some(Dtype::Bf16),
+            recompute: Some(Recompute::Full),
+            zero: Some(0),
+            schedule: Some(Schedule::OneFOneB),
+            vpp: None,
+            sequence_parallel: Some(false),
+            tp_comm_overlap: Some(false),
+            overlap_grad_reduce: Some(false),
+            overlap_param_gather: Some(false),
+            grad_reduce_dtype: Some(Dtype::Bf16),
+            fp8_param_gather: Some(false),
+            fp8_library: Some(Fp8Library::Torchao),
+            ..expected
+        };
+        assert_eq!(runs[1].spec, off);
+    }
+
+    /// A model or cluster named by a path (a directory in it, or a file's extension) is found
+    /// beside the CSV; a bare name is a preset or a shipped cluster. A measured step must be
+    /// a positive time.
+    #[test]
+    fn files_are_found_beside_the_csv_and_a_step_takes_time() {
+        let row = |cluster: &str, model: &str, step: &str| {
+            format!(
+                "{HEADER}s,f,a,{cluster},{model},1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,0,{step},\
+                 true,\n"
+            )
+        };
+        for (cluster, model) in [
+            ("h.yaml", "m.json"),
+            ("profiles/h", "archs/m"),
+            ("dgx-h100", "llama2-7b"),
+        ] {
+            let (dir, path) = write(&row(cluster, model, "1.0"));
+            let run = &load(&path).unwrap()[0];
+            let beside = |name: &str| !name.contains('-');
+            let want_model = if beside(model) {
+                dir.path().join(model).display().to_string()
+            } else {
+                model.to_string()
+            };
+            let want_cluster = if beside(cluster) {
+                dir.path().join(cluster)
+            } else {
+                PathBuf::from(cluster)
+            };
+            assert_eq!((&run.model, &run.cluster), (&want_model, &want_cluster));
+        }
+        for step in ["0", "-1", "inf"] {
+            let (_d, path) = write(&row("dgx-h100", "llama2-7b", step));
+            let e = load(&path).unwrap_err().to_string();
+            assert!(e.contains("is not a time"), "{step}: {e}");
+        }
+    }
 }
