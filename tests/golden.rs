@@ -360,7 +360,6 @@ fn search_summary(r: &Value) -> Value {
     })
 }
 
-/// Every difference between `old` and `new`, as "path: old → new".
 /// Whether two golden numbers agree.
 fn within_tolerance(a: f64, b: f64) -> bool {
     (a - b).abs() <= RELATIVE_TOLERANCE * a.abs().max(b.abs()) + 1e-12
@@ -391,6 +390,7 @@ fn keep_unmoved(old: &Value, new: &mut Value) {
     }
 }
 
+/// Every difference between `old` and `new`, as "path: old → new".
 fn diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
     match (old, new) {
         (Value::Number(a), Value::Number(b)) => {
