@@ -267,26 +267,10 @@ pub fn stage_timings(work: &PipelineWork) -> Vec<StageTiming> {
             let (mut fwd, mut bwd) = (ClassTimes::default(), ClassTimes::default());
             let (mut fwd_from, mut bwd_from) = (Attribution::default(), Attribution::default());
             for chunk in work.chunks.iter().filter(|c| c.rank == index) {
-                for (times, from, passes, sent) in [
-                    (&mut fwd, &mut fwd_from, vec![&chunk.fwd], chunk.send_fwd_us),
-                    (
-                        &mut bwd,
-                        &mut bwd_from,
-                        vec![&chunk.bwd, &chunk.wgrad],
-                        chunk.send_bwd_us,
-                    ),
-                ] {
-                    for pass in passes {
-                        *times = times.plus(&pass.parts);
-                        for s in &pass.segments {
-                            from.add_scaled(&s.attribution, s.repeat as f64);
-                        }
-                    }
-                    if sent > 0.0 {
-                        times.pp_comm += sent;
-                        from.add_scaled(&chunk.send_attribution, 1.0);
-                    }
-                }
+                let sends = (chunk.send_fwd_us, &chunk.send_attribution);
+                add_passes(&mut fwd, &mut fwd_from, &[&chunk.fwd], sends);
+                let sends = (chunk.send_bwd_us, &chunk.send_attribution);
+                add_passes(&mut bwd, &mut bwd_from, &[&chunk.bwd, &chunk.wgrad], sends);
             }
             let mut update_from = rank.optimizer_attribution.clone();
             update_from.add_scaled(&rank.param_gather_attribution, 1.0);
@@ -308,6 +292,26 @@ pub fn stage_timings(work: &PipelineWork) -> Vec<StageTiming> {
             }
         })
         .collect()
+}
+
+/// Adds passes' times and attributions (each segment as often as it repeats), and a
+/// transfer's where the chunk sends one.
+fn add_passes(
+    times: &mut ClassTimes,
+    from: &mut Attribution,
+    passes: &[&PassWork],
+    (sent_us, sent_from): (f64, &Attribution),
+) {
+    for pass in passes {
+        *times = times.plus(&pass.parts);
+        for s in &pass.segments {
+            from.add_scaled(&s.attribution, s.repeat as f64);
+        }
+    }
+    if sent_us > 0.0 {
+        times.pp_comm += sent_us;
+        from.add_scaled(sent_from, 1.0);
+    }
 }
 
 #[cfg(test)]
