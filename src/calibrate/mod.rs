@@ -691,6 +691,399 @@ fn set_reports(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::{AttentionKernel, ParallelSpec, Schedule};
+
+    /// A Llama 2 7B run on the eight GPUs of the models-free DGX H100, two micro-batches of
+    /// one sequence of 1,024 tokens, measured at 1 s until `prepared_measured` says otherwise.
+    fn llama_run(line: usize, set: &str, family: &str, spec: ParallelSpec) -> Run {
+        let tp = spec.tp.unwrap_or(1);
+        Run {
+            line,
+            set: set.into(),
+            family: family.into(),
+            label: format!("line {line}"),
+            cluster: std::path::PathBuf::new(),
+            model: "llama2-7b".into(),
+            spec: ParallelSpec {
+                dp: Some(8 / tp),
+                micro_batch: Some(1),
+                micro_batches: Some(2),
+                seq_len: spec.seq_len.or(Some(1024)),
+                ..spec
+            },
+            measured_s: 1.0,
+            not_expressible: None,
+            framework: None,
+            measured_memory: None,
+            time_scope: runs::TimeScope::Step,
+        }
+    }
+
+    fn tp(tp: u64) -> ParallelSpec {
+        ParallelSpec {
+            tp: Some(tp),
+            ..Default::default()
+        }
+    }
+
+    fn flash_attention_2(spec: ParallelSpec) -> ParallelSpec {
+        ParallelSpec {
+            attention_kernel: Some(AttentionKernel::FlashAttention2),
+            ..spec
+        }
+    }
+
+    /// Runs of lines 2 and 3 in set `a`, families `f0` (tp 1) and `f1` (tp 2), and of line
+    /// 4 in set `b`, family `g`: `b` with its attention run as FlashAttention-2.
+    fn two_of_a_and_one_of_b(b: ParallelSpec) -> Vec<Run> {
+        vec![
+            llama_run(2, "a", "f0", tp(1)),
+            llama_run(3, "a", "f1", tp(2)),
+            llama_run(4, "b", "g", flash_attention_2(b)),
+        ]
+    }
+
+    /// `run` prepared on the models-free DGX H100 as the `index`-th run.
+    fn prepare(index: usize, run: &Run) -> Prepared {
+        let cluster = crate::hardware::dgx_h100_without_models();
+        Prepared::new(index, run, &cluster, &CostModel::new(&cluster, None)).unwrap()
+    }
+
+    fn prepared(run: &Run) -> Prepared {
+        prepare(0, run)
+    }
+
+    /// `runs` prepared, each measured `slower` times its raw prediction (the run and its
+    /// preparation both say so).
+    fn prepared_measured(runs: &mut [Run], slower: f64) -> Vec<Prepared> {
+        runs.iter_mut()
+            .enumerate()
+            .map(|(i, run)| {
+                let mut p = prepare(i, run);
+                p.measured_s = p.step_s(&p.base) * slower;
+                run.measured_s = p.measured_s;
+                p
+            })
+            .collect()
+    }
+
+    /// A run timed without its update stops where the last rank's gradient reduction ends:
+    /// before the step, past half of it (Adam over 3.5 B parameters a GPU takes about a
+    /// third of two micro-batches of 1,024 tokens). Under the closed form, which has no
+    /// timeline, it is the step less its optimizer term exactly.
+    #[test]
+    fn a_run_timed_without_its_update_leaves_the_optimizer_out() {
+        for schedule in [None, Some(Schedule::ClosedForm)] {
+            let mut run = llama_run(2, "s", "f", ParallelSpec { schedule, ..tp(2) });
+            let step = prepared(&run);
+            run.time_scope = runs::TimeScope::ForwardBackward;
+            let passes = prepared(&run);
+            let runtime = step.base;
+            let (step_s, passes_s) = (step.step_s(&runtime), passes.step_s(&runtime));
+            assert!(step_s > 0.05 && step_s < 5.0, "{step_s}");
+            assert!(
+                passes_s < step_s && passes_s > 0.5 * step_s,
+                "{schedule:?}: {passes_s} of {step_s}"
+            );
+            if schedule.is_some() {
+                let n = step.plan.queries.len();
+                let times =
+                    QueryTimes::new(&step.plan, &step.isolated_us, vec![0; n], 1, false, runtime);
+                let (composed, _) = compose_step(&step.plan, &step.layout, &times).unwrap();
+                let optimizer_s = composed.breakdown_us.optimizer / 1e6;
+                assert!(optimizer_s > 0.0);
+                assert!((step_s - passes_s - optimizer_s).abs() < 1e-12 * step_s);
+            }
+        }
+    }
+
+    /// FlashAttention-2's share is what halving its efficiency adds: some of the step, not
+    /// all of it; a step of native attention makes no such calls.
+    #[test]
+    fn flash_attention_2_s_share_is_what_halving_its_efficiency_adds() {
+        let native = prepared(&llama_run(2, "s", "f", tp(1)));
+        assert_eq!(native.flash_attention_2_s(&native.base), None);
+        let fa2 = prepared(&llama_run(2, "s", "f", flash_attention_2(tp(1))));
+        let step = fa2.step_s(&fa2.base);
+        let share = fa2.flash_attention_2_s(&fa2.base).unwrap();
+        assert!(
+            share > 0.01 * step && share < 0.5 * step,
+            "{share} of {step}"
+        );
+    }
+
+    /// MFU is the model's FLOPs at the GPU's dense peak over the step: 100 % of a step as long
+    /// as the peak would take, half of one twice as long; a real step lies below 100 %.
+    #[test]
+    fn mfu_is_the_peak_time_over_the_step() {
+        let p = prepared(&llama_run(2, "s", "f", tp(1)));
+        assert!((p.mfu_percent(p.peak_seconds) - 100.0).abs() < 1e-9);
+        assert!((p.mfu_percent(2.0 * p.peak_seconds) - 50.0).abs() < 1e-9);
+        let raw = p.mfu_percent(p.step_s(&p.base));
+        assert!(raw > 10.0 && raw < 100.0, "{raw}");
+    }
+
+    /// The JSON names a run's time scope only where it is not the whole step.
+    #[test]
+    fn a_result_names_its_time_scope_only_when_not_the_step() {
+        let mut r = run(1.0, Some(1.0));
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("time_scope").is_none(), "{json}");
+        r.time_scope = runs::TimeScope::ForwardBackward;
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["time_scope"], "forward_backward");
+    }
+
+    /// A memory measurement in the allocator's scope is compared without the communicators'
+    /// buffers, one of the whole device with them; a run timed without its update is
+    /// projected without the optimizer's states.
+    #[test]
+    fn memory_is_compared_in_the_measurement_s_scope() {
+        let cluster = crate::hardware::dgx_h100_without_models();
+        let mut run = llama_run(2, "s", "f", tp(2));
+        let arch = Arch::resolve(&run.model).unwrap();
+        let layout = Layout::new(&run.spec, &arch, &cluster).unwrap();
+        let plan = Plan::new(&arch, &layout, &cluster);
+        let report = crate::memory::project(&arch, &layout, &cluster, &plan);
+        let communicators = crate::memory::overheads(&layout, &cluster).1;
+        assert!(communicators > 0.0);
+        let whole = report.peak().total_gib;
+        for (scope, comparable) in [
+            (runs::MemoryScope::Allocator, whole - communicators),
+            (runs::MemoryScope::Device, whole),
+        ] {
+            run.measured_memory = Some(runs::MeasuredMemory { gib: 30.0, scope });
+            let m = prepared(&run).memory;
+            assert_eq!(m.projected_gib, whole);
+            assert_eq!((m.measured_gib, m.scope), (Some(30.0), Some(scope)));
+            assert!((m.comparable_gib.unwrap() - comparable).abs() < 1e-12);
+        }
+        run.time_scope = runs::TimeScope::ForwardBackward;
+        run.measured_memory = None;
+        let m = prepared(&run).memory;
+        assert_eq!(m.projected_gib, report.without_optimizer().0);
+        assert!(m.projected_gib < whole);
+        assert_eq!((m.measured_gib, m.comparable_gib), (None, None));
+    }
+
+    /// `evaluate` with set `a` fitted (two families, a run of each, both 10 % slower than
+    /// the raw physics) and set `b` held out (one run of FlashAttention-2, which they do not
+    /// use, at a sequence eight times theirs), and a run of `a` that could not be planned.
+    #[test]
+    fn evaluate_fits_one_set_cross_validates_its_families_and_holds_the_other_out() {
+        let mut runs = two_of_a_and_one_of_b(ParallelSpec {
+            seq_len: Some(8192),
+            ..tp(1)
+        });
+        let mut prepared = prepared_measured(&mut runs, 1.1);
+        runs.push(Run {
+            not_expressible: Some("not this one".into()),
+            ..llama_run(5, "a", "f0", tp(1))
+        });
+        let not_predicted = [(3, "not this one".to_string())];
+        let report = evaluate(&runs, &mut prepared, &not_predicted, &["a".to_string()]);
+        // each set weighs the same whatever its rows
+        let weights: Vec<f64> = prepared.iter().map(|p| p.weight).collect();
+        assert_eq!(weights, [0.5, 0.5, 1.0]);
+        let raw = prepared[0].base;
+        assert_eq!(report.raw_runtime, raw);
+        // fitted on a's two runs; each of its families predicted by a fit of the other
+        assert_eq!(report.fitted.runs, 2);
+        let fitted = report.fitted.runtime;
+        let alone = |i: usize| fit(&[&prepared[i]], raw).runtime;
+        let lines: Vec<usize> = report.runs.iter().map(|r| r.line).collect();
+        assert_eq!(lines, [2, 3, 4, 5]);
+        for (i, other) in [(0, 1), (1, 0)] {
+            let (r, p) = (&report.runs[i], &prepared[i]);
+            let cv = p.step_s(&alone(other));
+            assert_eq!(r.cross_validated_s, Some(cv));
+            assert_eq!(r.raw_s, Some(p.step_s(&raw)));
+            assert_eq!(r.fitted_s, Some(p.step_s(&fitted)));
+            assert_eq!(
+                r.mfu_percent,
+                Some([p.mfu_percent(p.step_s(&raw)), p.mfu_percent(cv)])
+            );
+            assert_eq!(r.raw_flash_attention_2_s, None);
+            assert_eq!(r.dtype.as_deref(), Some("bf16"));
+            assert!(r.beyond_fitted_runs.is_empty());
+            assert_eq!(
+                r.memory.map(|m| m.projected_gib),
+                Some(p.memory.projected_gib)
+            );
+        }
+        // the fit moved the runtime towards runs 10 % slower than the raw physics
+        assert!(report.runs[0].fitted_s > report.runs[0].raw_s);
+        // b held out: predicted with the runtime fitted on a, beyond a's sequences
+        let held = &report.runs[2];
+        assert_eq!(held.cross_validated_s, Some(prepared[2].step_s(&fitted)));
+        assert_eq!(held.cross_validated_s, held.fitted_s);
+        assert!(held.raw_flash_attention_2_s.is_some_and(|s| s > 0.0));
+        // beyond the fitted runs' sequences, and the runs made no FlashAttention-2 calls
+        assert_eq!(
+            held.beyond_fitted_runs.len(),
+            2,
+            "{:?}",
+            held.beyond_fitted_runs
+        );
+        let unplanned = &report.runs[3];
+        assert_eq!(unplanned.not_predicted.as_deref(), Some("not this one"));
+        assert_eq!((unplanned.raw_s, unplanned.memory.is_none()), (None, true));
+        // the sets
+        let (a, b) = (&report.sets["a"], &report.sets["b"]);
+        assert!(a.fitted && !b.fitted);
+        assert_eq!((a.rows, a.expressible, a.predicted), (3, 2, 2));
+        assert_eq!((b.rows, b.expressible, b.predicted), (1, 1, 1));
+        assert_eq!((a.beyond_fitted_runs, b.beyond_fitted_runs), (0, 1));
+        assert!(
+            (a.raw.bias_percent + 100.0 / 11.0).abs() < 1e-9,
+            "{:?}",
+            a.raw
+        );
+        assert_eq!(a.cross_validated.runs, 2);
+        let max_raw_mfu = report.runs[..2]
+            .iter()
+            .map(|r| r.mfu_percent.unwrap()[0])
+            .fold(0.0, f64::max);
+        assert_eq!(a.max_mfu_percent[0], max_raw_mfu);
+        // overall covers the fitted set only; the interval's spread is its CV error's
+        assert_eq!(report.overall.map(|s| s.runs), [2, 2, 2]);
+        assert_eq!(
+            report.interval_sigma_log,
+            crate::hardware::spread(&report.overall[2])
+        );
+        let by_dtype: Vec<(&String, usize)> = report
+            .cross_validated_by_dtype
+            .iter()
+            .map(|(d, s)| (d, s.runs))
+            .collect();
+        assert_eq!(by_dtype, [(&"bf16".to_string(), 2)]);
+        assert_eq!(report.fitted_range.map(|r| r.seq_len), Some([1024, 1024]));
+        // every parameter the fit left at a bound is refitted at its default
+        let held_names: Vec<&str> = report.held_at_default.iter().map(|h| h.parameter).collect();
+        assert_eq!(held_names, report.fitted.at_bound);
+        for h in &report.held_at_default {
+            let i = PARAMETERS
+                .iter()
+                .position(|p| p.name == h.parameter)
+                .unwrap();
+            assert_eq!((h.fitted, h.default), (fitted.values()[i], raw.values()[i]));
+            assert_eq!(h.refit.values()[i], raw.values()[i]);
+        }
+    }
+
+    /// With one family among the fit runs there is nothing to cross-validate it with; with no
+    /// set named every set is fitted.
+    #[test]
+    fn a_lone_family_has_no_cross_validation() {
+        let mut runs = vec![llama_run(2, "a", "f", tp(1)), llama_run(3, "b", "f", tp(2))];
+        let mut prepared = prepared_measured(&mut runs, 1.3);
+        let report = evaluate(&runs, &mut prepared, &[], &[]);
+        assert!(report.sets.values().all(|s| s.fitted));
+        assert_eq!(report.fitted.runs, 2);
+        assert!(report.runs.iter().all(|r| r.cross_validated_s.is_none()));
+        assert_eq!(report.overall.map(|s| s.runs), [2, 2, 0]);
+        // the interval's spread is then the in-sample error's
+        assert!(report.overall[1].mean_abs_percent > 0.0);
+        assert_eq!(
+            report.interval_sigma_log,
+            crate::hardware::spread(&report.overall[1])
+        );
+    }
+
+    /// `check` composes each run under the runtime `predict` would use for it now, beside
+    /// the raw physics: a set is in sample where that runtime was fitted on it, the spread of
+    /// a run's training type stands in for the runtime's own, and only a run out of sample
+    /// is judged against the fitted runs' range.
+    #[test]
+    fn check_judges_each_run_under_its_current_runtime() {
+        let mut runs = two_of_a_and_one_of_b(tp(4));
+        let mut prepared = prepared_measured(&mut runs, 1.0);
+        let raw = prepared[0].base;
+        let calibrated = Runtime {
+            step_overhead_ms: raw.step_overhead_ms + 20.0,
+            ..raw
+        };
+        // runs 5 % slower than calibrated: inside exp(±1.28 × 0.05), outside ±1.28 × 0.03
+        for p in prepared.iter_mut() {
+            p.measured_s = 1.05 * p.step_s(&calibrated);
+            runs[p.index].measured_s = p.measured_s;
+        }
+        runs.push(llama_run(5, "b", "g", tp(8)));
+        // run 2 reported 25 GiB where 20 are projected; run 4 is projected not to fit
+        prepared[0].memory.measured_gib = Some(25.0);
+        prepared[0].memory.comparable_gib = Some(20.0);
+        prepared[2].memory.verdict = crate::memory::Verdict::Oom;
+        // the calibration's range holds run 2's point only: run 3 lies beyond it in sample
+        let range = FittedRange::of(&[prepared[0].point.clone()]);
+        let fitted_on_a = Current {
+            runtime: calibrated,
+            sigma_log: Some(0.05),
+            sigma_log_by_dtype: BTreeMap::from([("bf16".to_string(), 0.03)]),
+            summary: Some("calibrated on a".into()),
+            fitted_sets: vec!["a".into()],
+            range: range.clone(),
+        };
+        // the same runtime named otherwise (borrowed by another cluster, say) and without a
+        // spread: a runtime of its own in the check's list
+        let borrowed = Current {
+            sigma_log: None,
+            sigma_log_by_dtype: BTreeMap::new(),
+            summary: Some("borrowed".into()),
+            fitted_sets: Vec::new(),
+            ..fitted_on_a.clone()
+        };
+        let current = |p: &Prepared| {
+            if runs[p.index].set == "a" {
+                &fitted_on_a
+            } else {
+                &borrowed
+            }
+        };
+        let checked = check(&runs, &prepared, &[(3, "no".into())], &current);
+        assert!(checked.check);
+        let counts: Vec<(Option<&str>, usize)> = checked
+            .runtimes
+            .iter()
+            .map(|c| (c.current.summary.as_deref(), c.runs))
+            .collect();
+        assert_eq!(
+            counts,
+            [(Some("calibrated on a"), 2), (Some("borrowed"), 1)]
+        );
+        let lines: Vec<usize> = checked.runs.iter().map(|r| r.line).collect();
+        assert_eq!(lines, [2, 3, 4, 5]);
+        for (r, p) in checked.runs.iter().zip(&prepared) {
+            let (raw_s, now_s) = (p.step_s(&raw), p.step_s(&calibrated));
+            assert_eq!((r.raw_s, r.cross_validated_s), (Some(raw_s), Some(now_s)));
+            assert_eq!(
+                r.mfu_percent,
+                Some([p.mfu_percent(raw_s), p.mfu_percent(now_s)])
+            );
+            assert_eq!(r.raw_flash_attention_2_s, p.flash_attention_2_s(&raw));
+            assert_eq!(r.dtype.as_deref(), Some("bf16"));
+            assert!(r.memory.is_some());
+        }
+        assert!(checked.runs[0].cross_validated_s > checked.runs[0].raw_s);
+        // in sample: no run of a is judged against the range, though run 3 lies beyond it
+        assert!(checked.runs[..2]
+            .iter()
+            .all(|r| r.beyond_fitted_runs.is_empty()));
+        assert!(!checked.runs[2].beyond_fitted_runs.is_empty());
+        assert!(checked.runs[2].raw_flash_attention_2_s.is_some());
+        assert_eq!(checked.runs[3].not_predicted.as_deref(), Some("no"));
+        let (a, b) = (&checked.sets["a"], &checked.sets["b"]);
+        assert!(a.fitted && !b.fitted);
+        assert_eq!((b.rows, b.predicted, b.beyond_fitted_runs), (2, 1, 1));
+        assert_eq!((a.projected_oom, b.projected_oom), (0, 1));
+        assert_eq!((a.memory.runs, b.memory.runs), (1, 0));
+        assert!((a.memory.bias_percent + 20.0).abs() < 1e-9);
+        // bf16's own spread, 0.03, not the calibration's 0.05: the runs lie outside
+        assert_eq!(a.inside_interval_percent, Some(0.0));
+        // no spread: run 4, beyond the range, is judged by the extrapolation band alone
+        assert_eq!(b.inside_interval_percent, Some(100.0));
+        assert!((a.cross_validated.bias_percent + 100.0 / 21.0).abs() < 1e-9);
+        assert_eq!(checked.overall.map(|s| s.runs), [3, 3]);
+    }
 
     fn run(measured_s: f64, cross_validated_s: Option<f64>) -> RunResult {
         RunResult {
