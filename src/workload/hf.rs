@@ -210,9 +210,8 @@ impl Config<'_> {
                 }
                 ArchSpec {
                     activation: Activation::SquaredRelu,
+                    // LayerNorm1P keeps a bias, as a LayerNorm does by default
                     norm: NormKind::Layernorm,
-                    // LayerNorm1P keeps a bias
-                    norm_bias: Some(true),
                     ..self.llama_like(model_type, name)?
                 }
             }
@@ -288,12 +287,8 @@ impl Config<'_> {
     /// experts (layers listed in `mlp_only_layers`, or a `decoder_sparse_step` above 1, are
     /// refused: dense layers between sparse ones are not modelled).
     fn experts(&self, model_type: &str, name: String) -> Result<ArchSpec> {
-        let base = if model_type == "mixtral" {
-            "mistral"
-        } else {
-            "qwen2"
-        };
-        let mut spec = self.llama_like(base, name)?;
+        // read as a LLaMA (SwiGLU required); the query and key norms and biases are set here
+        let mut spec = self.llama_like("mistral", name)?;
         spec.qk_norm = model_type == "qwen3_moe";
         spec.qkv_bias = model_type == "qwen2_moe";
         let sparse_step = self.opt_int("decoder_sparse_step")?.unwrap_or(1);
@@ -811,6 +806,153 @@ mod tests {
         assert_eq!(arch.mla.unwrap().q_lora_rank, None);
         let p = arch.total_params() as f64;
         assert!((p / 15.7e9 - 1.0).abs() < 0.005, "{p}");
+    }
+
+    /// A LLaMA-family config with `extra` keys added.
+    fn llama_with(extra: &str) -> Result<ArchSpec> {
+        from_config_str(
+            Path::new("config.json"),
+            &format!(
+                r#"{{"model_type":"llama","hidden_size":1024,"intermediate_size":4096,
+                    "num_attention_heads":16,"num_hidden_layers":4,"vocab_size":32000{extra}}}"#
+            ),
+        )
+    }
+
+    /// A size of zero, a negative or a fractional one is refused by name; one is read.
+    #[test]
+    fn sizes_must_be_positive_integers() {
+        for bad in ["0", "-2", "1.5", "\"4\""] {
+            let e = llama_with(&format!(r#","num_key_value_heads":{bad}"#)).unwrap_err();
+            let e = e.to_string();
+            assert!(
+                e.contains(&format!(
+                    "\"num_key_value_heads\" = {bad} must be a positive integer"
+                )),
+                "{e}"
+            );
+        }
+        let a = llama_with(r#","num_key_value_heads":1"#).unwrap();
+        assert_eq!(a.kv_heads, Some(1));
+    }
+
+    /// Dropout is on where any of a family's probabilities is above zero: LLaMA configs default
+    /// to none, GPT-2's to 0.1, GPT-NeoX's to none.
+    #[test]
+    fn dropout_is_on_where_a_probability_is_above_zero() {
+        let read = |text: &str| {
+            from_config_str(Path::new("config.json"), text)
+                .unwrap()
+                .dropout
+        };
+        assert!(!llama_with("").unwrap().dropout);
+        assert!(!llama_with(r#","attention_dropout":0.0"#).unwrap().dropout);
+        assert!(llama_with(r#","attention_dropout":0.1"#).unwrap().dropout);
+        let gpt2 = |pdrop: &str| {
+            format!(
+                r#"{{"model_type":"gpt2","n_embd":768,"n_head":12,"n_layer":12,
+                    "vocab_size":50257{pdrop}}}"#
+            )
+        };
+        assert!(read(&gpt2("")));
+        let none = r#","attn_pdrop":0.0,"resid_pdrop":0.0,"embd_pdrop":0.0"#;
+        assert!(!read(&gpt2(none)));
+        assert!(read(&gpt2(r#","attn_pdrop":0.0,"resid_pdrop":0.0"#)));
+        let neox = |dropout: &str| {
+            format!(
+                r#"{{"model_type":"gpt_neox","hidden_size":1024,"intermediate_size":4096,
+                    "num_attention_heads":16,"num_hidden_layers":4,"vocab_size":50432{dropout}}}"#
+            )
+        };
+        assert!(!read(&neox("")));
+        assert!(read(&neox(r#","hidden_dropout":0.1"#)));
+    }
+
+    /// A dense model may carry expert keys that say "none" (null, 0 or 1 experts); more is
+    /// a mixture of a family stepcast does not read, refused.
+    #[test]
+    fn expert_keys_that_say_none_leave_a_model_dense() {
+        for none in [
+            r#","num_experts":null"#,
+            r#","num_local_experts":0"#,
+            r#","num_local_experts":1"#,
+            r#","moe_intermediate_size":null,"n_routed_experts":1"#,
+        ] {
+            let a = llama_with(none).unwrap();
+            assert!(a.moe.is_none(), "{none}");
+        }
+        let e = llama_with(r#","num_local_experts":2"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"num_local_experts\" = 2: llama is a mixture"),
+            "{e}"
+        );
+    }
+
+    /// LLaMA-family configs are SwiGLU (silu or its other name, swish); the attention's bias
+    /// biases Q, K and V, and every linear layer only with the MLP's bias too.
+    #[test]
+    fn llama_configs_are_swiglu_with_biases_as_flagged() {
+        assert!(llama_with(r#","hidden_act":"swish""#).is_ok());
+        let e = llama_with(r#","hidden_act":"gelu""#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hidden_act \"gelu\""), "{e}");
+        let biases = |extra: &str| {
+            let a = llama_with(extra).unwrap();
+            (a.qkv_bias, a.linear_bias)
+        };
+        assert_eq!(biases(""), (false, false));
+        assert_eq!(biases(r#","attention_bias":true"#), (true, false));
+        assert_eq!(biases(r#","mlp_bias":true"#), (false, false));
+        assert_eq!(
+            biases(r#","attention_bias":true,"mlp_bias":true"#),
+            (true, true)
+        );
+    }
+
+    /// Qwen's mixtures: every layer sparse, or refused (dense layers between sparse ones are
+    /// not modelled); Qwen3's norm queries and keys, Qwen2's bias them, Mixtral does neither.
+    #[test]
+    fn qwen_mixtures_are_sparse_in_every_layer() {
+        let qwen = |model_type: &str, extra: &str| {
+            from_config_str(
+                Path::new("config.json"),
+                &format!(
+                    r#"{{"model_type":"{model_type}","hidden_size":1024,"intermediate_size":4096,
+                        "moe_intermediate_size":512,"num_attention_heads":16,
+                        "num_hidden_layers":4,"vocab_size":32000,"num_experts":8,
+                        "num_experts_per_tok":2{extra}}}"#
+                ),
+            )
+        };
+        let norms = |a: ArchSpec| (a.qk_norm, a.qkv_bias);
+        assert_eq!(norms(qwen("qwen3_moe", "").unwrap()), (true, false));
+        assert_eq!(norms(qwen("qwen2_moe", "").unwrap()), (false, true));
+        let mixtral = qwen("mixtral", r#","num_local_experts":8"#).unwrap();
+        assert_eq!(norms(mixtral), (false, false));
+        for dense in [r#","decoder_sparse_step":2"#, r#","mlp_only_layers":[0]"#] {
+            let e = qwen("qwen3_moe", dense).unwrap_err().to_string();
+            assert!(e.contains("every layer must be sparse"), "{dense}: {e}");
+        }
+        assert!(qwen(
+            "qwen3_moe",
+            r#","decoder_sparse_step":1,"mlp_only_layers":[]"#
+        )
+        .is_ok());
+    }
+
+    /// GPT-OSS's layer types must name a full-attention layer every N-th layer: a list of
+    /// sliding layers only is refused, not read as "every 0th".
+    #[test]
+    fn gpt_oss_without_a_full_attention_layer_is_refused() {
+        let text = r#"{"model_type":"gpt_oss","hidden_size":1024,"intermediate_size":1024,
+            "num_attention_heads":16,"num_hidden_layers":2,"vocab_size":32000,
+            "num_local_experts":8,"num_experts_per_tok":2,"sliding_window":128,
+            "layer_types":["sliding_attention","sliding_attention"]}"#;
+        let e = from_config_str(Path::new("config.json"), text).unwrap_err();
+        assert!(e.to_string().contains("every N-th layer"), "{e}");
     }
 
     #[test]
