@@ -221,8 +221,8 @@ impl FlatForest {
                     self.n_features
                 ));
             }
-            let right = i + nodes.right(i);
-            if nodes.right(i) < 2 || right >= n || i + 1 >= n {
+            // the left child, i + 1, lies before the right one
+            if nodes.right(i) < 2 || i + nodes.right(i) >= n {
                 return Err(format!("node {i} has children outside the forest"));
             }
         }
@@ -453,5 +453,173 @@ mod tests {
         area[value_of_node_1..value_of_node_1 + 4].copy_from_slice(&f32::NAN.to_le_bytes());
         let e = FlatForest::from_area(&f.header(), &area).unwrap_err();
         assert!(e.contains("not a finite number"), "{e}");
+    }
+
+    /// Byte offsets in `small()`'s area: two roots (8 bytes), then six features, six values
+    /// and six right offsets.
+    const ROOTS: usize = 8;
+    const NODES: usize = 6;
+    fn value_at(node: usize) -> usize {
+        ROOTS + NODES + 4 * node
+    }
+    fn right_at(node: usize) -> usize {
+        ROOTS + 5 * NODES + 2 * node
+    }
+
+    /// `small()`'s area with `bytes` written at `at`, read back (validated) and unvalidated.
+    fn corrupted(at: usize, bytes: &[u8]) -> (Result<FlatForest, String>, FlatForest) {
+        let f = small();
+        let mut area = f.area();
+        area[at..at + bytes.len()].copy_from_slice(bytes);
+        let shared = FlatForest::from_shared_area(&f.header(), Arc::new(area.clone()), 0);
+        (FlatForest::from_area(&f.header(), &area), shared.unwrap())
+    }
+
+    /// Every way a forest's bytes can lead a walk astray is refused by name; unvalidated, the
+    /// same bytes still give an answer (NaN where the walk leaves the forest), never a panic
+    /// or an endless loop.
+    #[test]
+    fn every_corruption_a_walk_could_meet_is_refused() {
+        let x = [3.0, 5.0];
+        // a root past the last node
+        let (checked, raw) = corrupted(4, &7u32.to_le_bytes());
+        assert_eq!(checked.unwrap_err(), "tree root 7 beyond 6 nodes");
+        assert!(raw.predict(&x).is_nan());
+        // a right child that is the node itself or the next (offset 0 or 1): a walk that
+        // does not branch
+        for offset in [0u16, 1] {
+            let (checked, raw) = corrupted(right_at(0), &offset.to_le_bytes());
+            assert_eq!(
+                checked.unwrap_err(),
+                "node 0 has children outside the forest"
+            );
+            assert!(raw.predict(&x).is_finite());
+        }
+        // a right child past the last node
+        for (node, offset) in [(0, 6u16), (2, 4)] {
+            let (checked, raw) = corrupted(right_at(node), &offset.to_le_bytes());
+            let e = checked.unwrap_err();
+            assert_eq!(e, format!("node {node} has children outside the forest"));
+            assert!(raw.predict(&x).is_nan());
+        }
+        // the last node a split: its left child would be past the end
+        let (checked, raw) = corrupted(ROOTS + 5, &[0]);
+        assert_eq!(
+            checked.unwrap_err(),
+            "node 5 has children outside the forest"
+        );
+        assert!(raw.predict(&[0.0, 0.0]).is_nan());
+        // a split on a feature beyond any row's 32: masked into the row unvalidated
+        let (checked, raw) = corrupted(ROOTS + 2, &[200]);
+        assert_eq!(checked.unwrap_err(), "node 2 splits on feature 200 of 2");
+        assert!(raw.predict(&x).is_finite());
+        // an infinite threshold
+        let (checked, _) = corrupted(value_at(0), &f32::INFINITY.to_le_bytes());
+        assert_eq!(
+            checked.unwrap_err(),
+            "node 0 holds inf, not a finite number"
+        );
+        // the header's own numbers
+        let mut f = small();
+        f.n_features = 33;
+        assert_eq!(f.validate().unwrap_err(), "33 features (at most 32)");
+        for (base, scale) in [(f64::NAN, 1.0), (0.5, f64::INFINITY)] {
+            let f = FlatForest {
+                base,
+                scale,
+                ..small()
+            };
+            assert_eq!(f.validate().unwrap_err(), "base or scale is not finite");
+        }
+        let f = FlatForest {
+            nodes: 5,
+            ..small()
+        };
+        assert_eq!(
+            f.validate().unwrap_err(),
+            "node bytes do not match the node count"
+        );
+        assert_eq!(small().validate(), Ok(()));
+        let widest = FlatForest {
+            n_features: 32,
+            ..small()
+        };
+        assert_eq!(widest.validate(), Ok(()));
+    }
+
+    /// A header whose area overflows or runs past the buffer is refused before any byte is
+    /// read.
+    #[test]
+    fn an_area_past_its_buffer_is_refused() {
+        let f = small();
+        let header = f.header();
+        assert_eq!(header.area_bytes(), Some(f.area().len()));
+        assert_eq!(f.stored_bytes(), ROOTS + 7 * NODES);
+        assert_eq!((f.tree_count(), f.node_count()), (2, NODES));
+        let huge = ForestHeader {
+            nodes: usize::MAX / 7 + 1,
+            ..header
+        };
+        assert_eq!(huge.area_bytes(), None);
+        let buffer: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(f.area());
+        let e = FlatForest::from_shared_area(&huge, buffer.clone(), 0).unwrap_err();
+        assert_eq!(e, "the forest's size overflows");
+        let e = FlatForest::from_shared_area(&header, buffer.clone(), 1).unwrap_err();
+        assert_eq!(e, "50 bytes of trees run past the end of the file");
+        // in place at an offset of a larger buffer
+        let mut padded = vec![9u8; 3];
+        padded.extend(f.area());
+        let at_3 = FlatForest::from_shared_area(&header, Arc::new(padded), 3).unwrap();
+        assert_eq!(at_3, f);
+        assert!(NodeBytes::shared(buffer.clone(), usize::MAX, 2).is_none());
+        assert!(NodeBytes::shared(buffer.clone(), 0, 51).is_none());
+        assert_eq!(
+            NodeBytes::shared(buffer, 48, 2).map(|b| b.as_slice().to_vec()),
+            Some(f.area()[48..].to_vec())
+        );
+    }
+
+    /// Node bytes compare by content, wherever they live, and print their size only.
+    #[test]
+    fn node_bytes_compare_by_content() {
+        let a = NodeBytes::owned(vec![1, 2, 3]);
+        let b = NodeBytes::shared(Arc::new(vec![0u8, 1, 2, 3]), 1, 3).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, NodeBytes::owned(vec![1, 2, 4]));
+        assert_eq!(format!("{a:?}"), "NodeBytes(3 bytes)");
+    }
+
+    /// The scale multiplies the trees' sum, not the base; each tree's own prediction is the
+    /// base plus its leaf.
+    #[test]
+    fn the_scale_multiplies_the_trees_not_the_base() {
+        let f = FlatForest {
+            scale: 0.5,
+            base: 2.0,
+            ..small()
+        };
+        assert_eq!(f.predict(&[1.0, 0.0]), 2.0 + 0.5 * (10.0 + 1.0));
+        assert_eq!(f.tree_predictions(&[1.0, 0.0]), vec![12.0, 3.0]);
+    }
+
+    /// The builder evaluates the tree it is growing as the finished forest will, and every
+    /// byte of a value comes back (0.3 has none of them zero).
+    #[test]
+    fn the_builder_evaluates_its_last_tree() {
+        let mut b = TreeBuilder::default();
+        assert!(b.is_empty());
+        b.start_tree();
+        b.push(LEAF, 0.3);
+        b.start_tree();
+        let root = b.push(1, 5.0);
+        b.push(LEAF, 20.0);
+        let right = b.push(LEAF, 30.0);
+        b.set_right(root, right);
+        assert_eq!((b.len(), b.is_empty()), (4, false));
+        let row = |x1: f32| move |f: usize| if f == 1 { x1 } else { -1.0 };
+        assert_eq!(b.eval_last(row(4.0)), 20.0);
+        assert_eq!(b.eval_last(row(5.0)), 30.0);
+        let f = b.finish(1.0, 0.0, 2);
+        assert_eq!(f.tree_predictions(&[0.0, 5.0]), vec![0.3f32 as f64, 30.0]);
     }
 }
