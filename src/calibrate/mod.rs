@@ -693,8 +693,10 @@ mod tests {
     use super::*;
     use crate::workload::{AttentionKernel, ParallelSpec, Schedule};
 
-    /// A Llama 2 7B run on the eight GPUs of the models-free DGX H100, two micro-batches of
-    /// one sequence of 1,024 tokens, measured at 1 s until `prepared_measured` says otherwise.
+    /// A Llama 2 7B run of `spec` on the eight GPUs of the models-free DGX H100 (data
+    /// parallel over what its tensor parallelism leaves), two micro-batches of one sequence of
+    /// 1,024 tokens unless `spec` sets another length, measured at 1 s until
+    /// `prepared_measured` says otherwise.
     fn llama_run(line: usize, set: &str, family: &str, spec: ParallelSpec) -> Run {
         let tp = spec.tp.unwrap_or(1);
         Run {

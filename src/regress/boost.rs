@@ -146,6 +146,56 @@ mod tests {
     }
 
     #[test]
+    fn median_of_odd_even_and_no_values() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut [7.0]), 7.0);
+        assert_eq!(median(&mut []), 0.0);
+    }
+
+    fn params(trees: usize, learning_rate: f64, max_depth: usize, loss: Loss) -> BoostParams {
+        BoostParams {
+            trees,
+            learning_rate,
+            max_depth,
+            min_samples_leaf: 1,
+            subsample: 1.0,
+            loss,
+        }
+    }
+
+    /// Without trees the ensemble is its base: the mean under the squared loss, the median
+    /// under the absolute one.
+    #[test]
+    fn the_base_is_the_mean_or_the_median() {
+        let x = vec![vec![0.0], vec![1.0], vec![2.0]];
+        let y = [1.0, 2.0, 10.0];
+        let b = Binned::new(&x);
+        let squared = fit_boost(&b, &y, &params(0, 0.1, 3, Loss::Squared), 0);
+        assert_eq!(squared.predict(&[0.0]), 13.0 / 3.0);
+        let absolute = fit_boost(&b, &y, &params(0, 0.1, 3, Loss::Absolute), 0);
+        assert_eq!(absolute.predict(&[0.0]), 2.0);
+    }
+
+    /// One stump on a step from 0 to 1 at x = 15 (fifteen rows each side): from the base of
+    /// 0.5 the residuals are ∓0.5, and each leaf moves by the learning rate times their mean
+    /// (squared) or median (absolute): 0.25 and 0.75 at a rate of 0.5, under either loss.
+    #[test]
+    fn one_stump_moves_each_side_by_the_rate_times_its_residual() {
+        let x: Vec<Vec<f64>> = (0..30).map(|i| vec![i as f64]).collect();
+        let y: Vec<f64> = (0..30).map(|i| f64::from(u8::from(i >= 15))).collect();
+        let b = Binned::new(&x);
+        for loss in [Loss::Squared, Loss::Absolute] {
+            let f = fit_boost(&b, &y, &params(1, 0.5, 1, loss), 0);
+            assert_eq!(
+                (f.predict(&[3.0]), f.predict(&[20.0])),
+                (0.25, 0.75),
+                "{loss:?}"
+            );
+        }
+    }
+
+    #[test]
     fn absolute_loss_ignores_an_outlier() {
         let (x, mut y) = data();
         let clean = y.clone();
@@ -165,5 +215,12 @@ mod tests {
             "{}",
             f.predict(row)
         );
+        // and fits the other rows as closely as the squared loss fits clean ones
+        let mut errors: Vec<f64> = (0..x.len())
+            .filter(|&i| i != 45)
+            .map(|i| (f.predict(&x[i]) - clean[i]).abs())
+            .collect();
+        let typical = median(&mut errors);
+        assert!(typical < 0.05, "{typical}");
     }
 }

@@ -448,10 +448,8 @@ mod tests {
         let e = FlatForest::from_area(&f.header(), &f.area()[1..]).unwrap_err();
         assert!(e.contains("the index says"), "{e}");
         // a leaf that is not a number
-        let mut area = f.area();
-        let value_of_node_1 = 4 * 2 + 6 + 4;
-        area[value_of_node_1..value_of_node_1 + 4].copy_from_slice(&f32::NAN.to_le_bytes());
-        let e = FlatForest::from_area(&f.header(), &area).unwrap_err();
+        let (checked, _) = corrupted(value_at(1), &f32::NAN.to_le_bytes());
+        let e = checked.unwrap_err();
         assert!(e.contains("not a finite number"), "{e}");
     }
 

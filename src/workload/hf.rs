@@ -287,7 +287,7 @@ impl Config<'_> {
     /// experts (layers listed in `mlp_only_layers`, or a `decoder_sparse_step` above 1, are
     /// refused: dense layers between sparse ones are not modelled).
     fn experts(&self, model_type: &str, name: String) -> Result<ArchSpec> {
-        // read as a LLaMA (SwiGLU required); the query and key norms and biases are set here
+        // read as a LLaMA (SwiGLU required); the query and key norms and biases are set below
         let mut spec = self.llama_like("mistral", name)?;
         spec.qk_norm = model_type == "qwen3_moe";
         spec.qkv_bias = model_type == "qwen2_moe";
