@@ -154,21 +154,11 @@ pub fn grow(
         .min_samples_leaf
         .max(rows.len().div_ceil(super::flat::MAX_LEAVES_PER_TREE));
     out.start_tree();
-    let mut grower = Grower {
-        data,
-        target,
-        params: &params,
-        rng,
-        leaf_value,
-        out,
-        features: (0..data.n_features()).collect(),
-        sums: vec![0.0; MAX_BINS + 1],
-        counts: vec![0; MAX_BINS + 1],
-        pairs: Vec::new(),
-    };
-    grower.node(rows, 0);
+    Grower::new(data, target, &params, rng, leaf_value, out).node(rows, 0);
 }
 
+/// One tree being grown: its inputs, where it is written, and scratch buffers each node's split
+/// search reuses (feature order, per-bin sums and counts, sorted pairs).
 struct Grower<'a> {
     data: &'a Binned,
     target: &'a [f64],
@@ -182,7 +172,29 @@ struct Grower<'a> {
     pairs: Vec<(u8, f64)>,
 }
 
-impl Grower<'_> {
+impl<'a> Grower<'a> {
+    fn new(
+        data: &'a Binned,
+        target: &'a [f64],
+        params: &'a TreeParams,
+        rng: &'a mut Rng,
+        leaf_value: &'a dyn Fn(&[u32]) -> f64,
+        out: &'a mut TreeBuilder,
+    ) -> Grower<'a> {
+        Grower {
+            data,
+            target,
+            params,
+            rng,
+            leaf_value,
+            out,
+            features: (0..data.n_features()).collect(),
+            sums: vec![0.0; MAX_BINS + 1],
+            counts: vec![0; MAX_BINS + 1],
+            pairs: Vec::new(),
+        }
+    }
+
     fn node(&mut self, rows: &mut [u32], depth: usize) -> usize {
         let split = if depth < self.params.max_depth
             && rows.len() >= 2 * self.params.min_samples_leaf.max(1)
@@ -306,6 +318,7 @@ impl Grower<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::flat::FlatForest;
     use super::*;
 
     #[test]
@@ -339,6 +352,208 @@ mod tests {
         let (bins, thr) = bin_column(&[a, b]);
         assert_eq!(bins, vec![0, 1]);
         assert!(a < thr[0] && b >= thr[0]);
+    }
+
+    /// Quantile bins count rows, not distinct values: a value repeated past a bin's share of the
+    /// rows closes its bin alone; the largest values always close the last bin.
+    #[test]
+    fn quantile_bins_weigh_repeated_values_and_close_the_last_bin() {
+        // 5,000 zeros, then 1,000 distinct values: about 23 rows a bin
+        let mut values = vec![0.0f32; 5000];
+        values.extend((1..=1000).map(|i| i as f32));
+        let (bins, thr) = bin_column(&values);
+        assert_eq!(bins[0], 0);
+        assert_eq!(
+            bins[5000], 1,
+            "the first value after the zeros opens a bin of its own"
+        );
+        let last = *bins.iter().max().unwrap() as usize;
+        assert_eq!(last, thr.len());
+        assert_eq!(bins[values.len() - 1] as usize, last);
+        // 8,161 rows: 8,161 / 255 × 255 rounds above 8,161, so only the rule that the largest
+        // value closes a bin keeps the last rows from a bin past the thresholds
+        assert!(8161.0 / MAX_BINS as f64 * MAX_BINS as f64 > 8161.0);
+        let values: Vec<f32> = (0..8161).map(|i| i as f32).collect();
+        let (bins, thr) = bin_column(&values);
+        assert_eq!(*bins.last().unwrap() as usize, thr.len());
+        assert!(thr.len() < MAX_BINS);
+    }
+
+    /// A tree of leaf means grown on one feature `x`.
+    fn tree(x: &[f64], y: &[f64], max_depth: usize, min_samples_leaf: usize) -> FlatForest {
+        let x: Vec<Vec<f64>> = x.iter().map(|&v| vec![v]).collect();
+        let data = Binned::new(&x);
+        let mut rows: Vec<u32> = (0..y.len() as u32).collect();
+        let mut b = TreeBuilder::default();
+        let params = TreeParams {
+            max_depth,
+            min_samples_leaf,
+            max_features: 1.0,
+        };
+        let mean =
+            |rows: &[u32]| rows.iter().map(|&r| y[r as usize]).sum::<f64>() / rows.len() as f64;
+        grow(
+            &data,
+            y,
+            &mut rows,
+            &params,
+            &mut Rng::new(0),
+            &mean,
+            &mut b,
+        );
+        b.finish(1.0, 0.0, 1)
+    }
+
+    fn grown(x: &[f64], y: &[f64], max_depth: usize, min_samples_leaf: usize) -> usize {
+        tree(x, y, max_depth, min_samples_leaf).node_count()
+    }
+
+    /// The split `best_split` picks for `rows` of (`x`, `y`): (feature, bin, gain).
+    fn best(
+        x: &[Vec<f64>],
+        y: &[f64],
+        rows: &[u32],
+        min_samples_leaf: usize,
+        max_features: f64,
+        rng: &mut Rng,
+    ) -> Option<(usize, usize, f64)> {
+        let data = Binned::new(x);
+        let params = TreeParams {
+            max_depth: 1,
+            min_samples_leaf,
+            max_features,
+        };
+        let mut out = TreeBuilder::default();
+        let leaf = |_: &[u32]| 0.0;
+        let mut grower = Grower::new(&data, y, &params, rng, &leaf, &mut out);
+        grower.best_split(rows).map(|s| (s.feature, s.bin, s.gain))
+    }
+
+    fn column(values: impl IntoIterator<Item = f64>) -> Vec<Vec<f64>> {
+        values.into_iter().map(|v| vec![v]).collect()
+    }
+
+    /// The gain of a split is the fall in squared error, Σ_side sum² / n − total² / n: on
+    /// targets 0, 0, 0, 10 the cut before the 10 removes 100 − 25 = 75 (the others 8⅓ and
+    /// 25). The same from the histogram sweep (every row at the node) and from sorting a node
+    /// with fewer rows than bins; a tie goes to the first cut.
+    #[test]
+    fn the_best_split_has_the_gain_worked_by_hand_and_ties_go_first() {
+        let rng = &mut Rng::new(0);
+        let x = column((0..8).map(f64::from));
+        let y = [0.0, 0.0, 0.0, 10.0, 5.0, 5.0, 5.0, 5.0];
+        // rows 0–3 of eight bins: the sorted path
+        assert_eq!(best(&x, &y, &[0, 1, 2, 3], 1, 1.0, rng), Some((0, 2, 75.0)));
+        // the same four rows as a whole column: the histogram
+        let y4 = &y[..4];
+        assert_eq!(
+            best(&x[..4], y4, &[0, 1, 2, 3], 1, 1.0, rng),
+            Some((0, 2, 75.0))
+        );
+        // 0, 1, 1, 0: cutting after the first or before the last both remove 1/3
+        let tie = [0.0, 1.0, 1.0, 0.0];
+        let (f, bin, gain) = best(&x[..4], &tie, &[0, 1, 2, 3], 1, 1.0, rng).unwrap();
+        assert_eq!((f, bin), (0, 0));
+        assert!((gain - 1.0 / 3.0).abs() < 1e-12);
+        let (_, bin, _) = best(
+            &x,
+            &[tie.as_slice(); 2].concat(),
+            &[0, 1, 2, 3],
+            1,
+            1.0,
+            rng,
+        )
+        .unwrap();
+        assert_eq!(bin, 0);
+        // of two features that cut alike, the first
+        let twice: Vec<Vec<f64>> = (0..4).map(|i| vec![i as f64, i as f64]).collect();
+        assert_eq!(
+            best(&twice, y4, &[0, 1, 2, 3], 1, 1.0, rng),
+            Some((0, 2, 75.0))
+        );
+    }
+
+    /// Leaves of at least `min_samples_leaf` rows on both sides: five outliers at the end of
+    /// 200 rows are cut off with 55 ordinary rows when a leaf needs 60 (the leaf's mean 500/60),
+    /// and likewise at the start.
+    #[test]
+    fn a_split_leaves_at_least_the_smallest_leaf_on_either_side() {
+        let x: Vec<f64> = (0..200).map(f64::from).collect();
+        let mut y = vec![0.0; 200];
+        y[195..].fill(100.0);
+        let t = tree(&x, &y, 1, 60);
+        assert!((t.predict(&[199.0]) - 500.0 / 60.0).abs() < 1e-4);
+        assert_eq!(t.predict(&[0.0]), 0.0);
+        y.reverse();
+        let t = tree(&x, &y, 1, 60);
+        assert!((t.predict(&[0.0]) - 500.0 / 60.0).abs() < 1e-4);
+        assert_eq!(t.predict(&[199.0]), 0.0);
+    }
+
+    /// A split must remove more than 1e-9 of the node's squared error: two groups whose means
+    /// differ by δ/2 gain δ²/4 of about 4; δ = 1.79e-4 (a gain of 8e-9) splits, δ = 8.9e-5
+    /// (2e-9) does not. Targets near 10, so the parent's sum of squares (about 480) is not
+    /// the spread.
+    #[test]
+    fn a_split_must_remove_a_meaningful_share_of_the_spread() {
+        let x = [0.0, 0.0, 1.0, 1.0];
+        for (delta, nodes) in [(1.79e-4, 3), (8.9e-5, 1)] {
+            let y = [10.0, 12.0, 10.0, 12.0 + delta];
+            assert_eq!(grown(&x, &y, 1, 1), nodes, "δ {delta}");
+        }
+        // a constant target (not exact in binary) is not split on rounding noise: summed over
+        // 50 rows, 1000.1's sum of squares exceeds sum² / n by 8e-8 (12.34's by 4e-12)
+        let x: Vec<f64> = (0..50).map(f64::from).collect();
+        assert_eq!(grown(&x, &[1000.1; 50], 5, 1), 1);
+        assert_eq!(grown(&x, &[12.34; 50], 5, 1), 1);
+    }
+
+    /// A random forest's node tries ⌈max_features · features⌉ of them, a fresh random subset
+    /// each time: with half of four features, the one informative feature is among them about
+    /// half the time. Trying every feature draws nothing from the random stream.
+    #[test]
+    fn a_node_tries_a_random_subset_of_the_features() {
+        // feature 3 separates the targets; 1 and 2 carry a little of it (0 none)
+        let x: Vec<Vec<f64>> = (0..40)
+            .map(|i| {
+                let f = i as f64;
+                vec![(i % 5) as f64, (i % 7) as f64, (i % 3) as f64, f]
+            })
+            .collect();
+        let y: Vec<f64> = (0..40).map(|i| if i < 20 { 0.0 } else { 1.0 }).collect();
+        let rows: Vec<u32> = (0..40).collect();
+        let rng = &mut Rng::new(11);
+        let picks: Vec<usize> = (0..400)
+            .map(|_| best(&x, &y, &rows, 1, 0.5, rng).unwrap().0)
+            .collect();
+        let informative = picks.iter().filter(|&&f| f == 3).count();
+        assert!((160..=240).contains(&informative), "{informative} of 400");
+        // without it, a weaker feature takes the split
+        assert!(picks.contains(&1) && picks.contains(&2));
+        // a quarter: one feature a node
+        let one = (0..400)
+            .filter(|_| best(&x, &y, &rows, 1, 0.25, rng).map(|b| b.0) == Some(3))
+            .count();
+        assert!((60..=140).contains(&one), "{one} of 400");
+
+        let mut rng = Rng::new(5);
+        assert_eq!(best(&x, &y, &rows, 1, 1.0, &mut rng).unwrap().0, 3);
+        assert_eq!(rng.below(1 << 30), Rng::new(5).below(1 << 30));
+    }
+
+    /// A tree on y = x (every row its own value) splits as deep as it is allowed to and no
+    /// deeper: 2^(d+1) − 1 nodes at depth d; two rows split when a leaf may hold one.
+    #[test]
+    fn a_tree_grows_to_its_depth_and_leaf_size_and_no_further() {
+        let x: Vec<f64> = (0..200).map(f64::from).collect();
+        for (depth, nodes) in [(0, 1), (1, 3), (2, 7), (3, 15)] {
+            assert_eq!(grown(&x, &x, depth, 1), nodes, "depth {depth}");
+        }
+        // 200 rows, leaves of at least 40: halves of 100, quarters of 50, which cannot split
+        assert_eq!(grown(&x, &x, 10, 40), 7);
+        assert_eq!(grown(&x, &x, 10, 60), 3);
+        assert_eq!(grown(&[0.0, 1.0], &[0.0, 1.0], 5, 1), 3);
+        assert_eq!(grown(&[0.0, 1.0], &[0.0, 1.0], 5, 2), 1);
     }
 
     #[test]

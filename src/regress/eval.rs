@@ -398,3 +398,446 @@ fn metrics(
         out_of_coverage_percent: 100.0 * ooc as f64 / idx.len() as f64,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::analytic::roofline::device_time_us;
+    use crate::dataset::{DatasetMeta, LayerContext, Measurement, Status};
+    use crate::hardware::GpuSpec;
+    use crate::ops::{CollectiveShape, GemmShape, OpQuery, Shape, TokenShape};
+
+    /// The paper's A100 models: they hold per-role GEMM models beside a pooled one that also
+    /// answers the context GEMM, norms and collectives.
+    fn a100_models() -> ModelSet {
+        ModelSet::builtin("perlmutter").unwrap()
+    }
+
+    fn dataset(gpu: &GpuSpec, rows: Vec<Measurement>) -> Dataset {
+        // JSON is YAML: the GPU as it serialises
+        let meta: DatasetMeta = serde_norway::from_str(&format!(
+            "schema_version: 1\nname: eval-test\ncollected_at: 2026-11-29\ngpu: {}\n\
+             software: {{}}\nsource: {{description: unit test}}\n",
+            serde_json::to_string(gpu).unwrap()
+        ))
+        .unwrap();
+        Dataset {
+            dir: PathBuf::from("eval-test"),
+            meta,
+            rows,
+            fingerprint: String::new(),
+        }
+    }
+
+    fn measured(query: OpQuery, time_us: f64) -> Measurement {
+        Measurement {
+            query,
+            context: LayerContext::default(),
+            time_us,
+            samples_us: Vec::new(),
+            status: Status::Ok,
+            throttled: false,
+            note: String::new(),
+        }
+    }
+
+    fn tokens(op: OpKind, batch: u64, seq: u64, width: u64) -> OpQuery {
+        OpQuery {
+            op,
+            phase: Phase::Fwd,
+            dtype: Dtype::Fp16,
+            role: None,
+            shape: Shape::Tokens(TokenShape { batch, seq, width }),
+        }
+    }
+
+    fn gemm(role: Role, m: u64, n: u64, k: u64) -> OpQuery {
+        OpQuery {
+            op: OpKind::Gemm,
+            phase: Phase::Fwd,
+            dtype: Dtype::Fp16,
+            role: Some(role),
+            shape: Shape::Gemm(GemmShape { m, n, k, batch: 1 }),
+        }
+    }
+
+    fn all_reduce(bytes: u64, nodes: u64, gpus_per_node: u64) -> OpQuery {
+        OpQuery {
+            op: OpKind::AllReduce,
+            phase: Phase::None,
+            dtype: Dtype::Fp16,
+            role: None,
+            shape: Shape::Collective(CollectiveShape {
+                bytes,
+                nodes,
+                gpus_per_node,
+            }),
+        }
+    }
+
+    /// 48 LayerNorm shapes (widths 1,024–8,192), each measured at 1.66–1.8× its roofline on
+    /// `gpu`, rising with the width (a smooth efficiency a refit can learn).
+    fn layernorms(gpu: &GpuSpec) -> Vec<Measurement> {
+        let mut out = Vec::new();
+        for batch in [1, 2, 4] {
+            for seq in [512, 1024, 2048, 4096] {
+                for width in [1024, 2048, 4096, 8192] {
+                    let q = tokens(OpKind::LayerNorm, batch, seq, width);
+                    let slowdown = 1.2 + 0.6 * (width as f64).log2() / 13.0;
+                    out.push(measured(q, device_time_us(&q, gpu).unwrap() * slowdown));
+                }
+            }
+        }
+        out
+    }
+
+    fn judge(set: &ModelSet, ds: &Dataset, split: SplitKind) -> EvalReport {
+        let options = EvalOptions {
+            split,
+            seed: 7,
+            fraction: 0.25,
+        };
+        evaluate(set, ds, &options).unwrap()
+    }
+
+    fn row(report: &EvalReport, op: OpKind, role: Option<Role>) -> &EvalRow {
+        let found: Vec<&EvalRow> = report
+            .rows
+            .iter()
+            .filter(|r| r.op == op && r.role == role && r.layout.is_none())
+            .collect();
+        assert_eq!(found.len(), 1, "{op} {role:?}: {:?}", report.rows);
+        found[0]
+    }
+
+    /// Mean and 90th percentile of |predicted − measured| / measured, in percent, by hand.
+    fn errors(pairs: &[(f64, f64)]) -> (f64, f64) {
+        let mut ape: Vec<f64> = pairs
+            .iter()
+            .map(|(p, a)| 100.0 * (p - a).abs() / a)
+            .collect();
+        let mean = ape.iter().sum::<f64>() / ape.len() as f64;
+        ape.sort_by(f64::total_cmp);
+        let rank = 0.9 * (ape.len() - 1) as f64;
+        let (lo, frac) = (rank.floor() as usize, rank.fract());
+        let p90 = ape[lo] * (1.0 - frac) + ape[(lo + 1).min(ape.len() - 1)] * frac;
+        (mean, p90)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    /// Without a split the saved models answer every row as they are: each report row's error
+    /// is that of the model `lookup` picks, its roofline error beside it, the model named, and
+    /// its coverage counted.
+    #[test]
+    fn the_saved_models_judge_every_row_when_nothing_is_held_out() {
+        let set = a100_models();
+        let gpu = set.gpu().clone();
+        let mut rows = layernorms(&gpu);
+        for (m, factor) in [(1024, 1.3), (2048, 1.6), (4096, 1.1), (8192, 2.0)] {
+            for role in [Role::Qkv, Role::AttnContext] {
+                let q = gemm(role, m, 3 * 2048, 2048);
+                rows.push(measured(q, device_time_us(&q, &gpu).unwrap() * factor));
+            }
+        }
+        let ds = dataset(&gpu, rows.clone());
+        let report = judge(&set, &ds, SplitKind::None);
+        assert_eq!(report.rows.len(), 3, "{:?}", report.rows);
+        assert_eq!(report.split, "None");
+        assert!(report.not_evaluated.is_empty());
+
+        for (op, role, model) in [
+            (OpKind::LayerNorm, None, "layernorm fwd fp16"),
+            // the QKV model answers inside its range, the pooled one the smallest shapes
+            (
+                OpKind::Gemm,
+                Some(Role::Qkv),
+                "gemm fwd fp16, gemm fwd fp16 qkv",
+            ),
+            // the context GEMM has no model of its own: the pooled one answers
+            (OpKind::Gemm, Some(Role::AttnContext), "gemm fwd fp16"),
+        ] {
+            let mine: Vec<&Measurement> = rows
+                .iter()
+                .filter(|m| m.query.op == op && m.query.role == role)
+                .collect();
+            let predicted: Vec<_> = mine
+                .iter()
+                .map(|m| set.lookup(&m.query).unwrap().unwrap().0.predict(&m.query))
+                .collect();
+            let pairs: Vec<(f64, f64)> = predicted
+                .iter()
+                .zip(&mine)
+                .map(|(p, m)| (p.time_us, m.time_us))
+                .collect();
+            let roofline: Vec<(f64, f64)> = mine
+                .iter()
+                .map(|m| (device_time_us(&m.query, &gpu).unwrap(), m.time_us))
+                .collect();
+            let outside = predicted
+                .iter()
+                .filter(|p| !p.out_of_coverage.is_empty())
+                .count();
+            let r = row(&report, op, role);
+            let (mean, p90) = errors(&pairs);
+            let (roof_mean, roof_p90) = errors(&roofline);
+            assert_eq!((r.rows, r.model.as_str()), (mine.len(), model));
+            assert!(close(r.mape_percent, mean), "{} {mean}", r.mape_percent);
+            assert!(close(r.p90_ape_percent, p90), "{} {p90}", r.p90_ape_percent);
+            assert!(close(r.roofline_mape_percent.unwrap(), roof_mean));
+            assert!(close(r.roofline_p90_ape_percent.unwrap(), roof_p90));
+            let share = 100.0 * outside as f64 / mine.len() as f64;
+            assert!(close(r.out_of_coverage_percent, share), "{op}");
+            assert!(r.reference.is_none() && r.bytes_range.is_none());
+        }
+        // the smallest LayerNorms lie below what the paper measured
+        assert!(row(&report, OpKind::LayerNorm, None).out_of_coverage_percent > 0.0);
+    }
+
+    /// Models of another GPU scale each kernel's prediction by the ratio of the two GPUs'
+    /// rooflines; a collective, which has no device roofline, is taken as it is.
+    #[test]
+    fn models_of_another_gpu_answer_scaled_by_the_roofline_ratio() {
+        let set = a100_models();
+        let h100 = GpuSpec::builtin("h100").unwrap();
+        let queries: Vec<OpQuery> = [1024, 2048, 4096, 8192]
+            .into_iter()
+            .map(|w| tokens(OpKind::LayerNorm, 2, 1024, w))
+            .chain([all_reduce(1 << 24, 1, 4), all_reduce(1 << 26, 1, 4)])
+            .collect();
+        let a100_time = |q: &OpQuery| set.lookup(q).unwrap().unwrap().0.predict(q).time_us;
+        let ratio = |q: &OpQuery| {
+            device_time_us(q, &h100).map_or(1.0, |h| h / device_time_us(q, set.gpu()).unwrap())
+        };
+        // measured at exactly what the transfer predicts: no error
+        let exact = queries
+            .iter()
+            .map(|q| measured(*q, a100_time(q) * ratio(q)))
+            .collect();
+        let report = judge(&set, &dataset(&h100, exact), SplitKind::None);
+        assert!(row(&report, OpKind::LayerNorm, None).mape_percent < 1e-9);
+        let ar = report
+            .rows
+            .iter()
+            .find(|r| r.op == OpKind::AllReduce)
+            .unwrap();
+        assert!(ar.mape_percent < 1e-9 && ar.layout == Some([1, 4]));
+
+        // the same times judged as A100 rows: every LayerNorm off by the ratio, which is
+        // HBM bandwidth's (2,039 over 3,350 GB/s) for a memory-bound kernel
+        let scaled = queries
+            .iter()
+            .map(|q| measured(*q, a100_time(q) * ratio(q)))
+            .collect();
+        let report = judge(&set, &dataset(set.gpu(), scaled), SplitKind::None);
+        let ln = row(&report, OpKind::LayerNorm, None);
+        let r = ratio(&queries[3]);
+        assert!((r - 2039.0 / 3350.0).abs() < 0.01, "{r}");
+        assert!(
+            (ln.mape_percent - 100.0 * (1.0 / r - 1.0)).abs() < 1.0,
+            "{}",
+            ln.mape_percent
+        );
+    }
+
+    /// A random split refits each model's recipe on a group's kept rows and judges the rest:
+    /// the report's error is that of an independent refit on the same split, on the held-out
+    /// rows only; models with no rows here are listed as not evaluated.
+    #[test]
+    fn a_split_refits_the_recipes_and_judges_the_held_out_rows() {
+        let set = a100_models();
+        let ds = dataset(set.gpu(), layernorms(set.gpu()));
+        let report = judge(&set, &ds, SplitKind::Random);
+        assert_eq!(report.split, "Random");
+        assert_eq!(report.rows.len(), 1, "{:?}", report.rows);
+
+        let prepared = Prepared::new(&ds);
+        let all: Vec<usize> = (0..prepared.rows.len()).collect();
+        let (train, held) = super::super::split::random_split(&all, 0.25, 7);
+        assert_eq!(held.len(), 12);
+        let model = set
+            .get(&ModelKey::of(&tokens(OpKind::LayerNorm, 1, 1, 1)))
+            .unwrap();
+        let (ln_pred, _) = prepared.fit_predict(&model.recipe, &train, &held, 7);
+        let pairs: Vec<(f64, f64)> = ln_pred
+            .iter()
+            .zip(&held)
+            .map(|(p, &i)| (p.exp(), prepared.rows[i].time_us))
+            .collect();
+        let (mean, p90) = errors(&pairs);
+        let r = row(&report, OpKind::LayerNorm, None);
+        assert_eq!(r.rows, held.len());
+        assert!(close(r.mape_percent, mean), "{} {mean}", r.mape_percent);
+        assert!(close(r.p90_ape_percent, p90));
+        // out of coverage: a feature of the row beyond what the refit's rows span
+        let outside = held
+            .iter()
+            .filter(|&&i| {
+                prepared.x[i].iter().enumerate().any(|(f, v)| {
+                    let seen = train.iter().map(|&t| prepared.x[t][f]);
+                    seen.clone().all(|s| s > *v) || seen.into_iter().all(|s| s < *v)
+                })
+            })
+            .count();
+        assert!(outside > 0 && outside < held.len(), "{outside}");
+        let share = 100.0 * outside as f64 / held.len() as f64;
+        assert!(close(r.out_of_coverage_percent, share));
+        // a refit on data this smooth: far better than the roofline, 40–44 % off
+        assert!(r.mape_percent < 10.0 && r.roofline_mape_percent.unwrap() > 39.0);
+
+        // every other model had nothing to refit on
+        let others = set.models().count() - 1;
+        assert_eq!(report.not_evaluated.len(), others);
+        assert!(report
+            .not_evaluated
+            .contains(&"layernorm bwd fp16: no rows of it in this dataset".to_string()));
+    }
+
+    /// Holding out the largest width puts every held-out row outside what its refit saw; a
+    /// group too small to split is named as such; a pooled model answers only the roles that
+    /// have no model of their own.
+    #[test]
+    fn held_out_extremes_are_out_of_coverage_and_small_groups_are_named() {
+        let set = a100_models();
+        let gpu = set.gpu().clone();
+        let mut rows = layernorms(&gpu);
+        for width in [1024, 2048, 4096] {
+            let q = tokens(OpKind::Gelu, 1, 1024, width);
+            rows.push(measured(q, 2.0 * device_time_us(&q, &gpu).unwrap()));
+        }
+        let ds = dataset(&gpu, rows);
+        let report = judge(&set, &ds, SplitKind::HoldoutLargestHidden);
+        let r = row(&report, OpKind::LayerNorm, None);
+        assert_eq!((r.rows, r.out_of_coverage_percent), (12, 100.0));
+        assert!(report.not_evaluated.contains(
+            &"gelu fwd fp16: this split leaves nothing to train on or to hold out".into()
+        ));
+        assert!(!report.rows.iter().any(|r| r.op == OpKind::Gelu));
+
+        // the context GEMM's rows are held out of the pooled GEMM model's refit and answered by
+        // it; the QKV rows by the QKV model's own refit
+        let mut rows = Vec::new();
+        for m in [512, 1024, 2048, 4096, 8192, 16384] {
+            for (role, n) in [(Role::Qkv, 6144), (Role::AttnContext, 2048)] {
+                let q = gemm(role, m, n, 2048);
+                rows.push(measured(q, 1.5 * device_time_us(&q, &gpu).unwrap()));
+            }
+        }
+        let report = judge(&set, &dataset(&gpu, rows), SplitKind::Random);
+        let qkv = row(&report, OpKind::Gemm, Some(Role::Qkv));
+        let context = row(&report, OpKind::Gemm, Some(Role::AttnContext));
+        assert_eq!(qkv.model, "gemm fwd fp16 qkv");
+        assert_eq!(context.model, "gemm fwd fp16");
+        assert_eq!((qkv.rows, context.rows), (2, 2));
+    }
+
+    /// A published error is quoted on the row it describes: per size range for a collective
+    /// layout (one row each, over the messages in that range), over every layout where the
+    /// source fitted one model for all, and on an operator's row.
+    #[test]
+    fn published_errors_are_quoted_per_layout_size_range_and_operator() {
+        let set = a100_models();
+        let gpu = set.gpu().clone();
+        let mut rows = layernorms(&gpu);
+        for (nodes, gpn) in [(1, 4), (2, 4)] {
+            for shift in 16..30 {
+                let q = all_reduce(1 << shift, nodes, gpn);
+                let t = set.lookup(&q).unwrap().unwrap().0.predict(&q).time_us;
+                rows.push(measured(q, 1.1 * t));
+            }
+        }
+        let mut ds = dataset(&gpu, rows);
+        let reference = |label: &str, op, phase, layout: Option<[u64; 2]>, range| ReferenceError {
+            label: label.into(),
+            op,
+            phase,
+            role: None,
+            nodes: layout.map(|[n, _]| n),
+            gpus_per_node: layout.map(|[_, g]| g),
+            bytes_range: range,
+            regressor: "rforest".into(),
+            mape_percent: 5.0,
+        };
+        ds.meta.reference_errors = vec![
+            reference(
+                "small",
+                OpKind::AllReduce,
+                Phase::None,
+                Some([1, 4]),
+                Some([0, 1 << 20]),
+            ),
+            reference(
+                "large",
+                OpKind::AllReduce,
+                Phase::None,
+                Some([1, 4]),
+                Some([1 << 21, 1 << 40]),
+            ),
+            reference("every layout", OpKind::AllReduce, Phase::None, None, None),
+            reference("layer_norm", OpKind::LayerNorm, Phase::Fwd, None, None),
+        ];
+        let report = judge(&set, &ds, SplitKind::None);
+        let quoted = |label: &str| -> Vec<&EvalRow> {
+            report
+                .rows
+                .iter()
+                .filter(|r| r.reference.as_ref().is_some_and(|x| x.label == label))
+                .collect()
+        };
+        let small = quoted("small");
+        let large = quoted("large");
+        // 2^16 … 2^20 and 2^21 … 2^29 bytes
+        assert_eq!((small.len(), large.len()), (1, 1));
+        assert_eq!((small[0].rows, large[0].rows), (5, 9));
+        assert_eq!(small[0].layout, Some([1, 4]));
+        assert_eq!(large[0].bytes_range, Some([1 << 21, 1 << 40]));
+        assert!((small[0].mape_percent - 100.0 / 11.0).abs() < 1e-6);
+        // the two-node layout has no published error: one row, nothing quoted
+        let two: Vec<&EvalRow> = report
+            .rows
+            .iter()
+            .filter(|r| r.layout == Some([2, 4]))
+            .collect();
+        assert_eq!(two.len(), 1);
+        assert!(two[0].reference.is_none() && two[0].rows == 14);
+        let every = quoted("every layout");
+        assert_eq!(every.len(), 1);
+        assert_eq!((every[0].layout, every[0].rows), (None, 28));
+        let norm = quoted("layer_norm");
+        assert_eq!(norm.len(), 1);
+        assert_eq!((norm[0].op, norm[0].rows), (OpKind::LayerNorm, 48));
+        assert_eq!(norm[0].reference.as_ref().unwrap().regressor, "rforest");
+    }
+
+    /// Rows no model answers are an error that says so, not an empty report.
+    #[test]
+    fn a_dataset_no_model_answers_is_refused() {
+        let set = a100_models();
+        let q = OpQuery {
+            op: OpKind::AllToAll,
+            ..all_reduce(1 << 20, 1, 4)
+        };
+        let ds = dataset(set.gpu(), vec![measured(q, 10.0)]);
+        let options = EvalOptions {
+            split: SplitKind::None,
+            seed: 0,
+            fraction: 0.2,
+        };
+        let err = evaluate(&set, &ds, &options).unwrap_err().to_string();
+        assert!(
+            err.contains("no row of eval-test could be predicted"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn ranges_span_every_row_per_feature() {
+        let rows = [vec![1.0, 5.0], vec![3.0, -2.0], vec![2.0, 9.0]];
+        assert_eq!(ranges(rows.iter()), vec![[1.0, 3.0], [-2.0, 9.0]]);
+        assert!(ranges(std::iter::empty()).is_empty());
+    }
+}

@@ -217,10 +217,183 @@ mod tests {
         assert!(holdout_largest(&rows, |_| Some(5)).is_none());
     }
 
+    use crate::dataset::{LayerContext, Status};
+    use crate::ops::{
+        AttentionShape, CollectiveShape, Dtype, GemmShape, LookupShape, OpKind, OpQuery, Phase,
+        Shape, TokenShape,
+    };
+
+    fn measured(op: OpKind, role: Option<Role>, shape: Shape) -> Measurement {
+        Measurement {
+            query: OpQuery {
+                op,
+                phase: Phase::Fwd,
+                dtype: Dtype::Fp16,
+                role,
+                shape,
+            },
+            context: LayerContext::default(),
+            time_us: 1.0,
+            samples_us: Vec::new(),
+            status: Status::Ok,
+            throttled: false,
+            note: String::new(),
+        }
+    }
+
+    fn gemm(role: Option<Role>, m: u64) -> Measurement {
+        let shape = Shape::Gemm(GemmShape {
+            m,
+            n: 1024,
+            k: 1024,
+            batch: 1,
+        });
+        measured(OpKind::Gemm, role, shape)
+    }
+
+    fn tokens(op: OpKind, seq: u64, width: u64) -> Measurement {
+        let shape = Shape::Tokens(TokenShape {
+            batch: 2,
+            seq,
+            width,
+        });
+        measured(op, None, shape)
+    }
+
+    /// What the largest-hidden and longest-sequence hold-outs read from a row: its layer
+    /// context first, else what its shape says where the shape says it.
+    #[test]
+    fn hidden_size_and_sequence_come_from_the_context_or_the_shape() {
+        let attention = |op| {
+            let shape = Shape::Attention(AttentionShape {
+                batch: 1,
+                seq_q: 2048,
+                seq_kv: 4096,
+                heads: 16,
+                kv_heads: 4,
+                head_dim: 128,
+                causal: true,
+            });
+            measured(op, None, shape)
+        };
+        let lookup = measured(
+            OpKind::Embedding,
+            None,
+            Shape::Lookup(LookupShape {
+                batch: 2,
+                seq: 512,
+                hidden: 3072,
+                vocab: 32000,
+            }),
+        );
+        let collective = measured(
+            OpKind::AllReduce,
+            None,
+            Shape::Collective(CollectiveShape {
+                bytes: 1 << 20,
+                nodes: 1,
+                gpus_per_node: 8,
+            }),
+        );
+        let cases = [
+            (attention(OpKind::FlashAttention), Some(2048), Some(2048)),
+            // the unfused softmax's shape is an attention's, but not its hidden size
+            (attention(OpKind::ScaleMaskSoftmax), None, Some(2048)),
+            (lookup, Some(3072), Some(512)),
+            (
+                tokens(OpKind::LayerNorm, 1024, 5120),
+                Some(5120),
+                Some(1024),
+            ),
+            (tokens(OpKind::RmsNorm, 1024, 5120), Some(5120), Some(1024)),
+            (
+                tokens(OpKind::ResidualAdd, 1024, 5120),
+                Some(5120),
+                Some(1024),
+            ),
+            // an MLP activation's width is the MLP's, not the hidden size
+            (tokens(OpKind::Gelu, 1024, 20480), None, Some(1024)),
+            (gemm(Some(Role::Qkv), 4096), None, None),
+            (collective, None, None),
+        ];
+        for (row, hidden, seq) in &cases {
+            assert_eq!(hidden_of(row), *hidden, "{}", row.query);
+            assert_eq!(seq_of(row), *seq, "{}", row.query);
+        }
+        for (mut row, _, _) in cases {
+            row.context.hidden = Some(7168);
+            row.context.seq = Some(8192);
+            assert_eq!((hidden_of(&row), seq_of(&row)), (Some(7168), Some(8192)));
+        }
+    }
+
+    /// A role's group splits on its own when it has `MIN_ROWS` rows; a pooled group's split is
+    /// its roles' splits joined with a split of the rest (role-less rows and the rows of roles
+    /// too small for their own), so a role's model and the pooled one are judged on the same
+    /// rows. Groups too small are named.
+    #[test]
+    fn a_pooled_split_joins_its_roles_splits_and_small_groups_are_named() {
+        let mut rows: Vec<Measurement> = Vec::new();
+        let mut add = |role, n: u64| {
+            let start = rows.len();
+            rows.extend((1..=n).map(|i| gemm(role, 128 * i)));
+            (start..rows.len()).collect::<Vec<usize>>()
+        };
+        let qkv = add(Some(Role::Qkv), 8);
+        let up = add(Some(Role::MlpUp), 6);
+        let out = add(Some(Role::AttnOut), 3);
+        let roleless = add(None, 6);
+        let norms: Vec<usize> = (rows.len()..rows.len() + MIN_ROWS).collect();
+        rows.extend((1..=MIN_ROWS as u64).map(|i| tokens(OpKind::LayerNorm, 1024, 512 * i)));
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let (done, small) = split_groups(groups(&refs), SplitKind::Random, &refs, 0.25, 3);
+
+        let find = |op, role| {
+            done.iter()
+                .find(|(g, _, _)| g.key.op == op && g.key.role == role)
+                .unwrap_or_else(|| panic!("{op} {role:?} not split"))
+        };
+        let (_, qkv_t, qkv_v) = find(OpKind::Gemm, Some(Role::Qkv));
+        assert_eq!((qkv_t.clone(), qkv_v.clone()), random_split(&qkv, 0.25, 3));
+        let (_, up_t, up_v) = find(OpKind::Gemm, Some(Role::MlpUp));
+        assert_eq!((up_t.clone(), up_v.clone()), random_split(&up, 0.25, 3));
+        // the rest: the small role's 3 rows and the 6 role-less ones
+        let rest: Vec<usize> = out.iter().chain(&roleless).copied().collect();
+        let (rest_t, rest_v) = random_split(&rest, 0.25, 3);
+        let joined = |a: &[usize], b: &[usize], c: &[usize]| {
+            let mut all: Vec<usize> = a.iter().chain(b).chain(c).copied().collect();
+            all.sort_unstable();
+            all
+        };
+        let (_, pooled_t, pooled_v) = find(OpKind::Gemm, None);
+        assert_eq!(*pooled_t, joined(qkv_t, up_t, &rest_t));
+        assert_eq!(*pooled_v, joined(qkv_v, up_v, &rest_v));
+        // exactly the fewest rows a group needs
+        let (_, norm_t, norm_v) = find(OpKind::LayerNorm, None);
+        assert_eq!(norm_t.len() + norm_v.len(), norms.len());
+        assert_eq!(small.len(), 1);
+        assert_eq!(small[0].key.role, Some(Role::AttnOut));
+        assert_eq!(small[0].rows, out);
+
+        // four norms are too few; GEMMs without a hidden size hold nothing out by it
+        let refs: Vec<&Measurement> = refs
+            .into_iter()
+            .filter(|m| m.query.op == OpKind::Gemm)
+            .chain(&rows[norms[0]..norms[4]])
+            .collect();
+        let (done, small) = split_groups(
+            groups(&refs),
+            SplitKind::HoldoutLargestHidden,
+            &refs,
+            0.25,
+            3,
+        );
+        assert!(done.is_empty(), "{done:?}");
+        assert_eq!(small.len(), 5);
+    }
+
     #[test]
     fn flash_attention_2_rows_train_their_own_model_only() {
-        use crate::dataset::{LayerContext, Status};
-        use crate::ops::{AttentionShape, Dtype, OpKind, OpQuery, Phase, Shape};
         let row = |seq: u64, role: Option<Role>| Measurement {
             query: OpQuery {
                 op: OpKind::FlashAttention,
