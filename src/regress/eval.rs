@@ -401,11 +401,10 @@ fn metrics(
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
+    use super::super::testing::{dataset, measured};
     use super::*;
     use crate::analytic::roofline::device_time_us;
-    use crate::dataset::{DatasetMeta, LayerContext, Measurement, Status};
+    use crate::dataset::Measurement;
     use crate::hardware::GpuSpec;
     use crate::ops::{CollectiveShape, GemmShape, OpQuery, Shape, TokenShape};
 
@@ -413,34 +412,6 @@ mod tests {
     /// answers the context GEMM, norms and collectives.
     fn a100_models() -> ModelSet {
         ModelSet::builtin("perlmutter").unwrap()
-    }
-
-    fn dataset(gpu: &GpuSpec, rows: Vec<Measurement>) -> Dataset {
-        // JSON is YAML: the GPU as it serialises
-        let meta: DatasetMeta = serde_norway::from_str(&format!(
-            "schema_version: 1\nname: eval-test\ncollected_at: 2026-11-29\ngpu: {}\n\
-             software: {{}}\nsource: {{description: unit test}}\n",
-            serde_json::to_string(gpu).unwrap()
-        ))
-        .unwrap();
-        Dataset {
-            dir: PathBuf::from("eval-test"),
-            meta,
-            rows,
-            fingerprint: String::new(),
-        }
-    }
-
-    fn measured(query: OpQuery, time_us: f64) -> Measurement {
-        Measurement {
-            query,
-            context: LayerContext::default(),
-            time_us,
-            samples_us: Vec::new(),
-            status: Status::Ok,
-            throttled: false,
-            note: String::new(),
-        }
     }
 
     fn tokens(op: OpKind, batch: u64, seq: u64, width: u64) -> OpQuery {
@@ -829,7 +800,7 @@ mod tests {
         };
         let err = evaluate(&set, &ds, &options).unwrap_err().to_string();
         assert!(
-            err.contains("no row of eval-test could be predicted"),
+            err.contains("no row of unit-test could be predicted"),
             "{err}"
         );
     }

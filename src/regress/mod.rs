@@ -12,6 +12,8 @@ pub mod forest;
 pub mod model;
 pub mod modelset;
 pub mod split;
+#[cfg(test)]
+mod testing;
 pub mod train;
 
 pub use model::{ModelKey, Prediction, Recipe, TrainedModel};

@@ -363,3 +363,218 @@ impl TrainedModel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::TokenShape;
+    use crate::regress::modelset::ModelSet;
+
+    fn a100_model(key: ModelKey) -> TrainedModel {
+        ModelSet::builtin("perlmutter")
+            .unwrap()
+            .get(&key)
+            .unwrap()
+            .clone()
+    }
+
+    fn key(op: OpKind, phase: Phase, role: Option<Role>) -> ModelKey {
+        ModelKey {
+            op,
+            phase,
+            dtype: Dtype::Fp16,
+            role,
+        }
+    }
+
+    /// A LayerNorm inside what the paper measured.
+    fn layer_norm() -> OpQuery {
+        OpQuery {
+            op: OpKind::LayerNorm,
+            phase: Phase::Fwd,
+            dtype: Dtype::Fp16,
+            role: None,
+            shape: Shape::Tokens(TokenShape {
+                batch: 4,
+                seq: 2048,
+                width: 4096,
+            }),
+        }
+    }
+
+    #[test]
+    fn keys_name_their_files_with_and_without_a_role() {
+        let qkv = key(OpKind::Gemm, Phase::Bwd, Some(Role::Qkv));
+        assert_eq!(qkv.file_name(), "gemm.bwd.fp16.qkv.json");
+        assert_eq!(qkv.pooled().file_name(), "gemm.bwd.fp16.json");
+        assert_eq!(qkv.to_string(), "gemm bwd fp16 qkv");
+    }
+
+    /// The target a tree learns: ln(time), or ln(time / roofline scale) — the model's efficiency.
+    #[test]
+    fn recipes_learn_log_time_or_log_time_over_the_roofline_and_say_so() {
+        let gpu = GpuSpec::builtin("a100").unwrap();
+        let q = layer_norm();
+        let forest = Recipe {
+            algorithm: Algorithm::RandomForest(ForestParams {
+                trees: 60,
+                max_features: 0.5,
+                min_samples_leaf: 2,
+                max_depth: 12,
+                max_leaves: 1000,
+            }),
+            target: TargetTransform::LogTime,
+        };
+        let boost = Recipe {
+            algorithm: Algorithm::GradientBoosting(BoostParams {
+                trees: 300,
+                learning_rate: 0.1,
+                max_depth: 5,
+                min_samples_leaf: 2,
+                subsample: 0.8,
+                loss: super::super::boost::Loss::Absolute,
+            }),
+            target: TargetTransform::LogOverRoofline,
+        };
+        assert_eq!(forest.target(&q, 50.0, &gpu), 50f64.ln());
+        let scale = work_scale_us(&q, &gpu);
+        assert!(scale > 1.0);
+        assert!((boost.target(&q, 50.0, &gpu) - (50.0 / scale).ln()).abs() < 1e-12);
+        assert_eq!(
+            forest.to_string(),
+            "forest 60×, features 50%, leaf ≥2, log t"
+        );
+        assert_eq!(
+            boost.to_string(),
+            "boosting 300× depth 5 lr 0.1 Absolute, log t/roofline"
+        );
+    }
+
+    #[test]
+    fn files_of_another_format_or_feature_schema_are_refused_by_name() {
+        let path = Path::new("models/x/manifest.json");
+        let text = |format: u32, schema: u32| {
+            format!(r#"{{"format_version": {format}, "feature_schema_version": {schema}}}"#)
+        };
+        check_versions(path, &text(MODEL_FORMAT_VERSION, FEATURE_SCHEMA_VERSION)).unwrap();
+        for (t, what, found) in [
+            (
+                text(MODEL_FORMAT_VERSION + 1, FEATURE_SCHEMA_VERSION),
+                "model format",
+                1,
+            ),
+            (
+                text(MODEL_FORMAT_VERSION, FEATURE_SCHEMA_VERSION + 7),
+                "feature schema",
+                7,
+            ),
+        ] {
+            match check_versions(path, &t) {
+                Err(Error::SchemaVersion {
+                    what: w,
+                    found: f,
+                    expected,
+                    ..
+                }) => {
+                    assert_eq!(w, what);
+                    assert_eq!(f - expected, found);
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+        let err = check_versions(path, "format_version: 3")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a stepcast model file"), "{err}");
+    }
+
+    /// A collective model is probed at 8 sizes a layout, evenly in log₂ bytes from the smallest
+    /// to the largest it measured; its stored table answers when it has one entry a probe, else
+    /// the trees do. Other kinds have no probes.
+    #[test]
+    fn collective_models_are_probed_evenly_in_log_bytes_per_layout() {
+        let mut ar = a100_model(key(OpKind::AllReduce, Phase::None, None));
+        let [lo, hi] = ar.feature_ranges[COLLECTIVE_LOG2_BYTES];
+        let shapes = ar.probe_shapes();
+        assert!(ar.layouts.len() > 1);
+        assert_eq!(shapes.len(), ar.layouts.len() * PROBES_PER_LAYOUT);
+        assert_eq!(ar.probe_count(), shapes.len());
+        for (layout, probes) in ar.layouts.iter().zip(shapes.chunks(PROBES_PER_LAYOUT)) {
+            assert!(probes.iter().all(|c| [c.nodes, c.gpus_per_node] == *layout));
+            assert_eq!(probes[0].bytes, lo.exp2() as u64);
+            assert_eq!(probes[7].bytes, hi.exp2() as u64);
+            assert_eq!(probes[3].bytes, (lo + (hi - lo) * 3.0 / 7.0).exp2() as u64);
+        }
+        let by_trees: Vec<f64> = shapes
+            .iter()
+            .map(|&c| {
+                let q = OpQuery {
+                    op: OpKind::AllReduce,
+                    phase: Phase::None,
+                    dtype: Dtype::Fp16,
+                    role: None,
+                    shape: Shape::Collective(c),
+                };
+                ar.predict(&q).time_us
+            })
+            .collect();
+        assert_eq!(ar.evaluate_probes(&shapes), by_trees);
+        ar.probes_us = vec![1.0; shapes.len()];
+        assert_eq!(*ar.probe_times_us(), vec![1.0; shapes.len()]);
+        ar.probes_us = vec![1.0; 3];
+        assert_eq!(*ar.probe_times_us(), by_trees);
+        // a collective model without the bytes feature, and any other kind: none
+        ar.feature_ranges.truncate(COLLECTIVE_LOG2_BYTES);
+        assert_eq!((ar.probe_count(), ar.probe_shapes().len()), (0, 0));
+        let norm = a100_model(key(OpKind::LayerNorm, Phase::Fwd, None));
+        assert_eq!((norm.probe_count(), norm.probe_shapes().len()), (0, 0));
+        assert!(norm.probe_times_us().is_empty());
+    }
+
+    /// A prediction's 80 % interval is its validation's 10th and 90th percentile of
+    /// ln(actual / predicted) applied to it, never narrower than the prediction itself.
+    #[test]
+    fn predictions_carry_the_validation_interval() {
+        let mut m = a100_model(key(OpKind::LayerNorm, Phase::Fwd, None));
+        let q = layer_norm();
+        for (p10, p90, low, high) in [
+            (-0.1f64, 0.2f64, (-0.1f64).exp(), 0.2f64.exp()),
+            (0.05, -0.05, 1.0, 1.0),
+        ] {
+            m.validation.log_residual_p10 = p10;
+            m.validation.log_residual_p90 = p90;
+            m.validation.sigma_log = 0.3;
+            let p = m.predict(&q);
+            assert!((p.low_us / p.time_us - low).abs() < 1e-12, "{p10}");
+            assert!((p.high_us / p.time_us - high).abs() < 1e-12, "{p90}");
+            assert_eq!(p.sigma_log, 0.3);
+            assert!(p.out_of_coverage.is_empty());
+        }
+    }
+
+    /// A feature is outside its training range beyond a slack of 1e-9 of the range (at least
+    /// 1e-9): on [1000, 1100] a value 1e-7 past either end is still inside, anything beyond out.
+    #[test]
+    fn coverage_allows_a_relative_slack_at_each_end() {
+        let mut m = a100_model(key(OpKind::LayerNorm, Phase::Fwd, None));
+        m.feature_ranges = vec![[1000.0, 1100.0], [0.0, 0.5]];
+        let slack = 1e-9 * 100.0;
+        let outside = |x: [f64; 2]| m.outside_range(&x).collect::<Vec<usize>>();
+        for inside in [
+            1000.0,
+            1100.0,
+            1000.0 - slack,
+            1100.0 + slack,
+            1100.0 + 5e-8,
+        ] {
+            assert!(outside([inside, 0.25]).is_empty(), "{inside}");
+        }
+        for beyond in [1000.0 - 2e-7, 1100.0 + 2e-7, 1100.0 + 1e-6] {
+            assert_eq!(outside([beyond, 0.25]), vec![0], "{beyond}");
+        }
+        // a range narrower than 1: a slack of 1e-9
+        assert!(outside([1050.0, 0.5 + 5e-10]).is_empty());
+        assert_eq!(outside([1050.0, 0.5 + 2e-9]), vec![1]);
+        assert_eq!(outside([900.0, -1.0]), vec![0, 1]);
+    }
+}

@@ -276,6 +276,19 @@ fn fit_budget<'a>(
     }
 }
 
+/// The candidate a group keeps: the lowest validation error or, within 1 % (relative) of it,
+/// the smallest model.
+fn near_best<'a>(mine: &[&'a Candidate]) -> &'a Candidate {
+    let lowest = mine
+        .iter()
+        .map(|c| c.mape_percent)
+        .fold(f64::INFINITY, f64::min);
+    mine.iter()
+        .filter(|c| c.mape_percent <= lowest * 1.01)
+        .min_by_key(|c| c.nodes)
+        .expect("grid is not empty")
+}
+
 /// Number of fits `train` runs (for a progress bar): grid candidates plus refits.
 pub fn task_count(dataset: &Dataset, options: &TrainOptions) -> usize {
     let rows: Vec<&Measurement> = dataset.ok_rows().collect();
@@ -342,24 +355,10 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
         })
         .collect();
 
-    // best per group: lowest MAPE; within 1 % (relative) of it, the smallest model
     let per_group: Vec<Vec<&Candidate>> = (0..usable.len())
         .map(|gi| candidates.iter().filter(|c| c.group == gi).collect())
         .collect();
-    let mut best: Vec<&Candidate> = per_group
-        .iter()
-        .map(|mine| {
-            let lowest = mine
-                .iter()
-                .map(|c| c.mape_percent)
-                .fold(f64::INFINITY, f64::min);
-            *mine
-                .iter()
-                .filter(|c| c.mape_percent <= lowest * 1.01)
-                .min_by_key(|c| c.nodes)
-                .expect("grid is not empty")
-        })
-        .collect();
+    let mut best: Vec<&Candidate> = per_group.iter().map(|mine| near_best(mine)).collect();
 
     // roles served by the pooled model where it is at least as good on the role's rows
     let mut keep = vec![true; usable.len()];
@@ -466,5 +465,385 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
         skipped,
         pooled_roles,
         grid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::super::testing::{dataset, measured};
+    use super::*;
+    use crate::analytic::roofline::device_time_us;
+    use crate::hardware::GpuSpec;
+    use crate::ops::{Dtype, GemmShape, OpKind, OpQuery, Phase, Shape, TokenShape};
+
+    fn gpu() -> GpuSpec {
+        GpuSpec::builtin("a100").unwrap()
+    }
+
+    fn gemm(role: Role, m: u64) -> OpQuery {
+        OpQuery {
+            op: OpKind::Gemm,
+            phase: Phase::Fwd,
+            dtype: Dtype::Fp16,
+            role: Some(role),
+            shape: Shape::Gemm(GemmShape {
+                m,
+                n: 4096,
+                k: 4096,
+                batch: 1,
+            }),
+        }
+    }
+
+    fn norm(batch: u64, seq: u64, width: u64) -> OpQuery {
+        OpQuery {
+            op: OpKind::LayerNorm,
+            phase: Phase::Fwd,
+            dtype: Dtype::Fp16,
+            role: None,
+            shape: Shape::Tokens(TokenShape { batch, seq, width }),
+        }
+    }
+
+    /// 48 LayerNorms at 1.5–1.8× their roofline, 12 QKV GEMMs at 1.25×, 3 MLP GEMMs (too few
+    /// for a model of their own).
+    fn rows() -> Vec<crate::dataset::Measurement> {
+        let gpu = gpu();
+        let at =
+            |q: OpQuery, slowdown: f64| measured(q, device_time_us(&q, &gpu).unwrap() * slowdown);
+        let mut out = Vec::new();
+        for batch in [1, 2, 4] {
+            for seq in [512, 1024, 2048, 4096] {
+                for width in [1024, 2048, 4096, 8192] {
+                    out.push(at(norm(batch, seq, width), 1.5 + 0.3 * seq as f64 / 4096.0));
+                }
+            }
+        }
+        out.extend((1..=12).map(|i| at(gemm(Role::Qkv, 512 * i), 1.25)));
+        out.extend((1..=3).map(|i| at(gemm(Role::MlpUp, 512 * i), 1.25)));
+        out
+    }
+
+    fn small_grid() -> Vec<Recipe> {
+        let forest = |trees, min_samples_leaf| Recipe {
+            algorithm: Algorithm::RandomForest(ForestParams {
+                trees,
+                max_features: 1.0,
+                min_samples_leaf,
+                max_depth: 8,
+                max_leaves: 1000,
+            }),
+            target: TargetTransform::LogOverRoofline,
+        };
+        vec![forest(4, 1), forest(12, 2), forest(2, 8)]
+    }
+
+    fn options(node_budget: usize) -> TrainOptions {
+        TrainOptions {
+            seed: 3,
+            grid: small_grid(),
+            large_grid: Vec::new(),
+            node_budget,
+            ..TrainOptions::default()
+        }
+    }
+
+    #[test]
+    fn the_grids_try_forests_and_boosting_on_the_roofline_target() {
+        let grid = default_grid();
+        let large = large_grid();
+        assert!(grid.len() >= 6 && !large.is_empty());
+        for r in grid.iter().chain(&large) {
+            assert_eq!(r.target, TargetTransform::LogOverRoofline);
+        }
+        let boosts = |g: &[Recipe]| {
+            g.iter()
+                .filter(|r| matches!(r.algorithm, Algorithm::GradientBoosting(_)))
+                .count()
+        };
+        assert_eq!(boosts(&grid), 6);
+        assert!(boosts(&grid) < grid.len());
+        assert!(boosts(&large) > 0);
+    }
+
+    /// A group counts as large from `large_rows` training rows (its rows less the validation
+    /// share), and then tries the large grid too; groups under `MIN_ROWS` are not fitted.
+    #[test]
+    fn the_task_count_is_each_trainable_groups_grid_and_its_refit() {
+        let ds = dataset(&gpu(), rows());
+        let mut o = options(usize::MAX);
+        // layernorm (48), pooled GEMM (15), QKV (12); MLP up (3) too small
+        assert_eq!(task_count(&ds, &o), 3 * (3 + 1));
+        o.large_grid = large_grid();
+        o.large_rows = 38; // 48 × 0.8 = 38.4: the norms only
+        assert_eq!(task_count(&ds, &o), 3 * 4 + large_grid().len());
+        o.large_rows = 39;
+        assert_eq!(task_count(&ds, &o), 3 * 4);
+        assert!(is_large(100, &o) && !is_large(48, &o));
+        // training tries the large grid where the count says, and ticks once a task
+        for (large_rows, large_fits) in [(38, 1), (39, 0)] {
+            let o = TrainOptions {
+                large_grid: small_grid()[..1].to_vec(),
+                large_rows,
+                ..options(usize::MAX)
+            };
+            let ticks = AtomicUsize::new(0);
+            let outcome = train(&ds, &o, &|| {
+                ticks.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(outcome.grid.len(), 9 + large_fits);
+            assert_eq!(ticks.load(Ordering::Relaxed), task_count(&ds, &o));
+        }
+    }
+
+    /// Each group keeps the candidate with the lowest validation error or, within 1 % of it,
+    /// the smallest; the model is refitted on every row of its group with that recipe, its
+    /// ranges and validation are its group's; the pooled model serves a role where it is at
+    /// least as good on the role's rows; a group too small is skipped with its reason.
+    #[test]
+    fn training_keeps_the_best_or_smallest_near_best_candidate_per_group() {
+        let ds = dataset(&gpu(), rows());
+        let ticks = AtomicUsize::new(0);
+        let o = options(usize::MAX);
+        let outcome = train(&ds, &o, &|| {
+            ticks.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(ticks.load(Ordering::Relaxed), task_count(&ds, &o));
+        let mlp = ModelKey::of(&gemm(Role::MlpUp, 512));
+        assert_eq!(
+            outcome.skipped,
+            vec![(mlp, "only 3 rows (at least 5 needed)".to_string())]
+        );
+        assert_eq!(outcome.grid.len(), 9);
+        let prepared = Prepared::new(&ds);
+        for key in [
+            ModelKey::of(&norm(1, 1, 1)),
+            ModelKey::of(&gemm(Role::Qkv, 1)),
+        ] {
+            let mine: Vec<_> = outcome.grid.iter().filter(|g| g.0 == key).collect();
+            assert_eq!(mine.len(), 3);
+            let lowest = mine.iter().map(|g| g.2).fold(f64::INFINITY, f64::min);
+            let smallest_near = mine
+                .iter()
+                .filter(|g| g.2 <= lowest * 1.01)
+                .map(|g| g.3)
+                .min()
+                .unwrap();
+            let chosen: Vec<_> = mine.iter().filter(|g| g.4).collect();
+            assert_eq!(chosen.len(), 1, "{key}");
+            assert_eq!(chosen[0].3, smallest_near, "{key}");
+            let served = outcome.pooled_roles.iter().any(|p| p.0 == key);
+            let model = outcome.models.iter().find(|m| m.key == key);
+            assert_eq!(model.is_none(), served, "{key}");
+            let Some(model) = model else { continue };
+            assert_eq!(model.recipe, chosen[0].1);
+            let rows: Vec<usize> = (0..prepared.rows.len())
+                .filter(|&i| ModelKey::of(&prepared.rows[i].query) == key)
+                .collect();
+            assert_eq!(model.training_rows, rows.len());
+            for (f, [lo, hi]) in model.feature_ranges.iter().enumerate() {
+                let values = rows.iter().map(|&i| prepared.x[i][f]);
+                assert_eq!(*lo, values.clone().fold(f64::INFINITY, f64::min));
+                assert_eq!(*hi, values.fold(f64::NEG_INFINITY, f64::max));
+            }
+            assert_eq!(model.validation.rows, rows.len().div_ceil(5));
+            assert!(model.validation.mape_percent < 15.0, "{key}");
+            assert!(model.probes_us.is_empty() && model.layouts.is_empty());
+            // the refit learned its rows' times (through the roofline target)
+            let ape: Vec<f64> = rows
+                .iter()
+                .map(|&i| {
+                    let m = prepared.rows[i];
+                    (model.predict(&m.query).time_us / m.time_us - 1.0).abs()
+                })
+                .collect();
+            assert!(stats::mean(&ape) < 0.1, "{key}: {ape:?}");
+        }
+        // the QKV rows are all the pooled GEMM model has: it serves the role or the role keeps
+        // its own model, never both
+        let pooled = outcome
+            .models
+            .iter()
+            .find(|m| m.key == ModelKey::of(&gemm(Role::Qkv, 1)).pooled())
+            .unwrap();
+        let served = outcome
+            .pooled_roles
+            .iter()
+            .any(|p| p.0.role == Some(Role::Qkv));
+        assert_eq!(pooled.serves_roles.contains(&Role::Qkv), served);
+        for (role, own, pooled) in &outcome.pooled_roles {
+            assert!(
+                pooled <= own,
+                "{role}: pooled {pooled} % against its own {own} %"
+            );
+        }
+        assert_eq!(pooled.training_rows, 15);
+
+        // a budget of one node: every group drops to its smallest candidate
+        let tight = train(&ds, &options(1), &|| {});
+        for (key, _, _, nodes, chosen) in &tight.grid {
+            let smallest = tight
+                .grid
+                .iter()
+                .filter(|g| g.0 == *key)
+                .map(|g| g.3)
+                .min()
+                .unwrap();
+            if *chosen {
+                assert_eq!(*nodes, smallest, "{key}");
+            }
+        }
+    }
+
+    /// Two roles of one shape running at different speeds: the pooled model (which cannot tell
+    /// them apart) is worse on each, so each keeps its own.
+    #[test]
+    fn roles_the_pooled_model_predicts_worse_keep_their_own_models() {
+        let gpu = gpu();
+        let mut rows = Vec::new();
+        for (role, slowdown) in [(Role::Qkv, 1.25), (Role::MlpUp, 2.5)] {
+            for i in 1..=12 {
+                let q = gemm(role, 512 * i);
+                rows.push(measured(q, device_time_us(&q, &gpu).unwrap() * slowdown));
+            }
+        }
+        let outcome = train(&dataset(&gpu, rows), &options(usize::MAX), &|| {});
+        assert!(
+            outcome.pooled_roles.is_empty(),
+            "{:?}",
+            outcome.pooled_roles
+        );
+        let keys: Vec<Option<Role>> = outcome.models.iter().map(|m| m.key.role).collect();
+        assert_eq!(keys.len(), 3, "{keys:?}");
+        assert!(keys.contains(&Some(Role::Qkv)) && keys.contains(&Some(Role::MlpUp)));
+        assert!(outcome.models.iter().all(|m| m.serves_roles.is_empty()));
+    }
+
+    /// A collective model keeps the layouts it was measured on and the table of its probes.
+    #[test]
+    fn a_collective_model_keeps_its_layouts_and_probe_table() {
+        let mut rows = Vec::new();
+        for (nodes, gpus_per_node) in [(2, 4), (1, 8), (1, 4)] {
+            for shift in 16..26 {
+                let q = OpQuery {
+                    op: OpKind::AllReduce,
+                    phase: Phase::None,
+                    dtype: Dtype::Fp16,
+                    role: None,
+                    shape: Shape::Collective(crate::ops::CollectiveShape {
+                        bytes: 1 << shift,
+                        nodes,
+                        gpus_per_node,
+                    }),
+                };
+                rows.push(measured(
+                    q,
+                    10.0 + (1u64 << shift) as f64 / 1e5 * nodes as f64,
+                ));
+            }
+        }
+        let outcome = train(&dataset(&gpu(), rows), &options(usize::MAX), &|| {});
+        let [model] = outcome.models.as_slice() else {
+            panic!("{} models", outcome.models.len())
+        };
+        assert_eq!(model.layouts, vec![[1, 4], [1, 8], [2, 4]]);
+        assert_eq!(
+            model.probes_us.len(),
+            3 * super::super::model::PROBES_PER_LAYOUT
+        );
+        assert_eq!(
+            model.probes_us,
+            model.evaluate_probes(&model.probe_shapes())
+        );
+    }
+
+    fn candidate(group: usize, mape_percent: f64, nodes: usize) -> Candidate {
+        Candidate {
+            group,
+            recipe: small_grid()[0],
+            ln_pred: Vec::new(),
+            mape_percent,
+            nodes,
+        }
+    }
+
+    /// Over budget, the swap that loses the least error per node saved goes first, until the
+    /// kept groups fit: (1 %, 100) + (2 %, 80) over 130 nodes takes (2.1 %, 40) first (0.0025
+    /// a node, against 0.01 for (1.5 %, 50) and 0.022 for (3 %, 10)), then (1.5 %, 50).
+    /// Lost error is weighed per node saved, not in all.
+    /// The nodes of the candidates two groups keep, from their first, under `budget`.
+    fn downgraded(a: &[Candidate], b: &[Candidate], keep: [bool; 2], budget: usize) -> [usize; 2] {
+        let per_group = vec![a.iter().collect::<Vec<_>>(), b.iter().collect()];
+        let mut best = vec![&a[0], &b[0]];
+        fit_budget(&mut best, &per_group, &keep, budget);
+        [best[0].nodes, best[1].nodes]
+    }
+
+    /// Over budget, the swap that loses the least error per node saved goes first, until the
+    /// kept groups fit: (1 %, 100) + (2 %, 80) over 130 nodes takes (2.1 %, 40) first (0.0025
+    /// a node, against 0.01 for (1.5 %, 50) and 0.022 for (3 %, 10)), then (1.5 %, 50).
+    /// Lost error is weighed per node saved, not in all.
+    #[test]
+    fn over_budget_the_cheapest_downgrades_are_made_first() {
+        let a = [
+            candidate(0, 1.0, 100),
+            candidate(0, 1.5, 50),
+            candidate(0, 3.0, 10),
+        ];
+        let b = [candidate(1, 2.0, 80), candidate(1, 2.1, 40)];
+        let both = [true, true];
+        assert_eq!(downgraded(&a, &b, both, 180), [100, 80]);
+        assert_eq!(downgraded(&a, &b, both, 179), [100, 40]);
+        assert_eq!(downgraded(&a, &b, both, 130), [50, 40]);
+        assert_eq!(downgraded(&a, &b, both, 0), [10, 40]);
+        // a group served by another model does not count
+        assert_eq!(downgraded(&a, &b, [true, false], 100), [100, 80]);
+        assert_eq!(downgraded(&a, &b, [true, false], 99), [50, 80]);
+        // lost points, not the ratio of errors: 1 → 1.5 % before 10 → 11 %
+        let c = [candidate(0, 1.0, 100), candidate(0, 1.5, 50)];
+        let d = [candidate(1, 10.0, 100), candidate(1, 11.0, 50)];
+        assert_eq!(downgraded(&c, &d, both, 199), [50, 100]);
+        // per node saved, not in all: 0.2 % for 100 nodes before 0.1 % for 10
+        let c = [candidate(0, 1.0, 110), candidate(0, 1.2, 10)];
+        let d = [candidate(1, 2.0, 50), candidate(1, 2.1, 40)];
+        assert_eq!(downgraded(&c, &d, both, 159), [10, 50]);
+    }
+
+    #[test]
+    fn a_group_keeps_its_best_candidate_or_a_smaller_one_within_one_percent() {
+        let c = [
+            candidate(0, 10.0, 100),
+            candidate(0, 10.05, 50),
+            candidate(0, 10.5, 20),
+        ];
+        let mine: Vec<&Candidate> = c.iter().collect();
+        assert_eq!(near_best(&mine).nodes, 50);
+        assert_eq!(near_best(&mine[2..]).nodes, 20);
+        assert_eq!(near_best(&[&c[2], &c[0]]).nodes, 100);
+    }
+
+    /// The validation figures of predictions worked by hand: measured 100 µs each, predicted
+    /// 90, 100, 110 and 125 µs.
+    #[test]
+    fn validation_figures_are_the_errors_and_log_residuals_of_the_held_out_rows() {
+        let q = norm(1, 1024, 1024);
+        let ds = dataset(&gpu(), (0..4).map(|_| measured(q, 100.0)).collect());
+        let prepared = Prepared::new(&ds);
+        let predicted = [90.0f64, 100.0, 110.0, 125.0];
+        let ln: Vec<f64> = predicted.iter().map(|p| p.ln()).collect();
+        let v = validation_of(&prepared, &[0, 1, 2, 3], &ln);
+        assert_eq!(v.rows, 4);
+        assert!((v.mape_percent - 11.25).abs() < 1e-9);
+        // errors 0, 10, 10, 25 %: the 90th percentile interpolates 10 and 25 at 0.7
+        assert!((v.p90_ape_percent - 20.5).abs() < 1e-9);
+        let r: Vec<f64> = predicted.iter().map(|p| (100.0 / p).ln()).collect();
+        let mean = r.iter().sum::<f64>() / 4.0;
+        let sigma = (r.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 4.0).sqrt();
+        assert!((v.sigma_log - sigma).abs() < 1e-12);
+        // residuals ascending: ln(100/125), ln(100/110), 0, ln(100/90)
+        assert!((v.log_residual_p10 - (r[3] + 0.3 * (r[2] - r[3]))).abs() < 1e-12);
+        assert!((v.log_residual_p90 - (r[1] + 0.7 * (r[0] - r[1]))).abs() < 1e-12);
     }
 }
