@@ -490,10 +490,10 @@ mod tests {
         assert_eq!(t.predict(&[199.0]), 0.0);
     }
 
-    /// A split must remove more than 1e-9 of the node's squared error: two groups whose means
-    /// differ by δ/2 gain δ²/4 of about 4; δ = 1.79e-4 (a gain of 8e-9) splits, δ = 8.9e-5
-    /// (2e-9) does not. Targets near 10, so the parent's sum of squares (about 480) is not
-    /// the spread.
+    /// A split must remove more than 1e-9 of the node's squared error: two pairs whose means
+    /// differ by δ/2 gain δ²/4 out of a squared error of about 4 (a limit of 4e-9); δ = 1.79e-4
+    /// (a gain of 8e-9) splits, δ = 8.9e-5 (2e-9) does not. Targets near 10, so the node's sum
+    /// of squares (about 480) is not its squared error.
     #[test]
     fn a_split_must_remove_a_meaningful_share_of_the_spread() {
         let x = [0.0, 0.0, 1.0, 1.0];

@@ -408,8 +408,8 @@ mod tests {
     use crate::hardware::GpuSpec;
     use crate::ops::{CollectiveShape, GemmShape, OpQuery, Shape, TokenShape};
 
-    /// The paper's A100 models: they hold per-role GEMM models beside a pooled one that also
-    /// answers the context GEMM, norms and collectives.
+    /// The paper's A100 models: per-role GEMM models beside a pooled one (which also answers
+    /// the context GEMM), LayerNorm and collective models.
     fn a100_models() -> ModelSet {
         ModelSet::builtin("perlmutter").unwrap()
     }

@@ -532,7 +532,7 @@ mod tests {
     }
 
     /// A prediction's 80 % interval is its validation's 10th and 90th percentile of
-    /// ln(actual / predicted) applied to it, never narrower than the prediction itself.
+    /// ln(actual / predicted) applied to it, always holding the prediction itself.
     #[test]
     fn predictions_carry_the_validation_interval() {
         let mut m = a100_model(key(OpKind::LayerNorm, Phase::Fwd, None));

@@ -507,7 +507,7 @@ mod tests {
         }
     }
 
-    /// 48 LayerNorms at 1.5–1.8× their roofline, 12 QKV GEMMs at 1.25×, 3 MLP GEMMs (too few
+    /// 48 LayerNorms at 1.54–1.8× their roofline, 12 QKV GEMMs at 1.25×, 3 MLP GEMMs (too few
     /// for a model of their own).
     fn rows() -> Vec<crate::dataset::Measurement> {
         let gpu = gpu();
@@ -769,10 +769,6 @@ mod tests {
         }
     }
 
-    /// Over budget, the swap that loses the least error per node saved goes first, until the
-    /// kept groups fit: (1 %, 100) + (2 %, 80) over 130 nodes takes (2.1 %, 40) first (0.0025
-    /// a node, against 0.01 for (1.5 %, 50) and 0.022 for (3 %, 10)), then (1.5 %, 50).
-    /// Lost error is weighed per node saved, not in all.
     /// The nodes of the candidates two groups keep, from their first, under `budget`.
     fn downgraded(a: &[Candidate], b: &[Candidate], keep: [bool; 2], budget: usize) -> [usize; 2] {
         let per_group = vec![a.iter().collect::<Vec<_>>(), b.iter().collect()];
