@@ -381,8 +381,7 @@ mod tests {
 
     /// A tree of leaf means grown on one feature `x`.
     fn tree(x: &[f64], y: &[f64], max_depth: usize, min_samples_leaf: usize) -> FlatForest {
-        let x: Vec<Vec<f64>> = x.iter().map(|&v| vec![v]).collect();
-        let data = Binned::new(&x);
+        let data = Binned::new(&column(x.iter().copied()));
         let mut rows: Vec<u32> = (0..y.len() as u32).collect();
         let mut b = TreeBuilder::default();
         let params = TreeParams {

@@ -401,12 +401,12 @@ fn metrics(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{dataset, measured};
+    use super::super::testing::{self, dataset, measured, tokens};
     use super::*;
     use crate::analytic::roofline::device_time_us;
     use crate::dataset::Measurement;
     use crate::hardware::GpuSpec;
-    use crate::ops::{CollectiveShape, GemmShape, OpQuery, Shape, TokenShape};
+    use crate::ops::{CollectiveShape, OpQuery, Shape};
 
     /// The paper's A100 models: per-role GEMM models beside a pooled one (which also answers
     /// the context GEMM), LayerNorm and collective models.
@@ -414,24 +414,8 @@ mod tests {
         ModelSet::builtin("perlmutter").unwrap()
     }
 
-    fn tokens(op: OpKind, batch: u64, seq: u64, width: u64) -> OpQuery {
-        OpQuery {
-            op,
-            phase: Phase::Fwd,
-            dtype: Dtype::Fp16,
-            role: None,
-            shape: Shape::Tokens(TokenShape { batch, seq, width }),
-        }
-    }
-
     fn gemm(role: Role, m: u64, n: u64, k: u64) -> OpQuery {
-        OpQuery {
-            op: OpKind::Gemm,
-            phase: Phase::Fwd,
-            dtype: Dtype::Fp16,
-            role: Some(role),
-            shape: Shape::Gemm(GemmShape { m, n, k, batch: 1 }),
-        }
+        testing::gemm(Some(role), m, n, k)
     }
 
     fn all_reduce(bytes: u64, nodes: u64, gpus_per_node: u64) -> OpQuery {

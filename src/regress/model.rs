@@ -367,7 +367,6 @@ impl TrainedModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::TokenShape;
     use crate::regress::modelset::ModelSet;
 
     fn a100_model(key: ModelKey) -> TrainedModel {
@@ -389,17 +388,7 @@ mod tests {
 
     /// A LayerNorm inside what the paper measured.
     fn layer_norm() -> OpQuery {
-        OpQuery {
-            op: OpKind::LayerNorm,
-            phase: Phase::Fwd,
-            dtype: Dtype::Fp16,
-            role: None,
-            shape: Shape::Tokens(TokenShape {
-                batch: 4,
-                seq: 2048,
-                width: 4096,
-            }),
-        }
+        super::super::testing::tokens(OpKind::LayerNorm, 4, 2048, 4096)
     }
 
     #[test]

@@ -217,47 +217,30 @@ mod tests {
         assert!(holdout_largest(&rows, |_| Some(5)).is_none());
     }
 
+    use super::super::testing;
     use crate::dataset::{LayerContext, Status};
     use crate::ops::{
-        AttentionShape, CollectiveShape, Dtype, GemmShape, LookupShape, OpKind, OpQuery, Phase,
-        Shape, TokenShape,
+        AttentionShape, CollectiveShape, Dtype, LookupShape, OpKind, OpQuery, Phase, Shape,
     };
 
-    fn measured(op: OpKind, role: Option<Role>, shape: Shape) -> Measurement {
-        Measurement {
-            query: OpQuery {
-                op,
-                phase: Phase::Fwd,
-                dtype: Dtype::Fp16,
-                role,
-                shape,
-            },
-            context: LayerContext::default(),
-            time_us: 1.0,
-            samples_us: Vec::new(),
-            status: Status::Ok,
-            throttled: false,
-            note: String::new(),
-        }
+    /// A forward fp16 call measured at 1 µs.
+    fn row(op: OpKind, role: Option<Role>, shape: Shape) -> Measurement {
+        let query = OpQuery {
+            op,
+            phase: Phase::Fwd,
+            dtype: Dtype::Fp16,
+            role,
+            shape,
+        };
+        testing::measured(query, 1.0)
     }
 
     fn gemm(role: Option<Role>, m: u64) -> Measurement {
-        let shape = Shape::Gemm(GemmShape {
-            m,
-            n: 1024,
-            k: 1024,
-            batch: 1,
-        });
-        measured(OpKind::Gemm, role, shape)
+        testing::measured(testing::gemm(role, m, 1024, 1024), 1.0)
     }
 
     fn tokens(op: OpKind, seq: u64, width: u64) -> Measurement {
-        let shape = Shape::Tokens(TokenShape {
-            batch: 2,
-            seq,
-            width,
-        });
-        measured(op, None, shape)
+        testing::measured(testing::tokens(op, 2, seq, width), 1.0)
     }
 
     /// What the largest-hidden and longest-sequence hold-outs read from a row: its layer
@@ -274,9 +257,9 @@ mod tests {
                 head_dim: 128,
                 causal: true,
             });
-            measured(op, None, shape)
+            row(op, None, shape)
         };
-        let lookup = measured(
+        let lookup = row(
             OpKind::Embedding,
             None,
             Shape::Lookup(LookupShape {
@@ -286,7 +269,7 @@ mod tests {
                 vocab: 32000,
             }),
         );
-        let collective = measured(
+        let collective = row(
             OpKind::AllReduce,
             None,
             Shape::Collective(CollectiveShape {

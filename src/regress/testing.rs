@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::dataset::{Dataset, DatasetMeta, LayerContext, Measurement, Status};
 use crate::hardware::GpuSpec;
-use crate::ops::OpQuery;
+use crate::ops::{Dtype, GemmShape, OpKind, OpQuery, Phase, Role, Shape, TokenShape};
 
 /// A dataset named (and in a directory named) `unit-test`, measured on `gpu`, holding `rows`.
 pub fn dataset(gpu: &GpuSpec, rows: Vec<Measurement>) -> Dataset {
@@ -20,6 +20,28 @@ pub fn dataset(gpu: &GpuSpec, rows: Vec<Measurement>) -> Dataset {
         meta,
         rows,
         fingerprint: String::new(),
+    }
+}
+
+/// A forward fp16 call of `op` over `batch` × `seq` tokens of `width`.
+pub fn tokens(op: OpKind, batch: u64, seq: u64, width: u64) -> OpQuery {
+    OpQuery {
+        op,
+        phase: Phase::Fwd,
+        dtype: Dtype::Fp16,
+        role: None,
+        shape: Shape::Tokens(TokenShape { batch, seq, width }),
+    }
+}
+
+/// A forward fp16 GEMM of `role` (none: role-less), m × n × k.
+pub fn gemm(role: Option<Role>, m: u64, n: u64, k: u64) -> OpQuery {
+    OpQuery {
+        op: OpKind::Gemm,
+        phase: Phase::Fwd,
+        dtype: Dtype::Fp16,
+        role,
+        shape: Shape::Gemm(GemmShape { m, n, k, batch: 1 }),
     }
 }
 

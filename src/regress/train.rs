@@ -472,39 +472,22 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use super::super::testing::{dataset, measured};
+    use super::super::testing::{self, dataset, measured};
     use super::*;
     use crate::analytic::roofline::device_time_us;
     use crate::hardware::GpuSpec;
-    use crate::ops::{Dtype, GemmShape, OpKind, OpQuery, Phase, Shape, TokenShape};
+    use crate::ops::{Dtype, OpKind, OpQuery, Phase, Shape};
 
     fn gpu() -> GpuSpec {
         GpuSpec::builtin("a100").unwrap()
     }
 
     fn gemm(role: Role, m: u64) -> OpQuery {
-        OpQuery {
-            op: OpKind::Gemm,
-            phase: Phase::Fwd,
-            dtype: Dtype::Fp16,
-            role: Some(role),
-            shape: Shape::Gemm(GemmShape {
-                m,
-                n: 4096,
-                k: 4096,
-                batch: 1,
-            }),
-        }
+        testing::gemm(Some(role), m, 4096, 4096)
     }
 
     fn norm(batch: u64, seq: u64, width: u64) -> OpQuery {
-        OpQuery {
-            op: OpKind::LayerNorm,
-            phase: Phase::Fwd,
-            dtype: Dtype::Fp16,
-            role: None,
-            shape: Shape::Tokens(TokenShape { batch, seq, width }),
-        }
+        testing::tokens(OpKind::LayerNorm, batch, seq, width)
     }
 
     /// 48 LayerNorms at 1.54–1.8× their roofline, 12 QKV GEMMs at 1.25×, 3 MLP GEMMs (too few
