@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{integer, measured, number, read_source_csv, Columns, ImportOptions};
+use super::{
+    checked, integer, measured, product, read_source_csv, time_us, Columns, ImportOptions,
+};
 use crate::dataset::{DatasetMeta, Measurement, Provenance, SoftwareStamp};
 use crate::error::{Error, Result};
 use crate::hardware::{GpuSpec, InterNodeTier, IntraNodeTier, NetworkSpec};
@@ -256,13 +258,17 @@ fn read_gemm(path: &Path) -> Result<Vec<Measurement>> {
                 ))
             }
         };
-        let shape = Shape::Gemm(GemmShape {
-            m: integer(path, *line, "m", cell(im))?,
-            n: integer(path, *line, "n", cell(i_n))?,
-            k: integer(path, *line, "k", cell(ik))?,
-            batch: 1,
-        });
-        let time_us = number(path, *line, "latency_ms", cell(il))? * 1000.0;
+        let shape = checked(
+            path,
+            *line,
+            Shape::Gemm(GemmShape {
+                m: integer(path, *line, "m", cell(im))?,
+                n: integer(path, *line, "n", cell(i_n))?,
+                k: integer(path, *line, "k", cell(ik))?,
+                batch: 1,
+            }),
+        )?;
+        let time_us = time_us(path, *line, "latency_ms", cell(il), 1000.0)?;
         out.push(measured(
             OpQuery {
                 op: OpKind::Gemm,
@@ -366,19 +372,20 @@ fn read_attention(path: &Path) -> Result<(Vec<Measurement>, usize)> {
         for (slot, (i, name)) in v.iter_mut().zip(idx.iter().zip(names)) {
             *slot = integer(path, *line, name, cell(*i))?;
         }
-        let shape = Shape::Attention(AttentionShape {
-            batch: v[0],
-            seq_q: v[1],
-            seq_kv: v[1],
-            heads: v[2],
-            kv_heads: v[3],
-            head_dim: v[4],
-            causal: true,
-        });
-        shape
-            .validate()
-            .map_err(|m| Error::bad_row(path, *line, m))?;
-        let time_us = number(path, *line, "latency_ms", cell(il))? * 1000.0;
+        let shape = checked(
+            path,
+            *line,
+            Shape::Attention(AttentionShape {
+                batch: v[0],
+                seq_q: v[1],
+                seq_kv: v[1],
+                heads: v[2],
+                kv_heads: v[3],
+                head_dim: v[4],
+                causal: true,
+            }),
+        )?;
+        let time_us = time_us(path, *line, "latency_ms", cell(il), 1000.0)?;
         out.push(measured(
             OpQuery {
                 op: OpKind::FlashAttention,
@@ -441,15 +448,16 @@ fn read_nccl(path: &Path) -> Result<(Vec<Measurement>, usize)> {
         };
         let gpus = integer(path, *line, "num_gpus", cell(ing))?;
         let elements = integer(path, *line, "message_elements", cell(iel))?;
-        let shape = Shape::Collective(CollectiveShape {
-            bytes: elements * element_bytes,
-            nodes: 1,
-            gpus_per_node: gpus,
-        });
-        shape
-            .validate()
-            .map_err(|m| Error::bad_row(path, *line, m))?;
-        let time_us = number(path, *line, "latency_ms", cell(il))? * 1000.0;
+        let shape = checked(
+            path,
+            *line,
+            Shape::Collective(CollectiveShape {
+                bytes: product(path, *line, "the message", &[elements, element_bytes])?,
+                nodes: 1,
+                gpus_per_node: gpus,
+            }),
+        )?;
+        let time_us = time_us(path, *line, "latency_ms", cell(il), 1000.0)?;
         out.push(measured(
             OpQuery {
                 op,
@@ -467,6 +475,269 @@ fn read_nccl(path: &Path) -> Result<(Vec<Measurement>, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A small export in aiconfigurator's layout: the H100 node, two GEMM pairs, two attention
+    /// rows (one sliding-window), two NCCL versions (the newer with an int8 row), and files of
+    /// another system beside them.
+    fn export() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = tmp.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "systems/h100_sxm.yaml",
+            "node:\n  num_gpus_per_node: 8\n  inter_node_bw: 50000000000\n  \
+             intra_node_bw: 450000000000\n  p2p_latency: 0.000002\n  pcie_bw: 1\n",
+        );
+        write("systems/gb200.yaml", "node: {}\n");
+        write(
+            "gemm/h100_sxm_gemm_trtllm-1.3.0rc20.csv",
+            "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency_ms\n\
+             trtllm,1.3,h100,gemm,cublas,bfloat16,16,1024,4096,0.010\n\
+             trtllm,1.3,h100,gemm,cublas,fp8,16,1024,4096,0.009\n\
+             trtllm,1.3,h100,gemm,cublas,bfloat16,16,8192,4096,0.040\n\
+             trtllm,1.3,h100,gemm,cublas,fp8,16,8192,4096,0.030\n\
+             trtllm,1.3,h100,gemm,cublas,float16,32.0,64,64,0.0025\n",
+        );
+        write(
+            "gemm/gb200_gemm_trtllm-1.3.0rc20.csv",
+            "gemm_dtype,m,n,k,latency_ms\nbogus,1,1,1,1\n",
+        );
+        write(
+            "context_attention/h100_sxm_context_attention_bf16_trtllm-1.3.0rc20.csv",
+            "batch_size,seq_len,num_heads,num_key_value_heads,head_dim,window_size,latency_ms\n\
+             2,4096,32,8,128,0,1.5\n\
+             2,4096,32,8,128,128,0.4\n",
+        );
+        write(
+            "nccl/h100_sxm_nccl-2.23.csv",
+            "op_name,nccl_dtype,num_gpus,message_elements,latency_ms\n\
+             all_reduce,half,8,1024,0.02\n",
+        );
+        write(
+            "nccl/h100_sxm_nccl-2.27.3.csv",
+            "nccl_dtype,num_gpus,message_elements,latency_ms,op_name\n\
+             half,8,1048576,0.05,all_reduce\n\
+             half,4,65536,0.01,alltoall\n\
+             int8,8,1048576,0.03,all_reduce\n",
+        );
+        tmp
+    }
+
+    fn system(name: &str) -> ImportOptions {
+        ImportOptions {
+            system: Some(name.to_string()),
+            nccl_version: None,
+        }
+    }
+
+    fn query(r: &Measurement) -> (OpKind, Dtype, Shape) {
+        (r.query.op, r.query.dtype, r.query.shape)
+    }
+
+    /// Every kind of file read into rows in µs, the node's bandwidths into the network, what
+    /// was left out said with its count and reason.
+    #[test]
+    fn an_export_is_read_into_forward_rows_collectives_and_the_node() {
+        let src = export();
+        let (meta, rows, left_out) = read(src.path(), &system("h100_sxm")).unwrap();
+        assert_eq!(meta.name, "h100_sxm-aiconfigurator");
+        assert_eq!(meta.gpu, GpuSpec::builtin("h100_sxm").unwrap());
+        assert_eq!(meta.gpus_per_node, Some(8));
+        let net = meta.network.unwrap();
+        assert_eq!(net.intra_node.bandwidth_gb_per_s, 450.0);
+        assert!((net.intra_node.latency_us - 2.0).abs() < 1e-9);
+        assert_eq!(net.inter_node.bandwidth_gbit_per_s_per_nic, 400.0);
+        assert_eq!(net.inter_node.nics_per_node, 8);
+        assert_eq!(
+            meta.software.framework.as_deref(),
+            Some("TensorRT-LLM 1.3.0rc20")
+        );
+        assert_eq!(meta.software.nccl.as_deref(), Some("2.27.3"));
+        assert!(rows.iter().all(|r| r.query.role.is_none()));
+        assert!(rows.iter().all(|r| r.query.phase
+            == if r.query.op.is_collective() {
+                Phase::None
+            } else {
+                Phase::Fwd
+            }));
+
+        let gemm = |dtype, m, n, k| {
+            (
+                OpKind::Gemm,
+                dtype,
+                Shape::Gemm(GemmShape { m, n, k, batch: 1 }),
+            )
+        };
+        let times: Vec<_> = rows.iter().map(|r| (query(r), r.time_us)).collect();
+        let expected = [
+            (gemm(Dtype::Bf16, 16, 1024, 4096), 10.0),
+            // fp8: the input's pass (9 − 10 / 2 = 4 µs at the narrowest n) taken off
+            (gemm(Dtype::Fp8, 16, 1024, 4096), 5.0),
+            (gemm(Dtype::Bf16, 16, 8192, 4096), 40.0),
+            (gemm(Dtype::Fp8, 16, 8192, 4096), 26.0),
+            (gemm(Dtype::Fp16, 32, 64, 64), 2.5),
+        ];
+        for (i, (q, t)) in expected.iter().enumerate() {
+            assert_eq!(times[i].0, *q);
+            assert!((times[i].1 - t).abs() < 1e-9, "{:?}", times[i]);
+        }
+        assert!(rows[3].note.contains("taken off"), "{}", rows[3].note);
+        let attention = Shape::Attention(AttentionShape {
+            batch: 2,
+            seq_q: 4096,
+            seq_kv: 4096,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            causal: true,
+        });
+        assert_eq!(times[5].0, (OpKind::FlashAttention, Dtype::Bf16, attention));
+        assert!((times[5].1 - 1500.0).abs() < 1e-9);
+        // the newer NCCL's fp16 rows: a message of elements × 2 bytes on one node
+        let collective = |op, bytes, gpus| {
+            let shape = Shape::Collective(CollectiveShape {
+                bytes,
+                nodes: 1,
+                gpus_per_node: gpus,
+            });
+            (op, Dtype::Fp16, shape)
+        };
+        assert_eq!(times[6].0, collective(OpKind::AllReduce, 2 << 20, 8));
+        assert!((times[6].1 - 50.0).abs() < 1e-9);
+        assert_eq!(times[7].0, collective(OpKind::AllToAll, 2 << 16, 4));
+        assert_eq!(rows.len(), 8);
+        let left: Vec<(&str, usize)> = left_out.iter().map(|(f, n, _)| (f.as_str(), *n)).collect();
+        assert_eq!(
+            left,
+            [
+                ("h100_sxm_context_attention_bf16_trtllm-1.3.0rc20.csv", 1),
+                ("h100_sxm_nccl-2.23.csv", 1),
+                ("h100_sxm_nccl-2.27.3.csv", 1),
+            ]
+        );
+        assert!(left_out[0].2.contains("sliding-window"));
+        assert!(left_out[1].2.contains("--nccl-version") && left_out[1].2.contains("2.27.3"));
+        assert!(left_out[2].2.contains("int8"));
+
+        // the older NCCL table when asked for: the newer one is left out in its place
+        let older = ImportOptions {
+            nccl_version: Some("2.23".into()),
+            ..system("h100_sxm")
+        };
+        let (meta, rows, left_out) = read(src.path(), &older).unwrap();
+        assert_eq!(meta.software.nccl.as_deref(), Some("2.23"));
+        assert_eq!(
+            query(rows.last().unwrap()),
+            collective(OpKind::AllReduce, 2048, 8)
+        );
+        assert_eq!(left_out.last().unwrap().0, "h100_sxm_nccl-2.27.3.csv");
+        assert_eq!(left_out.last().unwrap().1, 3);
+    }
+
+    /// Through `import`: a dataset written with its rows per operator.
+    #[test]
+    fn an_export_imports_as_a_dataset() {
+        let src = export();
+        let out = src.path().join("out");
+        let report = super::super::import(
+            super::super::ImportFormat::Aiconfigurator,
+            src.path(),
+            &out,
+            &system("h100_sxm"),
+        )
+        .unwrap();
+        let per_op: Vec<(&str, usize)> = report
+            .rows_per_op
+            .iter()
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect();
+        assert_eq!(
+            per_op,
+            [
+                ("all_reduce", 1),
+                ("all_to_all", 1),
+                ("flash_attention", 1),
+                ("gemm", 5)
+            ]
+        );
+        let dataset = crate::dataset::Dataset::load(&out).unwrap();
+        assert_eq!(dataset.rows.len(), 8);
+        assert_eq!(dataset.meta.name, "h100_sxm-aiconfigurator");
+    }
+
+    fn refused(src: &Path, options: &ImportOptions) -> String {
+        read(src, options).map(|_| ()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_system_must_be_named_and_known() {
+        let src = export();
+        let none = refused(src.path(), &ImportOptions::default());
+        assert!(
+            none.contains("pick the GPU with --system (gb200, h100_sxm)"),
+            "{none}"
+        );
+        let other = refused(src.path(), &system("b300"));
+        assert!(
+            other.contains("no system 'b300' (found: gb200, h100_sxm)"),
+            "{other}"
+        );
+        let foreign = refused(src.path(), &system("gb200"));
+        assert!(
+            foreign.contains("'gb200' has no GPU in stepcast's catalogue"),
+            "{foreign}"
+        );
+        let version = ImportOptions {
+            nccl_version: Some("2.1".into()),
+            ..system("h100_sxm")
+        };
+        let v = refused(src.path(), &version);
+        assert!(
+            v.contains("no NCCL 2.1 table") && v.contains("2.23, 2.27.3"),
+            "{v}"
+        );
+        std::fs::remove_dir_all(src.path().join("context_attention")).unwrap();
+        let missing = refused(src.path(), &system("h100_sxm"));
+        assert!(
+            missing.contains("context_attention") && missing.contains("missing"),
+            "{missing}"
+        );
+    }
+
+    /// A malformed row is refused with its file, line and value; nothing wraps or goes out of
+    /// the physical range.
+    #[test]
+    fn a_bad_row_is_refused_with_its_file_and_line() {
+        let gemm = "gemm/h100_sxm_gemm_trtllm-1.3.0rc20.csv";
+        let attention = "context_attention/h100_sxm_context_attention_bf16_trtllm-1.3.0rc20.csv";
+        let nccl = "nccl/h100_sxm_nccl-2.27.3.csv";
+        let cases = [
+            (gemm, "gemm_dtype,m,n,k,latency_ms\nint4,16,16,16,0.01\n", "gemm_dtype 'int4'"),
+            (gemm, "gemm_dtype,m,n,k,latency_ms\nfp8,16,16.5,16,0.01\n", "n = '16.5'"),
+            (gemm, "gemm_dtype,m,n,k,latency_ms\nfp8,4294967296,1,16,0.01\n", "m = '4294967296' must be an integer from 1 to 2147483648"),
+            (gemm, "gemm_dtype,m,n,k,latency_ms\nfp8,16,16,16,1e20\n", "latency_ms = '1e20'"),
+            (gemm, "gemm_dtype,m,n,k,latency_ms\nfp8,16,16,16,1e-9\n", "latency_ms = '1e-9'"),
+            (gemm, "gemm_dtype,m,n,latency_ms\nfp8,16,16,0.01\n", "missing column 'k'"),
+            (attention, "batch_size,seq_len,num_heads,num_key_value_heads,head_dim,window_size,latency_ms\n1,128,6,4,64,0,0.1\n", "multiple of kv_heads"),
+            (nccl, "op_name,nccl_dtype,num_gpus,message_elements,latency_ms\nbroadcast,half,8,4,0.1\n", "op_name 'broadcast'"),
+            (nccl, "op_name,nccl_dtype,num_gpus,message_elements,latency_ms\nall_reduce,float,8,4,0.1\n", "nccl_dtype 'float'"),
+            (nccl, "op_name,nccl_dtype,num_gpus,message_elements,latency_ms\nall_reduce,half,1,4,0.1\n", "at least 2 ranks"),
+            (nccl, "op_name,nccl_dtype,num_gpus,message_elements,latency_ms\nall_reduce,half,2097152,4,0.1\n", "ranks = 2097152 is beyond any real operator"),
+        ];
+        for (file, text, says) in cases {
+            let src = export();
+            std::fs::write(src.path().join(file), text).unwrap();
+            let err = refused(src.path(), &system("h100_sxm"));
+            let name = Path::new(file).file_name().unwrap().to_string_lossy();
+            assert!(err.contains(&*name) && err.contains(says), "{err}");
+            if !says.starts_with("missing") {
+                assert!(err.contains(&format!("{name}:2")), "{err}");
+            }
+        }
+    }
 
     #[test]
     fn newest_nccl_version_is_picked_numerically() {

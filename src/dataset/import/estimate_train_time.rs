@@ -9,7 +9,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::{integer, measured, number, read_source_csv, system_dir, Columns, ImportOptions};
+use super::{
+    checked, integer, measured, product, read_source_csv, system_dir, time_us, Columns,
+    ImportOptions,
+};
 use crate::dataset::{
     DatasetMeta, Measurement, Protocol, Provenance, ReferenceError, SoftwareStamp,
 };
@@ -342,6 +345,8 @@ fn read_operator_file(path: &Path, op: &PaperOp) -> Result<Vec<Measurement>> {
         }
         let get = |k: &str| v.get(k).copied().unwrap_or(1);
         let (tp, b, l, dim, h) = (get("mp"), get("b"), get("l"), get("dim"), get("h"));
+        // cells are at most 2^31 (`integer`): a cell times a small constant fits; b·l is checked
+        let tokens_in = product(path, *line, "b·l", &[b, l])?;
         let div = |a: u64, by: u64, what: &str| -> Result<u64> {
             if by == 0 || !a.is_multiple_of(by) {
                 Err(Error::bad_row(
@@ -357,11 +362,11 @@ fn read_operator_file(path: &Path, op: &PaperOp) -> Result<Vec<Measurement>> {
         let (kind, role, shape) = match *op {
             PaperOp::Linear(role) => {
                 let shape = match role {
-                    Role::Qkv => gemm(b * l, div(3 * dim, tp, "3·dim / mp")?, dim, 1),
-                    Role::AttnOut => gemm(b * l, dim, div(dim, tp, "dim / mp")?, 1),
-                    Role::MlpUp => gemm(b * l, div(4 * dim, tp, "4·dim / mp")?, dim, 1),
-                    Role::MlpDown => gemm(b * l, dim, div(4 * dim, tp, "4·dim / mp")?, 1),
-                    _ => gemm(b * l, padded_vocab_per_rank(PAPER_VOCAB, tp), dim, 1),
+                    Role::Qkv => gemm(tokens_in, div(3 * dim, tp, "3·dim / mp")?, dim, 1),
+                    Role::AttnOut => gemm(tokens_in, dim, div(dim, tp, "dim / mp")?, 1),
+                    Role::MlpUp => gemm(tokens_in, div(4 * dim, tp, "4·dim / mp")?, dim, 1),
+                    Role::MlpDown => gemm(tokens_in, dim, div(4 * dim, tp, "4·dim / mp")?, 1),
+                    _ => gemm(tokens_in, padded_vocab_per_rank(PAPER_VOCAB, tp), dim, 1),
                 };
                 (OpKind::Gemm, Some(role), shape)
             }
@@ -434,8 +439,9 @@ fn read_operator_file(path: &Path, op: &PaperOp) -> Result<Vec<Measurement>> {
             heads: v.get("h").copied(),
             tp: v.get("mp").copied(),
         };
+        let shape = checked(path, *line, shape)?;
         for &(phase, col) in &time_cols {
-            let time = number(path, *line, &header[col], cell(col))?;
+            let time = time_us(path, *line, &header[col], cell(col), 1.0)?;
             let mut m = measured(
                 OpQuery {
                     op: kind,
@@ -492,20 +498,22 @@ fn read_nccl_file(path: &Path, label: &str) -> Result<(Vec<Measurement>, Range)>
         let elems = integer(path, *line, "shape", cell(i_shape))?;
         let nodes = integer(path, *line, "nodes", cell(i_nodes))?;
         let gpn = integer(path, *line, "GPUsPerNode", cell(i_gpn))?;
-        let time = number(path, *line, "dur(us)", cell(i_dur))?;
-        let ranks = nodes * gpn;
+        let time = time_us(path, *line, "dur(us)", cell(i_dur), 1.0)?;
         let bytes = match op {
-            OpKind::AllGather => 2 * elems * ranks,
+            OpKind::AllGather => {
+                product(path, *line, "the gathered bytes", &[2, elems, nodes, gpn])?
+            }
             _ => 2 * elems,
         };
-        let shape = Shape::Collective(CollectiveShape {
-            bytes,
-            nodes,
-            gpus_per_node: gpn,
-        });
-        shape
-            .validate()
-            .map_err(|m| Error::bad_row(path, *line, m))?;
+        let shape = checked(
+            path,
+            *line,
+            Shape::Collective(CollectiveShape {
+                bytes,
+                nodes,
+                gpus_per_node: gpn,
+            }),
+        )?;
         lo = lo.min(bytes);
         hi = hi.max(bytes);
         layout = (nodes, gpn);
@@ -544,13 +552,21 @@ fn read_reference_errors(
     for (line, rec) in &records {
         let cell = |i: usize| rec.get(i).map(String::as_str).unwrap_or("");
         let label = cell(i_fn).to_string();
-        let fraction: f64 = cell(i_err).parse().map_err(|_| {
-            Error::bad_row(
-                path,
-                *line,
-                format!("Best_error% = '{}' is not a number", cell(i_err)),
-            )
-        })?;
+        // a fraction (0.05 for 5 %) of at most 100 (10,000 %), as the authors' files hold
+        let fraction = cell(i_err)
+            .parse::<f64>()
+            .ok()
+            .filter(|f| (0.0..=100.0).contains(f))
+            .ok_or_else(|| {
+                Error::bad_row(
+                    path,
+                    *line,
+                    format!(
+                        "Best_error% = '{}' must be an error fraction from 0 to 100",
+                        cell(i_err)
+                    ),
+                )
+            })?;
         let (op, role, phase, nodes, gpn, bytes_range) = if let Some(i) = i_prop {
             let Some((op, role)) = kind_of(&label) else {
                 continue;
@@ -627,5 +643,369 @@ mod tests {
         );
         assert_eq!(stage_parameters(Role::LastStage, 2, 4096, 6).0, 707_481_600);
         assert_eq!(stage_parameters(Role::MiddleStage, 2, 4096, 9).1, 108);
+    }
+
+    const GPU: &str = "NVIDIAA100-SXM4-80GB";
+
+    /// A release of the paper's layout for `system`: every operator table with one row (mp 2,
+    /// b 4, l 1024, dim 2048, h 16, 2 encoders; forward 10 µs, backward 20 µs), the older
+    /// single-table optimizer, one NCCL file per collective (and the union file), and both
+    /// reference-error files.
+    fn release(system: &str) -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let op = tmp.path().join(system).join("operator");
+        let nccl = tmp.path().join(system).join("nccl");
+        std::fs::create_dir_all(&op).unwrap();
+        std::fs::create_dir_all(&nccl).unwrap();
+        let value = |col: &str| match col {
+            "mp" => "2.0",
+            "b" => "4",
+            "l" => "1024",
+            "dim" => "2048",
+            "h" => "16",
+            "encoders" => "2",
+            "F_dur(us)" => "10",
+            "B_dur(us)" => "20",
+            _ => "30", // dur(us)
+        };
+        let table = |label: &str, cols: &[&str]| {
+            let row: Vec<&str> = cols.iter().map(|c| value(c)).collect();
+            let text = format!("{}\n{}\n", cols.join(","), row.join(","));
+            std::fs::write(op.join(format!("{GPU}_{label}_fp16.csv")), text).unwrap();
+        };
+        fn timed<'a>(cols: &[&'a str]) -> Vec<&'a str> {
+            [cols, &["F_dur(us)", "B_dur(us)"]].concat()
+        }
+        for label in [
+            "linear1",
+            "linear2",
+            "linear3",
+            "linear4",
+            "linear_final",
+            "gelu",
+        ] {
+            table(label, &timed(&["mp", "b", "l", "dim"]));
+        }
+        for label in ["baddbmm", "bmm", "flash_atten", "RoPE"] {
+            table(label, &timed(&["mp", "b", "h", "l", "dim"]));
+        }
+        for label in ["softmax", "ScaledUpperTriangMaskedSoftmax", "fillmask"] {
+            table(label, &timed(&["mp", "b", "h", "l"]));
+        }
+        for label in ["RMSlayernorm", "layernorm", "res_add"] {
+            table(label, &timed(&["b", "l", "dim"]));
+        }
+        table("embedding", &timed(&["mp", "b", "l", "dim"]));
+        table("parallel_cross_entropy_128", &timed(&["mp", "b", "l"]));
+        for label in ["firstStage_optimizer", "middleStage_optimizer", "optimizer"] {
+            table(label, &["mp", "dim", "encoders", "dur(us)"]);
+        }
+        std::fs::write(
+            op.join(format!("{GPU}.csv")),
+            "GPU,Function,Precision,Propagation,Best_model,Best_config,Best_error%\n\
+             g,linear1,fp16,fwd,rforest,{},0.056\ng,gelu,fp16,bwd,xgb,{},0.5\n\
+             g,optimizer,fp16,,rforest,{},0.1\n",
+        )
+        .unwrap();
+        let collective = |name: &str, text: &str| {
+            let text = format!("shape,nodes,GPUsPerNode,dur(us)\n{text}");
+            std::fs::write(nccl.join(format!("{GPU}_{name}.csv")), text).unwrap();
+        };
+        collective("allreduce_fp16_1_4", "1024,1,4,12\n4096,1,4,20\n");
+        collective("allreduce_fp16", "1024,1,4,12\n");
+        collective("allgather_large_fp16_2_4", "1024,2,4,40\n");
+        collective("p2p_fp16_2_1", "512,2,1,8\n");
+        std::fs::write(
+            nccl.join(format!("{GPU}.csv")),
+            "GPU,Function,Precision,Nodes,GPUsPerNode,Best_model,Best_config,Best_error%\n\
+             g,allreduce,fp16,1,4,rforest,{},0.25\ng,allreduce,fp16,0,0,rforest,{},0.3\n",
+        )
+        .unwrap();
+        tmp
+    }
+
+    fn refused(src: &Path, options: &ImportOptions) -> String {
+        read(src, options).map(|_| ()).unwrap_err().to_string()
+    }
+
+    fn perlmutter() -> ImportOptions {
+        ImportOptions {
+            system: Some("Perlmutter".into()),
+            nccl_version: None,
+        }
+    }
+
+    /// The paper's operators onto stepcast's shapes: its [l, b, d] tensors at mp 2 become the
+    /// GEMMs, attention, token and lookup calls Megatron runs (vocabulary 50,257 padded to
+    /// 25,216 columns a rank), its per-stage optimizer tables the stage's parameters.
+    #[test]
+    fn every_paper_operator_maps_onto_its_shape() {
+        let src = release("Perlmutter");
+        let (meta, rows, left_out) = read(src.path(), &perlmutter()).unwrap();
+        let gemm = |m, n, k, batch| Shape::Gemm(GemmShape { m, n, k, batch });
+        let attention = |head_dim, causal| {
+            Shape::Attention(AttentionShape {
+                batch: 4,
+                seq_q: 1024,
+                seq_kv: 1024,
+                heads: 8,
+                kv_heads: 8,
+                head_dim,
+                causal,
+            })
+        };
+        let (first, _) = stage_parameters(Role::FirstStage, 2, 2048, 2);
+        let (middle, tensors) = stage_parameters(Role::MiddleStage, 2, 2048, 2);
+        let optimizer = |params, tensors| Shape::Optimizer(OptimizerShape { params, tensors });
+        let vocab = 25216;
+        let expected = [
+            (OpKind::Gemm, Some(Role::Qkv), gemm(4096, 3072, 2048, 1)),
+            (OpKind::Gemm, Some(Role::AttnOut), gemm(4096, 2048, 1024, 1)),
+            (OpKind::Gemm, Some(Role::MlpUp), gemm(4096, 4096, 2048, 1)),
+            (OpKind::Gemm, Some(Role::MlpDown), gemm(4096, 2048, 4096, 1)),
+            (OpKind::Gemm, Some(Role::LmHead), gemm(4096, vocab, 2048, 1)),
+            (OpKind::Gelu, None, tokens(4, 1024, 4096)),
+            (
+                OpKind::Gemm,
+                Some(Role::AttnScores),
+                gemm(1024, 1024, 128, 32),
+            ),
+            (
+                OpKind::Gemm,
+                Some(Role::AttnContext),
+                gemm(1024, 128, 1024, 32),
+            ),
+            (OpKind::FlashAttention, None, attention(128, false)),
+            (OpKind::Rope, None, tokens(4, 1024, 1024)),
+            (OpKind::Softmax, None, attention(1, false)),
+            (OpKind::ScaleMaskSoftmax, None, attention(1, true)),
+            (OpKind::FillMask, None, attention(1, false)),
+            (OpKind::RmsNorm, None, tokens(4, 1024, 2048)),
+            (OpKind::LayerNorm, None, tokens(4, 1024, 2048)),
+            (OpKind::ResidualAdd, None, tokens(4, 1024, 2048)),
+            (
+                OpKind::Embedding,
+                None,
+                Shape::Lookup(LookupShape {
+                    batch: 4,
+                    seq: 1024,
+                    hidden: 2048,
+                    vocab,
+                }),
+            ),
+            (OpKind::CrossEntropy, None, tokens(4, 1024, vocab)),
+        ];
+        for (op, role, shape) in expected {
+            let of: Vec<&Measurement> = rows
+                .iter()
+                .filter(|r| (r.query.op, r.query.role, r.query.shape) == (op, role, shape))
+                .collect();
+            let phases: Vec<(Phase, f64)> = of.iter().map(|r| (r.query.phase, r.time_us)).collect();
+            assert_eq!(
+                phases,
+                [(Phase::Fwd, 10.0), (Phase::Bwd, 20.0)],
+                "{op} {role:?} {shape}"
+            );
+            assert!(of.iter().all(|r| r.query.dtype == Dtype::Fp16));
+            let c = of[0].context;
+            assert_eq!((c.batch, c.seq), (Some(4), Some(1024)), "{op}");
+        }
+        for (role, params) in [(Role::FirstStage, first), (Role::MiddleStage, middle)] {
+            let r = rows.iter().find(|r| r.query.role == Some(role)).unwrap();
+            let extra = u64::from(role == Role::FirstStage);
+            assert_eq!(r.query.shape, optimizer(params, tensors + extra));
+            assert_eq!((r.query.phase, r.time_us), (Phase::None, 30.0));
+        }
+        // collectives: 2 bytes an element; an all-gather's the gathered output over its ranks
+        let collective = |op, bytes, nodes, gpus_per_node| {
+            let shape = Shape::Collective(CollectiveShape {
+                bytes,
+                nodes,
+                gpus_per_node,
+            });
+            rows.iter()
+                .find(|r| r.query.op == op && r.query.shape == shape)
+                .map(|r| r.time_us)
+        };
+        assert_eq!(collective(OpKind::AllReduce, 2048, 1, 4), Some(12.0));
+        assert_eq!(collective(OpKind::AllReduce, 8192, 1, 4), Some(20.0));
+        assert_eq!(collective(OpKind::AllGather, 2048 * 8, 2, 4), Some(40.0));
+        assert_eq!(collective(OpKind::SendRecv, 1024, 2, 1), Some(8.0));
+        assert_eq!(rows.len(), 18 * 2 + 2 + 4);
+        let left: Vec<(&str, usize)> = left_out.iter().map(|(f, n, _)| (f.as_str(), *n)).collect();
+        assert_eq!(
+            left,
+            [
+                ("NVIDIAA100-SXM4-80GB_optimizer_fp16.csv", 1),
+                ("NVIDIAA100-SXM4-80GB_allreduce_fp16.csv", 1),
+            ]
+        );
+
+        // the reference errors: operators by phase, collectives by layout with the byte range
+        // their files cover (0 × 0: the authors' model over every layout)
+        assert_eq!(meta.name, "perlmutter-estimate-train-time");
+        assert_eq!(meta.gpus_per_node, Some(4));
+        assert_eq!(meta.network.unwrap().inter_node.topology, "dragonfly");
+        let refs: Vec<_> = meta
+            .reference_errors
+            .iter()
+            .map(|e| {
+                (
+                    e.label.as_str(),
+                    e.op,
+                    e.phase,
+                    e.role,
+                    e.nodes,
+                    e.bytes_range,
+                )
+            })
+            .collect();
+        assert_eq!(
+            refs,
+            [
+                (
+                    "linear1",
+                    OpKind::Gemm,
+                    Phase::Fwd,
+                    Some(Role::Qkv),
+                    None,
+                    None
+                ),
+                ("gelu", OpKind::Gelu, Phase::Bwd, None, None, None),
+                (
+                    "allreduce",
+                    OpKind::AllReduce,
+                    Phase::None,
+                    None,
+                    Some(1),
+                    Some([2048, 8192])
+                ),
+                (
+                    "allreduce",
+                    OpKind::AllReduce,
+                    Phase::None,
+                    None,
+                    None,
+                    Some([2048, 8192])
+                ),
+            ]
+        );
+        let percent: Vec<f64> = meta
+            .reference_errors
+            .iter()
+            .map(|e| e.mape_percent)
+            .collect();
+        for (got, want) in percent.iter().zip([5.6, 50.0, 25.0, 30.0]) {
+            assert!((got - want).abs() < 1e-9, "{percent:?}");
+        }
+    }
+
+    /// Vista's single GPU a node, and a release root holding both systems.
+    #[test]
+    fn a_release_root_needs_its_system_named() {
+        let src = release("Vista");
+        std::fs::create_dir_all(src.path().join("Perlmutter/operator")).unwrap();
+        let err = refused(src.path(), &ImportOptions::default());
+        assert!(
+            err.contains("pick one with --system (Perlmutter, Vista)"),
+            "{err}"
+        );
+        let vista = ImportOptions {
+            system: Some("Vista".into()),
+            nccl_version: None,
+        };
+        let (meta, _, _) = read(src.path(), &vista).unwrap();
+        assert_eq!(meta.name, "vista-estimate-train-time");
+        assert_eq!(meta.gpus_per_node, Some(1));
+        assert_eq!(
+            meta.network
+                .unwrap()
+                .inter_node
+                .bandwidth_gbit_per_s_per_nic,
+            400.0
+        );
+        // the system directory itself needs no --system
+        let (meta, _, _) = read(&src.path().join("Vista"), &ImportOptions::default()).unwrap();
+        assert_eq!(meta.name, "vista-estimate-train-time");
+    }
+
+    /// A malformed table, row or reference is refused with its file (and line); products of
+    /// cells and times stay within physical ranges instead of wrapping.
+    #[test]
+    fn a_bad_release_is_refused_with_its_file_and_line() {
+        let op = |name: &str| format!("Perlmutter/operator/{GPU}_{name}_fp16.csv");
+        let cases = [
+            (
+                op("linear2"),
+                "mp,b,l,dim,F_dur(us),B_dur(us)\n3,4,1024,2048,1,2\n",
+                "dim / mp: 2048 is not divisible by 3",
+            ),
+            (
+                op("bmm"),
+                "mp,b,h,l,dim,F_dur(us),B_dur(us)\n2,4,16,1024,2050,1,2\n",
+                "dim / heads: 2050 is not divisible by 16",
+            ),
+            (
+                op("linear2"),
+                "mp,b,l,dim,F_dur(us),B_dur(us)\n1,2147483648,2147483648,2048,1,2\n",
+                "shape field m = 4611686018427387904 is beyond any real operator",
+            ),
+            (
+                op("layernorm"),
+                "b,l,dim,F_dur(us),B_dur(us)\n4,1024,2048,1,1e11\n",
+                "B_dur(us) = '1e11'",
+            ),
+            (
+                op("layernorm"),
+                "b,l,dim,F_dur(us)\n4,1024,2048,1\n",
+                "missing column 'B_dur(us)'",
+            ),
+            (
+                format!("Perlmutter/nccl/{GPU}_broadcast_fp16_1_4.csv"),
+                "shape,nodes,GPUsPerNode,dur(us)\n1,1,4,1\n",
+                "unknown collective 'broadcast'",
+            ),
+            (
+                format!("Perlmutter/nccl/{GPU}_allgather_fp16_2_4.csv"),
+                "shape,nodes,GPUsPerNode,dur(us)\n2147483648,1048576,1048576,1\n",
+                "the gathered bytes is beyond any real operator",
+            ),
+            (
+                format!("Perlmutter/operator/{GPU}.csv"),
+                "Function,Propagation,Best_model,Best_error%\nlinear1,fwd,rforest,-0.5\n",
+                "Best_error% = '-0.5'",
+            ),
+            (
+                format!("Perlmutter/operator/{GPU}.csv"),
+                "Function,Propagation,Best_model,Best_error%\nlinear1,fwd,rforest,NaN\n",
+                "Best_error% = 'NaN'",
+            ),
+        ];
+        for (file, text, says) in cases {
+            let src = release("Perlmutter");
+            std::fs::write(src.path().join(&file), text).unwrap();
+            let err = match read(src.path(), &perlmutter()) {
+                Ok(_) => panic!("{file} read: {text}"),
+                Err(e) => e.to_string(),
+            };
+            let name = Path::new(&file)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            assert!(err.contains(&name) && err.contains(says), "{err}");
+        }
+        let src = release("Perlmutter");
+        std::fs::remove_file(src.path().join(format!("Perlmutter/operator/{GPU}.csv"))).unwrap();
+        let err = refused(src.path(), &perlmutter());
+        assert!(err.contains("no <GPU>.csv reference file"), "{err}");
+        let src = release("Perlmutter");
+        let dir = src.path().join("Perlmutter/operator");
+        std::fs::rename(dir.join(format!("{GPU}.csv")), dir.join("TPUv9.csv")).unwrap();
+        let err = refused(src.path(), &perlmutter());
+        assert!(
+            err.contains("GPU 'TPUv9' is not in stepcast's GPU catalogue"),
+            "{err}"
+        );
     }
 }

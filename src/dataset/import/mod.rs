@@ -170,17 +170,54 @@ fn number(path: &Path, line: u64, col: &str, text: &str) -> Result<f64> {
     }
 }
 
-/// A positive integer (integral floats such as "4096.0" are fine).
+/// The largest integer a source cell may hold. No size, count or message of these releases comes
+/// near it (aiconfigurator's largest message is 2^29 elements), and the product of two cells
+/// stays far inside `u64`; wider products go through `product`.
+const MAX_CELL: u64 = 1 << 31;
+
+/// A positive integer of at most `MAX_CELL` (integral floats such as "4096.0" are fine).
 fn integer(path: &Path, line: u64, col: &str, text: &str) -> Result<u64> {
     let v = number(path, line, col, text)?;
-    if v.fract() != 0.0 {
+    if v.fract() != 0.0 || v > MAX_CELL as f64 {
         return Err(Error::bad_row(
             path,
             line,
-            format!("{col} = '{text}' must be an integer"),
+            format!("{col} = '{text}' must be an integer from 1 to {MAX_CELL}"),
         ));
     }
     Ok(v as u64)
+}
+
+/// A measured time from a cell in units of `unit_us` µs (1000 for milliseconds), in µs: within
+/// the range any kernel or collective takes (`limits::MIN_TIME_US`..=`MAX_TIME_US`).
+fn time_us(path: &Path, line: u64, col: &str, text: &str, unit_us: f64) -> Result<f64> {
+    use crate::limits::{MAX_TIME_US, MIN_TIME_US};
+    let t = number(path, line, col, text)? * unit_us;
+    if !(MIN_TIME_US..=MAX_TIME_US).contains(&t) {
+        return Err(Error::bad_row(
+            path,
+            line,
+            format!("{col} = '{text}' is {t:e} µs: a measured time lies between {MIN_TIME_US} and {MAX_TIME_US:e} µs"),
+        ));
+    }
+    Ok(t)
+}
+
+/// The product of a row's values (a message's bytes over its ranks), refused where it
+/// overflows rather than wrapped.
+fn product(path: &Path, line: u64, what: &str, factors: &[u64]) -> Result<u64> {
+    factors
+        .iter()
+        .try_fold(1u64, |acc, &f| acc.checked_mul(f))
+        .ok_or_else(|| Error::bad_row(path, line, format!("{what} is beyond any real operator")))
+}
+
+/// A shape built from a row, each dimension within its physical limit (`Shape::validate`).
+fn checked(path: &Path, line: u64, shape: crate::ops::Shape) -> Result<crate::ops::Shape> {
+    shape
+        .validate()
+        .map_err(|m| Error::bad_row(path, line, m))?;
+    Ok(shape)
 }
 
 fn measured(query: crate::ops::OpQuery, time_us: f64) -> Measurement {
