@@ -346,6 +346,207 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::{Dtype, OpKind, Phase};
+    use crate::regress::modelset::ModelSet;
+
+    /// Three of the paper's A100 models, one of each kind a file holds: a LayerNorm's forest, the
+    /// pooled optimizer model (which serves a role), and an all-reduce (layouts and probe times).
+    fn three_models() -> Vec<TrainedModel> {
+        let set = ModelSet::builtin("perlmutter").unwrap();
+        let key = |op, phase, role| ModelKey {
+            op,
+            phase,
+            dtype: Dtype::Fp16,
+            role,
+        };
+        [
+            key(OpKind::LayerNorm, Phase::Fwd, None),
+            key(OpKind::OptimizerStep, Phase::None, None),
+            key(OpKind::AllReduce, Phase::None, None),
+        ]
+        .iter()
+        .map(|k| set.get(k).unwrap().clone())
+        .collect()
+    }
+
+    /// The bytes `encode` writes, read back: every model as it went in, each area where the
+    /// index says, right after the header and the index.
+    #[test]
+    fn encoded_models_read_back_as_they_were() {
+        let models = three_models();
+        assert!(!models[1].serves_roles.is_empty());
+        assert!(!models[2].layouts.is_empty() && !models[2].probe_times_us().is_empty());
+        let (bytes, index) = encode(&models).unwrap();
+        assert_eq!(&bytes[..16], MAGIC);
+        assert_eq!(bytes[16..20], MODEL_FORMAT_VERSION.to_le_bytes());
+        assert_eq!(bytes[20..24], FEATURE_SCHEMA_VERSION.to_le_bytes());
+        let index_len = u64::from_le_bytes(bytes[24..32].try_into().unwrap()) as usize;
+        let mut offset = (HEADER_BYTES + index_len) as u64;
+        for (e, m) in index.models.iter().zip(&models) {
+            assert_eq!(e.offset, offset, "{}", e.key);
+            assert_eq!(e.bytes as usize, m.forest.area().len());
+            offset += e.bytes;
+        }
+        assert_eq!(offset as usize, bytes.len());
+        let reader = Reader::from_bytes(Path::new("m.bin"), bytes.clone()).unwrap();
+        assert_eq!(reader.index.models.len(), 3);
+        for (i, m) in models.iter().enumerate() {
+            let read = reader.model(i).unwrap();
+            assert_eq!(read, *m, "{}", m.key);
+            assert_eq!(read.forest.area(), m.forest.area());
+            assert_eq!(reader.index.models[i].probes_us, *m.probe_times_us());
+        }
+        // the stored probe table is the all-reduce's own, not recomputed
+        assert_eq!(reader.index.models[0].probes_us, Vec::<f64>::new());
+        assert_eq!(fingerprint(&bytes), Some(reader.fingerprint.clone()));
+        // a reader shows as its file (not the megabytes it maps)
+        assert_eq!(format!("{reader:?}"), "Reader(m.bin)");
+        assert!(matches!(encode(&[]), Err(Error::Empty(_))));
+    }
+
+    fn refusal(bytes: Vec<u8>) -> String {
+        Reader::from_bytes(Path::new("dir/models.bin"), bytes)
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// A file whose header or index is not what stepcast writes is refused when opened, by name,
+    /// with what to do.
+    #[test]
+    fn a_foreign_or_damaged_header_is_refused_on_opening() {
+        let (good, index) = encode(&three_models()).unwrap();
+        let with = |at: usize, patch: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + patch.len()].copy_from_slice(patch);
+            b
+        };
+        let short = refusal(good[..HEADER_BYTES - 1].to_vec());
+        assert!(
+            short.contains("dir/models.bin") && short.contains("too short"),
+            "{short}"
+        );
+        assert!(refusal(with(0, b"stepcast-modelz\n")).contains("wrong magic bytes"));
+        for (at, what, expected) in [
+            (16, "model format", MODEL_FORMAT_VERSION),
+            (20, "feature schema", FEATURE_SCHEMA_VERSION),
+        ] {
+            let err = Reader::from_bytes(Path::new("x"), with(at, &(expected + 1).to_le_bytes()))
+                .unwrap_err();
+            match err {
+                Error::SchemaVersion { what: w, found, .. } => {
+                    assert_eq!((w, found), (what, expected + 1))
+                }
+                other => panic!("{other}"),
+            }
+        }
+        let too_long = refusal(with(24, &(MAX_INDEX_BYTES + 1).to_le_bytes()));
+        let said = format!("index of {} bytes", MAX_INDEX_BYTES + 1);
+        assert!(too_long.contains(&said), "{too_long}");
+        // the largest index allowed is read as far as the file goes
+        let cut = refusal(with(24, &MAX_INDEX_BYTES.to_le_bytes()));
+        assert!(cut.contains("index is cut short"), "{cut}");
+        let len = u64::from_le_bytes(good[24..32].try_into().unwrap()) as usize;
+        assert!(refusal(good[..HEADER_BYTES + len - 1].to_vec()).contains("cut short"));
+        assert!(refusal(with(HEADER_BYTES, b"[")).contains("corrupt model index"));
+        // an index whose model has a feature too many (or its forest does) for the schema
+        for widen in [true, false] {
+            let mut index = index.clone();
+            let e = &mut index.models[0];
+            if widen {
+                e.feature_ranges.push([0.0, 1.0]);
+            } else {
+                e.forest.n_features += 1;
+            }
+            let text = serde_json::to_vec(&index).unwrap();
+            let mut b = good[..24].to_vec();
+            b.extend_from_slice(&(text.len() as u64).to_le_bytes());
+            b.extend_from_slice(&text);
+            let err = refusal(b);
+            assert!(err.contains("features do not match schema"), "{err}");
+        }
+    }
+
+    /// A model's area and its index entry are checked when the model is first read: the file
+    /// opens, and only the damaged model is refused.
+    #[test]
+    fn a_damaged_model_is_refused_when_read() {
+        let (good, index) = encode(&three_models()).unwrap();
+        let read = |edit: &dyn Fn(&mut IndexEntry), bytes: Vec<u8>| {
+            let mut reader = Reader::from_bytes(Path::new("dir/models.bin"), bytes).unwrap();
+            edit(&mut reader.index.models[1]);
+            assert!(reader.model(0).is_ok());
+            reader.model(1).map(|_| ()).map_err(|e| e.to_string())
+        };
+        read(&|_| {}, good.clone()).unwrap();
+        let refused = |edit: &dyn Fn(&mut IndexEntry), bytes: Vec<u8>, says: &str| {
+            let err = read(edit, bytes).unwrap_err();
+            assert!(
+                err.contains("dir/models.bin") && err.contains(says),
+                "{err}"
+            );
+            assert!(
+                err.contains("optimizer_step") && err.contains("retrain"),
+                "{err}"
+            );
+        };
+        refused(&|e| e.bytes += 7, good.clone(), "disagrees with itself");
+        refused(&|e| e.offset = u64::MAX - 3, good.clone(), "cut short");
+        let end = (index.models[1].offset + index.models[1].bytes) as usize;
+        refused(&|_| {}, good[..end - 1].to_vec(), "cut short");
+        let mut flipped = good.clone();
+        flipped[end - 1] ^= 0x10;
+        refused(&|_| {}, flipped, "checksum mismatch");
+        let not_finite = "not finite";
+        refused(
+            &|e| e.feature_ranges[0] = [f64::NAN, 1.0],
+            good.clone(),
+            not_finite,
+        );
+        refused(
+            &|e| e.feature_ranges[0] = [0.0, f64::INFINITY],
+            good.clone(),
+            not_finite,
+        );
+        refused(
+            &|e| e.feature_ranges[0] = [2.0, 1.0],
+            good.clone(),
+            not_finite,
+        );
+        refused(
+            &|e| e.validation.sigma_log = f64::NAN,
+            good.clone(),
+            not_finite,
+        );
+        refused(
+            &|e| e.validation.log_residual_p10 = f64::NAN,
+            good.clone(),
+            not_finite,
+        );
+        refused(
+            &|e| e.validation.log_residual_p90 = -f64::INFINITY,
+            good.clone(),
+            not_finite,
+        );
+        // a range of one value is a range
+        read(&|e| e.feature_ranges[0] = [1.0, 1.0], good.clone()).unwrap();
+        // the all-reduce's probe table: one time per probe, each a time
+        let mut reader = Reader::from_bytes(Path::new("dir/models.bin"), good.clone()).unwrap();
+        let probes = reader.index.models[2].probes_us.clone();
+        for bad in [
+            probes[1..].to_vec(),
+            [probes.clone(), vec![1.0]].concat(),
+            [vec![0.0], probes[1..].to_vec()].concat(),
+            [vec![f64::NAN], probes[1..].to_vec()].concat(),
+        ] {
+            reader.index.models[2].probes_us = bad;
+            let err = reader.model(2).unwrap_err().to_string();
+            assert!(err.contains("probe times"), "{err}");
+        }
+        // no stored table: computed from the trees when needed
+        reader.index.models[2].probes_us.clear();
+        let model = reader.model(2).unwrap();
+        assert_eq!(*model.probe_times_us(), probes);
+    }
 
     #[test]
     fn the_fingerprint_of_the_bytes_is_the_readers() {
@@ -362,9 +563,21 @@ mod tests {
     #[test]
     fn checksum_sees_every_byte() {
         let a = vec![7u8; 1003];
-        let mut b = a.clone();
-        b[1001] ^= 1;
-        assert_ne!(checksum(&a), checksum(&b));
+        // a change in any lane's word, in the tail past the last whole block, or in the length
+        for i in [0, 8, 16, 24, 31, 1000, 1001, 1002] {
+            let mut b = a.clone();
+            b[i] ^= 1;
+            assert_ne!(checksum(&a), checksum(&b), "byte {i}");
+        }
         assert_ne!(checksum(&a[..1000]), checksum(&a[..1001]));
+        assert_ne!(checksum(&[]), checksum(&[0]));
+        // lanes are not interchangeable: swapping two words changes the sum
+        let mut words = [0u8; 32];
+        words[..8].copy_from_slice(&1u64.to_le_bytes());
+        words[8..16].copy_from_slice(&2u64.to_le_bytes());
+        let mut swapped = words;
+        swapped[..8].copy_from_slice(&2u64.to_le_bytes());
+        swapped[8..16].copy_from_slice(&1u64.to_le_bytes());
+        assert_ne!(checksum(&words), checksum(&swapped));
     }
 }

@@ -72,7 +72,28 @@ mod tests {
             / 400.0;
         assert!(err < 0.03, "{err}");
         assert_eq!(f.tree_count(), 30);
-        // same seed, same forest
+        // same seed, same forest; another seed, other bootstrap samples
         assert_eq!(fit_forest(&data, &y, &p, 1), f);
+        assert_ne!(fit_forest(&data, &y, &p, 2), f);
+    }
+
+    /// `max_leaves` caps a tree's leaves by raising the smallest leaf to rows / max_leaves:
+    /// 400 rows, at most 10 leaves, so 40 rows a leaf and at most 10 leaves (19 nodes) a tree.
+    #[test]
+    fn max_leaves_bounds_every_tree() {
+        let x: Vec<Vec<f64>> = (0..400).map(|i| vec![i as f64]).collect();
+        let y: Vec<f64> = x.iter().map(|r| r[0]).collect();
+        let data = Binned::new(&x);
+        let p = |max_leaves| ForestParams {
+            trees: 5,
+            max_features: 1.0,
+            min_samples_leaf: 1,
+            max_depth: 20,
+            max_leaves,
+        };
+        let capped = fit_forest(&data, &y, &p(10), 3);
+        assert!(capped.node_count() <= 5 * 19, "{}", capped.node_count());
+        // uncapped, a tree of a strictly increasing target grows far more
+        assert!(fit_forest(&data, &y, &p(1000), 3).node_count() > 5 * 100);
     }
 }

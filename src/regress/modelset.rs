@@ -453,6 +453,282 @@ mod tests {
         }
     }
 
+    /// A LayerNorm's and the pooled optimizer's models of the paper's A100 set, and a manifest
+    /// for them as `train` fills it in before saving.
+    fn two_models() -> (Manifest, Vec<TrainedModel>) {
+        let set = ModelSet::builtin("perlmutter").unwrap();
+        let key = |op, phase| ModelKey {
+            op,
+            phase,
+            dtype: Dtype::Fp16,
+            role: None,
+        };
+        // the optimizer's first: `save` lists the manifest by key
+        let models: Vec<TrainedModel> = [
+            key(OpKind::OptimizerStep, Phase::None),
+            key(OpKind::LayerNorm, Phase::Fwd),
+        ]
+        .iter()
+        .map(|k| set.get(k).unwrap().clone())
+        .collect();
+        let manifest = Manifest {
+            format_version: super::super::model::MODEL_FORMAT_VERSION,
+            feature_schema_version: crate::ops::features::FEATURE_SCHEMA_VERSION,
+            stepcast_version: "test".into(),
+            created_at: "2026-11-29".into(),
+            seed: 7,
+            training_seconds: 1.0,
+            dataset: models[0].dataset.clone(),
+            gpu: models[0].gpu.clone(),
+            gpus_per_node: None,
+            network: None,
+            reference_errors: Vec::new(),
+            bundle: None,
+            operators: Vec::new(),
+            models: Vec::new(),
+            skipped: Vec::new(),
+        };
+        (manifest, models)
+    }
+
+    /// `save` writes the models and a manifest describing them; `open` and `load` give the same
+    /// models back, `checked_manifest` the manifest; `repack` rewrites the same.
+    #[test]
+    fn saved_models_open_as_they_were_saved() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("models");
+        let (manifest, models) = two_models();
+        let written = ModelSet::save(&dir, manifest, models.clone()).unwrap();
+        let keys: Vec<_> = written.models.iter().map(|e| e.key).collect();
+        assert_eq!(keys, [models[1].key, models[0].key]);
+        let optimizer = &written.models[1];
+        assert_eq!(optimizer.serves_roles, models[0].serves_roles);
+        assert!(!optimizer.serves_roles.is_empty());
+        assert_eq!(optimizer.training_rows, models[0].training_rows);
+        assert_eq!(optimizer.validation, models[0].validation);
+        assert_eq!(optimizer.nodes, models[0].forest.node_count());
+        assert_eq!(optimizer.recipe, models[0].recipe.to_string());
+        let bytes = std::fs::read(dir.join(BUNDLE_FILE)).unwrap();
+        let bundle = written.bundle.clone().unwrap();
+        assert_eq!(bundle.file, BUNDLE_FILE);
+        assert_eq!(bundle.bytes, bytes.len() as u64);
+        assert_eq!(bundle.checksum, bundle::checksum(&bytes));
+        let sizes: u64 = written.models.iter().map(|e| e.bytes).sum();
+        assert!(sizes > 0 && sizes < bundle.bytes);
+
+        let checked = ModelSet::checked_manifest(&dir).unwrap();
+        assert_eq!(
+            serde_json::to_value(&checked).unwrap(),
+            serde_json::to_value(&written).unwrap()
+        );
+        let set = ModelSet::load(&dir).unwrap();
+        assert_eq!(set.dir, dir);
+        assert_eq!(set.models().count(), 2);
+        for m in &models {
+            assert_eq!(set.get(&m.key), Some(m));
+        }
+        assert_eq!(set.gpu(), &models[0].gpu);
+        assert_eq!(set.dataset(), &models[0].dataset);
+        assert_eq!(
+            bundle::fingerprint(&bytes).as_deref(),
+            Some(set.fingerprint())
+        );
+        assert_eq!(set.calibrations, Calibrations::default());
+
+        let repacked = ModelSet::repack(&dir).unwrap();
+        assert_eq!(std::fs::read(dir.join(BUNDLE_FILE)).unwrap(), bytes);
+        assert_eq!(
+            serde_json::to_value(&repacked).unwrap(),
+            serde_json::to_value(&written).unwrap()
+        );
+    }
+
+    /// What `save` removes: our own temporary files and the earlier format's model files its old
+    /// manifest names — nothing else, not even a file of that name the old manifest does not name.
+    #[test]
+    fn saving_removes_only_what_stepcast_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let old = r#"{"models": [{"file": "layernorm.fwd.fp16.json"},
+            {"file": "gemm.bwd.fp16.qkv.json"}, {"file": "notes.json"},
+            {"file": "gemm.bwd.fp16.qkv.extra.json"}, {"file": "layernorm.fwd.fp16.nodes"},
+            {"file": "sub/layernorm.bwd.fp16.json"}, {"file": "gemm.sideways.fp16.json"}]}"#;
+        std::fs::write(dir.join(MANIFEST_FILE), old).unwrap();
+        let ours = [
+            "layernorm.fwd.fp16.json",
+            "layernorm.fwd.fp16.nodes",
+            "gemm.bwd.fp16.qkv.json",
+            ".models.bin.1234.tmp",
+            ".manifest.json.abcd.tmp",
+        ];
+        let theirs = [
+            "notes.json",
+            "gemm.bwd.fp16.qkv.extra.json",
+            "gemm.sideways.fp16.json",
+            "rmsnorm.fwd.fp16.json",
+            ".models.bin.1234.tmp.keep",
+            ".other.1234.tmp",
+            "models.bin.tmp",
+        ];
+        for name in ours.iter().chain(&theirs) {
+            std::fs::write(dir.join(name), "x").unwrap();
+        }
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/layernorm.bwd.fp16.json"), "x").unwrap();
+        let (manifest, models) = two_models();
+        ModelSet::save(dir, manifest, models).unwrap();
+        for name in ours {
+            assert!(!dir.join(name).exists(), "{name} kept");
+        }
+        for name in theirs.iter().chain(&["sub/layernorm.bwd.fp16.json"]) {
+            assert!(dir.join(name).exists(), "{name} removed");
+        }
+    }
+
+    #[test]
+    fn a_directory_being_written_is_not_written_twice() {
+        let tmp = tempfile::tempdir().unwrap();
+        let _writer = crate::fsutil::DirLock::exclusive(tmp.path()).unwrap();
+        let (manifest, models) = two_models();
+        let err = ModelSet::save(tmp.path(), manifest, models).unwrap_err();
+        assert!(err.to_string().contains("another stepcast"), "{err}");
+        assert!(!tmp.path().join(BUNDLE_FILE).exists());
+    }
+
+    /// A directory that is not one of ours, or whose files disagree, is refused with what to do.
+    #[test]
+    fn directories_that_are_not_models_are_refused_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("nowhere");
+        for err in [
+            ModelSet::open(&missing).unwrap_err(),
+            ModelSet::load_manifest(&missing).unwrap_err(),
+        ] {
+            let err = err.to_string();
+            assert!(
+                err.contains("nowhere") && err.contains("not found"),
+                "{err}"
+            );
+        }
+        let dir = tmp.path().join("models");
+        std::fs::create_dir(&dir).unwrap();
+        let err = ModelSet::open(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("holds no models.bin") && err.contains("stepcast train"),
+            "{err}"
+        );
+        let err = ModelSet::load_manifest(&dir).unwrap_err().to_string();
+        assert!(err.contains("no manifest.json"), "{err}");
+        // an earlier version's directory: its manifest says which version it is
+        let earlier = r#"{"format_version": 1, "feature_schema_version": 1, "models": []}"#;
+        std::fs::write(dir.join(MANIFEST_FILE), earlier).unwrap();
+        let err = ModelSet::open(&dir).unwrap_err();
+        assert!(matches!(err, Error::SchemaVersion { .. }), "{err}");
+        std::fs::write(dir.join(MANIFEST_FILE), "{").unwrap();
+        assert!(ModelSet::load_manifest(&dir).is_err());
+
+        // a manifest left from the models before the ones beside it
+        let (manifest, models) = two_models();
+        ModelSet::save(&dir, manifest.clone(), models.clone()).unwrap();
+        let previous = std::fs::read(dir.join(MANIFEST_FILE)).unwrap();
+        ModelSet::save(&dir, manifest, models[..1].to_vec()).unwrap();
+        ModelSet::checked_manifest(&dir).unwrap();
+        std::fs::write(dir.join(MANIFEST_FILE), previous).unwrap();
+        let err = ModelSet::checked_manifest(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("does not describe") && err.contains("train again"),
+            "{err}"
+        );
+        // one of the same size whose checksum differs
+        let mut bin = std::fs::read(dir.join(BUNDLE_FILE)).unwrap();
+        ModelSet::save(&dir, two_models().0, two_models().1[..1].to_vec()).unwrap();
+        let last = bin.len() - 1;
+        bin[last] ^= 1;
+        std::fs::write(dir.join(BUNDLE_FILE), &bin).unwrap();
+        assert!(ModelSet::checked_manifest(&dir).is_err());
+        // `open` reads the index only: the damaged model is refused when read, and by `load`
+        let set = ModelSet::open(&dir).unwrap();
+        let key = set.slots.keys().next().copied().unwrap();
+        assert!(set.try_get(&key).is_err());
+        assert!(set.get(&key).is_none());
+        assert_eq!(set.models().count(), 0);
+        assert!(ModelSet::load(&dir).is_err());
+    }
+
+    /// A `calibration.yaml` beside the models is read with them, and checked.
+    #[test]
+    fn a_calibration_beside_the_models_is_read_and_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (manifest, models) = two_models();
+        ModelSet::save(tmp.path(), manifest, models).unwrap();
+        let text = crate::assets::calibration("perlmutter").unwrap();
+        std::fs::write(tmp.path().join(CALIBRATION_FILE), text).unwrap();
+        let set = ModelSet::open(tmp.path()).unwrap();
+        assert!(set.calibrations.of("dgx-a100").is_some());
+        assert_eq!(
+            set.calibrations,
+            ModelSet::builtin("perlmutter").unwrap().calibrations
+        );
+        std::fs::write(tmp.path().join(CALIBRATION_FILE), "clusters: 3\n").unwrap();
+        let err = ModelSet::open(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains(CALIBRATION_FILE), "{err}");
+        assert!(ModelSet::builtin("no-such-gpu").is_err());
+    }
+
+    /// Which model answers: the query's own key, the pooled model of its kind for a role
+    /// without one (only a role the pool serves, for roles that do not fall back), or either of
+    /// those in the twin data type.
+    #[test]
+    fn lookup_falls_back_to_the_pool_and_the_twin_type() {
+        let set = ModelSet::builtin("perlmutter").unwrap();
+        let optimizer = |role, dtype| OpQuery {
+            op: OpKind::OptimizerStep,
+            phase: Phase::None,
+            dtype,
+            role,
+            shape: Shape::Optimizer(crate::ops::OptimizerShape {
+                params: 50_000_000,
+                tensors: 100,
+            }),
+        };
+        let answer = |q: &OpQuery| {
+            let (m, how) = set.lookup(q).unwrap().unwrap();
+            (m.key.role, how)
+        };
+        let first = Some(Role::FirstStage);
+        let middle = Some(Role::MiddleStage);
+        for (role, dtype, answered) in [
+            (first, Dtype::Fp16, (first, Match::Exact)),
+            // the middle stage has no model of its own: the pool, trained on its rows
+            (middle, Dtype::Fp16, (None, Match::Pooled)),
+            (None, Dtype::Fp16, (None, Match::Exact)),
+            (first, Dtype::Bf16, (first, Match::TwinDtype)),
+            (middle, Dtype::Bf16, (None, Match::TwinDtype)),
+        ] {
+            assert_eq!(
+                answer(&optimizer(role, dtype)),
+                answered,
+                "{role:?} {dtype}"
+            );
+        }
+        // a fused Adam is another kernel: the pool, not trained on its rows, does not answer
+        let fused = Some(Role::FusedAdam);
+        assert!(!set
+            .get(&ModelKey::of(&optimizer(None, Dtype::Fp16)))
+            .unwrap()
+            .serves_roles
+            .contains(&Role::FusedAdam));
+        assert!(set
+            .lookup(&optimizer(fused, Dtype::Fp16))
+            .unwrap()
+            .is_none());
+        // fp32 has no twin, and the A100 set no fp32 models
+        assert!(set
+            .lookup(&optimizer(first, Dtype::Fp32))
+            .unwrap()
+            .is_none());
+    }
+
     #[test]
     fn a_role_model_answers_inside_its_range_and_the_pool_where_it_saw_more() {
         let set = ModelSet::builtin("perlmutter").unwrap();
@@ -470,6 +746,13 @@ mod tests {
         assert!(m.features_outside(&small) < own.features_outside(&small));
         let efficiency = 2.0 * 1024f64.powi(3) / (m.predict(&small).time_us * 1e-6) / 312e12;
         assert!(efficiency < 0.66, "{efficiency}");
+        // a shape beyond both models' ranges alike (8 features each): the role's own model
+        let huge = attn_out(Dtype::Fp16, 1 << 20, 1 << 18, 1 << 18);
+        let pool = set.get(&ModelKey::of(&huge).pooled()).unwrap();
+        let (m, how) = set.lookup(&huge).unwrap().unwrap();
+        assert_eq!((m.key.role, how), (Some(Role::AttnOut), Match::Exact));
+        assert_eq!(m.features_outside(&huge), pool.features_outside(&huge));
+        assert!(m.features_outside(&huge) > 0);
         // the same choice through the twin type (bf16 on fp16 models)
         let (m, how) = set
             .lookup(&attn_out(Dtype::Bf16, 1024, 1024, 1024))
