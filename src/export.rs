@@ -1330,6 +1330,122 @@ mod tests {
         }
     }
 
+    /// NeMo's recipe sets, field by field, what a Megatron-LM launch passes as flags: a
+    /// mixture's expert degrees, dispatcher and capacity, the selective recomputation's
+    /// modules, uneven end stages or a layout string, fp16's plugin; full precision it refuses.
+    #[test]
+    fn nemo_sets_each_megatron_core_setting_as_its_config_field() {
+        use crate::workload::{Dispatcher, RecomputeModule};
+        let nemo = |model: &str, s: ParallelSpec| {
+            let (a, l) = if model == "mixtral-8x7b" {
+                let a = crate::workload::presets::mixtral_8x7b();
+                let c = crate::hardware::dgx_h100_without_models();
+                let l = Layout::new(&s, &a, &c).unwrap();
+                (a, l)
+            } else {
+                target(model, s)
+            };
+            (launch(Framework::Nemo, &a, &l).map(|n| n.text), l)
+        };
+        let moe = |dispatcher| ParallelSpec {
+            ep: Some(2),
+            moe_dispatcher: Some(dispatcher),
+            moe_capacity_factor: Some(1.25),
+            moe_pad_to_capacity: Some(true),
+            recompute_modules: Some(vec![RecomputeModule::CoreAttn, RecomputeModule::MoeAct]),
+            ..spec(2, 1, 4)
+        };
+        let (text, l) = nemo("mixtral-8x7b", moe(Dispatcher::Allgather));
+        let text = text.unwrap();
+        for want in [
+            "recipe.trainer.strategy.expert_model_parallel_size = 2\n".to_string(),
+            format!(
+                "recipe.trainer.strategy.expert_tensor_parallel_size = {}\n",
+                l.etp
+            ),
+            "recipe.model.config.moe_token_dispatcher_type = \"allgather\"\n".into(),
+            "recipe.model.config.moe_expert_capacity_factor = 1.25\n".into(),
+            "recipe.model.config.moe_pad_expert_input_to_capacity = True\n".into(),
+            "recipe.model.config.recompute_granularity = \"selective\"\n".into(),
+            "recipe.model.config.recompute_modules = [\"core_attn\", \"moe_act\"]\n".into(),
+        ] {
+            assert!(text.contains(&want), "{want} missing:\n{text}");
+        }
+        assert!(!text.contains("moe_flex_dispatcher_backend"), "{text}");
+        let (text, _) = nemo("mixtral-8x7b", moe(Dispatcher::Deepep));
+        let text = text.unwrap();
+        assert!(
+            text.contains("moe_token_dispatcher_type = \"flex\"\n")
+                && text.contains("moe_flex_dispatcher_backend = \"deepep\"\n"),
+            "{text}"
+        );
+        // all-to-all is the default: nothing to set; a dense model has no expert degrees
+        let (text, _) = nemo("mixtral-8x7b", moe(Dispatcher::Alltoall));
+        assert!(!text.unwrap().contains("moe_token_dispatcher_type"));
+        let (text, _) = nemo("llama2-7b", spec(2, 1, 4));
+        let text = text.unwrap();
+        assert!(
+            !text.contains("expert_") && !text.contains("moe_"),
+            "{text}"
+        );
+        assert!(text.contains("recompute_granularity = None\n"), "{text}");
+        assert!(
+            text.contains("recipe.trainer.plugins = bf16_mixed()\n"),
+            "{text}"
+        );
+
+        // 32 layers on 3 stages: 11, 11, 10 — the last stage stated, the others even
+        let (text, l) = nemo("llama2-7b", spec(1, 3, 2));
+        assert_eq!(l.stage_layers, [11, 11, 10]);
+        let text = text.unwrap();
+        assert!(
+            text.contains("recipe.model.config.num_layers_in_last_pipeline_stage = 10\n")
+                && !text.contains("num_layers_in_first_pipeline_stage"),
+            "{text}"
+        );
+        // the GPT-NeoX partition of 32 layers on 4 stages (the paper's 8, 9, 9, 6): both ends
+        let neox = ParallelSpec {
+            partition: Some(crate::workload::Partition::Neox),
+            ..spec(1, 4, 2)
+        };
+        let (text, l) = nemo("llama2-7b", neox);
+        assert_eq!(l.stage_layers, [8, 9, 9, 6]);
+        let text = text.unwrap();
+        assert!(
+            text.contains("recipe.model.config.num_layers_in_first_pipeline_stage = 8\n")
+                && text.contains("recipe.model.config.num_layers_in_last_pipeline_stage = 6\n"),
+            "{text}"
+        );
+        // a layout string places the layers itself: no stage sizes beside it
+        let layout = ParallelSpec {
+            pipeline_layout: Some("Et*9|t*11|t*12L".into()),
+            ..spec(1, 3, 2)
+        };
+        let (text, _) = nemo("llama2-7b", layout);
+        let text = text.unwrap();
+        assert!(
+            text.contains(
+                "recipe.model.config.pipeline_model_parallel_layout = \"Et*9|t*11|t*12L\""
+            ) && !text.contains("pipeline_stage ="),
+            "{text}"
+        );
+
+        let precision = |dtype| ParallelSpec {
+            dtype: Some(dtype),
+            ..spec(2, 2, 2)
+        };
+        let (text, _) = nemo("llama2-7b", precision(Dtype::Fp16));
+        let text = text.unwrap();
+        assert!(
+            text.contains("recipe.trainer.plugins = fp16_mixed()\n")
+                && text.contains("recipe.trainer.strategy.pipeline_dtype = torch.float16\n"),
+            "{text}"
+        );
+        let (text, _) = nemo("llama2-7b", precision(Dtype::Fp32));
+        let e = text.unwrap_err().to_string();
+        assert!(e.contains("--dtype bf16"), "{e}");
+    }
+
     #[test]
     fn only_uneven_first_and_last_stages_are_expressible() {
         assert_eq!(uneven_ends(&[8, 8, 8]), Some((None, None)));

@@ -14,10 +14,16 @@ fn s(p: &std::path::Path) -> &str {
 
 /// A small synthetic dataset in `tmp/ds` and the models `train` fits to it in `tmp/models`.
 fn trained(tmp: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    trained_with(tmp, &[])
+}
+
+/// `trained`, with `extra` arguments to `train`.
+fn trained_with(tmp: &std::path::Path, extra: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
     let ds = tmp.join("ds");
     let models = tmp.join("models");
     write_dataset(&ds);
-    let out = stepcast(&["train", s(&ds), "--out", s(&models), "--quiet"]);
+    let args = ["train", s(&ds), "--out", s(&models), "--quiet"];
+    let out = stepcast(&[&args[..], extra].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     (ds, models)
 }
@@ -206,6 +212,65 @@ fn training_is_reproducible() {
     let fa = fs::read(a.join("models.bin")).unwrap();
     let fb = fs::read(b.join("models.bin")).unwrap();
     assert!(fa == fb, "models.bin differs between two trainings");
+}
+
+/// `train --grid-report` lists every candidate fitted with its validation error and size, one
+/// kept per model: the one the manifest records.
+#[test]
+fn the_grid_report_lists_every_candidate_and_the_one_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grid = tmp.path().join("grid.csv");
+    let (_, models) = trained_with(tmp.path(), &["--grid-report", s(&grid)]);
+    let manifest = read_json(&models.join("manifest.json"));
+    let kept: Vec<(String, String, f64)> = csv::Reader::from_path(&grid)
+        .unwrap()
+        .records()
+        .map(Result::unwrap)
+        .inspect(|r| {
+            assert_eq!(r.len(), 5, "{r:?}");
+            assert!(r[2].parse::<f64>().unwrap() >= 0.0 && r[3].parse::<u64>().unwrap() > 0);
+        })
+        .filter(|r| &r[4] == "1")
+        .map(|r| (r[0].to_string(), r[1].to_string(), r[2].parse().unwrap()))
+        .collect();
+    // each model's candidate, with the error the manifest records; the other groups' best
+    // candidates are of roles the pooled model serves (no model of their own)
+    let entries = manifest["models"].as_array().unwrap();
+    let name = |k: &serde_json::Value| {
+        let name = format!("{} {} {}", k["op"], k["phase"], k["dtype"]).replace('"', "");
+        match k["role"].as_str() {
+            Some(role) => format!("{name} {role}"),
+            None => name,
+        }
+    };
+    for e in entries {
+        let name = name(&e["key"]);
+        let (_, recipe, mape) = kept.iter().find(|(key, ..)| *key == name).expect(&name);
+        assert_eq!(recipe, e["recipe"].as_str().unwrap(), "{name}");
+        let recorded = e["validation"]["mape_percent"].as_f64().unwrap();
+        assert!(
+            (mape - recorded).abs() < 1e-4,
+            "{name}: {mape} vs {recorded}"
+        );
+    }
+    let served: Vec<String> = entries
+        .iter()
+        .flat_map(|e| {
+            let pooled = name(&e["key"]);
+            let roles = e["serves_roles"].as_array().cloned().unwrap_or_default();
+            roles
+                .into_iter()
+                .map(move |r| format!("{pooled} {}", r.as_str().unwrap()))
+        })
+        .collect();
+    assert!(!served.is_empty());
+    assert_eq!(kept.len(), entries.len() + served.len());
+    for (key, ..) in &kept {
+        let own = entries.iter().any(|e| name(&e["key"]) == *key);
+        assert!(own || served.contains(key), "{key}");
+    }
+    let header = fs::read_to_string(&grid).unwrap();
+    assert!(header.starts_with("model,recipe,val_mape_percent,nodes,chosen\n"));
 }
 
 #[test]

@@ -24,6 +24,7 @@ fn search_ranks_layouts_and_writes_every_row() {
     let dir = tempfile::tempdir().unwrap();
     let csv_path = dir.path().join("all.csv");
     let json_path = dir.path().join("all.json");
+    let html_path = dir.path().join("search.html");
     let o = search(
         &[
             &LLAMA2_13B_ON_32[..],
@@ -34,6 +35,8 @@ fn search_ranks_layouts_and_writes_every_row() {
                 csv_path.to_str().unwrap(),
                 "--json",
                 json_path.to_str().unwrap(),
+                "--html",
+                html_path.to_str().unwrap(),
             ],
         ]
         .concat(),
@@ -89,6 +92,11 @@ fn search_ranks_layouts_and_writes_every_row() {
     }
     let mut csv = csv::Reader::from_path(&csv_path).unwrap();
     assert_eq!(csv.records().count(), rows.len());
+    html_page_shows_the_report(
+        &std::fs::read_to_string(&html_path).unwrap(),
+        &report,
+        &text,
+    );
     // the best row's predict command gives the same step time
     let best = text
         .lines()
@@ -102,6 +110,71 @@ fn search_ranks_layouts_and_writes_every_row() {
     let p: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
     let rel = p["step_time_s"].as_f64().unwrap() / steps[0] - 1.0;
     assert!(rel.abs() < 1e-9, "{rel}");
+}
+
+/// The HTML page of a search shows what its JSON holds: the counts, the best `--top` layouts
+/// in order with their step times, every rule's pruned count, and the best layout's command.
+fn html_page_shows_the_report(html: &str, report: &serde_json::Value, printed: &str) {
+    let count = |key: &str| report[key].as_u64().unwrap();
+    let pruned = report["pruned"].as_object().unwrap();
+    let by_rules: u64 = pruned.values().map(|v| v.as_u64().unwrap()).sum();
+    let counts = format!(
+        "<p>{} layouts enumerated, {by_rules} pruned by the rules, {} by memory, {} predicted in",
+        count("enumerated"),
+        count("pruned_memory"),
+        count("predicted")
+    );
+    assert!(html.contains(&counts), "{counts}");
+    let best = html
+        .split("<h2>Best configurations</h2>")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap();
+    let cells: Vec<Vec<&str>> = best
+        .split("<tr><td>")
+        .skip(1)
+        .map(|row| {
+            row.split("</td>")
+                .map(|c| {
+                    c.trim_start_matches("<td>")
+                        .trim_start_matches("<td class=\"l\">")
+                })
+                .collect()
+        })
+        .collect();
+    let predicted: Vec<&serde_json::Value> = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "predicted")
+        .collect();
+    assert_eq!(cells.len(), 3, "{best}");
+    for (i, (row, r)) in cells.iter().zip(&predicted).enumerate() {
+        let layout = &r["layout"];
+        let want: Vec<String> = ["tp", "cp", "pp", "dp"]
+            .iter()
+            .map(|k| layout[k].to_string())
+            .collect();
+        assert_eq!(row[0], (i + 1).to_string());
+        assert_eq!(row[1..5], want, "{row:?}");
+        let step: f64 = row[12].parse().unwrap();
+        assert!(
+            (step - r["step_time_s"].as_f64().unwrap()).abs() < 5e-4,
+            "{row:?}"
+        );
+    }
+    for (rule, n) in pruned {
+        let line = format!("<tr><td class=\"l\">{rule}</td><td>{n}</td></tr>");
+        assert!(html.contains(&line), "{line}");
+    }
+    let command = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("best: "))
+        .unwrap();
+    assert!(html.contains(&format!(
+        "<p class=\"note\">Best: <code>{command}</code></p>"
+    )));
+    assert!(html.contains("<h2>The best layout</h2>"));
 }
 
 #[test]
