@@ -1165,6 +1165,126 @@ mod tests {
         assert!(e.contains("moe_layer_freq") && e.contains("--model"), "{e}");
     }
 
+    /// What the other logs do not set: latent attention with YaRN positions; a sliding window
+    /// with a global layer every fourth, squared ReLU, both pipeline-split flags, CUDA graphs by
+    /// scope and gradients reduced in bf16; a layout string; the all-gather dispatcher and
+    /// DeepEP by its flag; fp16 and fp32 training's gradient types.
+    #[test]
+    fn latent_attention_windows_graphs_and_precisions_are_read() {
+        let read = |changed: &[(&str, &str)]| import(&parse(&log(changed)), &options());
+        let run = read(&[
+            ("multi_latent_attention", "True"),
+            ("num_query_groups", "32"),
+            ("q_lora_rank", "1536"),
+            ("kv_lora_rank", "512"),
+            ("qk_head_dim", "128"),
+            ("qk_pos_emb_head_dim", "64"),
+            ("v_head_dim", "128"),
+            ("position_embedding_type", "yarn"),
+        ])
+        .unwrap();
+        let arch = run.arch.unwrap();
+        let mla = arch.mla.unwrap();
+        assert_eq!(
+            (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim),
+            (Some(1536), 512, 128)
+        );
+        assert_eq!((mla.qk_rope_head_dim, mla.v_head_dim), (64, 128));
+        assert_eq!(arch.position, Position::Rope);
+        assert!(arch.name.ends_with("-mla"), "{}", arch.name);
+
+        let run = read(&[
+            ("window_size", "(4095, 0)"),
+            ("window_attn_skip_freq", "4"),
+            ("swiglu", "False"),
+            ("squared_relu", "True"),
+            ("account_for_embedding_in_pipeline_split", "True"),
+            ("account_for_loss_in_pipeline_split", "True"),
+            ("enable_cuda_graph", "True"),
+            ("cuda_graph_scope", "['attn', 'full']"),
+            ("grad_reduce_in_bf16", "True"),
+            ("accumulate_allreduce_grads_in_fp32", "False"),
+        ])
+        .unwrap();
+        let c = &run.columns;
+        assert_eq!(c["pipeline_split"], "embedding+loss");
+        assert_eq!(c["cuda_graphs"], "attn");
+        assert_eq!(c["grad_reduce_dtype"], "bf16");
+        let arch = run.arch.unwrap();
+        assert_eq!(arch.sliding_window, Some(4096));
+        assert_eq!(arch.global_attention_every, Some(4));
+        assert_eq!(arch.activation, Activation::SquaredRelu);
+        // graphs with no scope are whole layers; one split flag alone names its side
+        let run = read(&[
+            ("cuda_graph_impl", "transformer_engine"),
+            ("account_for_embedding_in_pipeline_split", "True"),
+        ])
+        .unwrap();
+        assert_eq!(run.columns["cuda_graphs"], "layer");
+        assert_eq!(run.columns["pipeline_split"], "embedding");
+
+        let run = read(&[("pipeline_model_parallel_layout", "Et*15|t*16L")]).unwrap();
+        assert_eq!(run.columns["pipeline_layout"], "Et*15|t*16L");
+        for (changed, dispatcher) in [
+            (
+                &[("moe_token_dispatcher_type", "allgather")][..],
+                "allgather",
+            ),
+            (&[("moe_enable_deepep", "True")][..], "deepep"),
+            (&[("moe_token_dispatcher_type", "flex")][..], "deepep"),
+        ] {
+            let experts = [("num_experts", "8"), ("expert_model_parallel_size", "2")];
+            let run = read(&[&experts[..], changed].concat()).unwrap();
+            assert_eq!(run.columns["moe_dispatcher"], dispatcher, "{changed:?}");
+        }
+        for (flags, dtype, grads) in [
+            (
+                &[
+                    ("bf16", "False"),
+                    ("fp16", "True"),
+                    ("accumulate_allreduce_grads_in_fp32", "False"),
+                ][..],
+                "fp16",
+                "fp16",
+            ),
+            (
+                &[
+                    ("bf16", "False"),
+                    ("accumulate_allreduce_grads_in_fp32", "False"),
+                ][..],
+                "fp32",
+                "fp32",
+            ),
+            (
+                &[("accumulate_allreduce_grads_in_fp32", "False")][..],
+                "bf16",
+                "bf16",
+            ),
+        ] {
+            let run = read(flags).unwrap();
+            let c = &run.columns;
+            assert_eq!(
+                (c["dtype"].as_str(), c["grad_reduce_dtype"].as_str()),
+                (dtype, grads)
+            );
+        }
+
+        for (changed, says) in [
+            (
+                ("recompute_granularity", "block"),
+                "recompute_granularity = \"block\"",
+            ),
+            (
+                ("position_embedding_type", "alibi"),
+                "position_embedding_type = \"alibi\"",
+            ),
+            (("window_size", "wide"), "window_size = \"wide\""),
+        ] {
+            let e = read(&[changed]).unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
+    }
+
     #[test]
     fn a_named_model_replaces_the_arguments_architecture() {
         let mut o = options();
