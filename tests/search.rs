@@ -97,8 +97,12 @@ fn search_ranks_layouts_and_writes_every_row() {
         &report,
         &text,
     );
-    // the best row's predict command gives the same step time
-    let best = text
+    best_command_predicts(&text, steps[0]);
+}
+
+/// The best row's printed predict command gives the step time the search ranked it by.
+fn best_command_predicts(printed: &str, step_s: f64) {
+    let best = printed
         .lines()
         .find_map(|l| l.strip_prefix("best: stepcast "))
         .unwrap()
@@ -106,10 +110,54 @@ fn search_ranks_layouts_and_writes_every_row() {
     let mut args: Vec<&str> = best.split_whitespace().collect();
     args.push("--json");
     let p = stepcast(&args);
-    assert!(p.status.success(), "{}", stderr(&p));
+    assert!(p.status.success(), "{best}: {}", stderr(&p));
     let p: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
-    let rel = p["step_time_s"].as_f64().unwrap() / steps[0] - 1.0;
-    assert!(rel.abs() < 1e-9, "{rel}");
+    let rel = p["step_time_s"].as_f64().unwrap() / step_s - 1.0;
+    assert!(rel.abs() < 1e-9, "{best}: {rel}");
+}
+
+/// A mixture's search: the expert cell names an expert tensor-parallel degree other than tp,
+/// and the best command carries the expert settings (ep, etp, imbalance) that give its step.
+#[test]
+fn a_mixtures_best_layout_carries_its_expert_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.json");
+    let model = repo("tests/data/mixtral-8x7b.yaml");
+    let o = search(&[
+        "--model",
+        &model,
+        "--gpus",
+        "16",
+        "--global-batch",
+        "64",
+        "--moe-imbalance",
+        "1.2",
+        "--top",
+        "3",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let best = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["status"] == "predicted")
+        .unwrap();
+    let layout = &best["layout"];
+    let (ep, etp, tp) = (&layout["ep"], &layout["etp"], &layout["tp"]);
+    assert!(ep.as_u64() > Some(1) && etp != tp, "{layout}");
+    assert!(text.contains(&format!(" {ep} (etp {etp}) ")), "{text}");
+    for flag in [
+        format!(" --ep {ep} "),
+        format!(" --etp {etp} "),
+        " --moe-imbalance 1.2".into(),
+    ] {
+        assert!(text.contains(&flag), "{flag}: {text}");
+    }
+    best_command_predicts(&text, best["step_time_s"].as_f64().unwrap());
 }
 
 /// The HTML page of a search shows what its JSON holds: the counts, the best `--top` layouts
