@@ -1815,6 +1815,45 @@ fn calibrate_check_judges_runs_as_predict_composes_them() {
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
 }
 
+/// What `calibrate` cannot use it says, with the fix: sets to fit on that no run has, runs on
+/// a cluster file that does not load (left out with a warning; none left: refused), built-in
+/// models without `--out`.
+#[test]
+fn calibrate_says_what_it_cannot_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_ds, models) = trained(tmp.path());
+    let cluster = dgx_a100_with_models(tmp.path(), &models);
+    let csv = tmp.path().join("runs.csv");
+    let calibrate = |cluster: &std::path::Path, extra: &[&str]| {
+        let args = ["calibrate", s(&csv), "--cluster", s(cluster)];
+        stepcast(&[&args[..], extra].concat())
+    };
+    fs::write(&csv, runs_of_two_frameworks(&cluster)).unwrap();
+    assert_user_error(
+        &calibrate(&cluster, &["--fit-sets", "nope", "--dry-run"]),
+        &["--fit-sets names 'nope'", "set column"],
+    );
+    let gone = tmp.path().join("gone.yaml");
+    fs::write(&csv, runs_of_two_frameworks(&gone)).unwrap();
+    let out = calibrate(&cluster, &["--dry-run"]);
+    assert_user_error(
+        &out,
+        &["no run on a cluster with the models of", "cluster column"],
+    );
+    assert!(
+        stderr(&out).contains(&format!("warning: runs on {} left out", s(&gone))),
+        "{}",
+        stderr(&out)
+    );
+    // a built-in cluster by name: its models are in the binary, with no directory to write to
+    let builtin = std::path::PathBuf::from("dgx-a100");
+    fs::write(&csv, runs_of_two_frameworks(&builtin)).unwrap();
+    assert_user_error(
+        &calibrate(&builtin, &[]),
+        &["models are built in", "give --out FILE.yaml"],
+    );
+}
+
 /// `calibrate --framework` fits one framework's runs alone and writes its own entry beside the
 /// cluster's; `predict --framework` (and a job file's `framework:`) picks it, says so, and
 /// says when a framework has none.
