@@ -3213,3 +3213,73 @@ fn a_prediction_takes_the_spread_of_its_training_type() {
         "{shown}"
     );
 }
+
+/// `predict --steps` sizes the whole run: training time is steps × the step, `--tokens` of as
+/// many tokens is the same run, a checkpoint written twice as fast takes half the time, and a
+/// checkpoint interval other than the optimal one says what the optimal one would give.
+#[test]
+fn predict_sizes_a_training_run_by_steps_or_tokens() {
+    let run = |extra: &[&str]| {
+        let args = [
+            "predict",
+            "--cluster",
+            "dgx-h100",
+            "--model",
+            "llama2-7b",
+            "--dp",
+            "8",
+            "--global-batch",
+            "64",
+        ];
+        let out = stepcast(&[&args[..], extra].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let json = |extra: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&run(&[extra, &["--json"]].concat())).unwrap()
+    };
+    let by_steps = json(&["--steps", "100000"]);
+    let step_s = by_steps["step_time_s"].as_f64().unwrap();
+    let outcome = &by_steps["run"]["outcome"];
+    let training_s = outcome["training_s"].as_f64().unwrap();
+    assert!(
+        (training_s / (1e5 * step_s) - 1.0).abs() < 1e-12,
+        "{outcome}"
+    );
+    assert!(outcome["end_to_end_s"].as_f64().unwrap() > training_s);
+    // 64 sequences of 4,096 tokens a step
+    let by_tokens = json(&["--tokens", "26214400000"]);
+    assert_eq!(by_tokens["run"]["outcome"], *outcome);
+    let save = |gb: &str| {
+        json(&[
+            "--steps",
+            "100000",
+            "--checkpoint-write-gb-per-s-per-node",
+            gb,
+        ])["run"]["checkpoint_save_s"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((save("2") / save("4") - 2.0).abs() < 1e-9);
+    let optimal = outcome["optimal_interval"].as_u64().unwrap();
+    assert_eq!(outcome["checkpoint_interval"].as_u64(), Some(optimal));
+    let text = run(&["--steps", "100000"]);
+    assert!(
+        text.contains(&format!(
+            "100000 steps, {:.2} days of training",
+            training_s / 86_400.0
+        )) && text.contains(&format!("every {optimal} steps (optimal)")),
+        "{text}"
+    );
+    let often = json(&["--steps", "100000", "--checkpoint-interval", "50"]);
+    let often = &often["run"]["outcome"];
+    assert!(often["ettr"].as_f64() < outcome["ettr"].as_f64(), "{often}");
+    let text = run(&["--steps", "100000", "--checkpoint-interval", "50"]);
+    let said = format!(
+        "every 50 steps (optimal: {optimal}, ETTR {:.2} %)",
+        100.0 * outcome["optimal_ettr"].as_f64().unwrap()
+    );
+    assert!(text.contains(&said), "{said}: {text}");
+    // a shorter run reads in hours
+    assert!(run(&["--steps", "5000"]).contains(" h of training"));
+}
