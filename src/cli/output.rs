@@ -180,3 +180,62 @@ pub fn runtime_line(calibration: Option<&str>, r: &stepcast::hardware::Runtime) 
         r.launch_us, r.collective_launch_us, r.in_situ_efficiency, r.contention, r.step_overhead_ms
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table of a name and three columns of 1s, 2s and 3s: 23 + 3 × 13 + 1 = 63 characters
+    /// wide, in a terminal `width` wide.
+    fn four_columns(width: u16) -> Table {
+        let mut t = table(&["name", "a", "b", "c"]);
+        t.add_row(vec![
+            "n".repeat(20),
+            "1".repeat(10),
+            "2".repeat(10),
+            "3".repeat(10),
+        ]);
+        t.set_width(width);
+        t
+    }
+
+    /// At 50 the first droppable column goes (50 fit) and the rest stay; at 49 two go; with
+    /// room, none.
+    #[test]
+    fn columns_are_hidden_in_order_until_the_table_fits() {
+        let shown = |width: u16, droppable: &[usize]| {
+            let mut t = four_columns(width);
+            let note = fit(&mut t, droppable);
+            let text = t.to_string();
+            let kept: Vec<char> = ['1', '2', '3']
+                .into_iter()
+                .filter(|c| text.contains(&c.to_string().repeat(10)))
+                .collect();
+            (note, kept)
+        };
+        let note = |n: &str| {
+            Some(format!(
+                "({n} hidden to fit the terminal; --wide shows all)"
+            ))
+        };
+        assert_eq!(shown(50, &[3, 1, 2]), (note("1 column"), vec!['1', '2']));
+        assert_eq!(shown(49, &[3, 1, 2]), (note("2 columns"), vec!['2']));
+        assert_eq!(shown(63, &[3, 1, 2]), (None, vec!['1', '2', '3']));
+        // only the droppable ones go, however narrow (the rest wrap)
+        let mut t = four_columns(20);
+        assert_eq!(fit(&mut t, &[2]), note("1 column"));
+        let text = t.to_string();
+        assert!(
+            !text.contains('2') && text.contains('1') && text.contains('3'),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn counts_and_percentages_read_as_words() {
+        assert_eq!(count(1u64, "GPU", "GPUs"), "1 GPU");
+        assert_eq!(count(8u64, "GPU", "GPUs"), "8 GPUs");
+        assert_eq!(pct(12.345), "12.35");
+        assert_eq!(pct(f64::NAN), "–");
+    }
+}
