@@ -433,6 +433,66 @@ mod tests {
         assert!(e.contains("m = '1.5'"), "{e}");
     }
 
+    /// The columns beside the shape and the time: each bad value refused with its line, what
+    /// it is and what it may be.
+    #[test]
+    fn malformed_status_samples_and_flags_are_refused_with_their_value() {
+        let head = "op,dtype,phase,m,n,k,batch,time_us,n_samples,samples_us,status,throttled\n";
+        for (row, says) in [
+            (
+                "gemm,fp16,fwd,1,2,3,1,5,,,done,",
+                "status 'done' must be ok or skipped",
+            ),
+            (
+                "gemm,fp16,fwd,1,2,3,1,5,3,4;5,,",
+                "n_samples = 3 but samples_us holds 2 values",
+            ),
+            (
+                "gemm,fp16,fwd,1,2,3,1,5,two,4;5,,",
+                "n_samples 'two' is not a count",
+            ),
+            ("gemm,fp16,fwd,1,2,3,1,5,,4;-5,,", "samples_us = -5"),
+            (
+                "gemm,fp16,fwd,1,2,3,1,5,,,,maybe",
+                "throttled 'maybe' must be 0 or 1",
+            ),
+            ("gemm,fp16,fwd,1,2,3,1,,,,,", "time_us"),
+            (
+                "gemm,fp16,none,1,2,3,1,5,,,,",
+                "phase 'none' is not valid for gemm (use fwd or bwd)",
+            ),
+            ("gemm,fp8e5,fwd,1,2,3,1,5,,,,", "fp8e5"),
+            (
+                "gemm,fp16,fwd,1,2,3,1,5,,,,\nall_reduce,fp16,none,1,2,3,1,5,,,,",
+                "operator all_reduce does not belong in this file",
+            ),
+        ] {
+            let e = read_err(&format!("{head}{row}\n"));
+            assert!(e.starts_with("x.csv:") && e.contains(says), "{row}: {e}");
+        }
+        let mut bytes = format!("{head}gemm,fp16,fwd,1,2,3,1,5,,,,\n").into_bytes();
+        bytes[head.len() + "gemm,fp16,fwd,".len()] = 0xff;
+        let e = read_csv(Path::new("x.csv"), &bytes)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("x.csv:2") && e.contains("not valid UTF-8"),
+            "{e}"
+        );
+        // what is well formed: a skipped row without a time, samples counted, a throttled flag
+        let rows = read_csv(
+            Path::new("x.csv"),
+            format!(
+                "{head}gemm,fp16,fwd,1,2,3,1,,,,skipped,\ngemm,fp16,bwd,1,2,3,1,5,2,4;6,ok,true\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        assert!(rows[0].status == Status::Skipped && rows[0].time_us.is_nan());
+        assert_eq!(rows[1].samples_us, [4.0, 6.0]);
+        assert!(rows[1].throttled && rows[1].status == Status::Ok);
+    }
+
     #[test]
     fn integral_floats_are_accepted_as_dims() {
         let rows = read_csv(
