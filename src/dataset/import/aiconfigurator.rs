@@ -663,6 +663,9 @@ mod tests {
                 ("gemm", 5)
             ]
         );
+        // what the report says was left out: sliding windows, the other NCCL version, int8
+        assert_eq!(report.left_out.len(), 3, "{:?}", report.left_out);
+        assert_eq!(report.meta.unwrap().name, "h100_sxm-aiconfigurator");
         let dataset = crate::dataset::Dataset::load(&out).unwrap();
         assert_eq!(dataset.rows.len(), 8);
         assert_eq!(dataset.meta.name, "h100_sxm-aiconfigurator");
