@@ -495,11 +495,13 @@ mod tests {
         write(
             "gemm/h100_sxm_gemm_trtllm-1.3.0rc20.csv",
             "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency_ms\n\
-             trtllm,1.3,h100,gemm,cublas,bfloat16,16,1024,4096,0.010\n\
-             trtllm,1.3,h100,gemm,cublas,fp8,16,1024,4096,0.009\n\
              trtllm,1.3,h100,gemm,cublas,bfloat16,16,8192,4096,0.040\n\
              trtllm,1.3,h100,gemm,cublas,fp8,16,8192,4096,0.030\n\
-             trtllm,1.3,h100,gemm,cublas,float16,32.0,64,64,0.0025\n",
+             trtllm,1.3,h100,gemm,cublas,bfloat16,16,1024,4096,0.010\n\
+             trtllm,1.3,h100,gemm,cublas,fp8,16,1024,4096,0.009\n\
+             trtllm,1.3,h100,gemm,cublas,float16,32.0,64,64,0.0025\n\
+             trtllm,1.3,h100,gemm,cublas,bfloat16,64,64,64,0.004\n\
+             trtllm,1.3,h100,gemm,cublas,fp8,64,64,64,0.002\n",
         );
         write(
             "gemm/gb200_gemm_trtllm-1.3.0rc20.csv",
@@ -551,11 +553,16 @@ mod tests {
         assert!((net.intra_node.latency_us - 2.0).abs() < 1e-9);
         assert_eq!(net.inter_node.bandwidth_gbit_per_s_per_nic, 400.0);
         assert_eq!(net.inter_node.nics_per_node, 8);
+        assert!((net.inter_node.latency_us - 2.0).abs() < 1e-9);
         assert_eq!(
             meta.software.framework.as_deref(),
             Some("TensorRT-LLM 1.3.0rc20")
         );
         assert_eq!(meta.software.nccl.as_deref(), Some("2.27.3"));
+        assert_eq!(
+            meta.software.attention_backend.as_deref(),
+            Some("TensorRT-LLM 1.3.0rc20 context attention (causal prefill)")
+        );
         assert!(rows.iter().all(|r| r.query.role.is_none()));
         assert!(rows.iter().all(|r| r.query.phase
             == if r.query.op.is_collective() {
@@ -573,18 +580,22 @@ mod tests {
         };
         let times: Vec<_> = rows.iter().map(|r| (query(r), r.time_us)).collect();
         let expected = [
-            (gemm(Dtype::Bf16, 16, 1024, 4096), 10.0),
-            // fp8: the input's pass (9 − 10 / 2 = 4 µs at the narrowest n) taken off
-            (gemm(Dtype::Fp8, 16, 1024, 4096), 5.0),
             (gemm(Dtype::Bf16, 16, 8192, 4096), 40.0),
+            // fp8: the input's pass at the narrowest n (9 − 10 / 2 = 4 µs, read below) taken off
             (gemm(Dtype::Fp8, 16, 8192, 4096), 26.0),
+            (gemm(Dtype::Bf16, 16, 1024, 4096), 10.0),
+            (gemm(Dtype::Fp8, 16, 1024, 4096), 5.0),
             (gemm(Dtype::Fp16, 32, 64, 64), 2.5),
+            // at half its bf16 twin already: nothing to take off, no note
+            (gemm(Dtype::Bf16, 64, 64, 64), 4.0),
+            (gemm(Dtype::Fp8, 64, 64, 64), 2.0),
         ];
         for (i, (q, t)) in expected.iter().enumerate() {
             assert_eq!(times[i].0, *q);
             assert!((times[i].1 - t).abs() < 1e-9, "{:?}", times[i]);
         }
-        assert!(rows[3].note.contains("taken off"), "{}", rows[3].note);
+        assert!(rows[1].note.contains("taken off"), "{}", rows[1].note);
+        assert!(rows[6].note.is_empty(), "{}", rows[6].note);
         let attention = Shape::Attention(AttentionShape {
             batch: 2,
             seq_q: 4096,
@@ -594,8 +605,8 @@ mod tests {
             head_dim: 128,
             causal: true,
         });
-        assert_eq!(times[5].0, (OpKind::FlashAttention, Dtype::Bf16, attention));
-        assert!((times[5].1 - 1500.0).abs() < 1e-9);
+        assert_eq!(times[7].0, (OpKind::FlashAttention, Dtype::Bf16, attention));
+        assert!((times[7].1 - 1500.0).abs() < 1e-9);
         // the newer NCCL's fp16 rows: a message of elements × 2 bytes on one node
         let collective = |op, bytes, gpus| {
             let shape = Shape::Collective(CollectiveShape {
@@ -605,10 +616,10 @@ mod tests {
             });
             (op, Dtype::Fp16, shape)
         };
-        assert_eq!(times[6].0, collective(OpKind::AllReduce, 2 << 20, 8));
-        assert!((times[6].1 - 50.0).abs() < 1e-9);
-        assert_eq!(times[7].0, collective(OpKind::AllToAll, 2 << 16, 4));
-        assert_eq!(rows.len(), 8);
+        assert_eq!(times[8].0, collective(OpKind::AllReduce, 2 << 20, 8));
+        assert!((times[8].1 - 50.0).abs() < 1e-9);
+        assert_eq!(times[9].0, collective(OpKind::AllToAll, 2 << 16, 4));
+        assert_eq!(rows.len(), 10);
         let left: Vec<(&str, usize)> = left_out.iter().map(|(f, n, _)| (f.as_str(), *n)).collect();
         assert_eq!(
             left,
@@ -633,8 +644,23 @@ mod tests {
             query(rows.last().unwrap()),
             collective(OpKind::AllReduce, 2048, 8)
         );
-        assert_eq!(left_out.last().unwrap().0, "h100_sxm_nccl-2.27.3.csv");
-        assert_eq!(left_out.last().unwrap().1, 3);
+        // the older table has no int8 rows: nothing of it is left out
+        let left: Vec<(&str, usize)> = left_out.iter().map(|(f, n, _)| (f.as_str(), *n)).collect();
+        assert_eq!(
+            left,
+            [
+                ("h100_sxm_context_attention_bf16_trtllm-1.3.0rc20.csv", 1),
+                ("h100_sxm_nccl-2.27.3.csv", 3),
+            ]
+        );
+        // without sliding windows, no attention file is left out
+        let attention = "context_attention/h100_sxm_context_attention_bf16_trtllm-1.3.0rc20.csv";
+        let text =
+            "batch_size,seq_len,num_heads,num_key_value_heads,head_dim,window_size,latency_ms\n\
+                    2,4096,32,8,128,0,1.5\n";
+        std::fs::write(src.path().join(attention), text).unwrap();
+        let (_, _, left_out) = read(src.path(), &older).unwrap();
+        assert_eq!(left_out.len(), 1, "{left_out:?}");
     }
 
     /// Through `import`: a dataset written with its rows per operator.
@@ -660,14 +686,14 @@ mod tests {
                 ("all_reduce", 1),
                 ("all_to_all", 1),
                 ("flash_attention", 1),
-                ("gemm", 5)
+                ("gemm", 7)
             ]
         );
         // what the report says was left out: sliding windows, the other NCCL version, int8
         assert_eq!(report.left_out.len(), 3, "{:?}", report.left_out);
         assert_eq!(report.meta.unwrap().name, "h100_sxm-aiconfigurator");
         let dataset = crate::dataset::Dataset::load(&out).unwrap();
-        assert_eq!(dataset.rows.len(), 8);
+        assert_eq!(dataset.rows.len(), 10);
         assert_eq!(dataset.meta.name, "h100_sxm-aiconfigurator");
     }
 

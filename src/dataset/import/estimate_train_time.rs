@@ -314,7 +314,6 @@ fn read_operator_file(path: &Path, op: &PaperOp) -> Result<Vec<Measurement>> {
     let optimizer = matches!(op, PaperOp::StageOptimizer(_));
     let wanted: &[&str] = match op {
         PaperOp::Norm(_) | PaperOp::ResidualAdd => &["b", "l", "dim"],
-        PaperOp::Softmax(OpKind::FillMask) => &["mp", "b", "h", "l"],
         PaperOp::Softmax(_) => &["mp", "b", "h", "l"],
         PaperOp::CrossEntropy => &["mp", "b", "l"],
         PaperOp::StageOptimizer(_) => &["mp", "dim", "encoders"],
@@ -697,7 +696,12 @@ mod tests {
         }
         table("embedding", &timed(&["mp", "b", "l", "dim"]));
         table("parallel_cross_entropy_128", &timed(&["mp", "b", "l"]));
-        for label in ["firstStage_optimizer", "middleStage_optimizer", "optimizer"] {
+        for label in [
+            "firstStage_optimizer",
+            "middleStage_optimizer",
+            "lastStage_optimizer",
+            "optimizer",
+        ] {
             table(label, &["mp", "dim", "encoders", "dur(us)"]);
         }
         std::fs::write(
@@ -713,12 +717,14 @@ mod tests {
         };
         collective("allreduce_fp16_1_4", "1024,1,4,12\n4096,1,4,20\n");
         collective("allreduce_fp16", "1024,1,4,12\n");
+        collective("allreduce_fp16_2_4", "65536,2,4,90\n");
         collective("allgather_large_fp16_2_4", "1024,2,4,40\n");
         collective("p2p_fp16_2_1", "512,2,1,8\n");
         std::fs::write(
             nccl.join(format!("{GPU}.csv")),
             "GPU,Function,Precision,Nodes,GPUsPerNode,Best_model,Best_config,Best_error%\n\
-             g,allreduce,fp16,1,4,rforest,{},0.25\ng,allreduce,fp16,0,0,rforest,{},0.3\n",
+             g,allreduce,fp16,1,4,rforest,{},0.25\ng,allreduce,fp16,0,0,rforest,{},0.3\n\
+             g,p2p,fp16,2,1,rforest,{},0.2\n",
         )
         .unwrap();
         tmp
@@ -810,9 +816,19 @@ mod tests {
             let c = of[0].context;
             assert_eq!((c.batch, c.seq), (Some(4), Some(1024)), "{op}");
         }
-        for (role, params) in [(Role::FirstStage, first), (Role::MiddleStage, middle)] {
+        let (last, last_tensors) = stage_parameters(Role::LastStage, 2, 2048, 2);
+        assert_eq!(last_tensors, tensors + 3);
+        for (role, params) in [
+            (Role::FirstStage, first),
+            (Role::MiddleStage, middle),
+            (Role::LastStage, last),
+        ] {
             let r = rows.iter().find(|r| r.query.role == Some(role)).unwrap();
-            let extra = u64::from(role == Role::FirstStage);
+            let extra = match role {
+                Role::FirstStage => 1,
+                Role::LastStage => 3,
+                _ => 0,
+            };
             assert_eq!(r.query.shape, optimizer(params, tensors + extra));
             assert_eq!((r.query.phase, r.time_us), (Phase::None, 30.0));
         }
@@ -831,7 +847,7 @@ mod tests {
         assert_eq!(collective(OpKind::AllReduce, 8192, 1, 4), Some(20.0));
         assert_eq!(collective(OpKind::AllGather, 2048 * 8, 2, 4), Some(40.0));
         assert_eq!(collective(OpKind::SendRecv, 1024, 2, 1), Some(8.0));
-        assert_eq!(rows.len(), 18 * 2 + 2 + 4);
+        assert_eq!(rows.len(), 18 * 2 + 3 + 5);
         let left: Vec<(&str, usize)> = left_out.iter().map(|(f, n, _)| (f.as_str(), *n)).collect();
         assert_eq!(
             left,
@@ -844,6 +860,14 @@ mod tests {
         // the reference errors: operators by phase, collectives by layout with the byte range
         // their files cover (0 × 0: the authors' model over every layout)
         assert_eq!(meta.name, "perlmutter-estimate-train-time");
+        let software = &meta.software;
+        assert!(software
+            .framework
+            .as_deref()
+            .unwrap()
+            .starts_with("GPT-NeoX"));
+        let backend = software.attention_backend.as_deref().unwrap();
+        assert!(backend.contains("flash-attn 2") && backend.contains("non-causal"));
         assert_eq!(meta.gpus_per_node, Some(4));
         assert_eq!(meta.network.unwrap().inter_node.topology, "dragonfly");
         let refs: Vec<_> = meta
@@ -880,13 +904,22 @@ mod tests {
                     Some(1),
                     Some([2048, 8192])
                 ),
+                // the union of the 1 × 4 and 2 × 4 files' ranges
                 (
                     "allreduce",
                     OpKind::AllReduce,
                     Phase::None,
                     None,
                     None,
-                    Some([2048, 8192])
+                    Some([2048, 131072])
+                ),
+                (
+                    "p2p",
+                    OpKind::SendRecv,
+                    Phase::None,
+                    None,
+                    Some(2),
+                    Some([1024, 1024])
                 ),
             ]
         );
@@ -895,7 +928,8 @@ mod tests {
             .iter()
             .map(|e| e.mape_percent)
             .collect();
-        for (got, want) in percent.iter().zip([5.6, 50.0, 25.0, 30.0]) {
+        assert_eq!(percent.len(), 5);
+        for (got, want) in percent.iter().zip([5.6, 50.0, 25.0, 30.0, 20.0]) {
             assert!((got - want).abs() < 1e-9, "{percent:?}");
         }
     }
@@ -910,10 +944,16 @@ mod tests {
             err.contains("pick one with --system (Perlmutter, Vista)"),
             "{err}"
         );
-        let vista = ImportOptions {
-            system: Some("Vista".into()),
+        let named = |system: &str| ImportOptions {
+            system: Some(system.into()),
             nccl_version: None,
         };
+        let err = refused(src.path(), &named("Frontier"));
+        assert!(
+            err.contains("no system 'Frontier' here (found: Perlmutter, Vista)"),
+            "{err}"
+        );
+        let vista = named("Vista");
         let (meta, _, _) = read(src.path(), &vista).unwrap();
         assert_eq!(meta.name, "vista-estimate-train-time");
         assert_eq!(meta.gpus_per_node, Some(1));

@@ -197,7 +197,10 @@ fn time_us(path: &Path, line: u64, col: &str, text: &str, unit_us: f64) -> Resul
         return Err(Error::bad_row(
             path,
             line,
-            format!("{col} = '{text}' is {t:e} µs: a measured time lies between {MIN_TIME_US} and {MAX_TIME_US:e} µs"),
+            format!(
+                "{col} = '{text}' is {t:e} µs: a measured time lies between {MIN_TIME_US} and \
+                 {MAX_TIME_US:e} µs"
+            ),
         ));
     }
     Ok(t)
