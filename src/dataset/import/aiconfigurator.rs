@@ -476,9 +476,10 @@ fn read_nccl(path: &Path) -> Result<(Vec<Measurement>, usize)> {
 mod tests {
     use super::*;
 
-    /// A small export in aiconfigurator's layout: the H100 node, two GEMM pairs, two attention
-    /// rows (one sliding-window), two NCCL versions (the newer with an int8 row), and files of
-    /// another system beside them.
+    /// A small export in aiconfigurator's layout: the H100 node, three bf16 / fp8 GEMM pairs
+    /// (the wider of one (m, k) listed first) and an fp16 GEMM, two attention rows (one
+    /// sliding-window), two NCCL versions (the newer with an int8 row), and files of another
+    /// system beside them.
     fn export() -> tempfile::TempDir {
         let tmp = tempfile::tempdir().unwrap();
         let write = |name: &str, text: &str| {
