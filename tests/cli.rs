@@ -214,8 +214,9 @@ fn training_is_reproducible() {
     assert!(fa == fb, "models.bin differs between two trainings");
 }
 
-/// `train --grid-report` lists every candidate fitted with its validation error and size, one
-/// kept per model: the one the manifest records.
+/// `train --grid-report` lists every candidate fitted with its validation error and size, and
+/// marks each group's best: a model's is the one the manifest records; a role the pooled model
+/// serves keeps its own best marked, with no model.
 #[test]
 fn the_grid_report_lists_every_candidate_and_the_one_kept() {
     let tmp = tempfile::tempdir().unwrap();

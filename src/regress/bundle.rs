@@ -310,7 +310,8 @@ impl Reader {
                 .all(|x| x.is_finite())
         {
             return Err(bad(
-                "training ranges or validation errors are not finite".into()
+                "training ranges or validation errors are not finite (or a range is inverted)"
+                    .into(),
             ));
         }
         let model = TrainedModel {
@@ -396,7 +397,7 @@ mod tests {
             assert_eq!(read.forest.area(), m.forest.area());
             assert_eq!(reader.index.models[i].probes_us, *m.probe_times_us());
         }
-        // the stored probe table is the all-reduce's own, not recomputed
+        // a kernel's model stores no probe table (a collective's is its own, above)
         assert_eq!(reader.index.models[0].probes_us, Vec::<f64>::new());
         assert_eq!(fingerprint(&bytes), Some(reader.fingerprint.clone()));
         // a reader shows as its file (not the megabytes it maps)
@@ -510,7 +511,7 @@ mod tests {
         refused(
             &|e| e.feature_ranges[0] = [2.0, 1.0],
             good.clone(),
-            not_finite,
+            "a range is inverted",
         );
         refused(
             &|e| e.validation.sigma_log = f64::NAN,
