@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{
-    checked, integer, measured, product, read_source_csv, time_us, Columns, ImportOptions,
-};
+use super::{checked, integer, measured, read_source_csv, time_us, Columns, ImportOptions};
 use crate::dataset::{DatasetMeta, Measurement, Provenance, SoftwareStamp};
 use crate::error::{Error, Result};
 use crate::hardware::{GpuSpec, InterNodeTier, IntraNodeTier, NetworkSpec};
@@ -452,7 +450,8 @@ fn read_nccl(path: &Path) -> Result<(Vec<Measurement>, usize)> {
             path,
             *line,
             Shape::Collective(CollectiveShape {
-                bytes: product(path, *line, "the message", &[elements, element_bytes])?,
+                // at most 2^31 elements (`integer`) of 2 bytes: fits
+                bytes: elements * element_bytes,
                 nodes: 1,
                 gpus_per_node: gpus,
             }),
