@@ -454,6 +454,11 @@ fn cases() -> Vec<Case> {
         plan!("name: p\ndtypes: [bf16]\nseed: 0\nprotocol: {warmup: 10, timed: 3, keep: 5}\n", "keep"),
         case("bench plan --plan {tmp}/missing.yaml", &[], &["missing.yaml"]),
         case("bench plan --timed 0", &[], &["timed"]),
+        case("bench plan --gpus 0", &[], &["0 GPUs per node", "--gpus"]),
+        case("bench plan --gpus 8 --nodes 5000", &[], &["5000 nodes", "--nodes"]),
+        case("bench collect --device mock --gpus 0,1,1 --quick --out {tmp}/x", &[], &["GPU 1 twice"]),
+        case("models check --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock --threshold nan", &[], &["--threshold", "nan"]),
+        case("retrain --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock --out {tmp}/x --threshold 0", &[], &["--threshold", "above 0"]),
     ]
 }
 
@@ -579,7 +584,10 @@ fn every_bad_input_is_refused_with_what_to_change() {
         .is_file();
     let mut failures = Vec::new();
     for (i, c) in all.iter().enumerate() {
-        if c.args.starts_with("bench ") && !harness {
+        let runs_the_harness = ["bench ", "models check ", "retrain "]
+            .iter()
+            .any(|p| c.args.starts_with(p));
+        if runs_the_harness && !harness {
             continue;
         }
         let dir = scratch.path().join(format!("case{i}"));

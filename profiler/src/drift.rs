@@ -40,7 +40,8 @@ pub struct DriftReport {
     pub kinds: Vec<KindDrift>,
     /// Probes no learned model answers (not compared).
     pub unmodelled: usize,
-    pub probe_dataset: String,
+    /// Where the probe measurements were kept; none: a private directory, removed.
+    pub probe_dataset: Option<String>,
 }
 
 impl DriftReport {
@@ -66,12 +67,13 @@ pub fn target_of(device: &dyn Device, nodes: u32) -> Target {
     }
 }
 
-/// Re-measures the quick probe plan into `probe_dir` and compares it with the cluster's models.
+/// Re-measures the quick probe plan into `probe_dir` (none: a private temporary directory) and
+/// compares it with the cluster's models.
 pub fn check(
     cluster: &Cluster,
     device: &mut dyn Device,
     torch: Option<&TorchBackend>,
-    probe_dir: &Path,
+    probe_dir: Option<&Path>,
     threshold_percent: f64,
     progress: bool,
 ) -> anyhow::Result<DriftReport> {
@@ -92,19 +94,30 @@ pub fn check(
         )));
     }
     let plan = PlanSpec::builtin(true).expand(target_of(device, 1))?;
+    let kept = probe_dir.map(|d| d.display().to_string());
+    let private;
+    let probe_dir = match probe_dir {
+        Some(d) => d.to_path_buf(),
+        None => {
+            private = tempfile::Builder::new()
+                .prefix("stepcast-probe-")
+                .tempdir()?;
+            private.path().join("probe")
+        }
+    };
     collect(
         &plan,
         device,
         torch,
         &CollectOptions {
-            out: probe_dir.to_path_buf(),
+            out: probe_dir.clone(),
             resume: false,
             retry_skipped: false,
             progress,
             launch: None,
         },
     )?;
-    let probe = Dataset::load(probe_dir)?;
+    let probe = Dataset::load(&probe_dir)?;
     let software_changes = models
         .dataset()
         .software
@@ -149,7 +162,7 @@ pub fn check(
         software_changes,
         kinds,
         unmodelled,
-        probe_dataset: probe_dir.display().to_string(),
+        probe_dataset: kept,
     })
 }
 
@@ -175,13 +188,8 @@ pub fn retrain(
     threshold_percent: f64,
     progress: bool,
 ) -> anyhow::Result<RetrainReport> {
-    let probe = out.with_file_name(format!(
-        "{}-probe",
-        out.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    ));
-    let drift = check(cluster, device, torch, &probe, threshold_percent, progress)?;
+    // the probe only decides what to re-collect: a private directory, removed
+    let drift = check(cluster, device, torch, None, threshold_percent, progress)?;
     let drifted = drift.drifted_kinds();
     if drifted.is_empty() {
         return Ok(RetrainReport {
@@ -191,6 +199,19 @@ pub fn retrain(
             models_dir: None,
             previous_models: None,
         });
+    }
+    if out.join(stepcast::dataset::META_FILE).exists() {
+        // only an interrupted retrain's own re-collection is continued: carrying the other
+        // kinds' rows into a finished one again would hold each of them twice
+        let held = Dataset::load(out)?;
+        if let Some(m) = held.rows.iter().find(|m| !drifted.contains(&m.query.op)) {
+            anyhow::bail!(stepcast::Error::Invalid(format!(
+                "{}: already holds a dataset with {} rows, a kind that did not drift now (a \
+                 finished retrain, or another collection): give a new --out",
+                out.display(),
+                m.query.op
+            )));
+        }
     }
     let full = plan.expand(target_of(device, 1))?;
     let subset = Plan {
@@ -243,7 +264,16 @@ pub fn retrain(
             .rows
             .retain(|r| operators.iter().any(|o| o == r.query.op.name()));
     }
+    let started = std::time::Instant::now();
     let outcome = train(&dataset, &TrainOptions::default(), &|| {});
+    if outcome.models.is_empty() {
+        // never swap an empty directory in for models that predict
+        anyhow::bail!(stepcast::Error::Empty(format!(
+            "{}: no operator group had enough rows to train; {} are kept as they are",
+            out.display(),
+            models_dir.display()
+        )));
+    }
     // train into a private staging directory beside the models (created exclusively, never one
     // that already exists), then swap it in
     let parent = models_dir
@@ -254,22 +284,11 @@ pub fn retrain(
         .prefix(".stepcast-retrain-")
         .tempdir_in(parent)?;
     let staging = staging_dir.path().join("models");
+    // the cluster file's network: a node's collection cannot see the fabric between nodes
     let manifest = Manifest {
-        format_version: stepcast::regress::model::MODEL_FORMAT_VERSION,
-        feature_schema_version: stepcast::ops::features::FEATURE_SCHEMA_VERSION,
-        stepcast_version: env!("CARGO_PKG_VERSION").to_string(),
-        created_at: stepcast::fsutil::today_utc(),
-        seed: 0,
-        training_seconds: 0.0,
-        dataset: outcome.models[0].dataset.clone(),
-        gpu: dataset.meta.gpu.clone(),
-        gpus_per_node: dataset.meta.gpus_per_node,
         network: cluster.spec.network.clone().into(),
-        reference_errors: Vec::new(),
-        bundle: None,
         operators,
-        models: Vec::new(),
-        skipped: outcome.skipped.clone(),
+        ..Manifest::of_training(&dataset, &outcome, 0, started.elapsed().as_secs_f64())
     };
     ModelSet::save(&staging, manifest, outcome.models)?;
     // the previous models are kept as <dir>.before-<date>, -2, -3, … on later retrains that day
@@ -329,23 +348,7 @@ mod tests {
         let ds = Dataset::load(&data).unwrap();
         let outcome = train(&ds, &TrainOptions::default(), &|| {});
         let models = dir.join("models");
-        let manifest = Manifest {
-            format_version: stepcast::regress::model::MODEL_FORMAT_VERSION,
-            feature_schema_version: stepcast::ops::features::FEATURE_SCHEMA_VERSION,
-            stepcast_version: "test".into(),
-            created_at: "2026-01-01".into(),
-            seed: 0,
-            training_seconds: 0.0,
-            dataset: outcome.models[0].dataset.clone(),
-            gpu: ds.meta.gpu.clone(),
-            gpus_per_node: Some(4),
-            network: None,
-            reference_errors: Vec::new(),
-            bundle: None,
-            operators: Vec::new(),
-            models: Vec::new(),
-            skipped: Vec::new(),
-        };
+        let manifest = Manifest::of_training(&ds, &outcome, 0, 0.0);
         ModelSet::save(&models, manifest, outcome.models).unwrap();
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hardware-profiles/dgx-h100.yaml");
         let mut cluster = Cluster::load(&root).unwrap();
@@ -388,7 +391,7 @@ mod tests {
             &cluster,
             &mut MockDevice::new(4),
             None,
-            &dir.path().join("probe1"),
+            Some(&dir.path().join("probe1")),
             10.0,
             false,
         )
@@ -402,7 +405,7 @@ mod tests {
             &cluster,
             &mut slower,
             None,
-            &dir.path().join("probe2"),
+            Some(&dir.path().join("probe2")),
             10.0,
             false,
         )
@@ -434,7 +437,7 @@ mod tests {
             &cluster,
             &mut slower,
             None,
-            &dir.path().join("probe3"),
+            Some(&dir.path().join("probe3")),
             10.0,
             false,
         )

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use stepcast::hardware::Cluster;
+use stepcast::ops::OpKind;
 use stepcast::provenance::{digest, Input, Provenance};
 use stepcast_profiler::collect::{collect, CollectOptions};
 use stepcast_profiler::device::{self, mock::MockDevice, null::NullDevice, Device, Launch};
@@ -98,6 +99,9 @@ struct DeviceArgs {
     /// Mock device only: milliseconds each point takes (to exercise interruptions).
     #[arg(long, default_value_t = 0, hide = true)]
     mock_point_ms: u64,
+    /// Mock device only: an operator kind made slower, e.g. gemm=1.3 (to exercise drift).
+    #[arg(long, value_parser = mock_slowdown, hide = true)]
+    mock_slowdown: Vec<(OpKind, f64)>,
 }
 
 /// What `--device` opened: the timing device, the PyTorch backend for the kernels only PyTorch
@@ -110,6 +114,17 @@ struct Opened {
 
 impl DeviceArgs {
     fn open(&self) -> anyhow::Result<Opened> {
+        if let Some(gpus) = &self.gpus {
+            let mut sorted = gpus.clone();
+            sorted.sort_unstable();
+            if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                // two ranks on one GPU: NCCL refuses the communicator, a timing would be halved
+                anyhow::bail!(stepcast::Error::Invalid(format!(
+                    "--gpus lists GPU {} twice: give each GPU once",
+                    w[0]
+                )));
+            }
+        }
         let launch =
             Launch::from_env(self.rendezvous.as_deref()).map_err(stepcast::Error::Invalid)?;
         let torch = |gemms| TorchBackend {
@@ -141,6 +156,7 @@ impl DeviceArgs {
                 let n = self.gpus.as_ref().map_or(8, |g| g.len() as u32);
                 let mut mock = MockDevice::new(n);
                 mock.point_delay = std::time::Duration::from_millis(self.mock_point_ms.min(10_000));
+                mock.slowdown = self.mock_slowdown.clone();
                 Opened {
                     device: Box::new(mock),
                     torch: None,
@@ -193,9 +209,9 @@ enum Command {
         #[command(flatten)]
         device: DeviceArgs,
         /// Drift (median measured / predicted off by more than this many percent) that counts.
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(long, default_value_t = 10.0, value_parser = drift_threshold)]
         threshold: f64,
-        /// Where the probe measurements go (default: a new temporary directory).
+        /// Where the probe measurements go (default: a private temporary directory, removed).
         #[arg(long)]
         out: Option<PathBuf>,
         #[arg(long)]
@@ -216,9 +232,36 @@ enum Command {
         /// New dataset directory.
         #[arg(long)]
         out: PathBuf,
-        #[arg(long, default_value_t = 10.0)]
+        /// Drift (median measured / predicted off by more than this many percent) that
+        /// re-collects a kind.
+        #[arg(long, default_value_t = 10.0, value_parser = drift_threshold)]
         threshold: f64,
     },
+}
+
+/// `--threshold`: a percentage the median measured / predicted may be off by, above 0 (a
+/// threshold of 0 would drift on the timer's noise) and at most 1000.
+fn drift_threshold(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1000.0 => Ok(v),
+        _ => Err(format!(
+            "{s}: give a percentage above 0 and at most 1000, e.g. 10"
+        )),
+    }
+}
+
+/// `--mock-slowdown KIND=FACTOR`: the mock's times of one operator kind times 0.01 to 100.
+fn mock_slowdown(s: &str) -> Result<(OpKind, f64), String> {
+    let (kind, factor) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s}: give KIND=FACTOR, e.g. gemm=1.3"))?;
+    let kind: OpKind = kind.parse()?;
+    match factor.parse::<f64>() {
+        Ok(f) if (0.01..=100.0).contains(&f) => Ok((kind, f)),
+        _ => Err(format!(
+            "{s}: give a factor from 0.01 to 100, e.g. gemm=1.3"
+        )),
+    }
 }
 
 fn main() {
@@ -387,22 +430,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 torch,
                 ..
             } = device.open()?;
-            // the probe goes into a private directory unless the user names one
-            let private;
-            let probe = match out {
-                Some(o) => o,
-                None => {
-                    private = tempfile::Builder::new()
-                        .prefix("stepcast-probe-")
-                        .tempdir()?;
-                    private.path().join("probe")
-                }
-            };
             let report = check(
                 &cluster,
                 dev.as_mut(),
                 torch.as_ref(),
-                &probe,
+                out.as_deref(),
                 threshold,
                 !device.quiet,
             )?;
@@ -487,10 +519,10 @@ fn stamped(value: &impl serde::Serialize, inputs: Vec<Input>) -> anyhow::Result<
 }
 
 fn print_drift(r: &DriftReport) {
-    println!(
-        "models {} — probe measurements in {}",
-        r.models, r.probe_dataset
-    );
+    match &r.probe_dataset {
+        Some(probe) => println!("models {} — probe measurements in {probe}", r.models),
+        None => println!("models {} — probe measurements not kept", r.models),
+    }
     if r.software_changes.is_empty() {
         println!("software: same as the models' (where both are known)");
     }

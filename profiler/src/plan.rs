@@ -133,6 +133,31 @@ pub struct Target {
     pub fp8: bool,
 }
 
+/// Most GPUs a node, and nodes a launch, the harness plans for: the cluster file's bound on a
+/// node's GPUs; a launch times collectives at every node count from 2 up.
+const MAX_TARGET_GPUS_PER_NODE: u32 = 1024;
+const MAX_TARGET_NODES: u32 = 1024;
+
+impl Target {
+    /// Refuses a node without GPUs and sizes no node or launch has, before they expand into a
+    /// plan of that size.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=MAX_TARGET_GPUS_PER_NODE).contains(&self.gpus_per_node) {
+            return Err(format!(
+                "{} GPUs per node: give 1 to {MAX_TARGET_GPUS_PER_NODE} (--gpus)",
+                self.gpus_per_node
+            ));
+        }
+        if !(1..=MAX_TARGET_NODES).contains(&self.nodes) {
+            return Err(format!(
+                "{} nodes: give 1 to {MAX_TARGET_NODES} (--nodes, or the launch's task count)",
+                self.nodes
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Most values a span may expand to, and most configurations a grid may sample.
 const MAX_SPAN_VALUES: u64 = 10_000;
 const MAX_GRID_CONFIGS: usize = 10_000;
@@ -268,6 +293,7 @@ impl PlanSpec {
     }
 
     pub fn expand(&self, target: Target) -> stepcast::Result<Plan> {
+        target.validate().map_err(stepcast::Error::Invalid)?;
         let cluster = planning_cluster(target);
         let mut points = Vec::new();
         let mut seen = HashSet::new();

@@ -60,21 +60,20 @@ fn plan_as_json_lists_every_point_with_its_provenance() {
     assert_eq!(doc["provenance"]["inputs"][0]["name"], "<built-in quick>");
 }
 
+/// `collect`'s arguments for the quick plan on a 4-GPU mock into `out`.
+fn collect_quick_on_four_mock_gpus(out: &Path) -> Vec<&str> {
+    let mut args: Vec<&str> = "collect --device mock --gpus 0,1,2,3 --quick --quiet --out"
+        .split(' ')
+        .collect();
+    args.push(s(out));
+    args
+}
+
 #[test]
 fn mock_collection_resumes_and_trains() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("ds");
-    let args = [
-        "collect",
-        "--device",
-        "mock",
-        "--gpus",
-        "0,1,2,3",
-        "--quick",
-        "--quiet",
-        "--out",
-        s(&out),
-    ];
+    let args = collect_quick_on_four_mock_gpus(&out);
     let o = bench(&args);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("test double"));
@@ -210,4 +209,168 @@ fn nodes_of_a_launch_agree_on_the_collectives() {
     let leader = launch("0", &second, true).output().unwrap();
     assert!(leader.status.success(), "{}", text(&leader));
     assert_eq!(measured(&follower.wait_with_output().unwrap()), 0);
+}
+
+/// Collects the quick plan on a 4-GPU mock into `dir/data`, trains models of it into
+/// `dir/models` (as `stepcast train` would) and writes `dir/cluster.yaml` naming them: the DGX
+/// H100 file with the mock's models, collectives included, and nothing transferred.
+fn mock_models(dir: &Path) -> std::path::PathBuf {
+    use stepcast::dataset::Dataset;
+    use stepcast::regress::train::{train, TrainOptions};
+    use stepcast::regress::{Manifest, ModelSet};
+    let data = dir.join("data");
+    let o = bench(&collect_quick_on_four_mock_gpus(&data));
+    assert!(o.status.success(), "{}", text(&o));
+    let dataset = Dataset::load(&data).unwrap();
+    let outcome = train(&dataset, &TrainOptions::default(), &|| {});
+    let manifest = Manifest::of_training(&dataset, &outcome, 0, 0.0);
+    ModelSet::save(&dir.join("models"), manifest, outcome.models).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let h100 = std::fs::read_to_string(repo.join("hardware-profiles/dgx-h100.yaml")).unwrap();
+    let (head, rest) = h100.split_once("\nmodels:\n").unwrap();
+    let tail = &rest[rest.find("\nreliability:").unwrap()..];
+    let cluster = dir.join("cluster.yaml");
+    let models = format!("\nmodels:\n  dir: models\n  collectives: true{tail}");
+    std::fs::write(&cluster, format!("{head}{models}")).unwrap();
+    cluster
+}
+
+/// The operator rows `check` prints that say DRIFTED.
+fn drifted(t: &str) -> Vec<&str> {
+    t.lines()
+        .filter(|l| l.contains("DRIFTED"))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect()
+}
+
+/// `check` against models trained on the same mock: nothing drifted (exit 0); on a mock whose
+/// GEMMs run 30 % slower ("after a driver update"): the GEMM rows drift (exit 3), in the table
+/// and in the JSON, whose provenance names the cluster file.
+#[test]
+fn check_compares_this_node_with_the_models() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = mock_models(tmp.path());
+    let check = [
+        "check",
+        "--cluster",
+        s(&cluster),
+        "--device",
+        "mock",
+        "--gpus",
+        "0,1,2,3",
+    ];
+    let o = bench(&[&check[..], &["--quiet"]].concat());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("software: same as the models'"), "{t}");
+    assert!(t.contains("measured/model") && t.contains("\ngemm "), "{t}");
+    assert!(drifted(&t).is_empty(), "{t}");
+    let slower = [&check[..], &["--quiet", "--mock-slowdown", "gemm=1.3"]].concat();
+    let o = bench(&slower);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{t}");
+    let rows = drifted(&t);
+    assert!(!rows.is_empty() && rows.iter().all(|r| *r == "gemm"), "{t}");
+    assert!(t.contains("DRIFTED (> 10 %)"), "{t}");
+    // a threshold above the slowdown lets it pass
+    let o = bench(&[&slower[..], &["--threshold", "40"]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = bench(&[&slower[..], &["--json"]].concat());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["provenance"]["inputs"][0]["name"], s(&cluster));
+    assert!(doc["probe_dataset"].is_null());
+    let kinds = doc["kinds"].as_array().unwrap();
+    for k in kinds {
+        let gemm = k["op"] == "gemm";
+        assert_eq!(k["drifted"], gemm, "{k}");
+        let ratio = k["median_ratio"].as_f64().unwrap();
+        let expected = if gemm { 1.3 } else { 1.0 };
+        assert!((ratio - expected).abs() < 0.1, "{k}");
+    }
+    // the probe goes where --out says, as a dataset
+    let probe = tmp.path().join("probe");
+    let o = bench(&[&check[..], &["--quiet", "--out", s(&probe)]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains(s(&probe)), "{}", text(&o));
+    assert!(probe.join("gemm.csv").is_file());
+}
+
+/// `retrain` on a node whose GEMMs drifted re-collects the GEMMs only, carries the other rows
+/// over from the previous dataset, swaps the new models in and keeps the old ones beside them;
+/// checked again, the models match the node; a node that did not drift keeps its models.
+#[test]
+fn retrain_recollects_what_drifted_and_swaps_the_models() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = mock_models(tmp.path());
+    let device = ["--device", "mock", "--gpus", "0,1,2,3", "--quiet"];
+    let slower = [&device[..], &["--mock-slowdown", "gemm=1.3"]].concat();
+    let (old, new) = (tmp.path().join("data"), tmp.path().join("new"));
+    let retrain = [
+        &["retrain", "--cluster", s(&cluster), "--quick"][..],
+        &["--previous", s(&old), "--out", s(&new)],
+    ]
+    .concat();
+    let o = bench(&[&retrain[..], &device[..]].concat());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(
+        t.contains("nothing drifted past 10 %: the models are kept"),
+        "{t}"
+    );
+    assert!(!new.exists());
+    let o = bench(&[&retrain[..], &slower[..]].concat());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("re-collected gemm into"), "{t}");
+    let carried: usize = t
+        .split("re-collected gemm into")
+        .nth(1)
+        .and_then(|r| r.split('(').nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no carried count: {t}"));
+    let previous_rows = |kind: &str, dir: &Path| {
+        std::fs::read_to_string(dir.join(format!("{kind}.csv")))
+            .map_or(0, |t| t.lines().count() - 1)
+    };
+    let not_gemm: usize = std::fs::read_dir(&old)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let kind = name.strip_suffix(".csv")?.to_string();
+            (kind != "gemm").then(|| previous_rows(&kind, &old))
+        })
+        .sum();
+    assert_eq!(carried, not_gemm, "{t}");
+    assert!(previous_rows("gemm", &new) > 0);
+    // the old models kept beside the new ones, named by today's date
+    let kept: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("models.before-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(t.contains(&kept[0]), "{t}");
+    let manifest = std::fs::read_to_string(tmp.path().join("models/manifest.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    let meta = std::fs::read_to_string(new.join("meta.yaml")).unwrap();
+    let name = manifest["dataset"]["name"].as_str().unwrap();
+    assert!(meta.contains(&format!("name: {name}")), "{name}: {meta}");
+    assert!(manifest["training_seconds"].as_f64().unwrap() > 0.0);
+    // the slower node now matches its models
+    let check = ["check", "--cluster", s(&cluster)];
+    let o = bench(&[&check[..], &slower[..]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // a finished retrain's dataset is not continued (its carried rows would be held twice)
+    let before = std::fs::read_to_string(new.join("layernorm.csv")).unwrap();
+    let slowest = [&device[..], &["--mock-slowdown", "gemm=1.9"]].concat();
+    let o = bench(&[&retrain[..], &slowest[..]].concat());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("give a new --out"), "{t}");
+    assert_eq!(
+        std::fs::read_to_string(new.join("layernorm.csv")).unwrap(),
+        before
+    );
 }

@@ -108,21 +108,13 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let manifest = Manifest {
-        format_version: stepcast::regress::model::MODEL_FORMAT_VERSION,
-        feature_schema_version: stepcast::ops::features::FEATURE_SCHEMA_VERSION,
-        stepcast_version: env!("CARGO_PKG_VERSION").to_string(),
-        created_at: stepcast::fsutil::today_utc(),
-        seed: args.seed,
-        training_seconds: started.elapsed().as_secs_f64(),
-        dataset: outcome.models[0].dataset.clone(),
-        gpu: dataset.meta.gpu.clone(),
-        gpus_per_node: dataset.meta.gpus_per_node,
-        network: dataset.meta.network.clone(),
-        reference_errors: dataset.meta.reference_errors.clone(),
-        bundle: None,
         operators,
-        models: Vec::new(),
-        skipped: outcome.skipped.clone(),
+        ..Manifest::of_training(
+            &dataset,
+            &outcome,
+            args.seed,
+            started.elapsed().as_secs_f64(),
+        )
     };
     let manifest = ModelSet::save(&args.out, manifest, outcome.models)
         .with_context(|| format!("writing models to {}", args.out.display()))?;

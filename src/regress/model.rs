@@ -14,7 +14,7 @@ use super::cart::Binned;
 use super::flat::FlatForest;
 use super::forest::{fit_forest, ForestParams};
 use crate::analytic::roofline::work_scale_us;
-use crate::dataset::{Provenance, SoftwareStamp};
+use crate::dataset::{Dataset, Provenance, SoftwareStamp};
 use crate::error::{Error, Result};
 use crate::hardware::GpuSpec;
 use crate::ops::features::{features, COLLECTIVE_LOG2_BYTES, FEATURE_SCHEMA_VERSION};
@@ -180,6 +180,19 @@ pub struct DatasetRef {
     pub source: Provenance,
     /// The software it was measured under.
     pub software: SoftwareStamp,
+}
+
+impl DatasetRef {
+    /// What a model trained from `dataset` records of it.
+    pub fn of(dataset: &Dataset) -> DatasetRef {
+        DatasetRef {
+            name: dataset.meta.name.clone(),
+            fingerprint: dataset.fingerprint.clone(),
+            collected_at: dataset.meta.collected_at.clone(),
+            source: dataset.meta.source.clone(),
+            software: dataset.meta.software.clone(),
+        }
+    }
 }
 
 /// A trained model with everything needed to trust its answers.

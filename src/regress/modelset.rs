@@ -9,10 +9,12 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::bundle::{self, Reader, BUNDLE_FILE};
-use super::model::{DatasetRef, ModelKey, TrainedModel, Validation};
-use crate::dataset::ReferenceError;
+use super::model::{DatasetRef, ModelKey, TrainedModel, Validation, MODEL_FORMAT_VERSION};
+use super::train::Outcome;
+use crate::dataset::{Dataset, ReferenceError};
 use crate::error::{Error, Result};
 use crate::hardware::{Calibrations, GpuSpec, NetworkSpec};
+use crate::ops::features::FEATURE_SCHEMA_VERSION;
 use crate::ops::{OpQuery, Role};
 
 /// The human-readable summary of a models directory.
@@ -91,6 +93,36 @@ pub struct Manifest {
     /// Groups not trained, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<(ModelKey, String)>,
+}
+
+impl Manifest {
+    /// The manifest of the models `outcome` trained from `dataset` with `seed`, today, by this
+    /// stepcast: the dataset's GPU, node, network and published errors; every kind trained
+    /// (`operators` empty); `ModelSet::save` lists the models and the file holding them.
+    pub fn of_training(
+        dataset: &Dataset,
+        outcome: &Outcome,
+        seed: u64,
+        training_seconds: f64,
+    ) -> Manifest {
+        Manifest {
+            format_version: MODEL_FORMAT_VERSION,
+            feature_schema_version: FEATURE_SCHEMA_VERSION,
+            stepcast_version: env!("CARGO_PKG_VERSION").to_string(),
+            created_at: crate::fsutil::today_utc(),
+            seed,
+            training_seconds,
+            dataset: DatasetRef::of(dataset),
+            gpu: dataset.meta.gpu.clone(),
+            gpus_per_node: dataset.meta.gpus_per_node,
+            network: dataset.meta.network.clone(),
+            reference_errors: dataset.meta.reference_errors.clone(),
+            bundle: None,
+            operators: Vec::new(),
+            models: Vec::new(),
+            skipped: outcome.skipped.clone(),
+        }
+    }
 }
 
 /// How a query was matched to a model.

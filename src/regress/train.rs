@@ -392,13 +392,7 @@ pub fn train(dataset: &Dataset, options: &TrainOptions, tick: &(dyn Fn() + Sync)
     fit_budget(&mut best, &per_group, &keep, options.node_budget);
 
     let gpu = &dataset.meta.gpu;
-    let dataset_ref = DatasetRef {
-        name: dataset.meta.name.clone(),
-        fingerprint: dataset.fingerprint.clone(),
-        collected_at: dataset.meta.collected_at.clone(),
-        source: dataset.meta.source.clone(),
-        software: dataset.meta.software.clone(),
-    };
+    let dataset_ref = DatasetRef::of(dataset);
     let models: Vec<TrainedModel> = (0..usable.len())
         .into_par_iter()
         .filter(|&gi| {

@@ -152,7 +152,10 @@ pub fn open(gpus: Option<Vec<usize>>, launch: Option<Launch>) -> anyhow::Result<
     }
     let list = gpus.unwrap_or_else(|| (0..count).collect());
     if let Some(bad) = list.iter().find(|&&g| g >= count) {
-        anyhow::bail!("--gpus lists GPU {bad} but the node has {count}");
+        anyhow::bail!(stepcast::Error::Invalid(format!(
+            "--gpus lists GPU {bad} but the node has {count} (0 to {}): give GPUs it has",
+            count - 1
+        )));
     }
     let mut ctxs = Vec::new();
     let mut streams = Vec::new();
