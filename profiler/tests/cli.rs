@@ -374,3 +374,112 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
         before
     );
 }
+
+/// A STAND-IN for the node's Python with PyTorch (a test double, POSIX sh): it describes an H100
+/// to the GPU probe, then reads the backend's request and answers its points in order — the
+/// first skipped for memory, each other with ten made-up samples (n.0 … n.9 for the n-th point)
+/// on cuDNN, every second attention point on FlashAttention-2 — until it "crashes" on the last.
+#[cfg(unix)]
+const STAND_IN_PYTHON: &str = r#"#!/bin/sh
+if [ "$1" = "-c" ]; then
+    echo '["NVIDIA H100 80GB HBM3", 85520809984, 132, 52428800, 8]'
+    exit 0
+fi
+echo '{"versions": {"torch": "2.11.0+stand-in", "cuda": "13.0", "cudnn": "91002"}}'
+points=$(tr '{' '\n' | grep '"id":')
+last=$(printf '%s\n' "$points" | wc -l)
+printf '%s\n' "$points" | {
+    n=0
+    while read -r p; do
+        n=$((n + 1))
+        id=$(echo "$p" | sed 's/.*"id":\([0-9]*\).*/\1/')
+        op=$(echo "$p" | sed 's/.*"op":"\([a-z_0-9]*\)".*/\1/')
+        if [ "$n" -eq 1 ]; then
+            echo "{\"id\": $id, \"skip\": \"out of memory\"}"
+        elif [ "$n" -eq "$last" ]; then
+            echo 'RuntimeError: CUDA error: an illegal memory access was encountered' >&2
+            exit 1
+        else
+            backend=cudnn
+            [ "$op" = flash_attention ] && [ $((n % 2)) -eq 0 ] && backend=flash_attention
+            echo "{\"id\": $id, \"samples_us\": [$n.9, $n.1, $n.8, $n.2, $n.7, $n.3, $n.6, $n.4, $n.5, $n.0], \"backend\": \"$backend\", \"telemetry\": \"sm 1980 MHz\"}"
+        fi
+    done
+}
+"#;
+
+/// `--device torch`: the GPU as the node's PyTorch describes it, every kernel (GEMMs included)
+/// through the PyTorch backend, collectives skipped without the CUDA build; each answer a row
+/// summarised by the sorted median, its backend and telemetry in the note, FlashAttention-2's
+/// rows under their role; a skip and a crash of the backend kept as skipped rows with the
+/// reason; the backend's versions in the dataset's software stamp.
+#[cfg(unix)]
+#[test]
+fn a_torch_collection_keeps_what_the_backend_answered() {
+    use std::os::unix::fs::PermissionsExt;
+    use stepcast::dataset::{Dataset, Status};
+    use stepcast::ops::{OpKind, Role};
+    let tmp = tempfile::tempdir().unwrap();
+    let python = tmp.path().join("python");
+    std::fs::write(&python, STAND_IN_PYTHON).unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = tmp.path().join("ds");
+    let o = bench(&[
+        "collect",
+        "--device",
+        "torch",
+        "--python",
+        s(&python),
+        "--quick",
+        "--quiet",
+        "--out",
+        s(&out),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("on 8 × NVIDIA H100 80GB HBM3"), "{t}");
+    assert!(t.contains("skipped 1 × out of memory"), "{t}");
+    let crash = "PyTorch backend stopped (exit status: 1): RuntimeError: CUDA error: an illegal";
+    assert!(t.contains(&format!("skipped 1 × {crash}")), "{t}");
+    let ds = Dataset::load(&out).unwrap();
+    let sw = &ds.meta.software;
+    assert_eq!(sw.torch.as_deref(), Some("2.11.0+stand-in"));
+    assert_eq!(
+        (sw.cuda.as_deref(), sw.cudnn.as_deref()),
+        (Some("13.0"), Some("91002"))
+    );
+    assert!(sw.attention_backend.as_deref().unwrap().contains("auto"));
+    let (mut gemms, mut fa2, mut skipped) = (0, 0, Vec::new());
+    for m in &ds.rows {
+        if m.query.op.is_collective() {
+            assert!(m.note.contains("--features cuda"), "{}", m.note);
+            continue;
+        }
+        if m.status != Status::Ok {
+            skipped.push(m.note.clone());
+            continue;
+        }
+        assert_eq!(m.samples_us.len(), 10, "{}", m.query);
+        assert_eq!(
+            Some(m.time_us),
+            stepcast::stats::sorted_median(&m.samples_us, 5)
+        );
+        assert!(m.note.ends_with("; sm 1980 MHz"), "{}", m.note);
+        let on_fa2 = m.note.starts_with("flash_attention;");
+        assert_eq!(
+            m.query.role == Some(Role::FlashAttention2),
+            on_fa2,
+            "{}",
+            m.query
+        );
+        fa2 += usize::from(on_fa2);
+        gemms += usize::from(m.query.op == OpKind::Gemm);
+    }
+    assert!(
+        gemms > 0 && fa2 > 0,
+        "{gemms} GEMMs, {fa2} FlashAttention-2 rows"
+    );
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(skipped.iter().any(|n| n == "out of memory"), "{skipped:?}");
+    assert!(skipped.iter().any(|n| n.starts_with(crash)), "{skipped:?}");
+}
