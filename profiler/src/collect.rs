@@ -61,6 +61,20 @@ fn row(
     throttled: bool,
     note: String,
 ) -> Measurement {
+    // a sample the dataset reader would refuse (a kernel under the timer's resolution timed
+    // as 0, a failed timer) skips the point instead of making the whole dataset unreadable
+    let readable = stepcast::limits::MIN_TIME_US..=stepcast::limits::MAX_TIME_US;
+    if let Some(bad) = samples_us.iter().find(|t| !readable.contains(t)) {
+        return skipped_row(
+            p,
+            &format!(
+                "a sample of {bad} µs, outside the {} to {} µs a time may be (below the \
+                 timer's resolution, or a failed timer)",
+                readable.start(),
+                readable.end()
+            ),
+        );
+    }
     let summary = stepcast::stats::sorted_median(&samples_us, keep as usize);
     match summary {
         Some(time_us) if time_us > 0.0 => Measurement {

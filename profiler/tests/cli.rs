@@ -377,8 +377,9 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
 
 /// A STAND-IN for the node's Python with PyTorch (a test double, POSIX sh): it describes an H100
 /// to the GPU probe, then reads the backend's request and answers its points in order — the
-/// first skipped for memory, each other with ten made-up samples (n.0 … n.9 for the n-th point)
-/// on cuDNN, every second attention point on FlashAttention-2 — until it "crashes" on the last.
+/// first skipped for memory, the second with a sample of 0 µs (under the timer's resolution),
+/// each other with ten made-up samples (n.0 … n.9 for the n-th point) on cuDNN, every second
+/// attention point on FlashAttention-2 — until it "crashes" on the last.
 #[cfg(unix)]
 const STAND_IN_PYTHON: &str = r#"#!/bin/sh
 if [ "$1" = "-c" ]; then
@@ -396,6 +397,8 @@ printf '%s\n' "$points" | {
         op=$(echo "$p" | sed 's/.*"op":"\([a-z_0-9]*\)".*/\1/')
         if [ "$n" -eq 1 ]; then
             echo "{\"id\": $id, \"skip\": \"out of memory\"}"
+        elif [ "$n" -eq 2 ]; then
+            echo "{\"id\": $id, \"samples_us\": [0.8, 0.0, 0.9], \"backend\": \"cudnn\"}"
         elif [ "$n" -eq "$last" ]; then
             echo 'RuntimeError: CUDA error: an illegal memory access was encountered' >&2
             exit 1
@@ -412,7 +415,8 @@ printf '%s\n' "$points" | {
 /// through the PyTorch backend, collectives skipped without the CUDA build; each answer a row
 /// summarised by the sorted median, its backend and telemetry in the note, FlashAttention-2's
 /// rows under their role; a skip and a crash of the backend kept as skipped rows with the
-/// reason; the backend's versions in the dataset's software stamp.
+/// reason, and a point with a sample the dataset could not hold; the backend's versions in the
+/// dataset's software stamp.
 #[cfg(unix)]
 #[test]
 fn a_torch_collection_keeps_what_the_backend_answered() {
@@ -479,7 +483,13 @@ fn a_torch_collection_keeps_what_the_backend_answered() {
         gemms > 0 && fa2 > 0,
         "{gemms} GEMMs, {fa2} FlashAttention-2 rows"
     );
-    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
+    assert!(
+        skipped
+            .iter()
+            .any(|n| n.starts_with("a sample of 0 µs, outside")),
+        "{skipped:?}"
+    );
     assert!(skipped.iter().any(|n| n == "out of memory"), "{skipped:?}");
     assert!(skipped.iter().any(|n| n.starts_with(crash)), "{skipped:?}");
 }
