@@ -14,7 +14,8 @@
 #   STEPCAST_AUTO_RETRAIN  1: on drift, run `stepcast retrain` into STEPCAST_DATASETS
 #   STEPCAST_DATASETS      parent directory of new datasets (default: datasets/<gpu>/ under the
 #                          current directory)
-#   STEPCAST_PREVIOUS      dataset the current models came from (rows of undrifted kinds are kept)
+#   STEPCAST_PREVIOUS      dataset the current models came from (rows of undrifted kinds are kept;
+#                          without it every kind is re-collected)
 #   STEPCAST               the stepcast executable (default: stepcast on PATH)
 #   STEPCAST_EXTRA_ARGS    extra arguments for check and retrain (e.g. "--gpus 0,1,2,3")
 #   NVIDIA_SMI             the nvidia-smi executable (default: nvidia-smi on PATH)

@@ -200,11 +200,22 @@ pub fn retrain(
             previous_models: None,
         });
     }
+    // read before the collection, which takes long, so a wrong path fails first
+    let old = previous.map(Dataset::load).transpose()?;
+    let full = plan.expand(target_of(device, 1))?;
+    // without the dataset the models came from the other kinds cannot be carried over: they are
+    // re-collected too, or the new models would have none of them
+    let mut recollect = drifted.clone();
+    if old.is_none() {
+        recollect.extend(full.points.iter().map(|p| p.query.op));
+        recollect.sort();
+        recollect.dedup();
+    }
     if out.join(stepcast::dataset::META_FILE).exists() {
         // only an interrupted retrain's own re-collection is continued: carrying the other
         // kinds' rows into a finished one again would hold each of them twice
         let held = Dataset::load(out)?;
-        if let Some(m) = held.rows.iter().find(|m| !drifted.contains(&m.query.op)) {
+        if let Some(m) = held.rows.iter().find(|m| !recollect.contains(&m.query.op)) {
             anyhow::bail!(stepcast::Error::Invalid(format!(
                 "{}: already holds a dataset with {} rows, a kind that did not drift now (a \
                  finished retrain, or another collection): give a new --out",
@@ -213,13 +224,12 @@ pub fn retrain(
             )));
         }
     }
-    let full = plan.expand(target_of(device, 1))?;
     let subset = Plan {
         spec: full.spec.clone(),
         points: full
             .points
             .into_iter()
-            .filter(|p| drifted.contains(&p.query.op))
+            .filter(|p| recollect.contains(&p.query.op))
             .collect(),
     };
     collect(
@@ -235,13 +245,12 @@ pub fn retrain(
         },
     )?;
     let mut carried = 0;
-    if let Some(prev) = previous {
-        let old = Dataset::load(prev)?;
+    if let Some(old) = old {
         let mut writer = MeasurementWriter::new(out)?;
         for m in old
             .rows
             .iter()
-            .filter(|m| m.is_ok() && !drifted.contains(&m.query.op))
+            .filter(|m| m.is_ok() && !recollect.contains(&m.query.op))
         {
             writer.append(m)?;
             carried += 1;
@@ -310,7 +319,7 @@ pub fn retrain(
     std::fs::rename(&staging, &models_dir)?;
     Ok(RetrainReport {
         drift,
-        recollected: drifted,
+        recollected: recollect,
         carried_rows: carried,
         models_dir: Some(models_dir),
         previous_models: Some(kept),

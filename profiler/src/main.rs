@@ -481,6 +481,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             )
             .context("retraining")?;
             print_drift(&r.drift);
+            if previous.is_none() && !r.recollected.is_empty() {
+                println!(
+                    "no --previous dataset to carry the kinds that did not drift from: every \
+                     kind is re-collected"
+                );
+            }
             if r.recollected.is_empty() {
                 println!("nothing drifted past {threshold} %: the models are kept");
             } else {

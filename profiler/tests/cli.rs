@@ -375,6 +375,48 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
     );
 }
 
+/// Without the dataset the models came from, `retrain` re-collects every kind of the plan: the
+/// new models answer the kinds that did not drift as well (before, they had GEMM models only).
+#[test]
+fn retrain_without_the_previous_dataset_recollects_every_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = mock_models(tmp.path());
+    let kinds = |dir: &Path| {
+        let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+        let manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+        let mut kinds: Vec<String> = manifest["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["key"]["op"].as_str().unwrap().to_string())
+            .collect();
+        kinds.dedup();
+        kinds
+    };
+    let before = kinds(&tmp.path().join("models"));
+    assert!(before.len() > 5, "{before:?}");
+    let o = bench(&[
+        "retrain",
+        "--cluster",
+        s(&cluster),
+        "--quick",
+        "--out",
+        s(&tmp.path().join("new")),
+        "--device",
+        "mock",
+        "--gpus",
+        "0,1,2,3",
+        "--quiet",
+        "--mock-slowdown",
+        "gemm=1.3",
+    ]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("every kind is re-collected"), "{t}");
+    assert!(t.contains("(0 rows carried over)"), "{t}");
+    assert_eq!(kinds(&tmp.path().join("models")), before);
+}
+
 /// A STAND-IN for the node's Python with PyTorch (a test double, POSIX sh): it describes an H100
 /// to the GPU probe, then reads the backend's request and answers its points in order — the
 /// first skipped for memory, the second with a sample of 0 µs (under the timer's resolution),
