@@ -3284,3 +3284,49 @@ fn predict_sizes_a_training_run_by_steps_or_tokens() {
     // a shorter run reads in hours
     assert!(run(&["--steps", "5000"]).contains(" h of training"));
 }
+
+/// `datasets show` prints the dataset's name, GPU, source and fingerprint, and per operator,
+/// phase and type the rows measured and the points skipped.
+#[test]
+fn datasets_show_counts_rows_and_skipped_points_per_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    write_dataset(&ds);
+    std::fs::write(
+        ds.join("rmsnorm.csv"),
+        "op,dtype,phase,batch,seq,width,time_us,status,note\n\
+         rmsnorm,fp16,fwd,1,512,1024,5.0,ok,\n\
+         rmsnorm,fp16,fwd,2,512,1024,6.0,ok,\n\
+         rmsnorm,fp16,fwd,4,512,1024,,skipped,out of memory\n\
+         rmsnorm,fp16,bwd,1,512,1024,7.5,ok,\n",
+    )
+    .unwrap();
+    let out = stepcast(&["datasets", "show", s(&ds)]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    let json = json_of(&stepcast(&["datasets", "show", s(&ds), "--json"]));
+    let fingerprint = json["provenance"]["inputs"][0]["digest"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("fingerprint: {fingerprint}")),
+        "{text}"
+    );
+    assert!(
+        text.lines().next().unwrap().contains(" — collected "),
+        "{text}"
+    );
+    assert!(text.contains("source: "), "{text}");
+    let row = |op: &str, phase: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| {
+                l.split(|c: char| "│┆|".contains(c) || c.is_whitespace())
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .find(|w| w.len() == 5 && w[0] == op && w[1] == phase)
+            .unwrap_or_else(|| panic!("no {op} {phase} row: {text}"))
+    };
+    assert_eq!(row("rmsnorm", "fwd")[2..], ["fp16", "2", "1"]);
+    assert_eq!(row("rmsnorm", "bwd")[2..], ["fp16", "1", "0"]);
+    assert_eq!(row("all_reduce", "none")[2..], ["fp16", "90", "0"]);
+}
