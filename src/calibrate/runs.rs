@@ -223,9 +223,11 @@ impl Row {
         let dtype: Option<Dtype> = optional("dtype", &self.dtype)?;
         let recompute: Option<Recompute> = optional("recompute", &self.recompute)?;
         let schedule: Option<Schedule> = optional("schedule", &self.schedule)?;
-        if !(self.measured_step_s.is_finite() && self.measured_step_s > 0.0) {
+        // 100 µs to a day: a step is never shorter than a few kernels nor longer than a day
+        if !(1e-4..=86_400.0).contains(&self.measured_step_s) {
             return Err(format!(
-                "measured_step_s = {} is not a time: give the measured step in seconds",
+                "measured_step_s = {} is not a step's time: give the measured step in seconds \
+                 (0.0001 to 86400)",
                 self.measured_step_s
             ));
         }
@@ -526,6 +528,45 @@ mod tests {
         write(&format!("{header}{rows}"))
     }
 
+    /// A value out of its range names its column and the line, and says what to give (the
+    /// step's time: `files_are_found_beside_the_csv_and_a_step_takes_time`); a run
+    /// marked not expressible without a reason says so.
+    #[test]
+    fn values_out_of_range_are_refused_with_their_column() {
+        let row = |overlap: &str, expressible: &str| {
+            format!(
+                "{HEADER}s,f,a,dgx-h100,llama2-7b,1,1,8,1,8,4096,bf16,none,1,1f1b,1,false,\
+                 {overlap},1.0,{expressible},\n"
+            )
+        };
+        for (text, needle) in [
+            (
+                row("2", "true"),
+                "tp_comm_overlap = 2: give 0 (off) or 1 (on)",
+            ),
+            (
+                row("0", "maybe"),
+                "expressible = \"maybe\": give true or false",
+            ),
+        ] {
+            let (_d, path) = write(&text);
+            let e = load(&path).unwrap_err().to_string();
+            assert!(e.contains("line 2") && e.contains(needle), "{e}");
+        }
+        let (_d, path) = with_column("pipeline_split", &["stage"]);
+        let e = load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("pipeline_split = \"stage\": give embedding"),
+            "{e}"
+        );
+        let (_d, path) = write(&row("0", "false"));
+        let runs = load(&path).unwrap();
+        assert_eq!(
+            runs[0].not_expressible.as_deref(),
+            Some("marked not expressible")
+        );
+    }
+
     #[test]
     fn the_elementwise_column_is_optional_and_checked() {
         use crate::workload::Elementwise;
@@ -797,10 +838,10 @@ mod tests {
             };
             assert_eq!((&run.model, &run.cluster), (&want_model, &want_cluster));
         }
-        for step in ["0", "-1", "inf"] {
+        for step in ["0", "-1", "inf", "NaN", "1e300", "0.00001"] {
             let (_d, path) = write(&row("dgx-h100", "llama2-7b", step));
             let e = load(&path).unwrap_err().to_string();
-            assert!(e.contains("is not a time"), "{step}: {e}");
+            assert!(e.contains("is not a step's time"), "{step}: {e}");
         }
     }
 }
