@@ -56,13 +56,6 @@ pub fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
 }
 
-/// Relative spread of samples: (max - min) / min; 0 for a single sample.
-pub fn relative_range(samples: &[f64]) -> Option<f64> {
-    let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (min.is_finite() && min > 0.0).then(|| (max - min) / min)
-}
-
 /// Error statistics of predictions against measurements (error = predicted / measured − 1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ErrorStats {
@@ -133,6 +126,29 @@ mod tests {
         assert_eq!(percentile(&v, 90.0), Some(4.6));
         assert_eq!(percentile(&v, 100.0), Some(5.0));
         assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    /// Errors are predicted / measured − 1 in percent; a pair without a finite prediction or a
+    /// positive measurement is left out; no pairs: all zero.
+    #[test]
+    fn error_stats_of_pairs() {
+        let pairs = [
+            (110.0, 100.0),
+            (90.0, 100.0),
+            (150.0, 100.0),
+            (f64::NAN, 100.0),
+            (5.0, 0.0),
+        ];
+        let e = ErrorStats::of(pairs.into_iter());
+        assert_eq!(e.runs, 3);
+        assert!((e.mean_abs_percent - 70.0 / 3.0).abs() < 1e-9, "{e:?}");
+        assert!((e.max_abs_percent - 50.0).abs() < 1e-9, "{e:?}");
+        assert!((e.bias_percent - 50.0 / 3.0).abs() < 1e-9, "{e:?}");
+        // too fast is negative; the largest |error| may be a negative one
+        let e = ErrorStats::of([(60.0, 100.0), (105.0, 100.0)].into_iter());
+        assert!((e.max_abs_percent - 40.0).abs() < 1e-9, "{e:?}");
+        assert!((e.bias_percent + 17.5).abs() < 1e-9, "{e:?}");
+        assert_eq!(ErrorStats::of(std::iter::empty()), ErrorStats::default());
     }
 
     #[test]
