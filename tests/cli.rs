@@ -1193,6 +1193,41 @@ fn export_writes_each_frameworks_launch_from_flags_or_a_search() {
         "0",
     ]);
     assert_user_error(&out, &["--rank 0", "give 1 to"]);
+    // a search whose row no longer rebuilds as it was predicted (edited, or another
+    // stepcast's) is refused; one without its inputs asks for them, and is exported with them
+    let edited = tmp.path().join("edited.json");
+    let mut changed = doc.clone();
+    changed["rows"][0]["layout"]["micro_batches"] = serde_json::json!(1_000);
+    fs::write(&edited, changed.to_string()).unwrap();
+    let export = |file: &std::path::Path, extra: &[&str]| {
+        let args = ["export", "--format", "megatron", "--from-search", s(file)];
+        stepcast(&[&args[..], extra].concat())
+    };
+    assert_user_error(
+        &export(&edited, &[]),
+        &[
+            "row 1 rebuilds to a different layout",
+            "run the search again",
+        ],
+    );
+    let mut bare = doc.clone();
+    bare["provenance"]["inputs"] = serde_json::json!([]);
+    fs::write(&edited, bare.to_string()).unwrap();
+    assert_user_error(
+        &export(&edited, &[]),
+        &["names no cluster", "give --cluster"],
+    );
+    let with_cluster = ["--cluster", "dgx-h100"];
+    assert_user_error(
+        &export(&edited, &with_cluster),
+        &["names no model", "give --model"],
+    );
+    let out = export(
+        &edited,
+        &[&with_cluster[..], &["--model", "llama3-8b"]].concat(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), fs::read_to_string(&script).unwrap());
     // a schedule Megatron lacks is refused with the fix
     let out = stepcast(
         &[
