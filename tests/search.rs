@@ -503,3 +503,76 @@ fn a_host_bound_best_layout_gets_the_cuda_graph_advice() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stdout(&o).contains("cuda graphs "), "{}", stdout(&o));
 }
+
+/// Long fp8 sequences over a context-parallel pair, under torchtitan's defaults and under NeMo
+/// with tensor-parallel overlap: the best command carries what the layout was costed with
+/// (context parallelism and its exchange, fp8 and its library, the kernels, the overlap, the
+/// framework) and predicts the step the search ranked it by.
+#[test]
+fn a_long_fp8_sequences_best_command_carries_what_it_was_costed_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.json");
+    let job = [
+        "--model",
+        "llama3-8b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "32",
+        "--dtype",
+        "fp8",
+        "--seq-len",
+        "16384",
+        "--cp",
+        "2",
+        "--tp",
+        "2,4",
+        "--pp",
+        "1",
+        "--json",
+    ];
+    let cases: [(&[&str], &[&str]); 2] = [
+        (
+            &["--for", "torchtitan"],
+            &[
+                " --cp 2 ",
+                " --dtype fp8",
+                " --cp-comm all-gather",
+                " --fp8-library torchao",
+                " --attention-kernel flash-attention-2",
+            ],
+        ),
+        (
+            &["--tp-comm-overlap", "--framework", "nemo"],
+            &[
+                " --cp 2 ",
+                " --dtype fp8",
+                " --tp-comm-overlap",
+                " --framework nemo",
+            ],
+        ),
+    ];
+    for (extra, flags) in cases {
+        let o = search(&[&job[..], &[json.to_str().unwrap()], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        let text = stdout(&o);
+        let best = text
+            .lines()
+            .find(|l| l.starts_with("best: stepcast "))
+            .unwrap();
+        for flag in flags {
+            assert!(best.contains(flag), "{flag}: {best}");
+        }
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let step = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["status"] == "predicted")
+            .unwrap()["step_time_s"]
+            .as_f64()
+            .unwrap();
+        best_command_predicts(&text, step);
+    }
+}
