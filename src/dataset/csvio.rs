@@ -479,11 +479,13 @@ mod tests {
             e.contains("x.csv:2") && e.contains("not valid UTF-8"),
             "{e}"
         );
-        // what is well formed: a skipped row without a time, samples counted, a throttled flag
+        // what is well formed: a skipped row without a time, samples counted, a throttled flag,
+        // a count of samples not kept (a published summary's)
         let rows = read_csv(
             Path::new("x.csv"),
             format!(
-                "{head}gemm,fp16,fwd,1,2,3,1,,,,skipped,\ngemm,fp16,bwd,1,2,3,1,5,2,4;6,ok,true\n"
+                "{head}gemm,fp16,fwd,1,2,3,1,,,,skipped,\ngemm,fp16,bwd,1,2,3,1,5,2,4;6,ok,true\n\
+                 gemm,fp16,bwd,1,2,3,2,5,10,,ok,\n"
             )
             .as_bytes(),
         )
@@ -491,6 +493,7 @@ mod tests {
         assert!(rows[0].status == Status::Skipped && rows[0].time_us.is_nan());
         assert_eq!(rows[1].samples_us, [4.0, 6.0]);
         assert!(rows[1].throttled && rows[1].status == Status::Ok);
+        assert!(rows[2].samples_us.is_empty() && rows[2].time_us == 5.0);
     }
 
     #[test]
