@@ -574,6 +574,107 @@ mod tests {
         assert!(borrower.lender_calibrations().unwrap().is_none());
     }
 
+    /// A call of `op`, `phase`, `dtype` (its shape matters to none of the rules below).
+    fn call(op: &str, phase: &str, dtype: &str) -> crate::ops::OpQuery {
+        use crate::ops::{OpQuery, Shape, TokenShape};
+        OpQuery {
+            op: op.parse().unwrap(),
+            phase: phase.parse().unwrap(),
+            dtype: dtype.parse().unwrap(),
+            role: None,
+            shape: Shape::Tokens(TokenShape {
+                batch: 1,
+                seq: 8,
+                width: 8,
+            }),
+        }
+    }
+
+    /// `transfer_kinds` names kinds, or a kind's phase; none named: every kind transfers.
+    #[test]
+    fn transfer_kinds_select_kinds_and_phases() {
+        let models = |kinds: &str| -> ModelsRef {
+            serde_norway::from_str(&format!("dir: m\ntransfer_kinds: {kinds}")).unwrap()
+        };
+        let some = models("[layernorm.fwd, gelu]");
+        for (op, phase, transfers) in [
+            ("layernorm", "fwd", true),
+            ("layernorm", "bwd", false),
+            ("gelu", "bwd", true),
+            ("rope", "fwd", false),
+        ] {
+            let q = call(op, phase, "bf16");
+            assert_eq!(some.transfers(&q), transfers, "{op}.{phase}");
+            assert!(models("[]").transfers(&q), "{op}.{phase}");
+        }
+    }
+
+    /// Attention's fractions by phase whatever its type, then fp8's, then the GEMM's; the
+    /// unaligned GEMM's penalty defaults to `GEMM_UNALIGNED`.
+    #[test]
+    fn each_call_reaches_its_own_fraction_of_peak() {
+        let a = Achievable {
+            gemm: 0.9,
+            gemm_unaligned: Some(0.7),
+            ..Achievable::default()
+        };
+        assert_eq!(
+            [a.gemm_fp8, a.attention_fwd, a.attention_bwd],
+            [0.8, 0.75, 0.65]
+        );
+        for (op, phase, dtype, fraction) in [
+            ("flash_attention", "bwd", "fp8", a.attention_bwd),
+            ("flash_attention", "fwd", "fp8", a.attention_fwd),
+            ("gemm", "fwd", "fp8", a.gemm_fp8),
+            ("gemm", "bwd", "bf16", a.gemm),
+        ] {
+            let q = call(op, phase, dtype);
+            assert_eq!(a.compute_fraction(&q), fraction, "{op} {phase} {dtype}");
+        }
+        assert_eq!(a.gemm_unaligned(), 0.7);
+        assert_eq!(Achievable::default().gemm_unaligned(), GEMM_UNALIGNED);
+    }
+
+    /// `--nodes` gives the job's share of the cluster, from 1 to a million nodes.
+    #[test]
+    fn a_job_takes_its_nodes_of_the_cluster() {
+        let c = dgx_h100_without_models();
+        assert_eq!(c.clone().with_nodes(4).unwrap().total_gpus(), 32);
+        assert_eq!(c.clone().with_nodes(1).unwrap().total_gpus(), 8);
+        for bad in [0, -1, 1_000_001] {
+            let e = c.clone().with_nodes(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("--nodes {bad}: give between 1")), "{e}");
+        }
+    }
+
+    /// `calibration_from` names another cluster (not a path, not this one); `transfer_kinds`
+    /// known kinds and phases.
+    #[test]
+    fn borrowed_calibrations_and_transfer_kinds_are_checked() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let path = dir.join("hardware-profiles/dgx-h200.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lender = "  calibration_from: dgx-h100\n";
+        assert!(text.contains(lender));
+        let with = |line: &str| text.replace(lender, line);
+        for from in ["../dgx-h100", "a/b", "dgx-h200", "' '", "dgx h100"] {
+            let e = ClusterSpec::parse(&path, &with(&format!("  calibration_from: {from}\n")))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("models.calibration_from is"), "{from}: {e}");
+        }
+        assert!(ClusterSpec::parse(&path, &with("  calibration_from: dgx_a100.v2\n")).is_ok());
+        let kinds = "  transfer_kinds: [";
+        assert!(text.contains(kinds));
+        for kind in ["layernorm.sideways", "warp", "warp.fwd"] {
+            let listed = text.replace(kinds, &format!("{kinds}{kind}, "));
+            let e = ClusterSpec::parse(&path, &listed).unwrap_err().to_string();
+            assert!(e.contains(&format!("transfer_kinds holds '{kind}'")), "{e}");
+        }
+        let listed = text.replace(kinds, &format!("{kinds}rope.bwd, "));
+        assert!(ClusterSpec::parse(&path, &listed).is_ok());
+    }
+
     #[test]
     fn the_shipped_dgx_a100_takes_its_collectives_from_a_dgx_a100() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
