@@ -93,6 +93,13 @@ pub fn check(
             info.gpu.name
         )));
     }
+    if let Some(d) = probe_dir.filter(|d| d.join(stepcast::dataset::META_FILE).exists()) {
+        // collect's advice (--resume) is not check's: each check measures the probe afresh
+        anyhow::bail!(stepcast::Error::Invalid(format!(
+            "{}: already holds a dataset: give --out a new directory",
+            d.display()
+        )));
+    }
     let plan = PlanSpec::builtin(true).expand(target_of(device, 1))?;
     let kept = probe_dir.map(|d| d.display().to_string());
     let private;

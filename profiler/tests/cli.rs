@@ -294,6 +294,13 @@ fn check_compares_this_node_with_the_models() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains(s(&probe)), "{}", text(&o));
     assert!(probe.join("gemm.csv").is_file());
+    let o = bench(&[&check[..], &["--quiet", "--out", s(&probe)]].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("give --out a new directory"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// `retrain` on a node whose GEMMs drifted re-collects the GEMMs only, carries the other rows
