@@ -561,3 +561,34 @@ fn print_drift(r: &DriftReport) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threshold_is_a_percentage_above_zero() {
+        for ok in ["10", "0.5", "1000"] {
+            assert_eq!(drift_threshold(ok), Ok(ok.parse().unwrap()));
+        }
+        for bad in ["0", "-5", "1000.5", "nan", "inf", "ten"] {
+            let e = drift_threshold(bad).unwrap_err();
+            assert!(e.contains("above 0 and at most 1000"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_mock_slowdown_is_a_kind_and_a_bounded_factor() {
+        assert_eq!(mock_slowdown("gemm=1.3"), Ok((OpKind::Gemm, 1.3)));
+        assert_eq!(mock_slowdown("rmsnorm=0.01"), Ok((OpKind::RmsNorm, 0.01)));
+        for (bad, says) in [
+            ("gemm", "KIND=FACTOR"),
+            ("gemm=0", "from 0.01 to 100"),
+            ("gemm=101", "from 0.01 to 100"),
+            ("warp=2", "warp"),
+        ] {
+            let e = mock_slowdown(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+}

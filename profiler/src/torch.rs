@@ -242,6 +242,25 @@ mod tests {
         }
     }
 
+    /// The backend times what the CUDA device does not: never collectives, GEMMs only when
+    /// asked (the torch device, without cuBLASLt).
+    #[test]
+    fn the_backend_takes_kernels_and_gemms_only_when_asked() {
+        let mut b = backend("python3");
+        let mut q = point().query;
+        assert!(b.handles(&q));
+        for (op, without, with) in [
+            (OpKind::Gemm, false, true),
+            (OpKind::AllReduce, false, false),
+        ] {
+            q.op = op;
+            b.gemms = false;
+            assert_eq!(b.handles(&q), without, "{op}");
+            b.gemms = true;
+            assert_eq!(b.handles(&q), with, "{op}");
+        }
+    }
+
     #[test]
     fn the_request_names_every_shape_column() {
         let p = point();
@@ -267,6 +286,36 @@ mod tests {
             .unwrap();
         assert_eq!(seen.len(), 2);
         assert!(matches!(&seen[0].1, Outcome::Skipped(r) if r.contains("cannot run")));
+    }
+
+    /// A backend that answers a point it was not asked about, or writes what is not JSON, is
+    /// an error (not a row); a stand-in Python (POSIX sh) writes each.
+    #[cfg(unix)]
+    #[test]
+    fn an_answer_to_no_point_or_not_json_is_an_error() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let p = point();
+        for (answer, says) in [
+            (
+                r#"{"id": 1, "samples_us": [1.0]}"#,
+                "answered an unknown point",
+            ),
+            ("Traceback (most recent call last):", "unreadable line"),
+        ] {
+            let python = tmp.path().join("python");
+            std::fs::write(
+                &python,
+                format!("#!/bin/sh\ncat >/dev/null\necho '{answer}'\n"),
+            )
+            .unwrap();
+            std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o700)).unwrap();
+            let e = backend_in(python.to_str().unwrap(), tmp.path())
+                .run(&[&p], &Protocol::default(), 0, &mut |_, _| Ok(()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     /// Files planted in the temporary directory are never imported: the script runs from a

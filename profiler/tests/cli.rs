@@ -33,6 +33,10 @@ fn plan_prints_counts_and_an_estimate() {
             && t.contains("estimated time on an H100"),
         "{t}"
     );
+    // fp8 points are planned on a GPU with FP8 tensor cores, and said to be left out otherwise
+    assert!(t.contains("fp8 points are left out: give --fp8"), "{t}");
+    let o = bench(&["plan", "--fp8"]);
+    assert!(!text(&o).contains("left out"), "{}", text(&o));
     let o = bench(&[
         "plan", "--quick", "--gpus", "2", "--timed", "3", "--keep", "5",
     ]);
@@ -58,6 +62,9 @@ fn plan_as_json_lists_every_point_with_its_provenance() {
     assert!(doc["estimated_s_h100"].as_f64().unwrap() > 0.0);
     assert_eq!(doc["provenance"]["tool"], "stepcast");
     assert_eq!(doc["provenance"]["inputs"][0]["name"], "<built-in quick>");
+    let o = bench(&["plan", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["provenance"]["inputs"][0]["name"], "<built-in default>");
 }
 
 /// `collect`'s arguments for the quick plan on a 4-GPU mock into `out`.
@@ -76,7 +83,7 @@ fn mock_collection_resumes_and_trains() {
     let args = collect_quick_on_four_mock_gpus(&out);
     let o = bench(&args);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("test double"));
+    assert!(text(&o).contains("warning: the mock device is a test double"));
     let first = std::fs::read_to_string(out.join("gemm.csv")).unwrap();
     // collecting again into the same directory asks for --resume; with it nothing is repeated
     let o = bench(&args);
@@ -87,6 +94,23 @@ fn mock_collection_resumes_and_trains() {
     let o = bench(&resumed);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("0 points measured"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(out.join("gemm.csv")).unwrap(),
+        first
+    );
+    // a partial last row left by a kill is dropped, and its point measured again
+    let partial = "gemm,,bf16,fw";
+    std::fs::write(out.join("gemm.csv"), format!("{first}{partial}")).unwrap();
+    let o = bench(&resumed);
+    let t = text(&o);
+    assert!(
+        t.contains(&format!(
+            "dropped a partial last row ({} bytes)",
+            partial.len()
+        )),
+        "{t}"
+    );
+    assert!(t.contains("0 points measured"), "{t}");
     assert_eq!(
         std::fs::read_to_string(out.join("gemm.csv")).unwrap(),
         first
@@ -287,7 +311,17 @@ fn check_compares_this_node_with_the_models() {
         let ratio = k["median_ratio"].as_f64().unwrap();
         let expected = if gemm { 1.3 } else { 1.0 };
         assert!((ratio - expected).abs() < 0.1, "{k}");
+        // MAPE of the models' predictions against the probes: 1 − 1/1.3 = 23 % for the GEMMs
+        let mape = k["mape_percent"].as_f64().unwrap();
+        let expected = if gemm { 23.1 } else { 0.0 };
+        assert!((mape - expected).abs() < 4.0, "{k}");
     }
+    // the collectives the models could not learn (3 rows each) are counted, not compared
+    let unmodelled = doc["unmodelled"].as_u64().unwrap();
+    assert!(unmodelled > 0, "{doc}");
+    let t = text(&bench(&slower));
+    let line = format!("{unmodelled} probes have no learned model and were not compared");
+    assert!(t.contains(&line), "{t}");
     // the probe goes where --out says, as a dataset
     let probe = tmp.path().join("probe");
     let o = bench(&[&check[..], &["--quiet", "--out", s(&probe)]].concat());
@@ -330,6 +364,7 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
     assert!(t.contains("re-collected gemm into"), "{t}");
+    assert!(!t.contains("every kind is re-collected"), "{t}");
     let carried: usize = t
         .split("re-collected gemm into")
         .nth(1)
@@ -361,6 +396,13 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
     assert!(t.contains(&kept[0]), "{t}");
     let manifest = std::fs::read_to_string(tmp.path().join("models/manifest.json")).unwrap();
     let manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    let today = manifest["created_at"].as_str().unwrap();
+    assert_eq!(kept[0], format!("models.before-{today}"));
+    // the network is the cluster file's (a node's collection cannot see it)
+    assert_eq!(
+        manifest["network"]["inter_node"]["technology"], "InfiniBand NDR",
+        "{manifest}"
+    );
     let meta = std::fs::read_to_string(new.join("meta.yaml")).unwrap();
     let name = manifest["dataset"]["name"].as_str().unwrap();
     assert!(meta.contains(&format!("name: {name}")), "{name}: {meta}");
