@@ -94,6 +94,7 @@ fn mock_collection_resumes_and_trains() {
     let o = bench(&resumed);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("0 points measured"), "{}", text(&o));
+    assert!(!text(&o).contains("dropped"), "{}", text(&o));
     assert_eq!(
         std::fs::read_to_string(out.join("gemm.csv")).unwrap(),
         first
@@ -360,6 +361,12 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
         "{t}"
     );
     assert!(!new.exists());
+    // a retrain interrupted after its first GEMM row is continued
+    std::fs::create_dir(&new).unwrap();
+    std::fs::copy(old.join("meta.yaml"), new.join("meta.yaml")).unwrap();
+    let gemms = std::fs::read_to_string(old.join("gemm.csv")).unwrap();
+    let first_row: String = gemms.lines().take(2).map(|l| format!("{l}\n")).collect();
+    std::fs::write(new.join("gemm.csv"), first_row).unwrap();
     let o = bench(&[&retrain[..], &slower[..]].concat());
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
@@ -385,7 +392,7 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
         })
         .sum();
     assert_eq!(carried, not_gemm, "{t}");
-    assert!(previous_rows("gemm", &new) > 0);
+    assert_eq!(previous_rows("gemm", &new), previous_rows("gemm", &old));
     // the old models kept beside the new ones, named by today's date
     let kept: Vec<String> = std::fs::read_dir(tmp.path())
         .unwrap()
