@@ -458,6 +458,8 @@ fn cases() -> Vec<Case> {
         case("bench plan --gpus 8 --nodes 5000", &[], &["5000 nodes", "--nodes"]),
         case("bench collect --device mock --gpus 0,1,1 --quick --out {tmp}/x", &[], &["GPU 1 twice"]),
         case("models check --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock --threshold nan", &[], &["--threshold", "nan"]),
+        case("models check --cluster mi300x --device mock", &[], &["mi300x", "no models directory"]),
+        case("models check --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock", &[], &["trained on NVIDIA H100", "this node has MOCK"]),
         case("retrain --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock --out {tmp}/x --threshold 0", &[], &["--threshold", "above 0"]),
     ]
 }

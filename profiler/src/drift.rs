@@ -79,7 +79,8 @@ pub fn check(
 ) -> anyhow::Result<DriftReport> {
     let dir = cluster.models_dir.clone().ok_or_else(|| {
         stepcast::Error::Invalid(format!(
-            "{}: names no models directory to check",
+            "{}: names no models directory to check: give a cluster file whose models.dir \
+             names the models trained on this node",
             cluster.path.display()
         ))
     })?;
