@@ -99,7 +99,7 @@ fn mock_collection_resumes_and_trains() {
         std::fs::read_to_string(out.join("gemm.csv")).unwrap(),
         first
     );
-    // a partial last row left by a kill is dropped, and its point measured again
+    // a partial last row left by a kill is dropped, the rows before it kept
     let partial = "gemm,,bf16,fw";
     std::fs::write(out.join("gemm.csv"), format!("{first}{partial}")).unwrap();
     let o = bench(&resumed);
@@ -338,9 +338,10 @@ fn check_compares_this_node_with_the_models() {
     );
 }
 
-/// `retrain` on a node whose GEMMs drifted re-collects the GEMMs only, carries the other rows
-/// over from the previous dataset, swaps the new models in and keeps the old ones beside them;
-/// checked again, the models match the node; a node that did not drift keeps its models.
+/// `retrain` on a node that did not drift keeps its models and writes nothing; on one whose
+/// GEMMs drifted it continues the GEMMs an interrupted retrain left in `--out`, carries the
+/// other rows over from the previous dataset, swaps the new models in and keeps the old ones
+/// beside them; checked again, the models match the node; a finished `--out` is refused.
 #[test]
 fn retrain_recollects_what_drifted_and_swaps_the_models() {
     let tmp = tempfile::tempdir().unwrap();
@@ -446,6 +447,7 @@ fn retrain_without_the_previous_dataset_recollects_every_kind() {
             .iter()
             .map(|m| m["key"]["op"].as_str().unwrap().to_string())
             .collect();
+        kinds.sort();
         kinds.dedup();
         kinds
     };
