@@ -240,16 +240,10 @@ fn nodes_of_a_launch_agree_on_the_collectives() {
 /// `dir/models` (as `stepcast train` would) and writes `dir/cluster.yaml` naming them: the DGX
 /// H100 file with the mock's models, collectives included, and nothing transferred.
 fn mock_models(dir: &Path) -> std::path::PathBuf {
-    use stepcast::dataset::Dataset;
-    use stepcast::regress::train::{train, TrainOptions};
-    use stepcast::regress::{Manifest, ModelSet};
     let data = dir.join("data");
     let o = bench(&collect_quick_on_four_mock_gpus(&data));
     assert!(o.status.success(), "{}", text(&o));
-    let dataset = Dataset::load(&data).unwrap();
-    let outcome = train(&dataset, &TrainOptions::default(), &|| {});
-    let manifest = Manifest::of_training(&dataset, &outcome, 0, 0.0);
-    ModelSet::save(&dir.join("models"), manifest, outcome.models).unwrap();
+    train_into(&data, &dir.join("models"));
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let h100 = std::fs::read_to_string(repo.join("hardware-profiles/dgx-h100.yaml")).unwrap();
     let (head, rest) = h100.split_once("\nmodels:\n").unwrap();
@@ -258,6 +252,17 @@ fn mock_models(dir: &Path) -> std::path::PathBuf {
     let models = format!("\nmodels:\n  dir: models\n  collectives: true{tail}");
     std::fs::write(&cluster, format!("{head}{models}")).unwrap();
     cluster
+}
+
+/// Trains every model of the dataset in `data` into `models`, as `stepcast train` does.
+fn train_into(data: &Path, models: &Path) {
+    use stepcast::dataset::Dataset;
+    use stepcast::regress::train::{train, TrainOptions};
+    use stepcast::regress::{Manifest, ModelSet};
+    let dataset = Dataset::load(data).unwrap();
+    let outcome = train(&dataset, &TrainOptions::default(), &|| {});
+    let manifest = Manifest::of_training(&dataset, &outcome, 0, 0.0);
+    ModelSet::save(models, manifest, outcome.models).unwrap();
 }
 
 /// The operator rows `check` prints that say DRIFTED.
@@ -335,6 +340,21 @@ fn check_compares_this_node_with_the_models() {
         text(&o).contains("give --out a new directory"),
         "{}",
         text(&o)
+    );
+    // models trained under another driver: the change is named, in the table and the JSON
+    let data = tmp.path().join("data");
+    let meta = std::fs::read_to_string(data.join("meta.yaml")).unwrap();
+    let older = meta.replace("driver: mock", "driver: 550.54.15");
+    assert_ne!(older, meta);
+    std::fs::write(data.join("meta.yaml"), older).unwrap();
+    train_into(&data, &tmp.path().join("models"));
+    let t = text(&bench(&[&check[..], &["--quiet"]].concat()));
+    assert!(t.contains("software: driver 550.54.15 → mock"), "{t}");
+    let o = bench(&[&check[..], &["--quiet", "--json"]].concat());
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        doc["software_changes"],
+        serde_json::json!([["driver", "550.54.15", "mock"]])
     );
 }
 
