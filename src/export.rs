@@ -320,10 +320,15 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     if let Some(m) = a.moe.filter(|m| m.dense_layers > 0) {
         arg(format!(
-            "--moe-layer-freq \"([0]*{}+[1]*{})\"",
-            m.dense_layers,
-            a.layers - m.dense_layers
+            "--moe-layer-freq \"({})\"",
+            moe_layer_freq(a.layers, m.dense_layers)
         ));
+    }
+    if let Some(w) = a.sliding_window {
+        arg(format!("--window-size {},0", w.saturating_sub(1)));
+        if let Some(n) = a.global_attention_every {
+            arg(format!("--window-attn-skip-freq {n}"));
+        }
     }
     if a.qkv_bias && !a.linear_bias {
         arg("--add-qkv-bias".into());
@@ -508,6 +513,11 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
                 .into(),
         ));
     }
+    if a.position == Position::Alibi {
+        return Err(Error::Invalid(
+            "nemo: Megatron-Core has no ALiBi position embedding".into(),
+        ));
+    }
     let (recipe, same) = nemo_recipe(a);
     let mut text = String::new();
     let mut set = |key: &str, value: String| {
@@ -592,6 +602,11 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     set("model.config.ffn_hidden_size", a.ffn_hidden.to_string());
     set("model.config.num_attention_heads", a.heads.to_string());
     set("model.config.num_query_groups", a.kv_heads.to_string());
+    if !same {
+        for (key, value) in nemo_architecture(a) {
+            set(&format!("model.config.{key}"), value);
+        }
+    }
     if l.mtp_layers > 0 {
         set("model.config.mtp_num_layers", l.mtp_layers.to_string());
     }
@@ -737,8 +752,16 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
          from nemo.collections.llm.recipes.precision.mixed_precision import (\n    \
          bf16_mixed, bf16_with_fp8_mixed, fp16_mixed)\n\
          from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import \
-         MegatronCommOverlapCallback\n"
+         MegatronCommOverlapCallback"
     );
+    if !same {
+        // the activation function set on the base recipe's config
+        out += "import torch.nn.functional as F\n";
+        if a.activation == Activation::SquaredRelu {
+            out += "from megatron.core.activations import squared_relu\n";
+        }
+    }
+    out.push('\n');
     let _ = writeln!(
         out,
         "recipe = llm.{recipe}.pretrain_recipe(name=\"stepcast\", num_nodes={nodes}, \
@@ -765,6 +788,86 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         text: out,
         notes,
     })
+}
+
+/// The Megatron-Core `GPTConfig` fields, beside the sizes, that make another model's NeMo
+/// recipe the costed architecture: its norm, activation, position embedding, biases, head
+/// width, tied embeddings, dropout, sliding window and experts. Without them a recipe based
+/// on Llama 3 8B trains a dense Llama whatever the model was (a mixture of experts included).
+fn nemo_architecture(a: &Arch) -> Vec<(&'static str, String)> {
+    let py_bool = |b: bool| if b { "True" } else { "False" }.to_string();
+    let (activation, gated) = match a.activation {
+        Activation::Swiglu => ("F.silu", true),
+        Activation::Geglu => ("F.gelu", true),
+        Activation::Gelu => ("F.gelu", false),
+        Activation::SquaredRelu => ("squared_relu", false),
+    };
+    let norm = match a.norm {
+        NormKind::Rmsnorm => "RMSNorm",
+        NormKind::Layernorm => "LayerNorm",
+    };
+    let position = match a.position {
+        Position::Rope => "rope",
+        // ALiBi is refused before
+        Position::Learned | Position::Alibi => "learned_absolute",
+    };
+    // Megatron's default rate where the model trains with dropout (GPT-3's 0.1)
+    let dropout = if a.dropout { "0.1" } else { "0.0" };
+    let mut fields = vec![
+        ("normalization", format!("\"{norm}\"")),
+        ("activation_func", activation.to_string()),
+        ("gated_linear_unit", py_bool(gated)),
+        ("position_embedding_type", format!("\"{position}\"")),
+        ("add_bias_linear", py_bool(a.linear_bias)),
+        ("add_qkv_bias", py_bool(a.qkv_bias)),
+        ("qk_layernorm", py_bool(a.qk_norm)),
+        ("kv_channels", a.head_dim.to_string()),
+        (
+            "share_embeddings_and_output_weights",
+            py_bool(a.tied_embeddings),
+        ),
+        ("hidden_dropout", dropout.into()),
+        ("attention_dropout", dropout.into()),
+    ];
+    if let Some(w) = a.sliding_window {
+        fields.push(("window_size", window_size(w)));
+        if let Some(n) = a.global_attention_every {
+            fields.push(("window_attn_skip_freq", n.to_string()));
+        }
+    }
+    if let Some(m) = &a.moe {
+        fields.extend([
+            ("num_moe_experts", m.experts.to_string()),
+            ("moe_router_topk", m.top_k.to_string()),
+            ("moe_ffn_hidden_size", m.expert_ffn.to_string()),
+            ("moe_grouped_gemm", "True".to_string()),
+        ]);
+        if m.shared_ffn() > 0 {
+            fields.push((
+                "moe_shared_expert_intermediate_size",
+                m.shared_ffn().to_string(),
+            ));
+        }
+        if m.dense_layers > 0 {
+            fields.push(("moe_layer_freq", moe_layer_freq(a.layers, m.dense_layers)));
+        }
+        if m.topk_groups > 0 {
+            fields.push(("moe_router_num_groups", m.groups.to_string()));
+            fields.push(("moe_router_group_topk", m.topk_groups.to_string()));
+        }
+    }
+    fields
+}
+
+/// Megatron-Core's `window_size` for a window of `w` keys: (left, right) keys beside the
+/// query, so `w` keys in all are the query's and the `w − 1` before it.
+fn window_size(w: u64) -> String {
+    format!("({}, 0)", w.saturating_sub(1))
+}
+
+/// Megatron-Core's `moe_layer_freq` pattern: the first `dense` layers dense, the rest experts.
+fn moe_layer_freq(layers: u64, dense: u64) -> String {
+    format!("[0]*{}+[1]*{}", dense, layers - dense)
 }
 
 /// torchtitan's model name and flavor for `arch`, where it has one.
@@ -1444,6 +1547,391 @@ mod tests {
         let (text, _) = nemo("llama2-7b", precision(Dtype::Fp32));
         let e = text.unwrap_err().to_string();
         assert!(e.contains("--dtype bf16"), "{e}");
+    }
+
+    /// The layout of `spec` for an architecture built in the test.
+    fn layout_of(arch: &Arch, spec: ParallelSpec) -> Layout {
+        Layout::new(&spec, arch, &crate::hardware::dgx_h100_without_models()).unwrap()
+    }
+
+    /// Every way an architecture differs from Llama's reaches Megatron-LM's arguments, or is
+    /// refused where Megatron-LM has no argument for it.
+    #[test]
+    fn megatron_states_each_architecture_difference() {
+        let (base, l) = target("llama2-7b", spec(2, 1, 4));
+        let megatron = |a: &Arch| launch(Framework::Megatron, a, &l).map(|m| m.text);
+        let text = megatron(&base).unwrap();
+        for absent in [
+            "--kv-channels",
+            "--add-qkv-bias",
+            "--qk-layernorm",
+            "--squared-relu",
+            "--window-size",
+            "learned_absolute",
+        ] {
+            assert!(!text.contains(absent), "{absent}: {text}");
+        }
+        assert!(text.contains("--position-embedding-type rope"), "{text}");
+        let text = megatron(&Arch {
+            head_dim: 96,
+            qkv_bias: true,
+            qk_norm: true,
+            position: Position::Learned,
+            activation: Activation::SquaredRelu,
+            sliding_window: Some(4096),
+            global_attention_every: Some(2),
+            ..base.clone()
+        })
+        .unwrap();
+        for want in [
+            "--kv-channels 96",
+            "--add-qkv-bias",
+            "--qk-layernorm",
+            "--position-embedding-type learned_absolute",
+            "--squared-relu",
+            // Megatron-Core's window is the keys left of the query: the query's own is the 4096th
+            "--window-size 4095,0",
+            "--window-attn-skip-freq 2",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        assert!(!text.contains("--swiglu"), "{text}");
+        // a window on every layer sets no skip frequency
+        let text = megatron(&Arch {
+            sliding_window: Some(4096),
+            ..base.clone()
+        })
+        .unwrap();
+        assert!(
+            text.contains("--window-size 4095,0") && !text.contains("--window-attn-skip-freq"),
+            "{text}"
+        );
+        let e = megatron(&Arch {
+            activation: Activation::Geglu,
+            ..base.clone()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("GeGLU") && e.contains("gated_linear_unit"),
+            "{e}"
+        );
+        let e = megatron(&Arch {
+            position: Position::Alibi,
+            ..base.clone()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("ALiBi"), "{e}");
+        // full precision: neither --bf16 nor --fp16
+        let (a, l) = target(
+            "llama2-7b",
+            ParallelSpec {
+                dtype: Some(Dtype::Fp32),
+                ..spec(2, 1, 4)
+            },
+        );
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(
+            !text.contains("--bf16") && !text.contains("--fp16"),
+            "{text}"
+        );
+    }
+
+    /// Megatron-LM takes uneven end stages as `--decoder-first/last-pipeline-num-layers`, an
+    /// all-gather context exchange as its type, and a mixture's capacity and padding.
+    #[test]
+    fn megatron_states_uneven_stages_the_context_exchange_and_expert_capacity() {
+        let (a, l) = target("llama2-7b", spec(1, 3, 2));
+        assert_eq!(l.stage_layers, [11, 11, 10]);
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(
+            text.contains("--decoder-last-pipeline-num-layers 10")
+                && !text.contains("--decoder-first-pipeline-num-layers"),
+            "{text}"
+        );
+        let neox = ParallelSpec {
+            partition: Some(crate::workload::Partition::Neox),
+            ..spec(1, 4, 2)
+        };
+        let (a, l) = target("llama2-7b", neox);
+        assert_eq!(l.stage_layers, [8, 9, 9, 6]);
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(
+            text.contains("--decoder-first-pipeline-num-layers 8")
+                && text.contains("--decoder-last-pipeline-num-layers 6"),
+            "{text}"
+        );
+        let (a, l) = target("llama2-7b", spec(2, 1, 4));
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(!text.contains("pipeline-num-layers"), "{text}");
+        for (comm, name) in [(CpComm::P2p, "p2p"), (CpComm::AllGather, "all_gather")] {
+            let s = ParallelSpec {
+                cp: Some(2),
+                cp_comm: Some(comm),
+                ..spec(2, 1, 2)
+            };
+            let (a, l) = target("llama2-7b", s);
+            let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+            assert!(text.contains("--context-parallel-size 2"), "{text}");
+            assert!(text.contains(&format!("--cp-comm-type {name}")), "{text}");
+        }
+        let mixtral = crate::workload::presets::mixtral_8x7b();
+        let capacity = |pad| ParallelSpec {
+            ep: Some(2),
+            moe_capacity_factor: Some(1.25),
+            moe_pad_to_capacity: Some(pad),
+            ..spec(2, 1, 4)
+        };
+        let text = launch(
+            Framework::Megatron,
+            &mixtral,
+            &layout_of(&mixtral, capacity(true)),
+        )
+        .unwrap()
+        .text;
+        assert!(
+            text.contains("--moe-expert-capacity-factor 1.25")
+                && text.contains("--moe-pad-expert-input-to-capacity"),
+            "{text}"
+        );
+        let text = launch(
+            Framework::Megatron,
+            &mixtral,
+            &layout_of(&mixtral, capacity(false)),
+        )
+        .unwrap()
+        .text;
+        assert!(
+            text.contains("--moe-expert-capacity-factor 1.25")
+                && !text.contains("--moe-pad-expert-input-to-capacity"),
+            "{text}"
+        );
+    }
+
+    /// A model NeMo has no recipe for is the base recipe's with every architecture field set:
+    /// before, a mixture of experts exported on Llama 3 8B's recipe trained a dense Llama.
+    #[test]
+    fn nemo_sets_the_architecture_of_a_model_without_a_recipe() {
+        let nemo = |a: &Arch, s: ParallelSpec| {
+            launch(Framework::Nemo, a, &layout_of(a, s)).map(|n| (n.text, n.notes))
+        };
+        let field = |key: &str, value: &str| format!("recipe.model.config.{key} = {value}\n");
+        let mixtral = crate::workload::presets::mixtral_8x7b();
+        let moe = ParallelSpec {
+            ep: Some(2),
+            ..spec(2, 1, 4)
+        };
+        let (text, notes) = nemo(&mixtral, moe.clone()).unwrap();
+        assert!(text.contains("llm.llama3_8b.pretrain_recipe"), "{text}");
+        assert!(notes
+            .iter()
+            .any(|n| n.contains("no recipe for mixtral-8x7b")));
+        for want in [
+            field("num_moe_experts", "8"),
+            field("moe_router_topk", "2"),
+            field("moe_ffn_hidden_size", "14336"),
+            field("moe_grouped_gemm", "True"),
+            field("normalization", "\"RMSNorm\""),
+            field("activation_func", "F.silu"),
+            field("gated_linear_unit", "True"),
+            field("position_embedding_type", "\"rope\""),
+            field("add_bias_linear", "False"),
+            field("kv_channels", "128"),
+            field("share_embeddings_and_output_weights", "False"),
+            field("hidden_dropout", "0.0"),
+            "import torch.nn.functional as F\n".into(),
+        ] {
+            assert!(text.contains(&want), "{want}: {text}");
+        }
+        for absent in [
+            "moe_layer_freq",
+            "moe_shared_expert",
+            "window_size",
+            "squared_relu",
+        ] {
+            assert!(!text.contains(absent), "{absent}: {text}");
+        }
+        // DeepSeek-style experts: shared ones, dense first layers, routing groups
+        let mut grouped = mixtral.clone();
+        grouped.moe = grouped.moe.map(|m| crate::workload::MoeSpec {
+            shared_experts: 1,
+            dense_layers: 2,
+            groups: 4,
+            topk_groups: 2,
+            ..m
+        });
+        let (text, _) = nemo(&grouped, moe).unwrap();
+        for want in [
+            field("moe_shared_expert_intermediate_size", "14336"),
+            field("moe_layer_freq", "[0]*2+[1]*30"),
+            field("moe_router_num_groups", "4"),
+            field("moe_router_group_topk", "2"),
+        ] {
+            assert!(text.contains(&want), "{want}: {text}");
+        }
+        // a GELU model is GPT-3's recipe; GeGLU is its gated form, squared ReLU imported
+        let (base, _) = target("llama2-7b", spec(2, 1, 4));
+        let custom = |activation| Arch {
+            name: "custom".into(),
+            activation,
+            norm: NormKind::Layernorm,
+            position: Position::Learned,
+            linear_bias: true,
+            qk_norm: true,
+            tied_embeddings: true,
+            dropout: true,
+            sliding_window: Some(1024),
+            global_attention_every: Some(4),
+            ..base.clone()
+        };
+        let (text, _) = nemo(&custom(Activation::Geglu), spec(2, 1, 4)).unwrap();
+        for want in [
+            field("activation_func", "F.gelu"),
+            field("gated_linear_unit", "True"),
+            field("normalization", "\"LayerNorm\""),
+            field("position_embedding_type", "\"learned_absolute\""),
+            field("add_bias_linear", "True"),
+            field("qk_layernorm", "True"),
+            field("share_embeddings_and_output_weights", "True"),
+            field("attention_dropout", "0.1"),
+            field("window_size", "(1023, 0)"),
+            field("window_attn_skip_freq", "4"),
+        ] {
+            assert!(text.contains(&want), "{want}: {text}");
+        }
+        assert!(text.contains("llm.gpt3_175b.pretrain_recipe"), "{text}");
+        let (text, _) = nemo(&custom(Activation::Gelu), spec(2, 1, 4)).unwrap();
+        assert!(
+            text.contains(&field("gated_linear_unit", "False")),
+            "{text}"
+        );
+        let (text, _) = nemo(&custom(Activation::SquaredRelu), spec(2, 1, 4)).unwrap();
+        assert!(
+            text.contains(&field("activation_func", "squared_relu"))
+                && text.contains("from megatron.core.activations import squared_relu\n"),
+            "{text}"
+        );
+        // a model NeMo has a recipe for sets none of it
+        let (text, notes) = nemo(&base, spec(2, 1, 4)).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        for absent in [
+            "normalization",
+            "activation_func",
+            "import torch.nn.functional",
+        ] {
+            assert!(!text.contains(absent), "{absent}: {text}");
+        }
+        let e = nemo(
+            &Arch {
+                position: Position::Alibi,
+                ..custom(Activation::Gelu)
+            },
+            spec(2, 1, 4),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("nemo") && e.contains("ALiBi"), "{e}");
+        let e = nemo(
+            &Arch {
+                mla: Some(crate::workload::MlaSpec {
+                    q_lora_rank: None,
+                    kv_lora_rank: 512,
+                    qk_nope_head_dim: 128,
+                    qk_rope_head_dim: 64,
+                    v_head_dim: 128,
+                }),
+                ..base.clone()
+            },
+            spec(2, 1, 4),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("latent-attention") && e.contains("megatron"),
+            "{e}"
+        );
+    }
+
+    /// NeMo's recipe carries the context exchange, multi-token prediction and the TP overlap
+    /// callback a layout was predicted with.
+    #[test]
+    fn nemo_carries_the_context_exchange_prediction_modules_and_tp_overlap() {
+        let nemo = |s: ParallelSpec| {
+            let (a, l) = target("llama3-8b", s);
+            launch(Framework::Nemo, &a, &l).unwrap().text
+        };
+        let text = nemo(ParallelSpec {
+            cp: Some(2),
+            cp_comm: Some(CpComm::AllGather),
+            mtp_layers: Some(1),
+            tp_comm_overlap: Some(true),
+            sequence_parallel: Some(true),
+            ..spec(2, 1, 2)
+        });
+        for want in [
+            "recipe.model.config.cp_comm_type = \"all_gather\"\n",
+            "recipe.model.config.mtp_num_layers = 1\n",
+            "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, \
+             tp_comm_overlap=True))",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        let text = nemo(ParallelSpec {
+            cp: Some(2),
+            ..spec(2, 1, 2)
+        });
+        assert!(
+            text.contains("recipe.model.config.cp_comm_type = \"p2p\"\n")
+                && !text.contains("mtp_num_layers")
+                && !text.contains("MegatronCommOverlapCallback, tp_comm_overlap"),
+            "{text}"
+        );
+    }
+
+    /// torchtitan takes GPipe, full precision and its ring rotation, and refuses what only
+    /// Megatron-Core has.
+    #[test]
+    fn torchtitan_maps_its_schedule_precision_and_rotation_or_refuses() {
+        let titan = |s: ParallelSpec| {
+            let (a, l) = target("llama3-8b", ParallelSpec { zero: Some(3), ..s });
+            launch(Framework::Torchtitan, &a, &l).map(|t| t.text)
+        };
+        let text = titan(ParallelSpec {
+            schedule: Some(Schedule::Gpipe),
+            dtype: Some(Dtype::Fp32),
+            ..spec(1, 4, 2)
+        })
+        .unwrap();
+        assert!(
+            text.contains("pipeline_parallel_schedule = \"GPipe\"") && text.contains("\"float32\""),
+            "{text}"
+        );
+        let text = titan(ParallelSpec {
+            cp: Some(2),
+            cp_comm: Some(CpComm::P2p),
+            ..spec(1, 1, 4)
+        })
+        .unwrap();
+        assert!(
+            text.contains("context_parallel_rotate_method = \"alltoall\""),
+            "{text}"
+        );
+        let e = titan(ParallelSpec {
+            mtp_layers: Some(1),
+            ..spec(1, 1, 8)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("multi-token prediction"), "{e}");
+        let e = titan(ParallelSpec {
+            recompute: Some(Recompute::Selective),
+            recompute_modules: Some(vec![crate::workload::RecomputeModule::CoreAttn]),
+            ..spec(1, 1, 8)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("recompute modules"), "{e}");
     }
 
     #[test]
