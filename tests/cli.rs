@@ -1141,6 +1141,24 @@ fn export_writes_each_frameworks_launch_from_flags_or_a_search() {
         t.contains("data_parallel_replicate_degree = 4") && t.contains("flavor = \"8B\""),
         "{t}"
     );
+    // --json: the launch as a document with its provenance; --no-calibration: headed by the
+    // raw physics' step and the cluster's defaults
+    let out = stepcast(&[&["export", "--format", "nemo", "--json"][..], &job].concat());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["framework"], "nemo", "{doc}");
+    assert_eq!(doc["file_name"], "recipe.py", "{doc}");
+    assert_eq!(doc["text"].as_str().unwrap(), n, "{doc}");
+    assert_eq!(doc["provenance"]["tool"], "stepcast", "{doc}");
+    let raw = stepcast(
+        &[
+            &["export", "--format", "megatron", "--no-calibration"][..],
+            &job,
+        ]
+        .concat(),
+    );
+    let raw = stdout(&raw);
+    assert!(raw.contains("; the cluster's runtime defaults)"), "{raw}");
+    assert!(m.contains("; calibrated for dgx-h100 on "), "{m}");
 
     // a search's best row, exported with the cluster and model the search recorded
     let search = tmp.path().join("search.json");
@@ -1495,6 +1513,27 @@ fn the_embedding_and_loss_can_count_as_layers_in_the_pipeline_split() {
     assert!(out.status.success(), "{}", stderr(&out));
     let split = "(embedding and loss counted as layers) [15, 16, 16, 16, 16, 16, 16, 15]";
     assert!(stdout(&out).contains(split), "{}", stdout(&out));
+    // either alone: 32 layers and the one counted on three stages
+    for (flag, header) in [
+        (flags[0], "(embedding counted as a layer) [10, 11, 11]"),
+        (flags[1], "(loss counted as a layer) [11, 11, 10]"),
+    ] {
+        let out = stepcast(&[
+            "predict",
+            "--cluster",
+            "dgx-h100",
+            "--model",
+            "llama2-7b",
+            "--pp",
+            "3",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "8",
+            flag,
+        ]);
+        assert!(stdout(&out).contains(header), "{}", stderr(&out));
+    }
 
     let tmp = tempfile::tempdir().unwrap();
     let job = tmp.path().join("job.yaml");
@@ -2414,7 +2453,19 @@ fn calibrate_names_held_out_runs_beyond_the_fitted_range() {
             ("far", "llama2-7b", 8, 3.3),
         ],
     );
+    // and a run no layout expresses (tp 3 of 32 heads): counted as not predicted, its line named
+    let unplannable = data_parallel_runs(&cluster, &[("far", "llama2-7b", 4, 3.3)])
+        .lines()
+        .nth(1)
+        .unwrap()
+        .replace(",llama2-7b,1,1,4,", ",llama2-7b,3,1,4,");
+    let runs = format!("{runs}{unplannable}\n");
     let (text, report) = calibrate_dry_run(tmp.path(), &runs, &cluster, &["--fit-sets", "fit"]);
+    assert!(
+        text.contains("not predicted: 1 runs, e.g. line 8: ")
+            && text.contains("are not divisible by tp = 3"),
+        "{text}"
+    );
     assert!(
         text.contains(
             "far (held out): 1 of 2 runs lie outside the fitted runs' range (e.g. 32 GPUs on 4 \
@@ -2539,6 +2590,39 @@ fn the_report_says_what_the_interval_covers() {
     );
     assert!(report(&["--no-calibration"]).contains("the raw physics' error on the runs"));
     assert!(report(&["--rules", "paper"]).contains("the operator models' errors only"));
+    // a step of very many pipeline passes moves each model along its critical path
+    let html_of = |args: &str| {
+        let mut all = vec!["predict", "--html", s(&html)];
+        all.extend(args.split(' '));
+        let out = stepcast(&all);
+        assert!(out.status.success(), "{}", stderr(&out));
+        fs::read_to_string(&html).unwrap()
+    };
+    let long = html_of(
+        "--cluster dgx-h100 --model llama2-7b --tp 1 --pp 16 --dp 1 --micro-batch 1 \
+         --micro-batches 8192",
+    );
+    assert!(long.contains("along the step's critical path"), "{long}");
+    // beyond the calibration's runs: the extrapolation band, the warnings, and the calls
+    // outside the training data listed to 20
+    let far = html_of(
+        "--cluster dgx-a100 --model llama3-405b --tp 8 --pp 8 --dp 2 --micro-batch 1 \
+         --global-batch 64 --seq-len 131072 --recompute full",
+    );
+    for want in [
+        "the step lies outside the runs its calibration was fitted on",
+        "<h2>Warnings</h2><ul><li>",
+        "more (<code>predict --json</code> lists them all)</li>",
+    ] {
+        assert!(far.contains(want), "{want}: {far}");
+    }
+    let listed = far
+        .split("<h2>Outside the training data")
+        .nth(1)
+        .unwrap()
+        .matches("<li>")
+        .count();
+    assert_eq!(listed, 21, "20 calls and the line saying how many more");
 }
 
 /// A runs CSV of data-parallel runs on `cluster` — (set, family, dp, measured step s), a
@@ -2716,6 +2800,11 @@ fn the_header_says_how_fp8_gradients_and_the_loss_run() {
     assert!(
         titan.contains("fp8 (torchao), PyTorch's cross-entropy, recompute"),
         "{titan}"
+    );
+    let (gathered, _) = predict("--fp8-library torchao --fp8-param-gather");
+    assert!(
+        gathered.contains("fp8 (torchao, weights gathered in fp8), recompute"),
+        "{gathered}"
     );
 }
 

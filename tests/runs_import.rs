@@ -355,3 +355,63 @@ fn bad_logs_and_files_are_refused_naming_them() {
     );
     assert_user_error(&import(&good, &["--model", "nope-7b"]), &["nope-7b"]);
 }
+
+/// Run where a user keeps runs: `--out` a bare file name (the working directory), the model
+/// a preset named as given (no architecture file written), appended to a CSV whose last row
+/// lacks its newline, and a run stepcast cannot express kept with its reason.
+#[test]
+fn an_import_in_the_working_directory_appends_and_keeps_what_it_cannot_express() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("llama.log"), llama3_8b_log()).unwrap();
+    let block = llama3_8b_log()
+        .replace(
+            "  recompute_granularity ........................... None",
+            "  recompute_granularity ........................... full\n  \
+             recompute_method ................................ block\n  \
+             recompute_num_layers ............................ 2",
+        )
+        .replace("(ms): 2000.0", "(ms): 2100.0");
+    fs::write(tmp.path().join("block.log"), block).unwrap();
+    let import = |log: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_stepcast"))
+            .current_dir(tmp.path())
+            .args(["runs", "import", log, "--cluster", "dgx-h100"])
+            .args(["--model", "llama3-8b", "--out", "runs.csv"])
+            .output()
+            .unwrap()
+    };
+    let out = import("llama.log");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stdout(&out).contains("not expressible"),
+        "{}",
+        stdout(&out)
+    );
+    let csv = tmp.path().join("runs.csv");
+    let rows = fs::read_to_string(&csv).unwrap();
+    assert!(!tmp.path().join("archs").exists(), "a preset needs no file");
+    // the row's last line without its newline, as an editor may leave it
+    fs::write(&csv, rows.trim_end()).unwrap();
+    let out = import("block.log");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(" (kept, not expressible)") && stdout(&out).contains("line 3"),
+        "{}",
+        stdout(&out)
+    );
+    let mut reader = csv::Reader::from_path(&csv).unwrap();
+    let header = reader.headers().unwrap().clone();
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 2);
+    for (row, expressible) in rows.iter().zip(["true", "false"]) {
+        assert_eq!(&row[column("model")], "llama3-8b");
+        assert_eq!(&row[column("expressible")], expressible);
+        assert_eq!(&row[column("cluster")], "dgx-h100");
+    }
+    assert!(
+        rows[1][column("source")].contains("2 of the"),
+        "{:?}",
+        rows[1]
+    );
+}

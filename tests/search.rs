@@ -123,29 +123,24 @@ fn a_mixtures_best_layout_carries_its_expert_settings() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("s.json");
     let model = repo("tests/data/mixtral-8x7b.yaml");
-    let o = search(&[
-        "--model",
-        &model,
-        "--gpus",
-        "16",
-        "--global-batch",
-        "64",
-        "--moe-imbalance",
-        "1.2",
-        "--top",
-        "3",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = stdout(&o);
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let best = report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["status"] == "predicted")
-        .unwrap();
+    // the search's printed report and its best predicted row
+    let search_with = |extra: &[&str]| {
+        let job = ["--model", &model, "--gpus", "16", "--global-batch", "64"];
+        let tail = ["--top", "3", "--json", json.to_str().unwrap()];
+        let o = search(&[&job[..], extra, &tail].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let best = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["status"] == "predicted")
+            .unwrap()
+            .clone();
+        (stdout(&o), best)
+    };
+    let (text, best) = search_with(&["--moe-imbalance", "1.2"]);
     let layout = &best["layout"];
     let (ep, etp, tp) = (&layout["ep"], &layout["etp"], &layout["tp"]);
     assert!(ep.as_u64() > Some(1) && etp != tp, "{layout}");
@@ -158,6 +153,46 @@ fn a_mixtures_best_layout_carries_its_expert_settings() {
         assert!(text.contains(&flag), "{flag}: {text}");
     }
     best_command_predicts(&text, best["step_time_s"].as_f64().unwrap());
+
+    // a run's router loads per layer, DeepEP's dispatcher and the all-to-all overlapped: the
+    // table says so, the best command carries each and gives the ranked step
+    let routing = dir.path().join("routing.csv");
+    let loads: String = (0..32).map(|l| format!("{l},1.{}\n", l % 5)).collect();
+    std::fs::write(&routing, format!("layer,imbalance\n{loads}")).unwrap();
+    let (text, best) = search_with(&[
+        "--moe-routing",
+        routing.to_str().unwrap(),
+        "--moe-dispatcher",
+        "deepep",
+        "--moe-a2a-overlap",
+        "true",
+        "--for",
+        "megatron",
+    ]);
+    assert!(text.contains(", a2a overlap) "), "{text}");
+    for flag in [
+        " --moe-a2a-overlap".to_string(),
+        " --moe-dispatcher deepep".into(),
+        format!(" --moe-routing {}", routing.display()),
+    ] {
+        assert!(text.contains(&flag), "{flag}: {text}");
+    }
+    best_command_predicts(&text, best["step_time_s"].as_f64().unwrap());
+    // its export rebuilds the row with the router loads and carries the dispatcher
+    let e = stepcast(&[
+        "export",
+        "--format",
+        "megatron",
+        "--from-search",
+        json.to_str().unwrap(),
+    ]);
+    assert!(e.status.success(), "{}", stderr(&e));
+    let launch = stdout(&e);
+    assert!(
+        launch.contains("--moe-token-dispatcher-type flex")
+            && launch.contains("--moe-flex-dispatcher-backend deepep"),
+        "{launch}"
+    );
 }
 
 /// The HTML page of a search shows what its JSON holds: the counts, the best `--top` layouts
@@ -253,10 +288,12 @@ fn end_to_end_objective_reports_the_run() {
 fn a_search_for_a_framework_ends_in_its_launch() {
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("all.json");
+    let html_path = dir.path().join("search.html");
     let o = search(
         &[
             &LLAMA2_13B_ON_32[..],
             &["--for", "megatron", "--json", json_path.to_str().unwrap()],
+            &["--html", html_path.to_str().unwrap()],
         ]
         .concat(),
     );
@@ -266,6 +303,15 @@ fn a_search_for_a_framework_ends_in_its_launch() {
         text.contains("only layouts megatron runs as costed")
             && text.contains("megatron cannot run it: Megatron-Core's distributed optimizer"),
         "{text}"
+    );
+    // the report says so too
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(
+        html.contains(
+            "Only layouts megatron runs as costed (what <code>stepcast export --format \
+             megatron</code> takes)"
+        ),
+        "{html}"
     );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();

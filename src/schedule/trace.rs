@@ -481,6 +481,277 @@ mod tests {
         slices
     }
 
+    /// A rank's per-step work: gradient reduction, parameter all-gather, optimizer.
+    fn rank_work() -> RankWork {
+        RankWork {
+            grad_sync_us: 4.0,
+            param_gather_us: 2.0,
+            optimizer_us: 1.0,
+            optimizer_issue_us: 0.0,
+            params: 90,
+            bucket_elements: 40,
+            grad_sync_attribution: Attribution::default(),
+            param_gather_attribution: Attribution::default(),
+            optimizer_attribution: Attribution::default(),
+        }
+    }
+
+    fn segment(kind: SegmentKind, repeat: u64, us: f64, recompute_us: f64) -> Segment {
+        Segment {
+            kind,
+            repeat,
+            us,
+            recompute_us,
+            issue_us: 0.0,
+            params: 10,
+            attribution: Attribution::default(),
+        }
+    }
+
+    /// Two ranks of two chunks: the first chunk opens with the embedding, the last closes
+    /// with the head; three layers a chunk, a backward layer 4 µs of which 1.5 recompute.
+    fn interleaved_work() -> PipelineWork {
+        let chunks = (0..4)
+            .map(|s: usize| {
+                let mut fwd = vec![segment(SegmentKind::Layer, 3, 2.0, 0.0)];
+                let mut bwd = vec![segment(SegmentKind::Layer, 3, 4.0, 1.5)];
+                if s == 0 {
+                    fwd.insert(0, segment(SegmentKind::Embedding, 1, 1.0, 0.0));
+                    bwd.push(segment(SegmentKind::Embedding, 1, 1.0, 0.0));
+                }
+                if s == 3 {
+                    fwd.push(segment(SegmentKind::Head, 1, 5.0, 0.0));
+                    bwd.insert(0, segment(SegmentKind::Head, 1, 5.0, 0.0));
+                }
+                let work = |segments: Vec<Segment>, hidden_tp_us| PassWork {
+                    parts: ClassTimes {
+                        compute: segments.iter().map(|g| g.us * g.repeat as f64).sum(),
+                        ..Default::default()
+                    },
+                    segments,
+                    hidden_tp_us,
+                };
+                // the second chunk's weight gradients deferred (zero-bubble style)
+                let wgrad = if s == 1 {
+                    work(vec![segment(SegmentKind::Layer, 3, 1.0, 0.0)], 0.0)
+                } else {
+                    PassWork::default()
+                };
+                ChunkWork {
+                    rank: s % 2,
+                    first_layer: 3 * s as u64,
+                    fwd: work(fwd, 0.0),
+                    bwd: work(bwd, 50.0),
+                    wgrad,
+                    send_fwd_us: 0.5,
+                    send_bwd_us: 0.5,
+                    send_attribution: Attribution::default(),
+                }
+            })
+            .collect();
+        PipelineWork {
+            schedule: Schedule::Interleaved,
+            micro_batches: 4,
+            chunks,
+            ranks: vec![rank_work(), rank_work()],
+            overlap: Overlap::default(),
+            host: Default::default(),
+            factors: 0,
+        }
+    }
+
+    /// The events `feed` makes a trace writer emit, per layer or per run of layers.
+    fn emitted(
+        work: &PipelineWork,
+        per_layer: bool,
+        feed: impl FnOnce(&mut TraceWriter<'_>),
+    ) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut w = TraceWriter {
+            out: &mut out,
+            work,
+            first: true,
+            per_layer,
+            error: None,
+        };
+        feed(&mut w);
+        assert!(w.error.is_none());
+        let text = format!("[{}]", String::from_utf8(out).unwrap());
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// (name, start, duration) of each slice, in the order written.
+    fn slices(events: &[Value]) -> Vec<(String, f64, f64)> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| {
+                let name = e["name"].as_str().unwrap().to_string();
+                (name, e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap())
+            })
+            .collect()
+    }
+
+    fn named(name: &str, ts: f64, dur: f64) -> (String, f64, f64) {
+        (name.to_string(), ts, dur)
+    }
+
+    /// A backward pass's slices, exactly: its chunk in the name, its layers last to first,
+    /// each split into recompute and backward, a wait for gathered weights before the
+    /// repetition that waited, the embedding last, and the hidden TP communication clipped to
+    /// the pass.
+    #[test]
+    fn a_backward_pass_is_drawn_layer_by_layer() {
+        let work = interleaved_work();
+        let backward = |w: &mut TraceWriter<'_>| {
+            let task = Task {
+                stage: 0,
+                pass: Pass::Backward,
+                micro_batch: 1,
+            };
+            w.event(crate::schedule::Event::Pass {
+                rank: 0,
+                task,
+                start_us: 100.0,
+                end_us: 140.0,
+                gather_waits: &[(1, 5.0)],
+            })
+        };
+        let events = emitted(&work, true, backward);
+        assert_eq!(
+            slices(&events),
+            [
+                named("B mb 1 chunk 0", 100.0, 40.0),
+                named("layer 2", 100.0, 4.0),
+                named("recompute forward", 100.0, 1.5),
+                named("backward", 101.5, 2.5),
+                named("waiting for parameter all-gather", 104.0, 5.0),
+                named("layer 1", 109.0, 4.0),
+                named("recompute forward", 109.0, 1.5),
+                named("backward", 110.5, 2.5),
+                named("layer 0", 113.0, 4.0),
+                named("recompute forward", 113.0, 1.5),
+                named("backward", 114.5, 2.5),
+                named("embedding", 117.0, 1.0),
+                named("tensor-parallel communication (hidden)", 100.0, 40.0),
+            ]
+        );
+        assert_eq!(events[0]["args"]["waited_for_parameters_us"], 5.0);
+        assert_eq!(events[0]["args"]["virtual_stage"], 0);
+        assert_eq!(events.last().unwrap()["tid"], TENSOR_PARALLEL);
+        // above the slice limit a run of layers is one slice, the wait before it
+        let events = emitted(&work, false, backward);
+        assert_eq!(
+            slices(&events)[1..4],
+            [
+                named("waiting for parameter all-gather", 100.0, 5.0),
+                named("3 layers", 105.0, 12.0),
+                named("embedding", 117.0, 1.0),
+            ]
+        );
+        assert_eq!(events[2]["args"]["per_layer_us"], 4.0);
+        assert_eq!(events[2]["args"]["recompute_per_layer_us"], 1.5);
+    }
+
+    /// A forward pass of the second chunk: the chunk and its layers counted from its first,
+    /// the head after them; no hidden communication where there is none.
+    #[test]
+    fn a_forward_pass_names_its_chunk_and_layers() {
+        let work = interleaved_work();
+        let forward = |stage: u32, start_us: f64, end_us: f64| {
+            emitted(&work, true, |w| {
+                let task = Task {
+                    stage,
+                    pass: Pass::Forward,
+                    micro_batch: 2,
+                };
+                w.event(crate::schedule::Event::Pass {
+                    rank: stage as usize % 2,
+                    task,
+                    start_us,
+                    end_us,
+                    gather_waits: &[],
+                })
+            })
+        };
+        let events = forward(2, 0.0, 6.0);
+        assert_eq!(
+            slices(&events),
+            [
+                named("F mb 2 chunk 1", 0.0, 6.0),
+                named("layer 6", 0.0, 2.0),
+                named("layer 7", 2.0, 2.0),
+                named("layer 8", 4.0, 2.0),
+            ]
+        );
+        let events = forward(3, 10.0, 21.0);
+        assert_eq!(
+            slices(&events),
+            [
+                named("F mb 2 chunk 1", 10.0, 11.0),
+                named("layer 9", 10.0, 2.0),
+                named("layer 10", 12.0, 2.0),
+                named("layer 11", 14.0, 2.0),
+                named("final norm, LM head, loss", 16.0, 5.0),
+            ]
+        );
+        assert!(events.iter().all(|e| e["pid"] == 1 && e["tid"] == COMPUTE));
+    }
+
+    /// The ranks' names list their layers (the embedding and head not counted as layers);
+    /// the optimizer, the step's host work and a stream's event last from start to end.
+    #[test]
+    fn ranks_are_named_by_their_layers_and_other_events_span_their_time() {
+        let work = interleaved_work();
+        // every repetition of every pass (the second chunk's weight gradients too), the
+        // embedding and head as one each, for each of the 4 micro-batches
+        assert_eq!(layer_slices(&work), 4 * (6 + 6 + 3 + 6 + 6 + 2 + 2));
+        let events = emitted(&work, true, |w| w.metadata());
+        let names: Vec<&str> = events
+            .iter()
+            .filter(|e| e["name"] == "process_name")
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "pipeline rank 0 (layers 0–2, 6–8)",
+                "pipeline rank 1 (layers 3–5, 9–11)"
+            ]
+        );
+        let events = emitted(&work, true, |w| {
+            use crate::schedule::Event as E;
+            w.event(E::Optimizer {
+                rank: 1,
+                start_us: 30.0,
+                end_us: 33.0,
+            });
+            w.event(E::StepOverhead {
+                start_us: 40.0,
+                end_us: 47.0,
+            });
+            w.event(E::Send {
+                rank: 0,
+                task: Task {
+                    stage: 0,
+                    pass: Pass::Forward,
+                    micro_batch: 0,
+                },
+                start_us: 12.0,
+                end_us: 12.5,
+                blocking: true,
+            });
+        });
+        let spans = slices(&events);
+        assert_eq!(spans[0], named("optimizer step", 30.0, 3.0));
+        assert_eq!(spans[1], named("per-step host work", 40.0, 7.0));
+        assert_eq!((spans[2].1, spans[2].2), (12.0, 0.5));
+        assert_eq!(
+            (&events[2]["tid"], &events[2]["args"]["blocking"]),
+            (&json!(SENDS), &json!(true))
+        );
+    }
+
     #[test]
     fn a_trace_perfetto_can_read() {
         let p = 3;
@@ -496,19 +767,7 @@ mod tests {
                 send_attribution: Attribution::default(),
             })
             .collect();
-        let ranks = (0..p)
-            .map(|_| RankWork {
-                grad_sync_us: 4.0,
-                param_gather_us: 2.0,
-                optimizer_us: 1.0,
-                optimizer_issue_us: 0.0,
-                params: 90,
-                bucket_elements: 40,
-                grad_sync_attribution: Attribution::default(),
-                param_gather_attribution: Attribution::default(),
-                optimizer_attribution: Attribution::default(),
-            })
-            .collect();
+        let ranks = (0..p).map(|_| rank_work()).collect();
         let work = PipelineWork {
             schedule: Schedule::OneFOneB,
             micro_batches: 4,
