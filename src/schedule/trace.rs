@@ -303,8 +303,11 @@ impl TraceWriter<'_> {
                         ("final norm, LM head, loss".to_string(), seg.us, Value::Null)
                     }
                     SegmentKind::Layer if reps == seg.repeat => {
+                        // a backward runs the chunk's layers last to first, over every
+                        // segment of layers (a mixture's dense layers, then its expert ones)
+                        let done = layer - chunk.first_layer + j;
                         let index = if backwards {
-                            chunk.first_layer + layer_count - 1 - j
+                            chunk.first_layer + layer_count - 1 - done
                         } else {
                             layer + j
                         };
@@ -513,8 +516,24 @@ mod tests {
     fn interleaved_work() -> PipelineWork {
         let chunks = (0..4)
             .map(|s: usize| {
-                let mut fwd = vec![segment(SegmentKind::Layer, 3, 2.0, 0.0)];
-                let mut bwd = vec![segment(SegmentKind::Layer, 3, 4.0, 1.5)];
+                let (mut fwd, mut bwd) = if s == 2 {
+                    // one dense layer before two with experts: two segments of layers
+                    (
+                        vec![
+                            segment(SegmentKind::Layer, 1, 2.0, 0.0),
+                            segment(SegmentKind::Layer, 2, 2.0, 0.0),
+                        ],
+                        vec![
+                            segment(SegmentKind::Layer, 2, 4.0, 1.5),
+                            segment(SegmentKind::Layer, 1, 4.0, 1.5),
+                        ],
+                    )
+                } else {
+                    (
+                        vec![segment(SegmentKind::Layer, 3, 2.0, 0.0)],
+                        vec![segment(SegmentKind::Layer, 3, 4.0, 1.5)],
+                    )
+                };
                 if s == 0 {
                     fwd.insert(0, segment(SegmentKind::Embedding, 1, 1.0, 0.0));
                     bwd.push(segment(SegmentKind::Embedding, 1, 1.0, 0.0));
@@ -651,6 +670,29 @@ mod tests {
         );
         assert_eq!(events[2]["args"]["per_layer_us"], 4.0);
         assert_eq!(events[2]["args"]["recompute_per_layer_us"], 1.5);
+        // layers in two segments (a mixture's dense layer and its expert layers) are named
+        // last to first across both: before, the second segment's were named again from the
+        // chunk's last layer
+        let events = emitted(&work, true, |w| {
+            let task = Task {
+                stage: 2,
+                pass: Pass::Backward,
+                micro_batch: 0,
+            };
+            w.event(crate::schedule::Event::Pass {
+                rank: 0,
+                task,
+                start_us: 0.0,
+                end_us: 12.0,
+                gather_waits: &[],
+            })
+        });
+        let layers: Vec<String> = slices(&events)
+            .into_iter()
+            .map(|s| s.0)
+            .filter(|n| n.starts_with("layer"))
+            .collect();
+        assert_eq!(layers, ["layer 8", "layer 7", "layer 6"]);
     }
 
     /// A forward pass of the second chunk: the chunk and its layers counted from its first,
