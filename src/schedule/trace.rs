@@ -615,6 +615,31 @@ mod tests {
         (name.to_string(), ts, dur)
     }
 
+    /// The events of one pass of micro-batch 1 on `stage` (its rank: stage mod 2), written
+    /// per layer or per run of layers.
+    fn pass_events(
+        work: &PipelineWork,
+        per_layer: bool,
+        (stage, pass): (u32, Pass),
+        (start_us, end_us): (f64, f64),
+        gather_waits: &[(u32, f64)],
+    ) -> Vec<Value> {
+        emitted(work, per_layer, |w| {
+            let task = Task {
+                stage,
+                pass,
+                micro_batch: 1,
+            };
+            w.event(crate::schedule::Event::Pass {
+                rank: stage as usize % 2,
+                task,
+                start_us,
+                end_us,
+                gather_waits,
+            })
+        })
+    }
+
     /// A backward pass's slices, exactly: its chunk in the name, its layers last to first,
     /// each split into recompute and backward, a wait for gathered weights before the
     /// repetition that waited, the embedding last, and the hidden TP communication clipped to
@@ -622,21 +647,11 @@ mod tests {
     #[test]
     fn a_backward_pass_is_drawn_layer_by_layer() {
         let work = interleaved_work();
-        let backward = |w: &mut TraceWriter<'_>| {
-            let task = Task {
-                stage: 0,
-                pass: Pass::Backward,
-                micro_batch: 1,
-            };
-            w.event(crate::schedule::Event::Pass {
-                rank: 0,
-                task,
-                start_us: 100.0,
-                end_us: 140.0,
-                gather_waits: &[(1, 5.0)],
-            })
+        let backward = |per_layer| {
+            let first = (0, Pass::Backward);
+            pass_events(&work, per_layer, first, (100.0, 140.0), &[(1, 5.0)])
         };
-        let events = emitted(&work, true, backward);
+        let events = backward(true);
         assert_eq!(
             slices(&events),
             [
@@ -659,7 +674,7 @@ mod tests {
         assert_eq!(events[0]["args"]["virtual_stage"], 0);
         assert_eq!(events.last().unwrap()["tid"], TENSOR_PARALLEL);
         // above the slice limit a run of layers is one slice, the wait before it
-        let events = emitted(&work, false, backward);
+        let events = backward(false);
         assert_eq!(
             slices(&events)[1..4],
             [
@@ -673,20 +688,7 @@ mod tests {
         // layers in two segments (a mixture's dense layer and its expert layers) are named
         // last to first across both: before, the second segment's were named again from the
         // chunk's last layer
-        let events = emitted(&work, true, |w| {
-            let task = Task {
-                stage: 2,
-                pass: Pass::Backward,
-                micro_batch: 0,
-            };
-            w.event(crate::schedule::Event::Pass {
-                rank: 0,
-                task,
-                start_us: 0.0,
-                end_us: 12.0,
-                gather_waits: &[],
-            })
-        });
+        let events = pass_events(&work, true, (2, Pass::Backward), (0.0, 12.0), &[]);
         let layers: Vec<String> = slices(&events)
             .into_iter()
             .map(|s| s.0)
@@ -700,27 +702,14 @@ mod tests {
     #[test]
     fn a_forward_pass_names_its_chunk_and_layers() {
         let work = interleaved_work();
-        let forward = |stage: u32, start_us: f64, end_us: f64| {
-            emitted(&work, true, |w| {
-                let task = Task {
-                    stage,
-                    pass: Pass::Forward,
-                    micro_batch: 2,
-                };
-                w.event(crate::schedule::Event::Pass {
-                    rank: stage as usize % 2,
-                    task,
-                    start_us,
-                    end_us,
-                    gather_waits: &[],
-                })
-            })
+        let forward = |stage, start_us, end_us| {
+            pass_events(&work, true, (stage, Pass::Forward), (start_us, end_us), &[])
         };
         let events = forward(2, 0.0, 6.0);
         assert_eq!(
             slices(&events),
             [
-                named("F mb 2 chunk 1", 0.0, 6.0),
+                named("F mb 1 chunk 1", 0.0, 6.0),
                 named("layer 6", 0.0, 2.0),
                 named("layer 7", 2.0, 2.0),
                 named("layer 8", 4.0, 2.0),
@@ -730,7 +719,7 @@ mod tests {
         assert_eq!(
             slices(&events),
             [
-                named("F mb 2 chunk 1", 10.0, 11.0),
+                named("F mb 1 chunk 1", 10.0, 11.0),
                 named("layer 9", 10.0, 2.0),
                 named("layer 10", 12.0, 2.0),
                 named("layer 11", 14.0, 2.0),
