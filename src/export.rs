@@ -1549,6 +1549,324 @@ mod tests {
         assert!(e.contains("--dtype bf16"), "{e}");
     }
 
+    /// What a torchtitan launch runs unless told otherwise; Megatron-LM and NeMo add nothing.
+    #[test]
+    fn each_framework_implies_its_own_defaults() {
+        for f in [Framework::Megatron, Framework::Nemo] {
+            assert_eq!(f.implied(&ParallelSpec::default()), ParallelSpec::default());
+        }
+        let fp8 = ParallelSpec {
+            dtype: Some(Dtype::Fp8),
+            ..Default::default()
+        };
+        let titan = Framework::Torchtitan.implied(&fp8);
+        assert_eq!(titan.cross_entropy, Some(CrossEntropy::Pytorch));
+        assert_eq!(
+            titan.attention_kernel,
+            Some(AttentionKernel::FlashAttention2)
+        );
+        assert_eq!(titan.elementwise, Some(Elementwise::Eager));
+        assert_eq!(titan.cp_comm, Some(CpComm::AllGather));
+        assert_eq!(titan.fp8_library, Some(Fp8Library::Torchao));
+        // async tensor parallelism compiles the model; bf16 has no fp8 library
+        let overlapped = ParallelSpec {
+            tp_comm_overlap: Some(true),
+            ..Default::default()
+        };
+        let titan = Framework::Torchtitan.implied(&overlapped);
+        assert_eq!(titan.elementwise, Some(Elementwise::Fused));
+        assert_eq!(titan.fp8_library, None);
+    }
+
+    /// Megatron-LM's arguments name what a layout and architecture switch on, and nothing
+    /// that is off: each flag below is checked both ways.
+    #[test]
+    fn megatron_names_what_is_on_and_nothing_that_is_off() {
+        let (a, l) = target("llama2-7b", spec(2, 1, 4));
+        let out = launch(Framework::Megatron, &a, &l).unwrap();
+        for want in [
+            "--untie-embeddings-and-output-weights",
+            "--disable-bias-linear",
+            "--attention-dropout 0 --hidden-dropout 0",
+        ] {
+            assert!(out.text.contains(want), "{want}: {}", out.text);
+        }
+        for absent in [
+            "--context-parallel-size",
+            "virtual",
+            "--mtp-num-layers",
+            "pipeline-num-layers",
+            "--moe-",
+        ] {
+            assert!(!out.text.contains(absent), "{absent}: {}", out.text);
+        }
+        assert!(
+            !out.notes.iter().any(|n| n.contains("twice the")),
+            "{:?}",
+            out.notes
+        );
+        assert!(!out.notes.iter().any(|n| n.contains("attention core")));
+        let text = launch(
+            Framework::Megatron,
+            &Arch {
+                tied_embeddings: true,
+                linear_bias: true,
+                dropout: true,
+                ..a.clone()
+            },
+            &l,
+        )
+        .unwrap()
+        .text;
+        for absent in ["--untie-", "--disable-bias-linear", "dropout"] {
+            assert!(!text.contains(absent), "{absent}: {text}");
+        }
+        // selective recomputation of the attention core is noted; of named modules it is not
+        let selective = |modules: Option<Vec<crate::workload::RecomputeModule>>| {
+            let s = ParallelSpec {
+                recompute: Some(Recompute::Selective),
+                recompute_modules: modules,
+                ..spec(2, 1, 4)
+            };
+            let (a, l) = target("llama2-7b", s);
+            launch(Framework::Megatron, &a, &l).unwrap().notes
+        };
+        assert!(selective(None).iter().any(|n| n.contains("attention core")));
+        let mlp = Some(vec![crate::workload::RecomputeModule::Mlp]);
+        assert!(!selective(mlp).iter().any(|n| n.contains("attention core")));
+        // the embedding counted as a layer: its flag only, neither stage sizes nor chunks
+        let split = ParallelSpec {
+            account_for_embedding_in_pipeline_split: Some(true),
+            ..spec(1, 3, 2)
+        };
+        let (a, l) = target("llama2-7b", split.clone());
+        assert_eq!(l.stage_layers, [10, 11, 11]);
+        let text = launch(Framework::Megatron, &a, &l).unwrap().text;
+        assert!(
+            text.contains("--account-for-embedding-in-pipeline-split")
+                && !text.contains("pipeline-num-layers")
+                && !text.contains("virtual"),
+            "{text}"
+        );
+        // with chunks it names their number; without the split their size
+        let interleaved = |model, s: ParallelSpec, vpp| {
+            let s = ParallelSpec {
+                schedule: Some(Schedule::Interleaved),
+                vpp: Some(vpp),
+                ..s
+            };
+            let (a, l) = target(model, s);
+            launch(Framework::Megatron, &a, &l).unwrap().text
+        };
+        // Llama 2 70B's 81 (the embedding counted) over 3 ranks of 9 chunks; 60 micro-batches
+        let text = interleaved(
+            "llama2-70b",
+            ParallelSpec {
+                global_batch: Some(240),
+                ..split
+            },
+            9,
+        );
+        assert!(
+            text.contains("--num-virtual-stages-per-pipeline-rank 9")
+                && !text.contains("--num-layers-per-virtual-pipeline-stage"),
+            "{text}"
+        );
+        let text = interleaved("llama2-7b", spec(1, 2, 4), 2);
+        assert!(
+            text.contains("--num-layers-per-virtual-pipeline-stage 8")
+                && !text.contains("--num-virtual-stages-per-pipeline-rank"),
+            "{text}"
+        );
+        let e = launch(
+            Framework::Megatron,
+            &a,
+            &target(
+                "llama2-7b",
+                ParallelSpec {
+                    schedule: Some(Schedule::Gpipe),
+                    ..spec(1, 2, 4)
+                },
+            )
+            .1,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("no GPipe schedule"), "{e}");
+    }
+
+    /// A mixture's optional arguments appear exactly where its architecture has them: routing
+    /// groups, shared experts, dense first layers, a multi-token prediction module, and each
+    /// flex dispatcher's backend.
+    #[test]
+    fn megatron_states_a_mixtures_optional_parts_only_where_it_has_them() {
+        let mixtral = crate::workload::presets::mixtral_8x7b();
+        let moe = |dispatcher, mtp| ParallelSpec {
+            ep: Some(2),
+            moe_dispatcher: Some(dispatcher),
+            mtp_layers: mtp,
+            ..spec(2, 1, 4)
+        };
+        let text = launch(
+            Framework::Megatron,
+            &mixtral,
+            &layout_of(&mixtral, moe(Dispatcher::Alltoall, None)),
+        )
+        .unwrap()
+        .text;
+        for absent in [
+            "--moe-router-num-groups",
+            "--moe-shared-expert",
+            "--moe-layer-freq",
+            "--mtp-num-layers",
+            "--moe-flex-dispatcher-backend",
+        ] {
+            assert!(!text.contains(absent), "{absent}: {text}");
+        }
+        let grouped = with_deepseek_style_experts(&mixtral);
+        let text = launch(
+            Framework::Megatron,
+            &grouped,
+            &layout_of(&grouped, moe(Dispatcher::Hybridep, Some(1))),
+        )
+        .unwrap()
+        .text;
+        for want in [
+            "--moe-router-num-groups 4 --moe-router-group-topk 2",
+            "--moe-shared-expert-intermediate-size 14336",
+            "--moe-layer-freq \"([0]*2+[1]*30)\"",
+            "--mtp-num-layers 1",
+            "--moe-token-dispatcher-type flex",
+            "--moe-flex-dispatcher-backend hybridep",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+    }
+
+    /// A plain layout's NeMo recipe and torchtitan job name no context exchange, chunks or
+    /// pipeline settings; each appears with what it needs.
+    #[test]
+    fn nemo_and_torchtitan_set_parallel_options_only_where_the_layout_has_them() {
+        let nemo = |s: ParallelSpec| {
+            let (a, l) = target("llama3-8b", s);
+            launch(Framework::Nemo, &a, &l).unwrap().text
+        };
+        let plain = nemo(spec(2, 1, 4));
+        assert!(
+            !plain.contains("cp_comm_type")
+                && !plain.contains("pipeline_dtype")
+                && plain.contains("virtual_pipeline_model_parallel_size = None\n")
+                && plain.contains("use_distributed_optimizer=True")
+                && plain.contains("recipe.optim.config.use_distributed_optimizer = True\n"),
+            "{plain}"
+        );
+        let unsharded = nemo(ParallelSpec {
+            zero: Some(0),
+            ..spec(2, 1, 4)
+        });
+        assert!(
+            unsharded.contains("use_distributed_optimizer=False")
+                && unsharded.contains("recipe.optim.config.use_distributed_optimizer = False\n"),
+            "{unsharded}"
+        );
+        let chunked = nemo(ParallelSpec {
+            schedule: Some(Schedule::Interleaved),
+            vpp: Some(2),
+            ..spec(1, 2, 4)
+        });
+        assert!(
+            chunked.contains("virtual_pipeline_model_parallel_size = 2\n")
+                && chunked.contains("pipeline_dtype = torch.bfloat16\n"),
+            "{chunked}"
+        );
+
+        let titan = |model: &str, s: ParallelSpec| {
+            let (a, l) = target(model, s);
+            launch(Framework::Torchtitan, &a, &l).map(|t| t.text)
+        };
+        // ZeRO 0 replicates over dp; no pipeline: the micro-batch is the local batch
+        let text = titan(
+            "llama3-8b",
+            ParallelSpec {
+                zero: Some(0),
+                sequence_parallel: Some(true),
+                ..spec(2, 1, 4)
+            },
+        )
+        .unwrap();
+        for want in [
+            "data_parallel_replicate_degree = 4\n",
+            "data_parallel_shard_degree = 1\n",
+            "local_batch_size = 2\n",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        assert!(
+            !text.contains("context_parallel_rotate_method")
+                && !text.contains("pipeline_parallel_schedule"),
+            "{text}"
+        );
+        // a pipeline's local batch is all of its micro-batches (256 / 2 / 2 = 64 of 2)
+        let text = titan(
+            "llama3-8b",
+            ParallelSpec {
+                zero: Some(3),
+                ..spec(1, 2, 2)
+            },
+        )
+        .unwrap();
+        assert!(
+            text.contains("local_batch_size = 128\n")
+                && text.contains("pipeline_parallel_layers_per_stage = 16"),
+            "{text}"
+        );
+        for (model, flavor) in [("llama3-70b", "70B"), ("llama3-405b", "405B")] {
+            let text = titan(
+                model,
+                ParallelSpec {
+                    zero: Some(3),
+                    ..spec(1, 1, 8)
+                },
+            )
+            .unwrap();
+            assert!(text.contains(&format!("flavor = \"{flavor}\"")), "{text}");
+        }
+        // TP without sequence parallelism, and async TP run eagerly, are refused; eager
+        // kernels without the overlap, or the overlap compiled, are not
+        let tp = |sp, overlap, elementwise| ParallelSpec {
+            zero: Some(3),
+            sequence_parallel: Some(sp),
+            tp_comm_overlap: Some(overlap),
+            elementwise: Some(elementwise),
+            ..spec(2, 1, 4)
+        };
+        let e = titan("llama3-8b", tp(false, false, Elementwise::Fused))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--sequence-parallel"), "{e}");
+        let e = titan("llama3-8b", tp(true, true, Elementwise::Eager))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("torch.compile"), "{e}");
+        for (overlap, elementwise) in [(false, Elementwise::Eager), (true, Elementwise::Fused)] {
+            assert!(titan("llama3-8b", tp(true, overlap, elementwise)).is_ok());
+        }
+    }
+
+    /// `arch` with DeepSeek-style experts: one shared expert, two dense first layers, routing
+    /// in 2 of 4 groups.
+    fn with_deepseek_style_experts(arch: &Arch) -> Arch {
+        let mut grouped = arch.clone();
+        grouped.moe = grouped.moe.map(|m| crate::workload::MoeSpec {
+            shared_experts: 1,
+            dense_layers: 2,
+            groups: 4,
+            topk_groups: 2,
+            ..m
+        });
+        grouped
+    }
+
     /// The layout of `spec` for an architecture built in the test.
     fn layout_of(arch: &Arch, spec: ParallelSpec) -> Layout {
         Layout::new(&spec, arch, &crate::hardware::dgx_h100_without_models()).unwrap()
@@ -1747,20 +2065,14 @@ mod tests {
         for absent in [
             "moe_layer_freq",
             "moe_shared_expert",
+            "moe_router_num_groups",
             "window_size",
             "squared_relu",
         ] {
             assert!(!text.contains(absent), "{absent}: {text}");
         }
         // DeepSeek-style experts: shared ones, dense first layers, routing groups
-        let mut grouped = mixtral.clone();
-        grouped.moe = grouped.moe.map(|m| crate::workload::MoeSpec {
-            shared_experts: 1,
-            dense_layers: 2,
-            groups: 4,
-            topk_groups: 2,
-            ..m
-        });
+        let grouped = with_deepseek_style_experts(&mixtral);
         let (text, _) = nemo(&grouped, moe).unwrap();
         for want in [
             field("moe_shared_expert_intermediate_size", "14336"),
@@ -1937,6 +2249,8 @@ mod tests {
     #[test]
     fn only_uneven_first_and_last_stages_are_expressible() {
         assert_eq!(uneven_ends(&[8, 8, 8]), Some((None, None)));
+        assert_eq!(uneven_ends(&[8, 8]), Some((None, None)));
+        assert_eq!(uneven_ends(&[7, 9]), Some((Some(7), None)));
         assert_eq!(uneven_ends(&[6, 8, 8, 10]), Some((Some(6), Some(10))));
         assert_eq!(uneven_ends(&[8, 8, 7]), Some((None, Some(7))));
         assert_eq!(uneven_ends(&[8, 7, 8, 9]), None);
