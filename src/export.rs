@@ -776,9 +776,9 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let mut notes = Vec::new();
     if !same {
         notes.push(format!(
-            "NeMo has no recipe for {}: llm.{recipe} is the base and its model sizes are \
-             overridden; its other settings (norm epsilon, RoPE base, vocabulary from the \
-             tokenizer) stay the base recipe's",
+            "NeMo has no recipe for {}: llm.{recipe} is the base, its sizes and architecture \
+             set to the costed model's; its other settings (norm epsilon, RoPE base, \
+             vocabulary from the tokenizer) stay the base recipe's",
             a.name
         ));
     }
@@ -2044,7 +2044,7 @@ mod tests {
         assert!(text.contains("llm.llama3_8b.pretrain_recipe"), "{text}");
         assert!(notes
             .iter()
-            .any(|n| n.contains("no recipe for mixtral-8x7b")));
+            .any(|n| n.contains("no recipe for mixtral-8x7b") && n.contains("architecture set")));
         for want in [
             field("num_moe_experts", "8"),
             field("moe_router_topk", "2"),
