@@ -613,6 +613,11 @@ mod tests {
         assert!(r.predicted > 100, "{}", r.predicted);
         let best = r.best().unwrap();
         assert!(best.memory_peak_gib <= 0.9 * 80.0);
+        // a row's step is its metrics', and none where it was not predicted
+        assert_eq!(best.step_s(), Some(best.metrics.unwrap().step_time_s));
+        assert!(best.step_s().unwrap() > 0.1, "{:?}", best.step_s());
+        let oom = r.rows.iter().find(|r| r.status != Status::Predicted);
+        assert_eq!(oom.map(SearchRow::step_s), Some(None));
         // sorted: no predicted row is faster than the best
         for row in r.rows.iter().filter(|r| r.status == Status::Predicted) {
             assert!(row.step_s().unwrap() >= best.step_s().unwrap());
@@ -782,6 +787,238 @@ mod tests {
         let r = search(&req, &CostModel::new(&c, None)).unwrap();
         assert_eq!(r.predicted, 0);
         assert!(r.best().is_none() && r.pruned_memory > 0);
+    }
+
+    /// Each value a user lists is checked: degrees must divide the GPUs, micro-batches lie in
+    /// 1 ..= the limit, ZeRO stages 0–3, the interleaved schedule needs two chunks, and no
+    /// dimension may list nothing.
+    #[test]
+    fn a_search_space_refuses_what_cannot_be_searched() {
+        let ok = SearchSpace::default();
+        assert!(ok.validate(8).is_ok());
+        let refused = |space: SearchSpace, want: &str| {
+            let e = space.validate(8).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        };
+        refused(
+            SearchSpace {
+                tp: Some(vec![3]),
+                ..ok.clone()
+            },
+            "--tp 3 does not divide --gpus 8: give divisors of 8 (1, 2, 4, 8)",
+        );
+        refused(
+            SearchSpace {
+                etp: Some(vec![0]),
+                ..ok.clone()
+            },
+            "--etp 0",
+        );
+        refused(
+            SearchSpace {
+                micro_batch: vec![0],
+                ..ok.clone()
+            },
+            "--micro-batch 0",
+        );
+        let max = crate::limits::MAX_MICRO_BATCH;
+        refused(
+            SearchSpace {
+                micro_batch: vec![1, max + 1],
+                ..ok.clone()
+            },
+            &format!("--micro-batch {}", max + 1),
+        );
+        let at_limit = SearchSpace {
+            micro_batch: vec![max],
+            ..ok.clone()
+        };
+        assert!(at_limit.validate(8).is_ok());
+        refused(
+            SearchSpace {
+                zero: vec![1, 4],
+                ..ok.clone()
+            },
+            "--zero 4",
+        );
+        refused(
+            SearchSpace {
+                max_vpp: 1,
+                ..ok.clone()
+            },
+            "--max-vpp 1",
+        );
+        // two chunks are enough; without the interleaved schedule any --max-vpp is
+        for space in [
+            SearchSpace {
+                max_vpp: 2,
+                ..ok.clone()
+            },
+            SearchSpace {
+                max_vpp: 1,
+                schedules: vec![Schedule::OneFOneB],
+                ..ok.clone()
+            },
+        ] {
+            assert!(space.validate(8).is_ok());
+        }
+        refused(
+            SearchSpace {
+                recompute: Vec::new(),
+                ..ok.clone()
+            },
+            "--recompute lists nothing",
+        );
+        refused(
+            SearchSpace {
+                moe_a2a_overlap: Vec::new(),
+                ..ok
+            },
+            "--moe-a2a-overlap lists nothing",
+        );
+    }
+
+    /// A small space enumerated exactly: every tp · pp dividing the GPUs, chunk counts only
+    /// for the interleaved schedule with pipeline stages (divisors of layers / pp from 2 to
+    /// --max-vpp), sequence parallelism only with tp > 1.
+    #[test]
+    fn a_small_space_enumerates_exactly_its_layouts() {
+        let c = cluster();
+        let arch = Arch::resolve("llama2-7b").unwrap();
+        let mut req = request(&arch, &c, 8, 64);
+        req.space = SearchSpace {
+            tp: Some(vec![1, 2]),
+            pp: Some(vec![1, 2]),
+            micro_batch: vec![1],
+            schedules: vec![Schedule::OneFOneB, Schedule::Interleaved],
+            recompute: vec![Recompute::None],
+            zero: vec![1],
+            max_vpp: 4,
+            ..SearchSpace::default()
+        };
+        let mut got: Vec<(u64, u64, u64, u64, Schedule, bool)> = enumerate(&req)
+            .iter()
+            .map(|s| {
+                let cp = s.cp.unwrap();
+                assert_eq!(cp, 1, "4,096 tokens: no context parallelism");
+                let (tp, pp, dp) = (s.tp.unwrap(), s.pp.unwrap(), s.dp.unwrap());
+                assert_eq!(tp * pp * dp, 8);
+                let sp = s.sequence_parallel.unwrap();
+                (tp, pp, dp, s.vpp.unwrap(), s.schedule.unwrap(), sp)
+            })
+            .collect();
+        got.sort_by_key(|t| (t.0, t.1, t.3, t.4 as u8, t.5));
+        use Schedule::{Interleaved as I, OneFOneB as O};
+        assert_eq!(
+            got,
+            [
+                (1, 1, 8, 1, O, false),
+                (1, 2, 4, 1, O, false),
+                (1, 2, 4, 2, I, false),
+                (1, 2, 4, 4, I, false),
+                (2, 1, 4, 1, O, false),
+                (2, 1, 4, 1, O, true),
+                (2, 2, 2, 1, O, false),
+                (2, 2, 2, 1, O, true),
+                (2, 2, 2, 2, I, false),
+                (2, 2, 2, 2, I, true),
+                (2, 2, 2, 4, I, false),
+                (2, 2, 2, 4, I, true),
+            ]
+        );
+        // 8,192 tokens: context-parallel degrees dividing the GPUs (16 does not), each with
+        // the data parallelism left
+        req.base.seq_len = Some(8192);
+        req.space.tp = Some(vec![1]);
+        req.space.pp = Some(vec![1]);
+        let cp: Vec<(u64, u64)> = enumerate(&req)
+            .iter()
+            .map(|s| (s.cp.unwrap(), s.dp.unwrap()))
+            .collect();
+        assert_eq!(cp, [(1, 8), (2, 4), (4, 2), (8, 1)]);
+    }
+
+    /// A mixture's expert layouts: every power-of-two ep dividing the experts, etp both tp and
+    /// 1 (whole experts) when tp > 1, the all-to-all overlap tried only where there is one.
+    #[test]
+    fn a_mixtures_expert_layouts_are_enumerated_exactly() {
+        let c = cluster();
+        let arch = crate::workload::presets::mixtral_8x7b();
+        let mut req = request(&arch, &c, 8, 64);
+        req.space = SearchSpace {
+            tp: Some(vec![2]),
+            pp: Some(vec![1]),
+            micro_batch: vec![1],
+            schedules: vec![Schedule::OneFOneB],
+            recompute: vec![Recompute::None],
+            sequence_parallel: vec![true],
+            zero: vec![1],
+            moe_a2a_overlap: vec![false, true],
+            ..SearchSpace::default()
+        };
+        let mut got: Vec<(Option<u64>, Option<u64>, Option<bool>)> = enumerate(&req)
+            .iter()
+            .map(|s| (s.ep, s.etp, s.moe_a2a_overlap))
+            .collect();
+        got.sort();
+        let mut want = vec![(None, None, None), (None, Some(1), None)];
+        for ep in [2, 4, 8] {
+            for etp in [None, Some(1)] {
+                want.push((Some(ep), etp, None));
+                want.push((Some(ep), etp, Some(true)));
+            }
+        }
+        want.sort();
+        assert_eq!(got, want);
+        // tp 1: whole experts only
+        req.space.tp = Some(vec![1]);
+        req.space.sequence_parallel = vec![false];
+        assert!(enumerate(&req).iter().all(|s| s.etp.is_none()));
+    }
+
+    /// A run's checkpoint is written by every node when the optimizer state is sharded, by
+    /// the nodes of one replica otherwise; its steps are the tokens over each step's.
+    #[test]
+    fn a_runs_checkpoint_writers_and_steps_follow_the_layout() {
+        let c = cluster();
+        let arch = Arch::resolve("llama2-7b").unwrap();
+        let storage = Storage {
+            checkpoint_write_gb_per_s_per_node: 2.0,
+            checkpoint_write_gb_per_s_max: None,
+        };
+        let run = RunSpec {
+            tokens: 1e9,
+            reliability: Reliability::default(),
+            storage,
+            checkpoint_interval: Some(100),
+        };
+        let layout = |zero, tp, pp, dp| {
+            let spec = ParallelSpec {
+                tp: Some(tp),
+                pp: Some(pp),
+                dp: Some(dp),
+                micro_batch: Some(1),
+                global_batch: Some(64),
+                zero: Some(zero),
+                ..Default::default()
+            };
+            Layout::new(&spec, &arch, &c).unwrap()
+        };
+        let bytes = checkpoint_bytes(arch.total_params());
+        let save = |zero, tp, pp, dp| {
+            run.outcome(&arch, &layout(zero, tp, pp, dp), 8, 2.0)
+                .unwrap()
+                .1
+        };
+        // 32 GPUs on 4 nodes: sharded, the 4 write; replicated, a replica of 4 GPUs (1 node)
+        assert_eq!(save(1, 2, 2, 8), storage.write_s(bytes, 4.0));
+        assert_eq!(save(0, 2, 2, 8), storage.write_s(bytes, 1.0));
+        // tp 8 · pp 2: a replica spans 2 nodes
+        assert_eq!(save(0, 8, 2, 2), storage.write_s(bytes, 2.0));
+        // 10^9 tokens in steps of 64 × 4,096: 3,815 steps (rounded up) of 2 s
+        let (outcome, _) = run.outcome(&arch, &layout(1, 2, 2, 8), 8, 2.0).unwrap();
+        assert_eq!(outcome.training_s, 3815.0 * 2.0);
+        assert_eq!(outcome.checkpoint_interval, 100);
     }
 
     #[test]
