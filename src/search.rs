@@ -904,6 +904,12 @@ mod tests {
                 let (tp, pp, dp) = (s.tp.unwrap(), s.pp.unwrap(), s.dp.unwrap());
                 assert_eq!(tp * pp * dp, 8);
                 let sp = s.sequence_parallel.unwrap();
+                // the base's global batch, the space's single values
+                assert_eq!(s.global_batch, Some(64));
+                assert_eq!(
+                    (s.micro_batch, s.recompute, s.zero),
+                    (Some(1), Some(Recompute::None), Some(1))
+                );
                 (tp, pp, dp, s.vpp.unwrap(), s.schedule.unwrap(), sp)
             })
             .collect();
