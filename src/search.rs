@@ -979,7 +979,84 @@ mod tests {
         // tp 1: whole experts only
         req.space.tp = Some(vec![1]);
         req.space.sequence_parallel = vec![false];
-        assert!(enumerate(&req).iter().all(|s| s.etp.is_none()));
+        let whole = enumerate(&req);
+        assert!(whole.iter().all(|s| s.etp.is_none()));
+        // ep 1 once, ep 2, 4, 8 with and without the overlap
+        assert_eq!(whole.len(), 7);
+    }
+
+    /// MoFa's pruning rules at their boundaries: tp and etp up to a node, as many
+    /// micro-batches as stages, FSDP with stages for torchtitan only, context shards of at
+    /// least 1,024 tokens.
+    #[test]
+    fn the_pruning_rules_hold_at_their_boundaries() {
+        let c = cluster();
+        let dense = Arch::resolve("llama2-7b").unwrap();
+        let mixtral = crate::workload::presets::mixtral_8x7b();
+        let layout = |arch: &Arch, s: ParallelSpec| {
+            let s = ParallelSpec {
+                micro_batch: Some(1),
+                ..s
+            };
+            Layout::new(&s, arch, &c).unwrap()
+        };
+        let spec = |tp, pp, dp, batch| ParallelSpec {
+            tp: Some(tp),
+            pp: Some(pp),
+            dp: Some(dp),
+            global_batch: Some(batch),
+            ..Default::default()
+        };
+        let why = |l: &Layout, f| not_worth_it(l, &c, f);
+        assert_eq!(why(&layout(&dense, spec(8, 1, 1, 8)), None), None);
+        assert_eq!(
+            why(&layout(&dense, spec(16, 1, 1, 8)), None),
+            Some("tp > GPUs per node")
+        );
+        let experts = ParallelSpec {
+            ep: Some(1),
+            etp: Some(8),
+            ..spec(8, 1, 1, 8)
+        };
+        assert_eq!(why(&layout(&mixtral, experts), None), None);
+        // as many micro-batches as stages, not fewer
+        assert_eq!(why(&layout(&dense, spec(1, 4, 1, 4)), None), None);
+        assert_eq!(
+            why(&layout(&dense, spec(1, 4, 1, 2)), None),
+            Some("fewer micro-batches than pp")
+        );
+        let sharded = |pp| ParallelSpec {
+            zero: Some(3),
+            ..spec(1, pp, 2, 8)
+        };
+        let fsdp_pp = layout(&dense, sharded(2));
+        assert_eq!(
+            why(&fsdp_pp, None),
+            Some("ZeRO-3 (FSDP) with pipeline stages")
+        );
+        assert_eq!(
+            why(&fsdp_pp, Some(Framework::Megatron)),
+            why(&fsdp_pp, None)
+        );
+        assert_eq!(why(&fsdp_pp, Some(Framework::Torchtitan)), None);
+        assert_eq!(why(&layout(&dense, sharded(1)), None), None);
+        let zero1_pp = ParallelSpec {
+            zero: Some(1),
+            ..spec(1, 2, 2, 8)
+        };
+        assert_eq!(why(&layout(&dense, zero1_pp), None), None);
+        // context shards: 2,048 tokens over 2 ranks is 1,024 each (kept), 1,024 is 512
+        let context = |cp, seq| ParallelSpec {
+            cp: Some(cp),
+            seq_len: Some(seq),
+            ..spec(1, 1, 1, 8)
+        };
+        assert_eq!(why(&layout(&dense, context(2, 2048)), None), None);
+        assert_eq!(
+            why(&layout(&dense, context(2, 1024)), None),
+            Some("context shard under 1,024 tokens")
+        );
+        assert_eq!(why(&layout(&dense, context(1, 512)), None), None);
     }
 
     /// A run's checkpoint is written by every node when the optimizer state is sharded, by
