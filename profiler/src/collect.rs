@@ -102,7 +102,7 @@ fn kernel_role(mut q: OpQuery, backend: &str) -> OpQuery {
 }
 
 /// The plan's point a row answers: plans name no kernel, rows may (see [`kernel_role`]).
-fn without_kernel_role(mut q: OpQuery) -> OpQuery {
+pub(crate) fn without_kernel_role(mut q: OpQuery) -> OpQuery {
     if q.role.is_some_and(Role::is_another_kernel) {
         q.role = None;
     }

@@ -4,20 +4,20 @@
 //! operator kinds that drifted past a threshold, keeps the rows of the others from the previous
 //! dataset, and retrains the cluster's models (the old directory is kept beside the new one).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use stepcast::dataset::{Dataset, MeasurementWriter};
+use stepcast::dataset::{Dataset, Measurement, MeasurementWriter};
 use stepcast::hardware::Cluster;
-use stepcast::ops::{OpKind, Phase};
+use stepcast::ops::{Dtype, OpKind, OpQuery, Phase, Shape};
 use stepcast::predict::cost::{CostModel, Source};
 use stepcast::regress::train::{train, TrainOptions};
 use stepcast::regress::{Manifest, ModelSet};
 
-use crate::collect::{collect, CollectOptions};
+use crate::collect::{collect, without_kernel_role, CollectOptions};
 use crate::device::Device;
-use crate::plan::{Plan, PlanSpec, Target};
+use crate::plan::{Plan, PlanPoint, PlanSpec, Target};
 use crate::torch::TorchBackend;
 
 #[derive(Debug, Clone, Serialize)]
@@ -178,13 +178,19 @@ pub fn check(
 pub struct RetrainReport {
     pub drift: DriftReport,
     pub recollected: Vec<OpKind>,
+    /// Points re-measured, and how many of them were the previous dataset's own.
+    pub points: usize,
+    pub points_from_previous: usize,
     pub carried_rows: usize,
+    /// Of the carried rows, those of re-collected kinds this node cannot run (more GPUs or
+    /// nodes than it has, fp8 without fp8 tensor cores): kept as they were measured.
+    pub carried_unmeasurable: usize,
     pub models_dir: Option<PathBuf>,
     pub previous_models: Option<PathBuf>,
 }
 
-/// Re-collects the drifted kinds into `out` (plus the previous dataset's rows of the others)
-/// and retrains the cluster's models from it.
+/// Re-collects the drifted kinds into `out` (at the previous dataset's points where it is given,
+/// plus its rows of the others) and retrains the cluster's models from it.
 #[allow(clippy::too_many_arguments)]
 pub fn retrain(
     cluster: &Cluster,
@@ -203,14 +209,18 @@ pub fn retrain(
         return Ok(RetrainReport {
             drift,
             recollected: Vec::new(),
+            points: 0,
+            points_from_previous: 0,
             carried_rows: 0,
+            carried_unmeasurable: 0,
             models_dir: None,
             previous_models: None,
         });
     }
     // read before the collection, which takes long, so a wrong path fails first
     let old = previous.map(Dataset::load).transpose()?;
-    let full = plan.expand(target_of(device, 1))?;
+    let target = target_of(device, 1);
+    let full = plan.expand(target)?;
     // without the dataset the models came from the other kinds cannot be carried over: they are
     // re-collected too, or the new models would have none of them
     let mut recollect = drifted.clone();
@@ -219,27 +229,32 @@ pub fn retrain(
         recollect.sort();
         recollect.dedup();
     }
+    let old_rows = old.as_ref().map_or(&[][..], |d| &d.rows[..]);
+    let (points, points_from_previous) =
+        recollection_points(full.points, old_rows, &recollect, target);
     if out.join(stepcast::dataset::META_FILE).exists() {
-        // only an interrupted retrain's own re-collection is continued: carrying the other
-        // kinds' rows into a finished one again would hold each of them twice
+        // only an interrupted retrain's own re-collection is continued: carrying the previous
+        // dataset's rows into a finished one again would hold each of them twice
         let held = Dataset::load(out)?;
-        if let Some(m) = held.rows.iter().find(|m| !recollect.contains(&m.query.op)) {
+        let wanted: HashSet<String> = points.iter().map(point_key).collect();
+        let carried_before: HashSet<String> =
+            old_rows.iter().filter(|m| m.is_ok()).map(row_key).collect();
+        if let Some(m) = held.rows.iter().find(|m| {
+            !wanted.contains(&point_key(&PlanPoint::of(m))) || carried_before.contains(&row_key(m))
+        }) {
             anyhow::bail!(stepcast::Error::Invalid(format!(
-                "{}: already holds a dataset with {} rows, a kind that did not drift now (a \
+                "{}: already holds a dataset with a row this retrain would not measure ({}: a \
                  finished retrain, or another collection): give a new --out",
                 out.display(),
-                m.query.op
+                m.query
             )));
         }
     }
     let subset = Plan {
         spec: full.spec.clone(),
-        points: full
-            .points
-            .into_iter()
-            .filter(|p| recollect.contains(&p.query.op))
-            .collect(),
+        points,
     };
+    let point_count = subset.points.len();
     collect(
         &subset,
         device,
@@ -252,21 +267,29 @@ pub fn retrain(
             launch: None,
         },
     )?;
-    let mut carried = 0;
+    let (mut carried, mut carried_unmeasurable) = (0, 0);
     if let Some(old) = old {
+        let measured = Dataset::load(out)?.rows;
         let mut writer = MeasurementWriter::new(out)?;
-        for m in old
-            .rows
-            .iter()
-            .filter(|m| m.is_ok() && !recollect.contains(&m.query.op))
-        {
+        for m in rows_to_carry(&old.rows, &measured, &recollect) {
             writer.append(m)?;
             carried += 1;
+            carried_unmeasurable += recollect.contains(&m.query.op) as usize;
         }
         let mut meta = stepcast::dataset::DatasetMeta::load(out)?;
+        let kinds: Vec<&str> = recollect.iter().map(|k| k.name()).collect();
         meta.source.description.push_str(&format!(
-            "; rows of the kinds that did not drift carried over from '{}' (collected {})",
-            old.meta.name, old.meta.collected_at
+            "; {} re-measured at {points_from_previous} of the points of '{}' (collected {}){}; \
+             its rows of the other kinds, and {carried_unmeasurable} of the re-measured kinds' \
+             not measured again here (another attention kernel, a point this node cannot run), \
+             carried over",
+            kinds.join(", "),
+            old.meta.name,
+            old.meta.collected_at,
+            match point_count - points_from_previous {
+                0 => String::new(),
+                n => format!(" and {n} of the plan's"),
+            }
         ));
         meta.save(out)?;
     }
@@ -328,10 +351,95 @@ pub fn retrain(
     Ok(RetrainReport {
         drift,
         recollected: recollect,
+        points: point_count,
+        points_from_previous,
         carried_rows: carried,
+        carried_unmeasurable,
         models_dir: Some(models_dir),
         previous_models: Some(kept),
     })
+}
+
+/// The points a retrain re-measures, and how many of them came from the previous dataset. With
+/// the dataset the models were trained from, a re-collected kind is measured again at that
+/// dataset's own points — the coverage its models were trained on; a plan smaller than the
+/// collection (`--quick`'s 72 GEMMs against a collection's thousands) would otherwise leave the
+/// new models a fraction of it — each once, but those this node cannot run (carried over as they
+/// were). A kind the previous dataset holds no rows of, and every kind without one, is measured
+/// at the plan's points.
+fn recollection_points(
+    plan: Vec<PlanPoint>,
+    old: &[Measurement],
+    recollect: &[OpKind],
+    target: Target,
+) -> (Vec<PlanPoint>, usize) {
+    let mut seen = HashSet::new();
+    let mut points = Vec::new();
+    let mut from_previous = Vec::new();
+    for m in old {
+        if !recollect.contains(&m.query.op) {
+            continue;
+        }
+        from_previous.push(m.query.op);
+        // a point names no kernel: the backend run now decides which one times it
+        let p = PlanPoint {
+            query: without_kernel_role(m.query),
+            context: m.context,
+        };
+        if measurable_here(&p.query, target) && seen.insert(point_key(&p)) {
+            points.push(p);
+        }
+    }
+    let taken = points.len();
+    points.extend(
+        plan.into_iter()
+            .filter(|p| recollect.contains(&p.query.op) && !from_previous.contains(&p.query.op)),
+    );
+    (points, taken)
+}
+
+/// The previous dataset's rows a retrain keeps: every measured row of a kind it did not
+/// re-collect, and of a re-collected kind each row this collection did not measure again on the
+/// same kernel — a point this node cannot run, a row of the other attention kernel than the one
+/// this run's backend chose — kept as it was measured rather than lost.
+fn rows_to_carry<'a>(
+    old: &'a [Measurement],
+    measured: &[Measurement],
+    recollect: &[OpKind],
+) -> Vec<&'a Measurement> {
+    let measured: HashSet<String> = measured
+        .iter()
+        .filter(|m| m.is_ok())
+        .map(|m| format!("{} {:?}", m.query, m.context))
+        .collect();
+    old.iter()
+        .filter(|m| m.is_ok())
+        .filter(|m| {
+            !recollect.contains(&m.query.op)
+                || !measured.contains(&format!("{} {:?}", m.query, m.context))
+        })
+        .collect()
+}
+
+/// Whether this node can time the call: a collective over at most its nodes and GPUs, an fp8
+/// call only with fp8 tensor cores.
+fn measurable_here(q: &OpQuery, target: Target) -> bool {
+    match &q.shape {
+        Shape::Collective(c) => {
+            c.nodes <= u64::from(target.nodes) && c.gpus_per_node <= u64::from(target.gpus_per_node)
+        }
+        _ => target.fp8 || q.dtype != Dtype::Fp8,
+    }
+}
+
+/// A point's identity: its call (without the kernel a row names) and the layer it came from.
+fn point_key(p: &PlanPoint) -> String {
+    format!("{} {:?}", without_kernel_role(p.query), p.context)
+}
+
+/// A row's identity down to its samples: a carried row is the previous dataset's own.
+fn row_key(m: &Measurement) -> String {
+    format!("{} {:?} {:?}", m.query, m.context, m.samples_us)
 }
 
 #[cfg(test)]
@@ -381,20 +489,43 @@ mod tests {
         plan
     }
 
+    /// A mock node of `gpus` GPUs on which one kind runs `factor` times as long.
+    fn mock(gpus: u32, kind: OpKind, factor: f64) -> MockDevice {
+        let mut device = MockDevice::new(gpus);
+        device.slowdown = vec![(kind, factor)];
+        device
+    }
+
+    /// `retrain` at the 10 % threshold, without progress, from the `previous` dataset.
+    fn retrain_from(
+        cluster: &Cluster,
+        device: &mut MockDevice,
+        previous: &Path,
+        out: &Path,
+        plan: &PlanSpec,
+    ) -> anyhow::Result<RetrainReport> {
+        retrain(
+            cluster,
+            device,
+            None,
+            Some(previous),
+            out,
+            plan,
+            10.0,
+            false,
+        )
+    }
+
     /// Retrains `cluster` from `setup`'s data on a device whose GEMMs run 30 % slower, into
     /// `dir/new`; returns the report and that device.
     fn retrain_on_slower_gemms(cluster: &Cluster, dir: &Path) -> (RetrainReport, MockDevice) {
-        let mut slower = MockDevice::new(4);
-        slower.slowdown = vec![(OpKind::Gemm, 1.3)];
-        let r = retrain(
+        let mut slower = mock(4, OpKind::Gemm, 1.3);
+        let r = retrain_from(
             cluster,
             &mut slower,
-            None,
-            Some(&dir.join("data")),
+            &dir.join("data"),
             &dir.join("new"),
             &quick_plan(),
-            10.0,
-            false,
         )
         .unwrap();
         (r, slower)
@@ -461,17 +592,13 @@ mod tests {
         .unwrap();
         assert!(again.drifted_kinds().is_empty(), "{:?}", again.kinds);
         // a second retrain on the same day keeps both earlier sets, and no staging is left
-        let mut faster = MockDevice::new(4);
-        faster.slowdown = vec![(OpKind::Gemm, 0.8)];
-        let second = retrain(
+        let mut faster = mock(4, OpKind::Gemm, 0.8);
+        let second = retrain_from(
             &cluster,
             &mut faster,
-            None,
-            Some(&dir.path().join("new")),
+            &dir.path().join("new"),
             &dir.path().join("newer"),
             &quick_plan(),
-            10.0,
-            false,
         )
         .unwrap();
         let (first_kept, second_kept) =
@@ -490,6 +617,266 @@ mod tests {
             })
             .collect();
         assert!(staging.is_empty(), "{staging:?}");
+    }
+
+    /// A plan smaller than the collection the models came from (`--quick` against a full
+    /// collection) does not shrink them: the drifted kind is re-measured at the previous
+    /// dataset's points, each once, at the new node's speed.
+    #[test]
+    fn retrain_remeasures_the_previous_datasets_points_whatever_the_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = setup(dir.path());
+        let old = Dataset::load(&dir.path().join("data")).unwrap();
+        let gemm_points: HashSet<String> = old
+            .rows
+            .iter()
+            .filter(|m| m.query.op == OpKind::Gemm)
+            .map(|m| point_key(&PlanPoint::of(m)))
+            .collect();
+        let mut small = quick_plan();
+        small.grid.as_mut().unwrap().configs = 1;
+        small.presets = None;
+        let smaller = small
+            .expand(Target {
+                gpus_per_node: 4,
+                nodes: 1,
+                fp8: true,
+            })
+            .unwrap();
+        let plan_gemms = smaller
+            .points
+            .iter()
+            .filter(|p| p.query.op == OpKind::Gemm)
+            .count();
+        assert!(plan_gemms < gemm_points.len(), "{plan_gemms}");
+        let mut slower = mock(4, OpKind::Gemm, 1.3);
+        let r = retrain_from(
+            &cluster,
+            &mut slower,
+            &dir.path().join("data"),
+            &dir.path().join("new"),
+            &small,
+        )
+        .unwrap();
+        assert_eq!(r.recollected, vec![OpKind::Gemm]);
+        assert_eq!(
+            (r.points, r.points_from_previous),
+            (gemm_points.len(), gemm_points.len())
+        );
+        assert_eq!(r.carried_unmeasurable, 0);
+        let new = Dataset::load(&dir.path().join("new")).unwrap();
+        let new_gemms: Vec<_> = new
+            .rows
+            .iter()
+            .filter(|m| m.query.op == OpKind::Gemm)
+            .collect();
+        assert_eq!(new_gemms.len(), gemm_points.len());
+        let keys: HashSet<String> = new_gemms
+            .iter()
+            .map(|m| point_key(&PlanPoint::of(m)))
+            .collect();
+        assert_eq!(keys, gemm_points);
+        // measured anew on the slower node: each 1.3 × the previous row at its point
+        let before: BTreeMap<String, f64> = old
+            .rows
+            .iter()
+            .filter(|m| m.query.op == OpKind::Gemm)
+            .map(|m| (point_key(&PlanPoint::of(m)), m.time_us))
+            .collect();
+        for m in new_gemms {
+            let ratio = m.time_us / before[&point_key(&PlanPoint::of(m))];
+            assert!((ratio - 1.3).abs() < 0.15, "{}: {ratio}", m.query);
+        }
+    }
+
+    /// What this node cannot run of a drifted kind — a collective over more GPUs than it has —
+    /// is kept as it was measured, not dropped; the rest is re-measured; a resumed retrain
+    /// refuses a directory holding rows it would not measure.
+    #[test]
+    fn retrain_carries_the_points_this_node_cannot_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = setup(dir.path());
+        let old = Dataset::load(&dir.path().join("data")).unwrap();
+        let ranks = |m: &stepcast::dataset::Measurement| match &m.query.shape {
+            Shape::Collective(c) => c.ranks(),
+            _ => 0,
+        };
+        let all_reduce: Vec<_> = old
+            .rows
+            .iter()
+            .filter(|m| m.query.op == OpKind::AllReduce && m.is_ok())
+            .collect();
+        let wide = all_reduce.iter().filter(|m| ranks(m) > 2).count();
+        assert!(
+            wide > 0 && wide < all_reduce.len(),
+            "{wide} of {}",
+            all_reduce.len()
+        );
+        let mut two = mock(2, OpKind::AllReduce, 1.6);
+        let r = retrain_from(
+            &cluster,
+            &mut two,
+            &dir.path().join("data"),
+            &dir.path().join("new"),
+            &quick_plan(),
+        )
+        .unwrap();
+        assert!(
+            r.recollected.contains(&OpKind::AllReduce),
+            "{:?}",
+            r.recollected
+        );
+        let new = Dataset::load(&dir.path().join("new")).unwrap();
+        let kept: Vec<_> = new
+            .rows
+            .iter()
+            .filter(|m| m.query.op == OpKind::AllReduce && ranks(m) > 2)
+            .collect();
+        assert_eq!(kept.len(), wide);
+        assert!(r.carried_unmeasurable >= wide, "{}", r.carried_unmeasurable);
+        for m in kept {
+            let was = all_reduce
+                .iter()
+                .find(|o| point_key(&PlanPoint::of(o)) == point_key(&PlanPoint::of(m)))
+                .unwrap();
+            assert_eq!(m.time_us, was.time_us, "{}", m.query);
+        }
+        let narrow = new
+            .rows
+            .iter()
+            .filter(|m| m.query.op == OpKind::AllReduce && ranks(m) == 2)
+            .count();
+        assert_eq!(narrow, all_reduce.len() - wide);
+        // the finished directory holds carried rows: a second retrain into it is refused
+        let mut slower_still = mock(2, OpKind::AllReduce, 2.6);
+        let e = retrain_from(
+            &cluster,
+            &mut slower_still,
+            &dir.path().join("data"),
+            &dir.path().join("new"),
+            &quick_plan(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("give a new --out"), "{e}");
+    }
+
+    /// A dataset that timed each attention point on two kernels (cuDNN, and FlashAttention-2
+    /// as role `flash_attention_2`) is re-measured once per point, on the kernel the backend
+    /// runs now; the other kernel's rows are kept as they were, and so is every row of a kind
+    /// not re-collected.
+    #[test]
+    fn a_retrain_measures_each_point_once_and_keeps_the_other_kernels_rows() {
+        use stepcast::dataset::{LayerContext, Status};
+        use stepcast::ops::{AttentionShape, Role};
+        let row = |op, role, seq, time_us| Measurement {
+            query: OpQuery {
+                op,
+                phase: Phase::Fwd,
+                dtype: Dtype::Bf16,
+                role,
+                shape: match op {
+                    OpKind::Gemm => Shape::Gemm(stepcast::ops::GemmShape {
+                        m: seq,
+                        n: 64,
+                        k: 64,
+                        batch: 1,
+                    }),
+                    _ => Shape::Attention(AttentionShape {
+                        batch: 1,
+                        seq_q: seq,
+                        seq_kv: seq,
+                        heads: 8,
+                        kv_heads: 8,
+                        head_dim: 128,
+                        causal: true,
+                    }),
+                },
+            },
+            context: LayerContext::default(),
+            time_us,
+            samples_us: vec![time_us],
+            status: Status::Ok,
+            throttled: false,
+            note: String::new(),
+        };
+        let fa2 = Some(Role::FlashAttention2);
+        let old = vec![
+            row(OpKind::FlashAttention, None, 1024, 10.0),
+            row(OpKind::FlashAttention, fa2, 1024, 17.0),
+            row(OpKind::FlashAttention, None, 2048, 30.0),
+            row(OpKind::FlashAttention, fa2, 2048, 51.0),
+            row(OpKind::Gemm, None, 4096, 5.0),
+        ];
+        let recollect = [OpKind::FlashAttention];
+        let node = Target {
+            gpus_per_node: 1,
+            nodes: 1,
+            fp8: true,
+        };
+        let (points, from_previous) = recollection_points(Vec::new(), &old, &recollect, node);
+        assert_eq!(from_previous, 2);
+        assert_eq!(points.len(), 2);
+        assert!(points.iter().all(|p| p.query.role.is_none()));
+        // the backend ran cuDNN: its rows replace the old cuDNN rows, FA2's and the GEMM stay
+        let measured = vec![
+            row(OpKind::FlashAttention, None, 1024, 15.0),
+            row(OpKind::FlashAttention, None, 2048, 45.0),
+        ];
+        let kept: Vec<f64> = rows_to_carry(&old, &measured, &recollect)
+            .iter()
+            .map(|m| m.time_us)
+            .collect();
+        assert_eq!(kept, vec![17.0, 51.0, 5.0]);
+        // a point measured but skipped now keeps its old row
+        let mut skipped = measured.clone();
+        skipped[1].status = Status::Skipped;
+        let kept: Vec<f64> = rows_to_carry(&old, &skipped, &recollect)
+            .iter()
+            .map(|m| m.time_us)
+            .collect();
+        assert_eq!(kept, vec![17.0, 30.0, 51.0, 5.0]);
+    }
+
+    #[test]
+    fn measurable_here_counts_gpus_nodes_and_fp8() {
+        let node = Target {
+            gpus_per_node: 8,
+            nodes: 1,
+            fp8: false,
+        };
+        let collective = |nodes, gpus_per_node| OpQuery {
+            op: OpKind::AllReduce,
+            phase: Phase::None,
+            dtype: Dtype::Bf16,
+            role: None,
+            shape: Shape::Collective(stepcast::ops::CollectiveShape {
+                bytes: 1 << 20,
+                nodes,
+                gpus_per_node,
+            }),
+        };
+        assert!(measurable_here(&collective(1, 8), node));
+        assert!(!measurable_here(&collective(1, 16), node));
+        assert!(!measurable_here(&collective(2, 8), node));
+        let gemm = |dtype| OpQuery {
+            op: OpKind::Gemm,
+            phase: Phase::Fwd,
+            dtype,
+            role: None,
+            shape: Shape::Gemm(stepcast::ops::GemmShape {
+                m: 64,
+                n: 64,
+                k: 64,
+                batch: 1,
+            }),
+        };
+        assert!(measurable_here(&gemm(Dtype::Bf16), node));
+        assert!(!measurable_here(&gemm(Dtype::Fp8), node));
+        assert!(measurable_here(
+            &gemm(Dtype::Fp8),
+            Target { fp8: true, ..node }
+        ));
     }
 
     #[test]

@@ -226,7 +226,9 @@ enum Command {
         #[command(flatten)]
         plan: PlanArgs,
         /// The dataset the current models were trained from: rows of kinds that did not drift
-        /// are carried over.
+        /// are carried over, and the drifted kinds are re-measured at its points, the coverage
+        /// the models had (the plan then sets the protocol, and the points of a kind it holds
+        /// no rows of).
         #[arg(long)]
         previous: Option<PathBuf>,
         /// New dataset directory.
@@ -491,8 +493,24 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 println!("nothing drifted past {threshold} %: the models are kept");
             } else {
                 let kinds: Vec<&str> = r.recollected.iter().map(|k| k.name()).collect();
+                let at = match (r.points_from_previous, r.points - r.points_from_previous) {
+                    (0, plan) => format!("the plan's {plan} points"),
+                    (previous, 0) => format!("the previous dataset's {previous} points"),
+                    (previous, plan) => format!(
+                        "the previous dataset's {previous} points and the plan's {plan} (kinds \
+                         it holds no rows of)"
+                    ),
+                };
+                let unmeasurable = match r.carried_unmeasurable {
+                    0 => String::new(),
+                    n => format!(
+                        ", {n} of them of re-collected kinds but not measured again here: \
+                         another attention kernel than this run's, or more GPUs or nodes, or fp8, \
+                         than this node has"
+                    ),
+                };
                 println!(
-                    "re-collected {} into {} ({} rows carried over), retrained {} (previous models kept in {})",
+                    "re-collected {} at {at} into {} ({} rows carried over{unmeasurable}), retrained {} (previous models kept in {})",
                     kinds.join(", "),
                     out.display(),
                     r.carried_rows,

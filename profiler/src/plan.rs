@@ -119,6 +119,16 @@ pub struct PlanPoint {
     pub context: LayerContext,
 }
 
+impl PlanPoint {
+    /// The point a measurement was taken at.
+    pub fn of(m: &stepcast::dataset::Measurement) -> PlanPoint {
+        PlanPoint {
+            query: m.query,
+            context: m.context,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub spec: PlanSpec,

@@ -382,24 +382,48 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
         "{t}"
     );
     assert!(!new.exists());
-    // a retrain interrupted after its first GEMM row is continued
+    // a retrain interrupted after its first GEMM row (measured anew, 1.3 × slower) is continued
     std::fs::create_dir(&new).unwrap();
     std::fs::copy(old.join("meta.yaml"), new.join("meta.yaml")).unwrap();
     let gemms = std::fs::read_to_string(old.join("gemm.csv")).unwrap();
-    let first_row: String = gemms.lines().take(2).map(|l| format!("{l}\n")).collect();
-    std::fs::write(new.join("gemm.csv"), first_row).unwrap();
+    let mut lines = gemms.lines();
+    let header = lines.next().unwrap();
+    let column = |name: &str| header.split(',').position(|c| c == name).unwrap();
+    let (time, samples) = (column("time_us"), column("samples_us"));
+    let slower_by = |v: &str| {
+        v.split(';')
+            .map(|x| (x.parse::<f64>().unwrap() * 1.3).to_string())
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    let mut first: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    first[time] = slower_by(&first[time]);
+    first[samples] = slower_by(&first[samples]);
+    std::fs::write(
+        new.join("gemm.csv"),
+        format!("{header}\n{}\n", first.join(",")),
+    )
+    .unwrap();
     let o = bench(&[&retrain[..], &slower[..]].concat());
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
-    assert!(t.contains("re-collected gemm into"), "{t}");
     assert!(!t.contains("every kind is re-collected"), "{t}");
-    let carried: usize = t
-        .split("re-collected gemm into")
+    let rest = t
+        .split("re-collected gemm at the previous dataset's ")
         .nth(1)
-        .and_then(|r| r.split('(').nth(1))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no carried count: {t}"));
+        .unwrap_or_else(|| panic!("not at the previous dataset's points: {t}"));
+    let number = |r: Option<&str>| -> usize {
+        r.and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count: {t}"))
+    };
+    let points = number(Some(rest));
+    let carried = number(rest.split('(').nth(1));
     let previous_rows = |kind: &str, dir: &Path| {
         std::fs::read_to_string(dir.join(format!("{kind}.csv")))
             .map_or(0, |t| t.lines().count() - 1)
@@ -413,6 +437,7 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
         })
         .sum();
     assert_eq!(carried, not_gemm, "{t}");
+    assert_eq!(points, previous_rows("gemm", &old), "{t}");
     assert_eq!(previous_rows("gemm", &new), previous_rows("gemm", &old));
     // the old models kept beside the new ones, named by today's date
     let kept: Vec<String> = std::fs::read_dir(tmp.path())
@@ -491,6 +516,7 @@ fn retrain_without_the_previous_dataset_recollects_every_kind() {
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
     assert!(t.contains("every kind is re-collected"), "{t}");
+    assert!(t.contains("at the plan's "), "{t}");
     assert!(t.contains("(0 rows carried over)"), "{t}");
     assert_eq!(kinds(&tmp.path().join("models")), before);
 }
