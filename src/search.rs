@@ -673,6 +673,8 @@ mod tests {
             let r = search(&req, &cost).unwrap();
             assert_eq!(r.framework, Some(framework));
             assert!(r.predicted > 0, "{framework}: {:?}", r.pruned);
+            // its best runs on the framework searched for
+            assert!(r.best_runs_on.contains(&framework), "{framework}");
             // every layout that passed the rules exports, and the refusals are counted
             for row in &r.rows {
                 assert!(exports(framework, &row.layout), "{framework}: {row:?}");
@@ -942,6 +944,101 @@ mod tests {
             .map(|s| (s.cp.unwrap(), s.dp.unwrap()))
             .collect();
         assert_eq!(cp, [(1, 8), (2, 4), (4, 2), (8, 1)]);
+        // degrees whose product does not divide the GPUs are not layouts
+        req.base.seq_len = None;
+        req.space.tp = Some(vec![4]);
+        req.space.pp = Some(vec![4]);
+        assert!(enumerate(&req).is_empty());
+        // chunk counts divide the layers a stage holds: 32 layers over pp 8 are 4 a stage, so
+        // 2 and 4 chunks, not 8, however many --max-vpp allows
+        req.space.tp = Some(vec![1]);
+        req.space.pp = Some(vec![8]);
+        req.space.max_vpp = 8;
+        let mut vpp: Vec<u64> = enumerate(&req).iter().map(|s| s.vpp.unwrap()).collect();
+        vpp.sort();
+        assert_eq!(vpp, [1, 2, 4]);
+    }
+
+    /// The refusals before anything is enumerated, each at its boundary: no GPUs, no global
+    /// batch, more GPUs than the cluster has (all of them is fine), a data type the GPU lacks
+    /// (one it has is fine).
+    #[test]
+    fn a_search_refuses_what_no_layout_can_run_at_the_boundary() {
+        let node = cluster().with_nodes(1).unwrap();
+        let arch = Arch::resolve("llama2-7b").unwrap();
+        let cost = CostModel::new(&node, None);
+        let tiny = SearchSpace {
+            tp: Some(vec![8]),
+            pp: Some(vec![1]),
+            micro_batch: vec![1],
+            schedules: vec![Schedule::OneFOneB],
+            recompute: vec![Recompute::None],
+            zero: vec![1],
+            ..SearchSpace::default()
+        };
+        let asked = |gpus: u64, batch: Option<u64>| {
+            let mut req = request(&arch, &node, gpus, 8);
+            req.base.global_batch = batch;
+            req.space = tiny.clone();
+            search(&req, &cost)
+                .map(|r| r.rows.len())
+                .map_err(|e| e.to_string())
+        };
+        let at_least_one = "--gpus and --global-batch must be at least 1";
+        assert_eq!(asked(0, Some(8)).unwrap_err(), at_least_one);
+        assert_eq!(asked(8, Some(0)).unwrap_err(), at_least_one);
+        assert_eq!(asked(8, None).unwrap_err(), at_least_one);
+        // tp 8 with and without sequence parallelism
+        assert_eq!(asked(8, Some(8)), Ok(2));
+        let e = asked(9, Some(8)).unwrap_err();
+        assert!(e.contains("9 GPUs asked for") && e.contains("has 8"), "{e}");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut a100 = Cluster::load(&dir.join("hardware-profiles/dgx-a100.yaml")).unwrap();
+        a100.models_dir = None;
+        let cost = CostModel::new(&a100, None);
+        let with = |dtype| {
+            let mut req = request(&arch, &a100, 8, 8);
+            req.base.dtype = Some(dtype);
+            req.space = tiny.clone();
+            search(&req, &cost)
+                .map(|r| r.rows.len())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(with(crate::ops::Dtype::Bf16), Ok(2));
+        let e = with(crate::ops::Dtype::Fp8).unwrap_err();
+        assert!(e.contains("fp8"), "{e}");
+    }
+
+    /// A layout within 10 % of the GPU's memory is pruned as at risk, or predicted when asked
+    /// to keep them; every row's headroom is the GPU's capacity less its peak; the counts add
+    /// up by status.
+    #[test]
+    fn at_risk_layouts_are_pruned_or_kept_as_asked() {
+        let c = cluster();
+        let arch = Arch::resolve("llama2-13b").unwrap();
+        let cost = CostModel::new(&c, None);
+        let mut req = request(&arch, &c, 32, 64);
+        let pruning = search(&req, &cost).unwrap();
+        let count = |r: &SearchReport, status| r.rows.iter().filter(|r| r.status == status).count();
+        let at_risk = count(&pruning, Status::AtRisk);
+        assert!(at_risk > 0, "no layout at risk to test with");
+        assert_eq!(pruning.predicted, count(&pruning, Status::Predicted));
+        assert_eq!(
+            pruning.pruned_memory,
+            at_risk + count(&pruning, Status::Oom)
+        );
+        let capacity = pruning.rows[0].memory_headroom_gib + pruning.rows[0].memory_peak_gib;
+        assert!((70.0..=80.0).contains(&capacity), "{capacity}");
+        for row in &pruning.rows {
+            let sum = row.memory_headroom_gib + row.memory_peak_gib;
+            assert!((sum - capacity).abs() < 1e-9, "{sum} against {capacity}");
+            assert_eq!(row.metrics.is_some(), row.status == Status::Predicted);
+        }
+        req.allow_at_risk = true;
+        let keeping = search(&req, &cost).unwrap();
+        assert_eq!(count(&keeping, Status::AtRisk), 0);
+        assert_eq!(keeping.predicted, pruning.predicted + at_risk);
+        assert_eq!(count(&keeping, Status::Oom), count(&pruning, Status::Oom));
     }
 
     /// A mixture's expert layouts: every power-of-two ep dividing the experts, etp both tp and
@@ -1096,8 +1193,9 @@ mod tests {
         // 32 GPUs on 4 nodes: sharded, the 4 write; replicated, a replica of 4 GPUs (1 node)
         assert_eq!(save(1, 2, 2, 8), storage.write_s(bytes, 4.0));
         assert_eq!(save(0, 2, 2, 8), storage.write_s(bytes, 1.0));
-        // tp 8 · pp 2: a replica spans 2 nodes
+        // tp 8 · pp 2: a replica spans 2 nodes; tp 4 · pp 4 too (its 16 GPUs, not 4 + 4)
         assert_eq!(save(0, 8, 2, 2), storage.write_s(bytes, 2.0));
+        assert_eq!(save(0, 4, 4, 2), storage.write_s(bytes, 2.0));
         // 10^9 tokens in steps of 64 × 4,096: 3,815 steps (rounded up) of 2 s
         let (outcome, _) = run.outcome(&arch, &layout(1, 2, 2, 8), 8, 2.0).unwrap();
         assert_eq!(outcome.training_s, 3815.0 * 2.0);
