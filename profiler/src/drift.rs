@@ -546,6 +546,11 @@ mod tests {
         .unwrap();
         assert!(!r.kinds.is_empty());
         assert!(r.drifted_kinds().is_empty(), "{:?}", r.kinds);
+        // probes no learned model answers are counted, not compared
+        assert!(r.unmodelled > 0);
+        for k in &r.kinds {
+            assert!(k.mape_percent < 3.0, "{k:?}");
+        }
         // a "driver update" that makes every GEMM 30 % slower drifts the GEMM kinds only
         let mut slower = MockDevice::new(4);
         slower.slowdown = vec![(OpKind::Gemm, 1.3)];
@@ -565,6 +570,8 @@ mod tests {
             "{}",
             gemm.median_ratio
         );
+        // |predicted − measured| / measured: 1 − 1 / 1.3 = 23.1 %
+        assert!((gemm.mape_percent - 23.1).abs() < 2.0, "{gemm:?}");
     }
 
     #[test]
@@ -603,7 +610,18 @@ mod tests {
         .unwrap();
         let (first_kept, second_kept) =
             (r.previous_models.unwrap(), second.previous_models.unwrap());
-        assert_ne!(first_kept, second_kept);
+        let today = stepcast::fsutil::today_utc();
+        assert!(
+            first_kept.ends_with(format!("models.before-{today}")),
+            "{first_kept:?}"
+        );
+        assert!(
+            second_kept.ends_with(format!("models.before-{today}-2")),
+            "{second_kept:?}"
+        );
+        // the network is the cluster file's: a node's collection cannot see it
+        let manifest = ModelSet::load_manifest(cluster.models_dir.as_ref().unwrap()).unwrap();
+        assert_eq!(manifest.network, cluster.spec.network.clone().into());
         assert!(
             first_kept.join("models.bin").is_file() && second_kept.join("models.bin").is_file()
         );
@@ -759,6 +777,60 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("give a new --out"), "{e}");
+    }
+
+    /// Only an interrupted retrain's own collection is continued: a directory holding a row of
+    /// a kind not re-measured, or a row carried over from the previous dataset, is refused; one
+    /// holding only re-measured rows of the drifted kind is continued.
+    #[test]
+    fn a_retrain_continues_only_its_own_interrupted_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = setup(dir.path());
+        let data = dir.path().join("data");
+        let old = Dataset::load(&data).unwrap();
+        let first = |op| {
+            old.rows
+                .iter()
+                .find(|m| m.query.op == op && m.is_ok())
+                .unwrap()
+        };
+        let remeasured = |m: &Measurement| {
+            let mut m = m.clone();
+            m.time_us *= 1.3;
+            m.samples_us.iter_mut().for_each(|t| *t *= 1.3);
+            m
+        };
+        let seeded = |name: &str, rows: &[Measurement]| {
+            let out = dir.path().join(name);
+            std::fs::create_dir(&out).unwrap();
+            std::fs::copy(data.join("meta.yaml"), out.join("meta.yaml")).unwrap();
+            let mut writer = MeasurementWriter::new(&out).unwrap();
+            for m in rows {
+                writer.append(m).unwrap();
+            }
+            out
+        };
+        let retrain_into = |out: &Path| {
+            retrain_from(
+                &cluster,
+                &mut mock(4, OpKind::Gemm, 1.3),
+                &data,
+                out,
+                &quick_plan(),
+            )
+        };
+        let other_kind = seeded("other", &[remeasured(first(OpKind::RmsNorm))]);
+        let e = retrain_into(&other_kind).unwrap_err().to_string();
+        assert!(
+            e.contains("give a new --out") && e.contains("rmsnorm"),
+            "{e}"
+        );
+        let carried = seeded("carried", &[first(OpKind::Gemm).clone()]);
+        let e = retrain_into(&carried).unwrap_err().to_string();
+        assert!(e.contains("give a new --out"), "{e}");
+        let own = seeded("own", &[remeasured(first(OpKind::Gemm))]);
+        let r = retrain_into(&own).unwrap();
+        assert_eq!(r.recollected, vec![OpKind::Gemm]);
     }
 
     /// A dataset that timed each attention point on two kernels (cuDNN, and FlashAttention-2
