@@ -182,8 +182,9 @@ pub struct RetrainReport {
     pub points: usize,
     pub points_from_previous: usize,
     pub carried_rows: usize,
-    /// Of the carried rows, those of re-collected kinds this node cannot run (more GPUs or
-    /// nodes than it has, fp8 without fp8 tensor cores): kept as they were measured.
+    /// Of the carried rows, those of re-collected kinds not measured again here (the other
+    /// attention kernel's, a point skipped now, more GPUs or nodes than the node has, fp8
+    /// without fp8 tensor cores): kept as they were measured.
     pub carried_unmeasurable: usize,
     pub models_dir: Option<PathBuf>,
     pub previous_models: Option<PathBuf>,
@@ -281,8 +282,8 @@ pub fn retrain(
         meta.source.description.push_str(&format!(
             "; {} re-measured at {points_from_previous} of the points of '{}' (collected {}){}; \
              its rows of the other kinds, and {carried_unmeasurable} of the re-measured kinds' \
-             not measured again here (another attention kernel, a point this node cannot run), \
-             carried over",
+             not measured again here (another attention kernel, a point skipped now or one this \
+             node cannot run), carried over",
             kinds.join(", "),
             old.meta.name,
             old.meta.collected_at,
@@ -380,7 +381,9 @@ fn recollection_points(
         if !recollect.contains(&m.query.op) {
             continue;
         }
-        from_previous.push(m.query.op);
+        if !from_previous.contains(&m.query.op) {
+            from_previous.push(m.query.op);
+        }
         // a point names no kernel: the backend run now decides which one times it
         let p = PlanPoint {
             query: without_kernel_role(m.query),

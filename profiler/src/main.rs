@@ -504,9 +504,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 let unmeasurable = match r.carried_unmeasurable {
                     0 => String::new(),
                     n => format!(
-                        ", {n} of them of re-collected kinds but not measured again here: \
-                         another attention kernel than this run's, or more GPUs or nodes, or fp8, \
-                         than this node has"
+                        ", {n} of them of re-collected kinds not measured again here: another \
+                         attention kernel than this run's, a point skipped now, or more GPUs, \
+                         nodes or fp8 than this node has"
                     ),
                 };
                 println!(
