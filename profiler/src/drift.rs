@@ -413,14 +413,11 @@ fn rows_to_carry<'a>(
     let measured: HashSet<String> = measured
         .iter()
         .filter(|m| m.is_ok())
-        .map(|m| format!("{} {:?}", m.query, m.context))
+        .map(call_key)
         .collect();
     old.iter()
         .filter(|m| m.is_ok())
-        .filter(|m| {
-            !recollect.contains(&m.query.op)
-                || !measured.contains(&format!("{} {:?}", m.query, m.context))
-        })
+        .filter(|m| !recollect.contains(&m.query.op) || !measured.contains(&call_key(m)))
         .collect()
 }
 
@@ -440,9 +437,14 @@ fn point_key(p: &PlanPoint) -> String {
     format!("{} {:?}", without_kernel_role(p.query), p.context)
 }
 
+/// A row's call, the kernel it names included, and the layer it came from.
+fn call_key(m: &Measurement) -> String {
+    format!("{} {:?}", m.query, m.context)
+}
+
 /// A row's identity down to its samples: a carried row is the previous dataset's own.
 fn row_key(m: &Measurement) -> String {
-    format!("{} {:?} {:?}", m.query, m.context, m.samples_us)
+    format!("{} {:?}", call_key(m), m.samples_us)
 }
 
 #[cfg(test)]
