@@ -3,7 +3,8 @@
 #
 # Run it from a systemd timer (scripts/systemd/) or cron on one node of the cluster. It does
 # nothing while the software stamp it saw last is unchanged; after an update it runs
-# `stepcast models check` (software stamp + the --quick probe measured against the models), and
+# `stepcast models check` (software stamp + a probe: the models' dataset's own points against
+# the times it measured, given that dataset, or else the quick probe against the models), and
 # when the models drifted it either retrains them (STEPCAST_AUTO_RETRAIN=1) or says how to.
 #
 # Configuration (environment):
@@ -14,13 +15,17 @@
 #   STEPCAST_AUTO_RETRAIN  1: on drift, run `stepcast retrain` into STEPCAST_DATASETS
 #   STEPCAST_DATASETS      parent directory of new datasets (default: datasets/<gpu>/ under the
 #                          current directory)
-#   STEPCAST_PREVIOUS      dataset the current models came from (rows of undrifted kinds are kept;
-#                          without it every kind is re-collected)
+#   STEPCAST_PREVIOUS      dataset the current models came from: check probes its points, and a
+#                          retrain keeps its rows of undrifted kinds (without it the check compares
+#                          with the models and a retrain re-collects every kind). After a retrain
+#                          this script ran, the new dataset (recorded in STATE_DIR/models-dataset)
+#                          takes its place: remove that file when you retrain by hand.
 #   STEPCAST               the stepcast executable (default: stepcast on PATH)
 #   STEPCAST_EXTRA_ARGS    extra arguments for check and retrain (e.g. "--gpus 0,1,2,3")
 #   NVIDIA_SMI             the nvidia-smi executable (default: nvidia-smi on PATH)
 #
-# Exit status: 0 nothing to do or no drift, 3 drift found and not retrained, 4 retrained,
+# Exit status: 0 nothing to do or no drift (the retrain's own probe included), 3 drift found and
+# not retrained, 4 retrained,
 # anything else an error (the stamp is not recorded, so the next run tries again).
 set -euo pipefail
 
@@ -47,12 +52,19 @@ if [[ -f $last_file && "$(cat "$last_file")" == "$stamp" ]]; then
     exit 0
 fi
 
+# The dataset the models came from: this script's last retrain's, else STEPCAST_PREVIOUS.
+models_dataset_file="$state_dir/models-dataset"
+models_dataset=${STEPCAST_PREVIOUS:-}
+[[ -f $models_dataset_file ]] && models_dataset=$(cat "$models_dataset_file")
+previous=()
+[[ -n $models_dataset ]] && previous=(--previous "$models_dataset")
+
 day=$(date -u +%Y-%m-%d)
 report="$state_dir/check-$day.json"
 echo "software changed: '$(cat "$last_file" 2>/dev/null || echo none)' -> '$stamp'; checking the models"
 set +e
 "$stepcast" models check --cluster "$STEPCAST_CLUSTER" --threshold "$threshold" --json \
-    --out "$state_dir/probe-$day-$$" "${extra[@]}" >"$report"
+    --out "$state_dir/probe-$day-$$" "${previous[@]}" "${extra[@]}" >"$report"
 code=$?
 set -e
 case $code in
@@ -70,15 +82,19 @@ esac
 
 if [[ ${STEPCAST_AUTO_RETRAIN:-0} != 1 ]]; then
     echo "the models drifted past ${threshold}% (report: $report); retrain with:"
-    echo "  $stepcast retrain --cluster $STEPCAST_CLUSTER --threshold $threshold --out <new dataset dir>"
+    echo "  $stepcast retrain --cluster $STEPCAST_CLUSTER --threshold $threshold ${previous[*]} --out <new dataset dir>"
     exit 3
 fi
 gpu=$("$smi" --query-gpu=name --format=csv,noheader | sed -n 1p | tr 'A-Z ' 'a-z-')
 out="${STEPCAST_DATASETS:-datasets/$gpu}/$day"
-previous=()
-[[ -n ${STEPCAST_PREVIOUS:-} ]] && previous=(--previous "$STEPCAST_PREVIOUS")
 "$stepcast" retrain --cluster "$STEPCAST_CLUSTER" --threshold "$threshold" --out "$out" \
     "${previous[@]}" "${extra[@]}"
 echo "$stamp" >"$last_file"
+if [[ ! -f $out/meta.yaml ]]; then
+    # retrain probes again first: nothing past the threshold this time, nothing written
+    echo "the retrain's own probe found no drift past ${threshold}%: the models are kept"
+    exit 0
+fi
+echo "$(cd "$out" && pwd)" >"$models_dataset_file"
 echo "retrained from $out"
 exit 4

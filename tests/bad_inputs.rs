@@ -466,6 +466,7 @@ fn cases() -> Vec<Case> {
         case("models check --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock --threshold nan", &[], &["--threshold", "nan"]),
         case("models check --cluster mi300x --device mock", &[], &["mi300x", "no models directory"]),
         case("models check --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock", &[], &["trained on NVIDIA H100", "this node has MOCK"]),
+        case("models check --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock --previous {tmp}/gone", &[], &["gone", "meta.yaml"]),
         case("retrain --cluster {repo}/hardware-profiles/dgx-h100.yaml --device mock --out {tmp}/x --threshold 0", &[], &["--threshold", "above 0"]),
     ]
 }

@@ -23,11 +23,15 @@ impl Node {
         };
         node.set_driver("560.35.03");
         node.set_check_exit(0);
-        // the fake stepcast logs each call and exits with the code in check-exit for `models check`
+        // the fake stepcast logs each call, exits with the code in check-exit for `models check`
+        // and writes the dataset a retrain names unless no-retrain-drift exists
         executable(
             &node.path("stepcast"),
             &format!(
-                "echo \"$*\" >> {log}\nif [[ $1 == models ]]; then echo '{{}}'; exit $(cat {code}); fi\n",
+                "echo \"$*\" >> {log}\nif [[ $1 == models ]]; then echo '{{}}'; exit $(cat {code}); fi\n\
+                 [[ -f no-retrain-drift ]] && exit 0\n\
+                 while [[ $# -gt 0 ]]; do\n\
+                 [[ $1 == --out ]] && mkdir -p \"$2\" && touch \"$2/meta.yaml\"\nshift\ndone\n",
                 log = node.path("calls").display(),
                 code = node.path("check-exit").display()
             ),
@@ -61,7 +65,14 @@ impl Node {
             .collect()
     }
     fn run(&self, auto_retrain: bool) -> Output {
-        Command::new("bash")
+        self.run_with(auto_retrain, None)
+    }
+    fn run_with(&self, auto_retrain: bool, previous: Option<&str>) -> Output {
+        let mut command = Command::new("bash");
+        if let Some(p) = previous {
+            command.env("STEPCAST_PREVIOUS", p);
+        }
+        command
             .arg(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/scripts/check-after-driver-update.sh"
@@ -127,6 +138,51 @@ fn a_drift_is_reported_until_it_is_dealt_with() {
     );
     assert!(node.run(true).status.success());
     assert_eq!(node.calls().len(), 4);
+    // the next update's check probes the retrained models' own dataset, STEPCAST_PREVIOUS aside
+    let day = retrain
+        .split("--out ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    let dataset = node.path(day);
+    assert!(dataset.join("meta.yaml").is_file(), "{day}");
+    node.set_driver("580.65.06");
+    node.set_check_exit(0);
+    let o = node.run_with(false, Some("datasets/first"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let check = node.calls().pop().unwrap();
+    let previous = format!("--previous {} --gpus 0,1", dataset.display());
+    assert!(check.ends_with(&previous), "{check}");
+}
+
+/// The dataset the models came from (STEPCAST_PREVIOUS) goes to the check and the retrain; a
+/// retrain whose own probe finds nothing past the threshold writes nothing and exits 0.
+#[test]
+fn the_models_dataset_goes_to_the_check_and_the_retrain() {
+    let node = Node::new();
+    node.set_check_exit(3);
+    fs::write(node.path("no-retrain-drift"), "").unwrap();
+    let o = node.run_with(true, Some("datasets/first"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("found no drift"), "{}", text(&o));
+    let calls = node.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(
+        calls[0].ends_with("--previous datasets/first --gpus 0,1"),
+        "{}",
+        calls[0]
+    );
+    assert!(
+        calls[1].contains("--previous datasets/first"),
+        "{}",
+        calls[1]
+    );
+    assert!(!node.path("state/models-dataset").exists());
+    // the stamp is recorded: nothing runs again until the software changes
+    assert!(node.run_with(true, Some("datasets/first")).status.success());
+    assert_eq!(node.calls().len(), 2);
 }
 
 #[test]

@@ -1,8 +1,11 @@
 //! After a driver or library update: does this machine still time operators the way the models
-//! it predicts with were trained? `check` compares the software stamps, re-measures the quick
-//! probe plan and compares every probe with the models' prediction; `retrain` re-collects the
-//! operator kinds that drifted past a threshold, keeps the rows of the others from the previous
-//! dataset, and retrains the cluster's models (the old directory is kept beside the new one).
+//! it predicts with were trained? `check` compares the software stamps, re-measures a probe and
+//! compares it: given the dataset the models were trained from, a sample of that collection's
+//! own points, each against its own time then (drift alone); without it, the quick probe plan
+//! against the models' prediction (drift plus the models' error at the probe's points).
+//! `retrain` re-collects the operator kinds that drifted past a threshold, keeps the rows of the
+//! others from the previous dataset, and retrains the cluster's models (the old directory is kept
+//! beside the new one).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -20,12 +23,34 @@ use crate::device::Device;
 use crate::plan::{Plan, PlanPoint, PlanSpec, Target};
 use crate::torch::TorchBackend;
 
+/// What a probe's time is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reference {
+    /// The time the models' own collection measured at the same point, on the same kernel:
+    /// only the machine differs.
+    Collection,
+    /// The models' prediction: the models' error at the probe's point reads as drift too.
+    Models,
+}
+
+impl Reference {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reference::Collection => "collection",
+            Reference::Models => "models",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct KindDrift {
     pub op: OpKind,
     pub phase: Phase,
+    pub against: Reference,
     pub points: usize,
-    /// Median of measured / predicted.
+    /// Median of measured / reference (the collection's time at the point, or the models'
+    /// prediction).
     pub median_ratio: f64,
     pub mape_percent: f64,
     pub drifted: bool,
@@ -38,8 +63,10 @@ pub struct DriftReport {
     /// (field, the models' value, this machine's value).
     pub software_changes: Vec<(String, String, String)>,
     pub kinds: Vec<KindDrift>,
-    /// Probes no learned model answers (not compared).
+    /// Probes no learned model answers and no row of the collection measured (not compared).
     pub unmodelled: usize,
+    /// The dataset whose points were probed again (none: the quick probe plan's points).
+    pub previous_dataset: Option<String>,
     /// Where the probe measurements were kept; none: a private directory, removed.
     pub probe_dataset: Option<String>,
 }
@@ -67,12 +94,20 @@ pub fn target_of(device: &dyn Device, nodes: u32) -> Target {
     }
 }
 
-/// Re-measures the quick probe plan into `probe_dir` (none: a private temporary directory) and
-/// compares it with the cluster's models.
+/// Probe points a check takes from each (kind, phase, type) of the models' collection: spread
+/// over its times, smallest to largest; some 30 groups make a probe of a few hundred points, as
+/// long as the quick plan's.
+pub const PROBES_PER_GROUP: usize = 12;
+
+/// Re-measures a probe into `probe_dir` (none: a private temporary directory) and compares it.
+/// With `previous`, the dataset the models were trained from, the probe is a sample of that
+/// collection's own points timed with its protocol, each compared with the time it measured
+/// then; without it, the quick probe plan, compared with the models' predictions.
 pub fn check(
     cluster: &Cluster,
     device: &mut dyn Device,
     torch: Option<&TorchBackend>,
+    previous: Option<&Dataset>,
     probe_dir: Option<&Path>,
     threshold_percent: f64,
     progress: bool,
@@ -94,6 +129,21 @@ pub fn check(
             info.gpu.name
         )));
     }
+    if let Some(old) = previous {
+        let theirs = models.dataset();
+        if old.fingerprint != theirs.fingerprint {
+            anyhow::bail!(stepcast::Error::Invalid(format!(
+                "{}: is not the dataset {} were trained from ('{}', fingerprint {}; this one \
+                 is '{}', {}): give that dataset to --previous, or check without it",
+                old.dir.display(),
+                dir.display(),
+                theirs.name,
+                theirs.fingerprint,
+                old.meta.name,
+                old.fingerprint
+            )));
+        }
+    }
     if let Some(d) = probe_dir.filter(|d| d.join(stepcast::dataset::META_FILE).exists()) {
         // collect's advice (--resume) is not check's: each check measures the probe afresh
         anyhow::bail!(stepcast::Error::Invalid(format!(
@@ -101,7 +151,22 @@ pub fn check(
             d.display()
         )));
     }
-    let plan = PlanSpec::builtin(true).expand(target_of(device, 1))?;
+    let target = target_of(device, 1);
+    let mut plan = PlanSpec::builtin(true).expand(target)?;
+    if let Some(old) = previous {
+        plan.points = probe_points(&old.rows, target, PROBES_PER_GROUP);
+        if let Some(p) = &old.meta.protocol {
+            let theirs = crate::protocol::Protocol {
+                warmup: p.warmup_runs,
+                timed: p.timed_runs,
+                keep: p.kept_middle,
+            };
+            // a protocol this collector refuses (an imported dataset's) leaves the plan's
+            if theirs.validate().is_ok() {
+                plan.spec.protocol = theirs;
+            }
+        }
+    }
     let kept = probe_dir.map(|d| d.display().to_string());
     let private;
     let probe_dir = match probe_dir {
@@ -133,15 +198,29 @@ pub fn check(
         .into_iter()
         .map(|(f, a, b)| (f.to_string(), a, b))
         .collect();
+    // the collection's time of each call, on the kernel that ran it
+    let measured_then: BTreeMap<String, f64> = previous
+        .map_or(&[][..], |d| &d.rows[..])
+        .iter()
+        .filter(|m| m.is_ok())
+        .map(|m| (call_key(m), m.time_us))
+        .collect();
     let cost = CostModel::new(cluster, Some(models));
-    let mut ratios: BTreeMap<(OpKind, Phase), Vec<f64>> = BTreeMap::new();
+    let mut ratios: BTreeMap<(OpKind, Phase, Reference), Vec<f64>> = BTreeMap::new();
     let mut unmodelled = 0;
     for m in probe.ok_rows() {
+        if let Some(then) = measured_then.get(&call_key(m)) {
+            ratios
+                .entry((m.query.op, m.query.phase, Reference::Collection))
+                .or_default()
+                .push(m.time_us / then);
+            continue;
+        }
         let e = cost.estimate(&m.query)?;
         // an estimate raised to the physical floor is not the model's own answer
         if matches!(e.source, Source::Learned | Source::Derived) && e.floored_from_us.is_none() {
             ratios
-                .entry((m.query.op, m.query.phase))
+                .entry((m.query.op, m.query.phase, Reference::Models))
                 .or_default()
                 .push(m.time_us / e.time_us);
         } else {
@@ -150,13 +229,14 @@ pub fn check(
     }
     let kinds = ratios
         .into_iter()
-        .map(|((op, phase), r)| {
+        .map(|((op, phase, against), r)| {
             let median = stepcast::stats::percentile(&r, 50.0).unwrap_or(1.0);
             let mape =
                 100.0 * r.iter().map(|x| (1.0 / x - 1.0).abs()).sum::<f64>() / r.len() as f64;
             KindDrift {
                 op,
                 phase,
+                against,
                 points: r.len(),
                 median_ratio: median,
                 mape_percent: mape,
@@ -170,8 +250,43 @@ pub fn check(
         software_changes,
         kinds,
         unmodelled,
+        previous_dataset: previous.map(|d| d.dir.display().to_string()),
         probe_dataset: kept,
     })
+}
+
+/// The points of the models' collection a check probes again: of each (kind, phase, type),
+/// `per_group` of the points this node can run, evenly spread over the times the collection
+/// measured (so the smallest and the largest calls are among them), each point once whichever
+/// kernels timed it.
+fn probe_points(old: &[Measurement], target: Target, per_group: usize) -> Vec<PlanPoint> {
+    let mut seen = HashSet::new();
+    let mut groups: BTreeMap<(OpKind, Phase, Dtype), Vec<(f64, PlanPoint)>> = BTreeMap::new();
+    for m in old.iter().filter(|m| m.is_ok()) {
+        let p = PlanPoint {
+            query: without_kernel_role(m.query),
+            context: m.context,
+        };
+        if measurable_here(&p.query, target) && seen.insert(point_key(&p)) {
+            groups
+                .entry((m.query.op, m.query.phase, m.query.dtype))
+                .or_default()
+                .push((m.time_us, p));
+        }
+    }
+    let mut points = Vec::new();
+    for mut group in groups.into_values() {
+        group.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (n, k) = (group.len(), per_group.min(group.len()));
+        points.extend(match k {
+            0 => Vec::new(),
+            1 => vec![group[n / 2].1.clone()],
+            _ => (0..k)
+                .map(|i| group[(i * (n - 1) + (k - 1) / 2) / (k - 1)].1.clone())
+                .collect(),
+        });
+    }
+    points
 }
 
 #[derive(Debug)]
@@ -203,8 +318,18 @@ pub fn retrain(
     threshold_percent: f64,
     progress: bool,
 ) -> anyhow::Result<RetrainReport> {
+    // read before the probe and the collection, which take long, so a wrong path fails first
+    let old = previous.map(Dataset::load).transpose()?;
     // the probe only decides what to re-collect: a private directory, removed
-    let drift = check(cluster, device, torch, None, threshold_percent, progress)?;
+    let drift = check(
+        cluster,
+        device,
+        torch,
+        old.as_ref(),
+        None,
+        threshold_percent,
+        progress,
+    )?;
     let drifted = drift.drifted_kinds();
     if drifted.is_empty() {
         return Ok(RetrainReport {
@@ -218,8 +343,6 @@ pub fn retrain(
             previous_models: None,
         });
     }
-    // read before the collection, which takes long, so a wrong path fails first
-    let old = previous.map(Dataset::load).transpose()?;
     let target = target_of(device, 1);
     let full = plan.expand(target)?;
     // without the dataset the models came from the other kinds cannot be carried over: they are
@@ -544,6 +667,7 @@ mod tests {
             &cluster,
             &mut MockDevice::new(4),
             None,
+            None,
             Some(&dir.path().join("probe1")),
             10.0,
             false,
@@ -563,6 +687,7 @@ mod tests {
             &cluster,
             &mut slower,
             None,
+            None,
             Some(&dir.path().join("probe2")),
             10.0,
             false,
@@ -577,6 +702,182 @@ mod tests {
         );
         // |predicted − measured| / measured: 1 − 1 / 1.3 = 23.1 %
         assert!((gemm.mape_percent - 23.1).abs() < 2.0, "{gemm:?}");
+    }
+
+    /// Against the collection at its own points only the machine reads as drift: models that
+    /// put attention at 1.5x what the collection measured (trained on its attention rows made
+    /// slower, their manifest naming the collection) drift attention against their predictions
+    /// and not against the collection; a node whose GEMMs run 1.3x longer drifts GEMMs by 1.3
+    /// against it; the probe is timed with the collection's protocol.
+    #[test]
+    fn a_check_against_the_collection_reads_the_node_not_the_models() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = setup(dir.path());
+        let data_dir = dir.path().join("data");
+        let mut meta = stepcast::dataset::DatasetMeta::load(&data_dir).unwrap();
+        let theirs = stepcast::dataset::Protocol {
+            warmup_runs: 3,
+            timed_runs: 6,
+            kept_middle: 2,
+            timer: "mock".into(),
+        };
+        meta.protocol = Some(theirs.clone());
+        meta.save(&data_dir).unwrap();
+        let data = Dataset::load(&data_dir).unwrap();
+        let mut skewed = data.clone();
+        for m in skewed
+            .rows
+            .iter_mut()
+            .filter(|m| m.query.op == OpKind::FlashAttention)
+        {
+            m.time_us *= 1.5;
+            m.samples_us.iter_mut().for_each(|s| *s *= 1.5);
+        }
+        let outcome = train(&skewed, &TrainOptions::default(), &|| {});
+        let models = cluster.models_dir.clone().unwrap();
+        std::fs::remove_dir_all(&models).unwrap();
+        let manifest = Manifest::of_training(&data, &outcome, 0, 0.0);
+        ModelSet::save(&models, manifest, outcome.models).unwrap();
+        let probe = |device: &mut MockDevice, previous: Option<&Dataset>, name: &str| {
+            let out = dir.path().join(name);
+            check(&cluster, device, None, previous, Some(&out), 10.0, false).unwrap()
+        };
+        let against_models = probe(&mut MockDevice::new(4), None, "p1");
+        assert_eq!(
+            against_models.drifted_kinds(),
+            vec![OpKind::FlashAttention],
+            "{:?}",
+            against_models.kinds
+        );
+        assert!(against_models
+            .kinds
+            .iter()
+            .all(|k| k.against == Reference::Models));
+        let same = probe(&mut MockDevice::new(4), Some(&data), "p2");
+        assert!(same.drifted_kinds().is_empty(), "{:?}", same.kinds);
+        assert_eq!(same.unmodelled, 0);
+        assert_eq!(same.previous_dataset, Some(data_dir.display().to_string()));
+        for k in &same.kinds {
+            assert_eq!(k.against, Reference::Collection, "{k:?}");
+            assert!((k.median_ratio - 1.0).abs() < 0.01, "{k:?}");
+        }
+        // every kind and phase the collection holds was probed
+        let held: HashSet<(OpKind, Phase)> = data
+            .ok_rows()
+            .map(|m| (m.query.op, m.query.phase))
+            .collect();
+        let probed: HashSet<(OpKind, Phase)> = same.kinds.iter().map(|k| (k.op, k.phase)).collect();
+        assert_eq!(probed, held);
+        let kept = Dataset::load(&dir.path().join("p2")).unwrap();
+        let used = kept.meta.protocol.unwrap();
+        assert_eq!(
+            (used.warmup_runs, used.timed_runs, used.kept_middle),
+            (3, 6, 2)
+        );
+        let slower = probe(&mut mock(4, OpKind::Gemm, 1.3), Some(&data), "p3");
+        assert_eq!(slower.drifted_kinds(), vec![OpKind::Gemm]);
+        for k in slower.kinds.iter().filter(|k| k.op == OpKind::Gemm) {
+            assert!((k.median_ratio - 1.3).abs() < 0.01, "{k:?}");
+        }
+    }
+
+    /// A check given a dataset the models were not trained from refuses it, naming both.
+    #[test]
+    fn a_check_refuses_a_collection_the_models_were_not_trained_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = setup(dir.path());
+        let mut other = Dataset::load(&dir.path().join("data")).unwrap();
+        other.fingerprint = "0123456789abcdef".into();
+        let e = check(
+            &cluster,
+            &mut MockDevice::new(4),
+            None,
+            Some(&other),
+            None,
+            10.0,
+            false,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("is not the dataset") && e.contains("0123456789abcdef"),
+            "{e}"
+        );
+    }
+
+    /// A check's probe points: of each kind, phase and type at most the number asked, the
+    /// fastest and the slowest call among them, evenly spread between; a point two kernels
+    /// timed once; none this node cannot run.
+    #[test]
+    fn probe_points_spread_over_each_group_of_the_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        setup(dir.path());
+        let data = Dataset::load(&dir.path().join("data")).unwrap();
+        let mut rows = data.rows.clone();
+        let attention = rows
+            .iter()
+            .find(|m| m.query.op == OpKind::FlashAttention && m.is_ok())
+            .unwrap()
+            .clone();
+        rows.push(Measurement {
+            query: OpQuery {
+                role: Some(stepcast::ops::Role::FlashAttention2),
+                ..attention.query
+            },
+            ..attention
+        });
+        let two = Target {
+            gpus_per_node: 2,
+            nodes: 1,
+            fp8: false,
+        };
+        let points = probe_points(&rows, two, 3);
+        let keys: HashSet<String> = points.iter().map(point_key).collect();
+        assert_eq!(keys.len(), points.len());
+        let mut groups: BTreeMap<(OpKind, Phase, Dtype), Vec<&Measurement>> = BTreeMap::new();
+        for m in rows.iter().filter(|m| m.is_ok()) {
+            groups
+                .entry((m.query.op, m.query.phase, m.query.dtype))
+                .or_default()
+                .push(m);
+        }
+        let mut expected = 0;
+        for ((op, phase, dtype), group) in groups {
+            let here: Vec<&Measurement> = group
+                .into_iter()
+                .filter(|m| measurable_here(&m.query, two))
+                .filter(|m| m.query.role != Some(stepcast::ops::Role::FlashAttention2))
+                .collect();
+            let chosen: Vec<&PlanPoint> = points
+                .iter()
+                .filter(|p| (p.query.op, p.query.phase, p.query.dtype) == (op, phase, dtype))
+                .collect();
+            assert_eq!(chosen.len(), here.len().min(3), "{op} {phase:?} {dtype:?}");
+            expected += chosen.len();
+            if here.len() >= 2 {
+                let time = |p: &PlanPoint| {
+                    here.iter()
+                        .find(|m| point_key(&PlanPoint::of(m)) == point_key(p))
+                        .unwrap()
+                        .time_us
+                };
+                let times: Vec<f64> = chosen.iter().map(|p| time(p)).collect();
+                let all: Vec<f64> = here.iter().map(|m| m.time_us).collect();
+                let (lo, hi) = (
+                    all.iter().copied().fold(f64::INFINITY, f64::min),
+                    all.iter().copied().fold(0.0, f64::max),
+                );
+                assert!(
+                    times.contains(&lo) && times.contains(&hi),
+                    "{op}: {times:?}"
+                );
+            }
+        }
+        assert_eq!(points.len(), expected);
+        assert!(points.iter().all(|p| measurable_here(&p.query, two)));
+        assert!(points
+            .iter()
+            .all(|p| p.query.role.is_none() || !p.query.role.unwrap().is_another_kernel()));
     }
 
     #[test]
@@ -596,6 +897,7 @@ mod tests {
         let again = check(
             &cluster,
             &mut slower,
+            None,
             None,
             Some(&dir.path().join("probe3")),
             10.0,
@@ -770,7 +1072,11 @@ mod tests {
             .filter(|m| m.query.op == OpKind::AllReduce && ranks(m) == 2)
             .count();
         assert_eq!(narrow, all_reduce.len() - wide);
-        // the finished directory holds carried rows: a second retrain into it is refused
+        // the finished directory holds carried rows: a second retrain into it, from the models
+        // trained on the first dataset (put back), is refused
+        let models = cluster.models_dir.clone().unwrap();
+        std::fs::remove_dir_all(&models).unwrap();
+        std::fs::rename(r.previous_models.unwrap(), &models).unwrap();
         let mut slower_still = mock(2, OpKind::AllReduce, 2.6);
         let e = retrain_from(
             &cluster,

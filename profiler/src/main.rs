@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use stepcast::dataset::Dataset;
 use stepcast::hardware::Cluster;
 use stepcast::ops::OpKind;
 use stepcast::provenance::{digest, Input, Provenance};
@@ -201,13 +202,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Compare this machine with the models of a cluster file: software stamp and the quick
-    /// probe plan measured against the models' predictions. Exit code 3 when something drifted.
+    /// Compare this machine with the models of a cluster file: software stamp, and a probe
+    /// measured against the models' collection at the same points (--previous) or the quick
+    /// probe plan against the models' predictions. Exit code 3 when something drifted.
     Check {
         #[arg(long)]
         cluster: PathBuf,
         #[command(flatten)]
         device: DeviceArgs,
+        /// The dataset the models were trained from: the probe times a sample of its points
+        /// (12 of each kind, phase and type, smallest to largest) with its protocol, each
+        /// compared with the time it measured then, so the models' own error does not read as
+        /// drift.
+        #[arg(long)]
+        previous: Option<PathBuf>,
         /// Drift (median measured / predicted off by more than this many percent) that counts.
         #[arg(long, default_value_t = 10.0, value_parser = drift_threshold)]
         threshold: f64,
@@ -225,10 +233,11 @@ enum Command {
         device: DeviceArgs,
         #[command(flatten)]
         plan: PlanArgs,
-        /// The dataset the current models were trained from: rows of kinds that did not drift
-        /// are carried over, and the drifted kinds are re-measured at its points, the coverage
-        /// the models had (the plan then sets the protocol, and the points of a kind it holds
-        /// no rows of).
+        /// The dataset the current models were trained from (another is refused): the probe
+        /// times a sample of its points against its times, rows of kinds that did not drift are
+        /// carried over, and the drifted kinds are re-measured at its points, the coverage the
+        /// models had (the plan then sets the protocol, and the points of a kind it holds no
+        /// rows of).
         #[arg(long)]
         previous: Option<PathBuf>,
         /// New dataset directory.
@@ -422,11 +431,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Check {
             cluster,
             device,
+            previous,
             threshold,
             out,
             json,
         } => {
             let cluster = Cluster::load(&cluster)?;
+            let previous = previous.as_deref().map(Dataset::load).transpose()?;
             let Opened {
                 device: mut dev,
                 torch,
@@ -436,17 +447,25 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 &cluster,
                 dev.as_mut(),
                 torch.as_ref(),
+                previous.as_ref(),
                 out.as_deref(),
                 threshold,
                 !device.quiet,
             )?;
             if json {
-                let input = Input::new(
+                let mut inputs = vec![Input::new(
                     "cluster",
                     cluster.path.display().to_string(),
                     cluster.digest.clone(),
-                );
-                println!("{}", stamped(&report, vec![input])?);
+                )];
+                if let Some(d) = &previous {
+                    inputs.push(Input::new(
+                        "previous dataset",
+                        d.dir.display().to_string(),
+                        Some(d.fingerprint.clone()),
+                    ));
+                }
+                println!("{}", stamped(&report, inputs)?);
             } else {
                 print_drift(&report);
             }
@@ -547,6 +566,9 @@ fn print_drift(r: &DriftReport) {
         Some(probe) => println!("models {} — probe measurements in {probe}", r.models),
         None => println!("models {} — probe measurements not kept", r.models),
     }
+    if let Some(previous) = &r.previous_dataset {
+        println!("probe: points of {previous}, each against the time it measured then");
+    }
     if r.software_changes.is_empty() {
         println!("software: same as the models' (where both are known)");
     }
@@ -554,15 +576,16 @@ fn print_drift(r: &DriftReport) {
         println!("software: {field} {theirs} → {ours}");
     }
     println!(
-        "{:<22} {:>5} {:>7} {:>15} {:>8}  drift",
-        "operator", "phase", "probes", "measured/model", "MAPE %"
+        "{:<22} {:>5} {:>7} {:>10} {:>14} {:>8}  drift",
+        "operator", "phase", "probes", "against", "measured/ref", "MAPE %"
     );
     for k in &r.kinds {
         println!(
-            "{:<22} {:>5} {:>7} {:>15.3} {:>8.2}  {}",
+            "{:<22} {:>5} {:>7} {:>10} {:>14.3} {:>8.2}  {}",
             k.op.name(),
             k.phase.name(),
             k.points,
+            k.against.name(),
             k.median_ratio,
             k.mape_percent,
             if k.drifted {
@@ -574,7 +597,7 @@ fn print_drift(r: &DriftReport) {
     }
     if r.unmodelled > 0 {
         println!(
-            "{} probes have no learned model and were not compared",
+            "{} probes have no learned model nor a row of the collection and were not compared",
             r.unmodelled
         );
     }

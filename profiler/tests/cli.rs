@@ -265,6 +265,19 @@ fn train_into(data: &Path, models: &Path) {
     ModelSet::save(models, manifest, outcome.models).unwrap();
 }
 
+/// `check` of `cluster`'s models on a 4-GPU mock.
+fn check_on_four_mock_gpus(cluster: &Path) -> [&str; 7] {
+    [
+        "check",
+        "--cluster",
+        s(cluster),
+        "--device",
+        "mock",
+        "--gpus",
+        "0,1,2,3",
+    ]
+}
+
 /// The operator rows `check` prints that say DRIFTED.
 fn drifted(t: &str) -> Vec<&str> {
     t.lines()
@@ -280,20 +293,13 @@ fn drifted(t: &str) -> Vec<&str> {
 fn check_compares_this_node_with_the_models() {
     let tmp = tempfile::tempdir().unwrap();
     let cluster = mock_models(tmp.path());
-    let check = [
-        "check",
-        "--cluster",
-        s(&cluster),
-        "--device",
-        "mock",
-        "--gpus",
-        "0,1,2,3",
-    ];
+    let check = check_on_four_mock_gpus(&cluster);
     let o = bench(&[&check[..], &["--quiet"]].concat());
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
     assert!(t.contains("software: same as the models'"), "{t}");
-    assert!(t.contains("measured/model") && t.contains("\ngemm "), "{t}");
+    assert!(t.contains("measured/ref") && t.contains("\ngemm "), "{t}");
+    assert!(!t.contains("probe: points of"), "{t}");
     assert!(drifted(&t).is_empty(), "{t}");
     let slower = [&check[..], &["--quiet", "--mock-slowdown", "gemm=1.3"]].concat();
     let o = bench(&slower);
@@ -326,7 +332,10 @@ fn check_compares_this_node_with_the_models() {
     let unmodelled = doc["unmodelled"].as_u64().unwrap();
     assert!(unmodelled > 0, "{doc}");
     let t = text(&bench(&slower));
-    let line = format!("{unmodelled} probes have no learned model and were not compared");
+    let line = format!(
+        "{unmodelled} probes have no learned model nor a row of the collection and were not \
+         compared"
+    );
     assert!(t.contains(&line), "{t}");
     // the probe goes where --out says, as a dataset
     let probe = tmp.path().join("probe");
@@ -355,6 +364,72 @@ fn check_compares_this_node_with_the_models() {
     assert_eq!(
         doc["software_changes"],
         serde_json::json!([["driver", "550.54.15", "mock"]])
+    );
+}
+
+/// `check --previous` with the models' own collection: the probe times its points again and
+/// compares each with its time then (exit 0 on the same mock, the GEMMs 1.3x on a slower one,
+/// exit 3); the JSON names the dataset and its fingerprint; another dataset is refused (exit 2)
+/// with both names.
+#[test]
+fn check_against_the_models_collection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = mock_models(tmp.path());
+    let data = tmp.path().join("data");
+    let check = [
+        &check_on_four_mock_gpus(&cluster)[..],
+        &["--quiet", "--previous", s(&data)],
+    ]
+    .concat();
+    let o = bench(&check);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains(&format!("probe: points of {}", s(&data))), "{t}");
+    let gemm: Vec<&str> = t.lines().filter(|l| l.starts_with("gemm ")).collect();
+    assert!(!gemm.is_empty(), "{t}");
+    for line in gemm {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[3], "collection", "{line}");
+        let ratio: f64 = cols[4].parse().unwrap();
+        assert!((ratio - 1.0).abs() < 0.01, "{line}");
+    }
+    assert!(!t.contains("were not compared"), "{t}");
+    let o = bench(&[&check[..], &["--mock-slowdown", "gemm=1.3", "--json"]].concat());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let input = &doc["provenance"]["inputs"][1];
+    assert_eq!(input["name"], s(&data), "{doc}");
+    let fingerprint = stepcast::dataset::Dataset::load(&data).unwrap().fingerprint;
+    assert_eq!(input["digest"], fingerprint.as_str(), "{doc}");
+    assert_eq!(doc["previous_dataset"], s(&data));
+    for k in doc["kinds"].as_array().unwrap() {
+        assert_eq!(k["against"], "collection", "{k}");
+        let expected = if k["op"] == "gemm" { 1.3 } else { 1.0 };
+        let ratio = k["median_ratio"].as_f64().unwrap();
+        assert!((ratio - expected).abs() < 0.01, "{k}");
+    }
+    // a copy under another name is another dataset
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    for f in std::fs::read_dir(&data).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, other.join(f.file_name().unwrap())).unwrap();
+    }
+    let meta = std::fs::read_to_string(other.join("meta.yaml")).unwrap();
+    let name_line = meta.lines().find(|l| l.starts_with("name:")).unwrap();
+    std::fs::write(
+        other.join("meta.yaml"),
+        meta.replace(name_line, "name: other"),
+    )
+    .unwrap();
+    let mut refused = check.to_vec();
+    *refused.last_mut().unwrap() = s(&other);
+    let o = bench(&refused);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("is not the dataset") && t.contains("'other'"),
+        "{t}"
     );
 }
 
@@ -464,9 +539,18 @@ fn retrain_recollects_what_drifted_and_swaps_the_models() {
     let check = ["check", "--cluster", s(&cluster)];
     let o = bench(&[&check[..], &slower[..]].concat());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    // a finished retrain's dataset is not continued (its carried rows would be held twice)
+    // the models now come from the new dataset: the first one is no longer theirs
     let before = std::fs::read_to_string(new.join("layernorm.csv")).unwrap();
     let slowest = [&device[..], &["--mock-slowdown", "gemm=1.9"]].concat();
+    let o = bench(&[&retrain[..], &slowest[..]].concat());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("is not the dataset"), "{t}");
+    // with the first models back, a finished retrain's dataset is not continued (its carried
+    // rows would be held twice)
+    let models = tmp.path().join("models");
+    std::fs::remove_dir_all(&models).unwrap();
+    std::fs::rename(tmp.path().join(&kept[0]), &models).unwrap();
     let o = bench(&[&retrain[..], &slowest[..]].concat());
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
