@@ -276,15 +276,15 @@ fn probe_points(old: &[Measurement], target: Target, per_group: usize) -> Vec<Pl
     }
     let mut points = Vec::new();
     for mut group in groups.into_values() {
+        // a group holds at least one point
         group.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (n, k) = (group.len(), per_group.min(group.len()));
-        points.extend(match k {
-            0 => Vec::new(),
-            1 => vec![group[n / 2].1.clone()],
-            _ => (0..k)
-                .map(|i| group[(i * (n - 1) + (k - 1) / 2) / (k - 1)].1.clone())
-                .collect(),
-        });
+        if k == 1 {
+            points.push(group[n / 2].1.clone());
+            continue;
+        }
+        // the i-th of k, rounded: 0 and n - 1 at the ends
+        points.extend((0..k).map(|i| group[(i * (n - 1) + (k - 1) / 2) / (k - 1)].1.clone()));
     }
     points
 }
@@ -875,6 +875,21 @@ mod tests {
         }
         assert_eq!(points.len(), expected);
         assert!(points.iter().all(|p| measurable_here(&p.query, two)));
+        // one a group: its middle call
+        let one = probe_points(&rows, two, 1);
+        let gemms: Vec<&PlanPoint> = one
+            .iter()
+            .filter(|p| p.query.op == OpKind::Gemm && p.query.phase == Phase::Fwd)
+            .collect();
+        assert_eq!(gemms.len(), 1);
+        let mut times: Vec<(f64, String)> = rows
+            .iter()
+            .filter(|m| m.is_ok() && m.query.op == OpKind::Gemm && m.query.phase == Phase::Fwd)
+            .filter(|m| measurable_here(&m.query, two))
+            .map(|m| (m.time_us, point_key(&PlanPoint::of(m))))
+            .collect();
+        times.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert_eq!(point_key(gemms[0]), times[times.len() / 2].1);
         assert!(points
             .iter()
             .all(|p| p.query.role.is_none() || !p.query.role.unwrap().is_another_kernel()));
