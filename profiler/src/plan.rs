@@ -744,4 +744,264 @@ mod grid_tests {
             "no head count outside the multiples of 8 was drawn: {heads_seen:?}"
         );
     }
+
+    /// A plan file's text with `grid` and `collectives` as given.
+    fn plan_text(grid: &str, collectives: &str) -> String {
+        format!("name: p\ndtypes: [bf16]\nseed: 0\ngrid: {grid}\ncollectives: {collectives}\n")
+    }
+
+    fn grid(configs: usize, seq: &str) -> String {
+        format!(
+            "{{configs: {configs}, tp: [1], micro_batch: [1], seq: {seq}, \
+             hidden: {{from: 1024, to: 1024, step: 1}}, heads: {{from: 8, to: 8, step: 1}}, \
+             ffn_ratio: [4]}}"
+        )
+    }
+
+    const COLLECTIVES: &str = "{ops: [all_reduce], min_bytes: 1024, max_bytes: 4096, factor: 2}";
+
+    /// The error parsing `text` gives, if any.
+    fn refusal(text: &str) -> Option<String> {
+        PlanSpec::parse(Path::new("p.yaml"), text)
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    /// Each bound of a grid's spans and size and of the collectives' sizes, on both sides.
+    #[test]
+    fn a_plans_spans_sizes_and_collectives_are_bounded_at_their_edges() {
+        let seq = |s: &str| plan_text(&grid(4, s), COLLECTIVES);
+        for ok in [
+            "{from: 512, to: 512, step: 1}",
+            "{from: 1, to: 10000, step: 1}",
+            "{from: 1, to: 20000, step: 2}",
+        ] {
+            assert_eq!(refusal(&seq(ok)), None, "{ok}");
+        }
+        for (bad, says) in [
+            (
+                "{from: 512, to: 1024, step: 0}",
+                "give 1 ≤ from ≤ to and step ≥ 1",
+            ),
+            (
+                "{from: 0, to: 1024, step: 1}",
+                "give 1 ≤ from ≤ to and step ≥ 1",
+            ),
+            (
+                "{from: 1025, to: 1024, step: 1}",
+                "give 1 ≤ from ≤ to and step ≥ 1",
+            ),
+            (
+                "{from: 1, to: 10001, step: 1}",
+                "grid.seq spans 10001 values",
+            ),
+            (
+                "{from: 1, to: 20003, step: 2}",
+                "grid.seq spans 10002 values",
+            ),
+        ] {
+            let e = refusal(&seq(bad)).unwrap_or_default();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let span = "{from: 512, to: 512, step: 1}";
+        assert_eq!(refusal(&plan_text(&grid(10_000, span), COLLECTIVES)), None);
+        let e = refusal(&plan_text(&grid(10_001, span), COLLECTIVES)).unwrap_or_default();
+        assert!(e.contains("grid.configs = 10001"), "{e}");
+        let collectives = |min: u64, max: u64, factor: u64| {
+            let c = format!(
+                "{{ops: [all_reduce], min_bytes: {min}, max_bytes: {max}, factor: {factor}}}"
+            );
+            refusal(&plan_text(&grid(4, span), &c))
+        };
+        let tib = 1u64 << 40;
+        for (min, max, factor) in [(1, 1, 2), (4096, 4096, 2), (1, tib, 2)] {
+            assert_eq!(collectives(min, max, factor), None, "{min} {max} {factor}");
+        }
+        for (min, max, factor) in [(1, 4096, 1), (0, 4096, 2), (4097, 4096, 2), (1, tib + 1, 2)] {
+            let e = collectives(min, max, factor).unwrap_or_default();
+            assert!(e.contains("give 1 ≤ min_bytes ≤ max_bytes ≤ 2^40"), "{e}");
+        }
+    }
+
+    /// A node of 1 to 1,024 GPUs and a launch of 1 to 1,024 nodes are planned for; none other.
+    #[test]
+    fn a_target_is_one_to_1024_gpus_and_nodes() {
+        let at = |gpus_per_node, nodes| {
+            Target {
+                gpus_per_node,
+                nodes,
+                fp8: false,
+            }
+            .validate()
+        };
+        for (g, n) in [(1, 1), (1024, 1), (1, 1024)] {
+            assert_eq!(at(g, n), Ok(()), "{g} {n}");
+        }
+        for (g, n, says) in [
+            (0, 1, "0 GPUs per node"),
+            (1025, 1, "1025 GPUs per node"),
+            (8, 0, "0 nodes"),
+            (8, 1025, "1025 nodes"),
+        ] {
+            let e = at(g, n).unwrap_err();
+            assert!(e.contains(says), "{e}");
+            let plan = PlanSpec::builtin(true).expand(Target {
+                gpus_per_node: g,
+                nodes: n,
+                fp8: false,
+            });
+            assert!(plan.is_err(), "{g} {n}");
+        }
+    }
+
+    /// A grid's layers: heads that divide the width with a head size of at most 256 (where
+    /// none of the span does, 128-wide heads), and an FFN of the width times the ratio rounded
+    /// to a multiple of 128.
+    #[test]
+    fn grid_layers_have_heads_that_divide_the_width_and_a_rounded_ffn() {
+        let expand = |hidden: &str, heads: &str| {
+            let g = format!(
+                "{{configs: 30, tp: [1], micro_batch: [1], seq: {{from: 512, to: 512, step: 1}}, \
+                 hidden: {hidden}, heads: {heads}, ffn_ratio: [2.7]}}"
+            );
+            let text = format!("name: p\ndtypes: [bf16]\nseed: 3\ngrid: {g}\n");
+            PlanSpec::parse(Path::new("p.yaml"), &text)
+                .unwrap()
+                .expand(Target {
+                    gpus_per_node: 1,
+                    nodes: 1,
+                    fp8: false,
+                })
+                .unwrap()
+        };
+        let plan = expand(
+            "{from: 4096, to: 8192, step: 4096}",
+            "{from: 8, to: 64, step: 8}",
+        );
+        let mut sizes = HashSet::new();
+        for p in &plan.points {
+            let (hidden, heads) = (p.context.hidden.unwrap(), p.context.heads.unwrap());
+            assert_eq!(hidden % heads, 0, "{hidden} / {heads}");
+            assert!(hidden / heads <= 256, "{hidden} / {heads}");
+            sizes.insert(hidden / heads);
+        }
+        assert!(sizes.len() > 1, "{sizes:?}");
+        // 3 divides no width: 32 heads of 128
+        let plan = expand(
+            "{from: 4096, to: 4096, step: 1}",
+            "{from: 3, to: 3, step: 1}",
+        );
+        assert!(!plan.points.is_empty());
+        assert!(plan.points.iter().all(|p| p.context.heads == Some(32)));
+        // 4096 × 2.7 = 11,059.2 = 86.4 × 128: 86 × 128 = 11,008
+        let down: Vec<u64> = plan
+            .points
+            .iter()
+            .filter(|p| {
+                p.query.role == Some(stepcast::ops::Role::MlpDown) && p.query.phase == Phase::Fwd
+            })
+            .filter_map(|p| match p.query.shape {
+                Shape::Gemm(g) => Some(g.k),
+                _ => None,
+            })
+            .collect();
+        assert!(!down.is_empty());
+        assert!(down.iter().all(|k| *k == 11_008), "{down:?}");
+    }
+
+    /// A plan's time estimate: each point's warm-up and timed runs at 60 % of its roofline (a
+    /// collective's bus bytes at 300 GB/s), plus the set-up per point; per kind in `summary`,
+    /// 0 s (not -0) for an empty plan.
+    #[test]
+    fn a_plans_estimate_is_its_runs_at_60_percent_of_the_roofline_plus_set_up() {
+        use stepcast::analytic::roofline::{device_time_us, work_scale_us};
+        let gpu = GpuSpec::builtin("h100").unwrap();
+        let text = plan_text(
+            &grid(2, "{from: 1024, to: 1024, step: 1}"),
+            "{ops: [all_reduce], min_bytes: 1048576, max_bytes: 1048576, factor: 2}",
+        );
+        let mut spec = PlanSpec::parse(Path::new("p.yaml"), &text).unwrap();
+        spec.protocol = crate::protocol::Protocol {
+            warmup: 3,
+            timed: 7,
+            keep: 3,
+        };
+        let plan = spec
+            .expand(Target {
+                gpus_per_node: 2,
+                nodes: 1,
+                fp8: false,
+            })
+            .unwrap();
+        let each = |p: &PlanPoint| {
+            let us = device_time_us(&p.query, &gpu)
+                .unwrap_or_else(|| work_scale_us(&p.query, &gpu) / 300.0);
+            10.0 * us / 0.6 / 1e6 + 0.015
+        };
+        let expected: f64 = plan.points.iter().map(each).sum();
+        let total = plan.estimated_seconds(&gpu, 15.0);
+        assert!(
+            (total - expected).abs() < 1e-12 * expected,
+            "{total} {expected}"
+        );
+        let all_reduce = plan
+            .points
+            .iter()
+            .find(|p| p.query.op == OpKind::AllReduce)
+            .unwrap();
+        // a collective has no roofline: its bytes at 300 GB/s
+        assert!(device_time_us(&all_reduce.query, &gpu).is_none());
+        let summary = plan.summary(&gpu, 15.0);
+        let sum: f64 = summary.iter().map(|(_, _, s)| s).sum();
+        assert!((sum - total).abs() < 1e-12 * total);
+        let (_, n, s) = summary
+            .iter()
+            .find(|(k, _, _)| *k == OpKind::AllReduce)
+            .unwrap();
+        assert_eq!(*n, 1);
+        assert!((s - each(all_reduce)).abs() < 1e-15, "{s}");
+        let points: usize = summary.iter().map(|(_, n, _)| n).sum();
+        assert_eq!(points, plan.points.len());
+        let empty = Plan {
+            spec: plan.spec.clone(),
+            points: Vec::new(),
+        };
+        let zero = empty.estimated_seconds(&gpu, 15.0);
+        assert!(zero == 0.0 && zero.is_sign_positive(), "{zero}");
+    }
+
+    /// A send/recv is timed between two ranks only (two GPUs of a node, or one GPU of each of two
+    /// nodes); a node of one GPU times collectives between nodes once each.
+    #[test]
+    fn send_recv_is_planned_between_two_ranks_only() {
+        let text = plan_text(
+            &grid(1, "{from: 1024, to: 1024, step: 1}"),
+            "{ops: [send_recv], min_bytes: 1024, max_bytes: 1024, factor: 2}",
+        );
+        let plan = PlanSpec::parse(Path::new("p.yaml"), &text)
+            .unwrap()
+            .expand(Target {
+                gpus_per_node: 4,
+                nodes: 3,
+                fp8: false,
+            })
+            .unwrap();
+        let layouts: Vec<(u64, u64)> = plan
+            .points
+            .iter()
+            .filter_map(|p| match p.query.shape {
+                Shape::Collective(c) if p.query.op == OpKind::SendRecv => {
+                    Some((c.nodes, c.gpus_per_node))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(layouts, vec![(1, 2), (2, 1)]);
+        let one = collective_layouts(Target {
+            gpus_per_node: 1,
+            nodes: 3,
+            fp8: false,
+        });
+        assert_eq!(one, vec![(2, 1), (3, 1)]);
+    }
 }
