@@ -65,6 +65,8 @@ pub struct DriftReport {
     pub kinds: Vec<KindDrift>,
     /// Probes no learned model answers and no row of the collection measured (not compared).
     pub unmodelled: usize,
+    /// The name of the dataset the models were trained from (their manifest's).
+    pub models_dataset: String,
     /// The dataset whose points were probed again (none: the quick probe plan's points).
     pub previous_dataset: Option<String>,
     /// Where the probe measurements were kept; none: a private directory, removed.
@@ -205,6 +207,7 @@ pub fn check(
         .filter(|m| m.is_ok())
         .map(|m| (call_key(m), m.time_us))
         .collect();
+    let models_dataset = models.dataset().name.clone();
     let cost = CostModel::new(cluster, Some(models));
     let mut ratios: BTreeMap<(OpKind, Phase, Reference), Vec<f64>> = BTreeMap::new();
     let mut unmodelled = 0;
@@ -250,6 +253,7 @@ pub fn check(
         software_changes,
         kinds,
         unmodelled,
+        models_dataset,
         previous_dataset: previous.map(|d| d.dir.display().to_string()),
         probe_dataset: kept,
     })

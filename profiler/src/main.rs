@@ -566,8 +566,15 @@ fn print_drift(r: &DriftReport) {
         Some(probe) => println!("models {} — probe measurements in {probe}", r.models),
         None => println!("models {} — probe measurements not kept", r.models),
     }
-    if let Some(previous) = &r.previous_dataset {
-        println!("probe: points of {previous}, each against the time it measured then");
+    match &r.previous_dataset {
+        Some(previous) => {
+            println!("probe: points of {previous}, each against the time it measured then")
+        }
+        None => println!(
+            "probe: the quick plan against the models' predictions (they were trained from \
+             dataset '{}': --previous <its directory> compares with its own times instead)",
+            r.models_dataset
+        ),
     }
     if r.software_changes.is_empty() {
         println!("software: same as the models' (where both are known)");

@@ -300,6 +300,10 @@ fn check_compares_this_node_with_the_models() {
     assert!(t.contains("software: same as the models'"), "{t}");
     assert!(t.contains("measured/ref") && t.contains("\ngemm "), "{t}");
     assert!(!t.contains("probe: points of"), "{t}");
+    assert!(
+        t.contains("they were trained from dataset 'data': --previous <its directory>"),
+        "{t}"
+    );
     assert!(drifted(&t).is_empty(), "{t}");
     let slower = [&check[..], &["--quiet", "--mock-slowdown", "gemm=1.3"]].concat();
     let o = bench(&slower);
@@ -402,6 +406,7 @@ fn check_against_the_models_collection() {
     let fingerprint = stepcast::dataset::Dataset::load(&data).unwrap().fingerprint;
     assert_eq!(input["digest"], fingerprint.as_str(), "{doc}");
     assert_eq!(doc["previous_dataset"], s(&data));
+    assert_eq!(doc["models_dataset"], "data");
     for k in doc["kinds"].as_array().unwrap() {
         assert_eq!(k["against"], "collection", "{k}");
         let expected = if k["op"] == "gemm" { 1.3 } else { 1.0 };
