@@ -962,6 +962,8 @@ mod grid_tests {
         assert!((s - each(all_reduce)).abs() < 1e-15, "{s}");
         let points: usize = summary.iter().map(|(_, n, _)| n).sum();
         assert_eq!(points, plan.points.len());
+        let counted: Vec<(OpKind, usize)> = summary.iter().map(|(k, n, _)| (*k, *n)).collect();
+        assert_eq!(plan.count_by_kind(), counted);
         let empty = Plan {
             spec: plan.spec.clone(),
             points: Vec::new(),
