@@ -785,6 +785,44 @@ mod tests {
         }
     }
 
+    /// The shipped H200 models and the collection they were trained from, as a user checks
+    /// them (`--cluster hardware-profiles/dgx-h200.yaml --previous datasets/h200-sxm/2026-11-27`):
+    /// the collection is theirs by fingerprint, the probe takes 12 points of each group with the
+    /// collection's protocol, and each is compared with its row (on a mock: the times mean
+    /// nothing, the plumbing does).
+    #[test]
+    fn the_shipped_h200_models_are_checked_against_their_own_collection() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let cluster = Cluster::load(&repo.join("hardware-profiles/dgx-h200.yaml")).unwrap();
+        let models = ModelSet::open(cluster.models_dir.as_ref().unwrap()).unwrap();
+        let data = Dataset::load(&repo.join("datasets/h200-sxm/2026-11-27")).unwrap();
+        assert_eq!(models.dataset().fingerprint, data.fingerprint);
+        let mut device = MockDevice::new(1).with_gpu(models.gpu().clone());
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("probe");
+        let r = check(
+            &cluster,
+            &mut device,
+            None,
+            Some(&data),
+            Some(&out),
+            10.0,
+            false,
+        )
+        .unwrap();
+        let target = target_of(&device, 1);
+        let points = probe_points(&data.rows, target, PROBES_PER_GROUP);
+        let probe = Dataset::load(&out).unwrap();
+        assert_eq!(probe.rows.len(), points.len());
+        assert!(points.len() > 100 && points.len() < 500, "{}", points.len());
+        let compared: usize = r.kinds.iter().map(|k| k.points).sum();
+        assert_eq!(compared, probe.ok_rows().count());
+        assert!(r.kinds.iter().all(|k| k.against == Reference::Collection));
+        assert_eq!(r.unmodelled, 0);
+        let p = probe.meta.protocol.unwrap();
+        assert_eq!((p.warmup_runs, p.timed_runs, p.kept_middle), (10, 10, 5));
+    }
+
     /// A check given a dataset the models were not trained from refuses it, naming both.
     #[test]
     fn a_check_refuses_a_collection_the_models_were_not_trained_from() {

@@ -54,6 +54,12 @@ impl MockDevice {
             gpus,
         }
     }
+
+    /// The same double under another GPU's name and peaks (to open models trained on it).
+    pub fn with_gpu(mut self, gpu: GpuSpec) -> Self {
+        self.gpu = gpu;
+        self
+    }
 }
 
 struct MockRun {
