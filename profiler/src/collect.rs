@@ -12,8 +12,8 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use stepcast::dataset::{
-    Dataset, DatasetMeta, Measurement, MeasurementWriter, Protocol as MetaProtocol, Provenance,
-    SoftwareStamp, Status, DATASET_SCHEMA_VERSION, META_FILE,
+    Dataset, DatasetMeta, LayerContext, Measurement, MeasurementWriter, Protocol as MetaProtocol,
+    Provenance, SoftwareStamp, Status, DATASET_SCHEMA_VERSION, META_FILE,
 };
 use stepcast::ops::{OpKind, OpQuery, Role};
 
@@ -75,9 +75,9 @@ fn row(
             ),
         );
     }
-    let summary = stepcast::stats::sorted_median(&samples_us, keep as usize);
-    match summary {
-        Some(time_us) if time_us > 0.0 => Measurement {
+    // every sample is at least MIN_TIME_US (above), so a summary is positive
+    match stepcast::stats::sorted_median(&samples_us, keep as usize) {
+        Some(time_us) => Measurement {
             query: p.query,
             context: p.context,
             time_us,
@@ -218,7 +218,9 @@ pub fn collect(
         std::fs::create_dir_all(out)?;
         Some(stepcast::fsutil::DirLock::exclusive(out)?)
     };
-    let mut done: HashSet<OpQuery> = HashSet::new();
+    // a point is its call and the layer it came from: a retrain re-measures a collection's
+    // points, where one call may come from two layers, each a row of its own
+    let mut done: HashSet<(OpQuery, LayerContext)> = HashSet::new();
     let mut meta = if out.join(META_FILE).exists() && !follower {
         if !options.resume {
             anyhow::bail!(stepcast::Error::Invalid(format!(
@@ -246,7 +248,7 @@ pub fn collect(
         }
         for r in &existing.rows {
             if r.is_ok() || !options.retry_skipped {
-                done.insert(without_kernel_role(r.query));
+                done.insert((without_kernel_role(r.query), r.context));
             }
         }
         existing.meta
@@ -266,7 +268,7 @@ pub fn collect(
     let mut todo: Vec<&PlanPoint> = plan
         .points
         .iter()
-        .filter(|p| !done.contains(&without_kernel_role(p.query)))
+        .filter(|p| !done.contains(&(without_kernel_role(p.query), p.context)))
         .collect();
     if let Some(launch) = &options.launch {
         todo = agree_on_collectives(plan, todo, launch)?;
@@ -605,6 +607,14 @@ mod tests {
         assert_eq!(rows.len(), plan.points.len());
         let skipped: Vec<&Measurement> = rows.iter().filter(|m| !m.is_ok()).collect();
         assert!(!skipped.is_empty() && skipped.iter().all(|m| !m.note.is_empty()));
+        let counted: usize = r.skipped.iter().map(|(_, n)| n).sum();
+        assert_eq!(counted, skipped.len(), "{:?}", r.skipped);
+        let oom = skipped
+            .iter()
+            .filter(|m| m.note.contains("out of memory"))
+            .count();
+        assert!(oom > 1);
+        assert!(r.skipped.contains(&("out of memory".to_string(), oom)));
         // skipped points are not measured again on resume unless asked
         let mut again = options(&out);
         again.resume = true;
@@ -613,6 +623,56 @@ mod tests {
         again.retry_skipped = true;
         let r = collect(&plan, &mut MockDevice::new(4), None, &again).unwrap();
         assert_eq!(r.measured, skipped.len());
+    }
+
+    /// A node at its power cap flags every row it times, and the report counts them; the GPU
+    /// is saturated once before each operator kind, not before each point.
+    #[test]
+    fn throttled_rows_are_flagged_and_counted_and_each_kind_is_saturated_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("ds");
+        let plan = quick_plan();
+        let mut dev = MockDevice::new(4);
+        dev.power_capped = true;
+        let r = collect(&plan, &mut dev, None, &options(&out)).unwrap();
+        assert_eq!(r.throttled, plan.points.len());
+        assert_eq!(r.measured, plan.points.len());
+        let rows = Dataset::load(&out).unwrap().rows;
+        assert!(rows.iter().all(|m| m.throttled && m.note.contains("0x4")));
+        let kinds: HashSet<OpKind> = plan.points.iter().map(|p| p.query.op).collect();
+        assert_eq!(dev.saturations, kinds.len());
+        let calm = tempfile::tempdir().unwrap();
+        let r = collect(&plan, &mut MockDevice::new(4), None, &options(calm.path())).unwrap();
+        assert_eq!(r.throttled, 0);
+    }
+
+    /// One call from two layers is two points: an interrupted collection that timed it for
+    /// the first layer times it for the second on resume.
+    #[test]
+    fn a_call_of_two_layers_is_resumed_as_two_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("ds");
+        let mut plan = quick_plan();
+        let first = plan.points[0].clone();
+        let second = PlanPoint {
+            context: LayerContext {
+                hidden: Some(first.context.hidden.unwrap_or(1) * 2),
+                ..first.context
+            },
+            ..first.clone()
+        };
+        plan.points = vec![first, second];
+        let mut dev = MockDevice::new(4);
+        dev.crash_after = Some(1);
+        collect(&plan, &mut dev, None, &options(&out)).unwrap_err();
+        assert_eq!(Dataset::load(&out).unwrap().rows.len(), 1);
+        let mut resumed = options(&out);
+        resumed.resume = true;
+        let r = collect(&plan, &mut MockDevice::new(4), None, &resumed).unwrap();
+        assert_eq!((r.already_done, r.measured), (1, 1));
+        let rows = Dataset::load(&out).unwrap().rows;
+        assert_eq!(rows.len(), 2);
+        assert_ne!(rows[0].context, rows[1].context);
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub struct MockDevice {
     pub slowdown: Vec<(OpKind, f64)>,
     /// Wall time each point takes (to interrupt collections in kill tests).
     pub point_delay: std::time::Duration,
+    /// Report the power cap as an active throttle reason (to test the flag and its count).
+    pub power_capped: bool,
+    /// Saturating warm-ups asked for so far.
+    pub saturations: usize,
     prepared: usize,
     gpus: u32,
 }
@@ -50,6 +54,8 @@ impl MockDevice {
             crash_after: None,
             slowdown: Vec::new(),
             point_delay: std::time::Duration::ZERO,
+            power_capped: false,
+            saturations: 0,
             prepared: 0,
             gpus,
         }
@@ -130,6 +136,7 @@ impl Device for MockDevice {
     }
 
     fn saturate(&mut self, _ms: u64) -> Result<(), DeviceError> {
+        self.saturations += 1;
         Ok(())
     }
 
@@ -139,7 +146,8 @@ impl Device for MockDevice {
             max_sm_clock_mhz: 1980,
             temperature_c: 50,
             power_w: 400.0,
-            throttle_reasons: 0,
+            // NVML's software power cap
+            throttle_reasons: if self.power_capped { 0x4 } else { 0 },
         })
     }
 }
