@@ -46,6 +46,17 @@ pub struct CollectReport {
 }
 
 impl CollectReport {
+    /// Counts a row timed by the device or the backend: measured (and throttled) when it holds a
+    /// time, skipped with its reason when its samples could not be kept.
+    fn count(&mut self, m: &Measurement) {
+        if m.is_ok() {
+            self.measured += 1;
+            self.throttled += usize::from(m.throttled);
+        } else {
+            self.skip(&m.note);
+        }
+    }
+
     fn skip(&mut self, reason: &str) {
         match self.skipped.iter_mut().find(|(r, _)| r == reason) {
             Some((_, n)) => *n += 1,
@@ -306,9 +317,9 @@ pub fn collect(
         }
         let m = match measure_on(device, &protocol, &p.query) {
             Ok(t) => {
-                report.measured += 1;
-                report.throttled += t.throttled as usize;
-                row(p, t.samples_us, protocol.keep, t.throttled, t.note)
+                let m = row(p, t.samples_us, protocol.keep, t.throttled, t.note);
+                report.count(&m);
+                m
             }
             Err(DeviceError::Skip(reason)) => {
                 report.skip(&reason);
@@ -343,7 +354,6 @@ pub fn collect(
                         backend,
                         telemetry,
                     } => {
-                        report.measured += 1;
                         let note = [backend.as_str(), telemetry.as_str()]
                             .iter()
                             .filter(|s| !s.is_empty())
@@ -352,6 +362,7 @@ pub fn collect(
                             .join("; ");
                         let mut m = row(p, samples_us, protocol.keep, false, note);
                         m.query = kernel_role(m.query, &backend);
+                        report.count(&m);
                         m
                     }
                     Outcome::Skipped(reason) => {

@@ -727,4 +727,18 @@ fn a_torch_collection_keeps_what_the_backend_answered() {
     );
     assert!(skipped.iter().any(|n| n == "out of memory"), "{skipped:?}");
     assert!(skipped.iter().any(|n| n.starts_with(crash)), "{skipped:?}");
+    // the summary counts rows as the dataset holds them: the 0 µs point is skipped, not measured
+    let ok = ds.rows.iter().filter(|m| m.is_ok()).count();
+    let collectives = ds
+        .rows
+        .iter()
+        .filter(|m| m.query.op.is_collective())
+        .count();
+    let line = format!(
+        "{ok} points measured, 0 already in {}, {} skipped, 0 with throttled clocks",
+        s(&out),
+        skipped.len() + collectives
+    );
+    assert!(t.contains(&line), "{line}\n{t}");
+    assert!(t.contains("skipped 1 × a sample of 0 µs"), "{t}");
 }
