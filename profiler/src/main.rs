@@ -216,7 +216,8 @@ enum Command {
         /// drift.
         #[arg(long)]
         previous: Option<PathBuf>,
-        /// Drift (median measured / predicted off by more than this many percent) that counts.
+        /// Drift (the median of measured / reference off by more than this many percent) that
+        /// counts.
         #[arg(long, default_value_t = 10.0, value_parser = drift_threshold)]
         threshold: f64,
         /// Where the probe measurements go (default: a private temporary directory, removed).
@@ -243,14 +244,14 @@ enum Command {
         /// New dataset directory.
         #[arg(long)]
         out: PathBuf,
-        /// Drift (median measured / predicted off by more than this many percent) that
+        /// Drift (the median of measured / reference off by more than this many percent) that
         /// re-collects a kind.
         #[arg(long, default_value_t = 10.0, value_parser = drift_threshold)]
         threshold: f64,
     },
 }
 
-/// `--threshold`: a percentage the median measured / predicted may be off by, above 0 (a
+/// `--threshold`: a percentage the median of measured / reference may be off by, above 0 (a
 /// threshold of 0 would drift on the timer's noise) and at most 1000.
 fn drift_threshold(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
