@@ -264,19 +264,12 @@ pub fn check(
 /// measured (so the smallest and the largest calls are among them), each point once whichever
 /// kernels timed it.
 fn probe_points(old: &[Measurement], target: Target, per_group: usize) -> Vec<PlanPoint> {
-    let mut seen = HashSet::new();
     let mut groups: BTreeMap<(OpKind, Phase, Dtype), Vec<(f64, PlanPoint)>> = BTreeMap::new();
-    for m in old.iter().filter(|m| m.is_ok()) {
-        let p = PlanPoint {
-            query: without_kernel_role(m.query),
-            context: m.context,
-        };
-        if measurable_here(&p.query, target) && seen.insert(point_key(&p)) {
-            groups
-                .entry((m.query.op, m.query.phase, m.query.dtype))
-                .or_default()
-                .push((m.time_us, p));
-        }
+    for (m, p) in distinct_points(old.iter().filter(|m| m.is_ok()), target) {
+        groups
+            .entry((m.query.op, m.query.phase, m.query.dtype))
+            .or_default()
+            .push((m.time_us, p));
     }
     let mut points = Vec::new();
     for mut group in groups.into_values() {
@@ -501,31 +494,36 @@ fn recollection_points(
     recollect: &[OpKind],
     target: Target,
 ) -> (Vec<PlanPoint>, usize) {
-    let mut seen = HashSet::new();
-    let mut points = Vec::new();
-    let mut from_previous = Vec::new();
-    for m in old {
-        if !recollect.contains(&m.query.op) {
-            continue;
-        }
-        if !from_previous.contains(&m.query.op) {
-            from_previous.push(m.query.op);
-        }
-        // a point names no kernel: the backend run now decides which one times it
-        let p = PlanPoint {
-            query: without_kernel_role(m.query),
-            context: m.context,
-        };
-        if measurable_here(&p.query, target) && seen.insert(point_key(&p)) {
-            points.push(p);
-        }
-    }
+    let of_kinds = old.iter().filter(|m| recollect.contains(&m.query.op));
+    let from_previous: Vec<OpKind> = recollect
+        .iter()
+        .copied()
+        .filter(|k| old.iter().any(|m| m.query.op == *k))
+        .collect();
+    let mut points: Vec<PlanPoint> = distinct_points(of_kinds, target).map(|(_, p)| p).collect();
     let taken = points.len();
     points.extend(
         plan.into_iter()
             .filter(|p| recollect.contains(&p.query.op) && !from_previous.contains(&p.query.op)),
     );
     (points, taken)
+}
+
+/// The points `rows` were measured at, each once whichever kernels timed it (a point names no
+/// kernel: the backend run now decides which one times it), but those this node cannot run;
+/// each with the first row measured there.
+fn distinct_points<'a>(
+    rows: impl IntoIterator<Item = &'a Measurement>,
+    target: Target,
+) -> impl Iterator<Item = (&'a Measurement, PlanPoint)> {
+    let mut seen = HashSet::new();
+    rows.into_iter().filter_map(move |m| {
+        let p = PlanPoint {
+            query: without_kernel_role(m.query),
+            context: m.context,
+        };
+        (measurable_here(&p.query, target) && seen.insert(point_key(&p))).then_some((m, p))
+    })
 }
 
 /// The previous dataset's rows a retrain keeps: every measured row of a kind it did not
