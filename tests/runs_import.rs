@@ -415,3 +415,45 @@ fn an_import_in_the_working_directory_appends_and_keeps_what_it_cannot_express()
         rows[1]
     );
 }
+
+#[test]
+fn a_file_another_import_holds_is_refused_and_a_blank_one_gets_its_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("llama.log");
+    fs::write(&log, llama3_8b_log()).unwrap();
+    let csv = tmp.path().join("runs.csv");
+    let import = || {
+        stepcast(&[
+            "runs",
+            "import",
+            s(&log),
+            "--cluster",
+            "dgx-h100",
+            "--model",
+            "llama3-8b",
+            "--out",
+            s(&csv),
+        ])
+    };
+    // a file of empty lines is a new one: the header written after them
+    fs::write(&csv, "\n\r\n").unwrap();
+    let out = import();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("runs.csv line 4"), "{}", stdout(&out));
+    let text = fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(lines[2].starts_with("set,family,label,"), "{text}");
+    assert!(lines[3].starts_with("mine,llama3-8b,"), "{text}");
+    // another process appending (it holds the file's lock): refused, the file untouched
+    let held = fs::OpenOptions::new().append(true).open(&csv).unwrap();
+    held.try_lock().unwrap();
+    assert_user_error(&import(), &["runs.csv", "another stepcast is appending"]);
+    assert_eq!(fs::read_to_string(&csv).unwrap(), text);
+    drop(held);
+    let out = import();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("runs.csv line 5"), "{}", stdout(&out));
+    let mut reader = csv::Reader::from_path(&csv).unwrap();
+    assert_eq!(reader.records().count(), 2);
+}

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -234,55 +234,73 @@ fn write_arch(dir: &Path, arch: &stepcast::workload::ArchSpec) -> anyhow::Result
     }
 }
 
-/// Appends `rows` to the runs CSV at `path` in its header's column order (a new file gets
-/// `COLUMNS`), flushed to disk; returns the line the first row is written on.
+/// Appends `rows` to the runs CSV at `path` in its header's column order (a new file, or one
+/// of empty lines, gets `COLUMNS`), flushed to disk, the file locked from reading its header to the last byte
+/// (two imports into one file must not both write a header); returns the line the first row
+/// is written on.
 fn append_rows(path: &Path, rows: Vec<&BTreeMap<&'static str, String>>) -> anyhow::Result<usize> {
-    let existing = match std::fs::read_to_string(path) {
-        Ok(text) => Some(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(path, e).into()),
-    };
-    // an empty file is a new one
-    let existing = existing.filter(|text| !text.trim().is_empty());
-    let (header, lines, ends_in_newline) = match &existing {
-        Some(text) => {
-            let mut reader = csv::Reader::from_reader(text.as_bytes());
-            let header: Vec<String> = reader
-                .headers()
-                .map_err(|e| Error::BadFile {
-                    path: path.to_path_buf(),
-                    message: format!("not a runs CSV ({e})"),
-                })?
-                .iter()
-                .map(str::to_string)
-                .collect();
-            let missing: Vec<&str> = COLUMNS
-                .iter()
-                .copied()
-                .filter(|c| !header.iter().any(|h| h == c))
-                .collect();
-            if !missing.is_empty() {
-                return Err(Error::BadFile {
-                    path: path.to_path_buf(),
-                    message: format!(
-                        "has no column {}: write the imported runs to a new file with --out",
-                        missing.join(", ")
-                    ),
-                }
-                .into());
-            }
-            (
-                header,
-                text.lines().count(),
-                text.is_empty() || text.ends_with('\n'),
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(Error::bad_file(
+                path,
+                "another stepcast is appending to this file: wait for it to finish",
             )
+            .into())
         }
-        None => (COLUMNS.iter().map(|c| c.to_string()).collect(), 0, true),
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, e).into()),
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| Error::BadFile {
+        path: path.to_path_buf(),
+        message: format!("not a runs CSV ({e})"),
+    })?;
+    // a file of empty lines is a new one (a CSV reader skips them)
+    let new = text.chars().all(|c| c == '\n' || c == '\r');
+    let header: Vec<String> = if new {
+        COLUMNS.iter().map(|c| c.to_string()).collect()
+    } else {
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        let header: Vec<String> = reader
+            .headers()
+            .map_err(|e| Error::BadFile {
+                path: path.to_path_buf(),
+                message: format!("not a runs CSV ({e})"),
+            })?
+            .iter()
+            .map(str::to_string)
+            .collect();
+        let missing: Vec<&str> = COLUMNS
+            .iter()
+            .copied()
+            .filter(|c| !header.iter().any(|h| h == c))
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::BadFile {
+                path: path.to_path_buf(),
+                message: format!(
+                    "has no column {}: write the imported runs to a new file with --out",
+                    missing.join(", ")
+                ),
+            }
+            .into());
+        }
+        header
     };
     let mut out = Vec::new();
+    // a last line without its newline (as an editor may leave it) is ended first
+    if !text.is_empty() && !text.ends_with('\n') {
+        out.push(b'\n');
+    }
     {
         let mut w = csv::WriterBuilder::new().from_writer(&mut out);
-        if existing.is_none() {
+        if new {
             w.write_record(&header)?;
         }
         for row in &rows {
@@ -294,16 +312,8 @@ fn append_rows(path: &Path, rows: Vec<&BTreeMap<&'static str, String>>) -> anyho
         }
         w.flush()?;
     }
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
-    if !ends_in_newline {
-        out.insert(0, b'\n');
-    }
     file.write_all(&out)
         .and_then(|()| file.sync_all())
         .map_err(|e| Error::io(path, e))?;
-    Ok(lines.max(1) + 1)
+    Ok(text.lines().count() + usize::from(new) + 1)
 }
