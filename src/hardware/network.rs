@@ -36,16 +36,6 @@ pub struct NetworkSpec {
 }
 
 impl NetworkSpec {
-    /// Inter-node bandwidth one GPU gets when `gpus_per_node` GPUs of a node share its NICs,
-    /// in bytes/s.
-    pub fn inter_node_bytes_per_s_per_gpu(&self, gpus_per_node: u32) -> f64 {
-        let node = self.inter_node.nics_per_node as f64
-            * self.inter_node.bandwidth_gbit_per_s_per_nic
-            * 1e9
-            / 8.0;
-        node / gpus_per_node.max(1) as f64
-    }
-
     pub fn intra_node_bytes_per_s(&self) -> f64 {
         self.intra_node.bandwidth_gb_per_s * 1e9
     }

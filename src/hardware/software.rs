@@ -61,3 +61,39 @@ impl SoftwareStamp {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp(driver: &str, nccl: Option<&str>) -> SoftwareStamp {
+        SoftwareStamp {
+            gpu_uuid: Some(format!("GPU-{driver}")),
+            driver: Some(driver.into()),
+            cuda: Some("13.0".into()),
+            nccl: nccl.map(str::to_string),
+            sm_clock_mhz: Some(1980),
+            ..SoftwareStamp::default()
+        }
+    }
+
+    #[test]
+    fn a_driver_update_is_the_difference_and_what_one_side_does_not_know_is_not() {
+        let before = stamp("580.65", Some("2.27.3"));
+        let after = SoftwareStamp {
+            sm_clock_mhz: Some(1755),
+            ..stamp("590.10", None)
+        };
+        // the GPU's UUID and clocks differ too, but they are not software
+        assert_eq!(
+            before.differences(&after),
+            vec![("driver", "580.65".to_string(), "590.10".to_string())]
+        );
+        assert!(before.differences(&before.clone()).is_empty());
+        let nccl = stamp("580.65", Some("2.28.1"));
+        assert_eq!(
+            before.differences(&nccl),
+            vec![("nccl", "2.27.3".to_string(), "2.28.1".to_string())]
+        );
+    }
+}
