@@ -1951,6 +1951,25 @@ fn a_framework_calibrated_on_its_own_runs_is_picked_by_predict() {
         "{}",
         stdout(&out)
     );
+    // while another stepcast writes the models directory (a training, another calibration)
+    // the calibration is refused, the file as it was
+    let before = fs::read_to_string(models.join("calibration.yaml")).unwrap();
+    let held = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(models.join(".stepcast.lock"))
+        .unwrap();
+    held.try_lock().unwrap();
+    assert_user_error(
+        &calibrate(&[]),
+        &["another stepcast is using this directory"],
+    );
+    assert_eq!(
+        fs::read_to_string(models.join("calibration.yaml")).unwrap(),
+        before
+    );
+    drop(held);
     let out = calibrate(&[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let written = fs::read_to_string(models.join("calibration.yaml")).unwrap();

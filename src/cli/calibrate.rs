@@ -215,7 +215,14 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             args.cluster.display()
         ))),
     };
-    // the other clusters' calibrations in the file stay as they are
+    // the other clusters' calibrations in the file stay as they are, and so the directory is
+    // locked from reading them to the rename: two calibrations into one file at once would
+    // each keep only its own entry (and a training of the models directory is not disturbed)
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let _writing = stepcast::fsutil::DirLock::exclusive(dir)?;
     let existing = if out.is_file() {
         Calibrations::parse(&out, &stepcast::fsutil::read_to_string(&out)?)?
     } else {
