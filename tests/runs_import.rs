@@ -340,6 +340,7 @@ fn bad_logs_and_files_are_refused_naming_them() {
         &["megatron-l32", "another architecture"],
     );
     assert_eq!(fs::read_to_string(&arch).unwrap(), "name: mine\n");
+    assert!(!csv.exists(), "nothing written");
     // an unknown cluster or model
     assert_user_error(
         &stepcast(&[

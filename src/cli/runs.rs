@@ -124,15 +124,23 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    for (_, run) in &imported {
-        if let Some(arch) = &run.arch {
-            write_arch(&dir, arch)?;
+    let archs: Vec<_> = imported
+        .iter()
+        .filter_map(|(_, run)| run.arch.as_ref())
+        .collect();
+    // an architecture file in the way refuses the import before anything is written
+    for arch in &archs {
+        arch_file(&dir, arch)?;
+    }
+    // the CSV is locked before the architectures its rows name are written beside it (and
+    // looked at again): another import into it waits its turn for both
+    let mut csv = LockedCsv::open(&args.out)?;
+    for arch in &archs {
+        if let Some((path, text)) = arch_file(&dir, arch)? {
+            stepcast::fsutil::write_atomic(&path, text.as_bytes())?;
         }
     }
-    let first_line = append_rows(
-        &args.out,
-        imported.iter().map(|(_, run)| &run.columns).collect(),
-    )?;
+    let first_line = csv.append(imported.iter().map(|(_, run)| &run.columns).collect())?;
     for (i, (log, run)) in imported.iter().enumerate() {
         let c = &run.columns;
         let memory = c
@@ -210,16 +218,20 @@ fn as_csv_names_it(name: &str) -> anyhow::Result<String> {
         .to_string())
 }
 
-/// Writes an architecture the arguments describe as `archs/NAME.yaml` beside the CSV; one
-/// already there is kept when it says the same and refused when it does not.
-fn write_arch(dir: &Path, arch: &stepcast::workload::ArchSpec) -> anyhow::Result<()> {
+/// The file an architecture the arguments describe is written to, `archs/NAME.yaml` beside the
+/// CSV, and its text; none where that file already says the same, refused where it says
+/// something else.
+fn arch_file(
+    dir: &Path,
+    arch: &stepcast::workload::ArchSpec,
+) -> anyhow::Result<Option<(PathBuf, String)>> {
     let path = dir.join("archs").join(format!("{}.yaml", arch.name));
     let text = format!(
         "# written by `stepcast runs import` from a Megatron log's arguments\n{}",
         serde_norway::to_string(arch)?
     );
     match std::fs::read_to_string(&path) {
-        Ok(existing) if existing == text => Ok(()),
+        Ok(existing) if existing == text => Ok(None),
         Ok(_) => Err(Error::BadFile {
             path,
             message: "exists and describes another architecture under this name: move it, or \
@@ -227,93 +239,118 @@ fn write_arch(dir: &Path, arch: &stepcast::workload::ArchSpec) -> anyhow::Result
                 .into(),
         }
         .into()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok(stepcast::fsutil::write_atomic(&path, text.as_bytes())?)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Some((path, text))),
         Err(e) => Err(Error::io(&path, e).into()),
     }
 }
 
-/// Appends `rows` to the runs CSV at `path` in its header's column order (a new file, or one
-/// of empty lines, gets `COLUMNS`), flushed to disk, the file locked from reading its header to the last byte
-/// (two imports into one file must not both write a header); returns the line the first row
-/// is written on.
-fn append_rows(path: &Path, rows: Vec<&BTreeMap<&'static str, String>>) -> anyhow::Result<usize> {
-    let mut file = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err(Error::bad_file(
-                path,
-                "another stepcast is appending to this file: wait for it to finish",
-            )
-            .into())
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, e).into()),
-    }
-    let mut text = String::new();
-    file.read_to_string(&mut text).map_err(|e| Error::BadFile {
-        path: path.to_path_buf(),
-        message: format!("not a runs CSV ({e})"),
-    })?;
-    // a file of empty lines is a new one (a CSV reader skips them)
-    let new = text.chars().all(|c| c == '\n' || c == '\r');
-    let header: Vec<String> = if new {
-        COLUMNS.iter().map(|c| c.to_string()).collect()
-    } else {
-        let mut reader = csv::Reader::from_reader(text.as_bytes());
-        let header: Vec<String> = reader
-            .headers()
-            .map_err(|e| Error::BadFile {
-                path: path.to_path_buf(),
-                message: format!("not a runs CSV ({e})"),
-            })?
-            .iter()
-            .map(str::to_string)
-            .collect();
-        let missing: Vec<&str> = COLUMNS
-            .iter()
-            .copied()
-            .filter(|c| !header.iter().any(|h| h == c))
-            .collect();
-        if !missing.is_empty() {
-            return Err(Error::BadFile {
-                path: path.to_path_buf(),
-                message: format!(
-                    "has no column {}: write the imported runs to a new file with --out",
-                    missing.join(", ")
-                ),
+/// A runs CSV open for appending, locked until dropped: two imports into one file must not
+/// both write a header, nor one write an architecture file the other's rows then name.
+struct LockedCsv {
+    path: PathBuf,
+    file: std::fs::File,
+    /// What the file held when it was opened.
+    text: String,
+    /// Its columns (`COLUMNS` where the file is new), every column a row needs among them.
+    header: Vec<String>,
+    /// Whether the file is new: the header is written before the rows.
+    new: bool,
+}
+
+impl LockedCsv {
+    /// Opens (or creates) the runs CSV at `path`, locks it and reads its header; another
+    /// import holding it is refused at once, and so is a file without the columns a row needs.
+    fn open(path: &Path) -> anyhow::Result<LockedCsv> {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::bad_file(
+                    path,
+                    "another stepcast is appending to this file: wait for it to finish",
+                )
+                .into())
             }
-            .into());
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, e).into()),
         }
-        header
-    };
-    let mut out = Vec::new();
-    // a last line without its newline (as an editor may leave it) is ended first
-    if !text.is_empty() && !text.ends_with('\n') {
-        out.push(b'\n');
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(|e| Error::BadFile {
+            path: path.to_path_buf(),
+            message: format!("not a runs CSV ({e})"),
+        })?;
+        // a file of empty lines is a new one (a CSV reader skips them)
+        let new = text.chars().all(|c| c == '\n' || c == '\r');
+        let header: Vec<String> = if new {
+            COLUMNS.iter().map(|c| c.to_string()).collect()
+        } else {
+            let mut reader = csv::Reader::from_reader(text.as_bytes());
+            let header: Vec<String> = reader
+                .headers()
+                .map_err(|e| Error::BadFile {
+                    path: path.to_path_buf(),
+                    message: format!("not a runs CSV ({e})"),
+                })?
+                .iter()
+                .map(str::to_string)
+                .collect();
+            let missing: Vec<&str> = COLUMNS
+                .iter()
+                .copied()
+                .filter(|c| !header.iter().any(|h| h == c))
+                .collect();
+            if !missing.is_empty() {
+                return Err(Error::BadFile {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "has no column {}: write the imported runs to a new file with --out",
+                        missing.join(", ")
+                    ),
+                }
+                .into());
+            }
+            header
+        };
+        Ok(LockedCsv {
+            path: path.to_path_buf(),
+            file,
+            text,
+            header,
+            new,
+        })
     }
-    {
-        let mut w = csv::WriterBuilder::new().from_writer(&mut out);
-        if new {
-            w.write_record(&header)?;
+
+    /// Appends `rows` in the header's column order (a new file, or one of empty lines, gets
+    /// `COLUMNS` first), flushed to disk; returns the line the first row is written on.
+    fn append(&mut self, rows: Vec<&BTreeMap<&'static str, String>>) -> anyhow::Result<usize> {
+        let (path, text, header, new) = (&self.path, &self.text, &self.header, self.new);
+        let mut out = Vec::new();
+        // a last line without its newline (as an editor may leave it) is ended first
+        if !text.is_empty() && !text.ends_with('\n') {
+            out.push(b'\n');
         }
-        for row in &rows {
-            w.write_record(
-                header
-                    .iter()
-                    .map(|h| row.get(h.as_str()).map_or("", String::as_str)),
-            )?;
+        {
+            let mut w = csv::WriterBuilder::new().from_writer(&mut out);
+            if new {
+                w.write_record(header)?;
+            }
+            for row in &rows {
+                w.write_record(
+                    header
+                        .iter()
+                        .map(|h| row.get(h.as_str()).map_or("", String::as_str)),
+                )?;
+            }
+            w.flush()?;
         }
-        w.flush()?;
+        self.file
+            .write_all(&out)
+            .and_then(|()| self.file.sync_all())
+            .map_err(|e| Error::io(path, e))?;
+        Ok(text.lines().count() + usize::from(new) + 1)
     }
-    file.write_all(&out)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| Error::io(path, e))?;
-    Ok(text.lines().count() + usize::from(new) + 1)
 }
