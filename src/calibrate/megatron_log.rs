@@ -99,7 +99,7 @@ fn argument(line: &str) -> Option<(String, String)> {
     let name = line[..dots].split_whitespace().last()?;
     let valid = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     let value = line[dots + 1..].trim_start_matches('.').trim();
-    (valid && !name.is_empty()).then(|| (name.to_string(), value.to_string()))
+    valid.then(|| (name.to_string(), value.to_string()))
 }
 
 /// The number at the start of `s` (after blanks), up to the first character that is not part
@@ -797,6 +797,47 @@ fn step_time(log: &MegatronLog, warmup: u64) -> Result<(f64, usize, (u64, u64)),
     Ok((median, n, (first, last)))
 }
 
+/// How often a layer attends to the whole sequence among sliding-window ones, as Megatron's
+/// `window_attn_skip_freq` says: a number N, every N-th layer (1: every layer, no window at
+/// all); a per-layer list (1 a window, 0 the whole sequence) that repeats N − 1 windows and
+/// one whole layer, the same; a list of windows only, none (every layer slides). Another
+/// pattern is not costed.
+fn global_attention_every(a: &Args) -> Result<Option<u64>, String> {
+    let Some(text) = a.text("window_attn_skip_freq") else {
+        return Ok(None);
+    };
+    let refused = || {
+        format!(
+            "argument window_attn_skip_freq = {text:?} is not every N-th layer attending to \
+             the whole sequence, which is what is costed: give the model with --model"
+        )
+    };
+    if !text.starts_with('[') {
+        return match a.count("window_attn_skip_freq")? {
+            Some(0) => Err(refused()),
+            every => Ok(every),
+        };
+    }
+    let pattern = a.list("window_attn_skip_freq");
+    let Some(period) = pattern.iter().position(|p| p == "0") else {
+        return if pattern.iter().all(|p| p == "1") {
+            Ok(None)
+        } else {
+            Err(refused())
+        };
+    };
+    let n = period + 1;
+    let repeats = pattern
+        .iter()
+        .enumerate()
+        .all(|(i, p)| p == if (i + 1).is_multiple_of(n) { "0" } else { "1" });
+    if repeats && pattern.len().is_multiple_of(n) {
+        Ok(Some(n as u64))
+    } else {
+        Err(refused())
+    }
+}
+
 /// A family name from a model name: what grouped cross-validation leaves out together.
 fn family_of(model: &str) -> String {
     let file = model.rsplit('/').next().unwrap_or(model);
@@ -884,6 +925,15 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
         None => None,
         Some(experts) => {
             let freq = a.list("moe_layer_freq");
+            // a number N puts experts in every N-th layer
+            if freq.len() == 1 && freq[0] != "1" {
+                return Err(format!(
+                    "argument moe_layer_freq = {} puts experts in every {}-th layer only, \
+                     which is not costed (every layer, or all but leading dense ones, are): \
+                     give the model with --model",
+                    freq[0], freq[0]
+                ));
+            }
             let dense_layers = if freq.len() > 1 {
                 let leading = freq.iter().take_while(|f| *f == "0").count();
                 if freq.iter().skip(leading).any(|f| f != "1") {
@@ -925,22 +975,25 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
     } else {
         None
     };
-    // Megatron's window_size is (left, right) keys beside the query: left + 1 keys in all
+    // Megatron's window_size is (left, right) keys beside the query: left + 1 keys in all; a
+    // left of -1 is no window
     let sliding_window = match a.text("window_size") {
         None => None,
         Some(w) => {
             let left = w
-                .trim_matches(|c| c == '(' || c == ')' || c == '[' || c == ']')
+                .trim_start_matches(['(', '['])
                 .split(',')
                 .next()
-                .and_then(|s| s.trim().parse::<u64>().ok())
+                .and_then(|s| s.trim().parse::<i64>().ok())
+                .filter(|&left| left >= -1)
                 .ok_or_else(|| format!("argument window_size = {w:?} is not (left, right)"))?;
-            Some(left + 1)
+            u64::try_from(left).ok().map(|left| left + 1)
         }
     };
-    let global_attention_every = sliding_window
-        .and(a.count("window_attn_skip_freq").ok().flatten())
-        .filter(|&n| n > 1);
+    let global_attention_every = match sliding_window {
+        Some(_) => global_attention_every(a)?,
+        None => None,
+    };
     let mut name = format!(
         "megatron-l{layers}-h{hidden}-a{heads}{}-f{}-v{vocab}",
         kv_heads.map(|k| format!("g{k}")).unwrap_or_default(),
@@ -1073,6 +1126,17 @@ mod tests {
         assert_eq!(c["measured_step_s"], "2");
         assert_eq!(run.intervals_used, 3);
         assert_eq!(run.iterations, (20, 50));
+        assert_eq!(
+            c["source"],
+            "median of 3 logged intervals, iterations 20–50"
+        );
+        assert_eq!(intervals_phrase(1), "1 logged interval");
+        // of an even count, the mean of the middle two
+        let even = MegatronLog {
+            intervals: vec![(10, 9.0), (20, 2.0), (30, 4.0), (40, 1.0), (50, 3.0)],
+            ..MegatronLog::default()
+        };
+        assert_eq!(step_time(&even, 10).unwrap(), (2.5, 4, (20, 50)));
         assert_eq!(c["measured_memory_gib"], "64.000");
         assert_eq!(c["memory_scope"], "allocator");
         let arch = run.arch.unwrap();
@@ -1163,6 +1227,59 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("moe_layer_freq") && e.contains("--model"), "{e}");
+        // a number: experts in every N-th layer (Megatron's `i % N == 0`), every layer for 1
+        let freq = |f: &str| {
+            import(
+                &parse(&log(&[("num_experts", "8"), ("moe_layer_freq", f)])),
+                &options(),
+            )
+            .map(|r| r.arch.unwrap().moe.unwrap().dense_layers)
+        };
+        assert_eq!(freq("1"), Ok(0));
+        let e = freq("2").unwrap_err();
+        assert!(
+            e.contains("every 2-th layer") && e.contains("--model"),
+            "{e}"
+        );
+    }
+
+    /// Megatron's `window_attn_skip_freq`: every N-th layer attends to the whole sequence
+    /// (`layer_number % N == 0`), so 1 is no window at all; a per-layer list (1 a window) that
+    /// repeats N − 1 windows and a whole layer is the same; a window's left of -1 is none.
+    #[test]
+    fn sliding_windows_are_read_as_megatron_places_them() {
+        let window = |changed: &[(&str, &str)]| {
+            import(&parse(&log(changed)), &options()).map(|r| {
+                let arch = r.arch.unwrap();
+                (arch.sliding_window, arch.global_attention_every)
+            })
+        };
+        let with = |skip: &'static str| {
+            window(&[("window_size", "[127, 0]"), ("window_attn_skip_freq", skip)])
+        };
+        assert_eq!(with("2"), Ok((Some(128), Some(2))));
+        assert_eq!(with("1"), Ok((Some(128), Some(1))));
+        assert_eq!(with("None"), Ok((Some(128), None)));
+        assert_eq!(with("[1, 0, 1, 0]"), Ok((Some(128), Some(2))));
+        assert_eq!(with("[1, 1, 0, 1, 1, 0]"), Ok((Some(128), Some(3))));
+        assert_eq!(with("[1, 1, 1, 1]"), Ok((Some(128), None)));
+        for pattern in ["0", "[1, 0, 0, 1]", "[1, 0, 1]", "[0, 1]", "[1, x]"] {
+            let e = with(pattern).unwrap_err();
+            assert!(
+                e.contains("window_attn_skip_freq") && e.contains("--model"),
+                "{pattern}: {e}"
+            );
+        }
+        // a whole-sequence window is none; the frequency is not read without a window
+        assert_eq!(
+            window(&[("window_size", "(-1, 0)"), ("window_attn_skip_freq", "x")]),
+            Ok((None, None))
+        );
+        let e = window(&[("window_size", "(-2, 0)")]).unwrap_err();
+        assert!(e.contains("window_size"), "{e}");
+        // the Megatron-Bridge configuration's form, as GPT-OSS's recipes write it
+        let a = window(&[("window_size", "[127, 0]"), ("window_attn_skip_freq", "2")]);
+        assert_eq!(a, Ok((Some(128), Some(2))));
     }
 
     /// What the other logs do not set: latent attention with YaRN positions; a sliding window
@@ -1308,6 +1425,61 @@ mod tests {
         .unwrap();
         assert_eq!(run.columns["expressible"], "false");
         assert!(run.columns["source"].contains("2 of the 16 layers"));
+        // every layer of a chunk recomputed is the full recompute stepcast costs
+        let whole = |method: &str| {
+            let text = log(&[
+                ("recompute_granularity", "full"),
+                ("recompute_method", method),
+                ("recompute_num_layers", "16"),
+            ]);
+            import(&parse(&text), &options()).unwrap().columns["expressible"].clone()
+        };
+        assert_eq!(whole("block"), "true");
+        assert_eq!(whole("uniform"), "true");
+    }
+
+    /// LayerNorm where the log names it; dropout where either dropout is above zero.
+    #[test]
+    fn the_norm_and_dropout_are_read_as_named() {
+        let arch = |changed: &[(&str, &str)]| {
+            import(&parse(&log(changed)), &options())
+                .unwrap()
+                .arch
+                .unwrap()
+        };
+        assert_eq!(arch(&[]).norm, NormKind::Rmsnorm);
+        assert_eq!(
+            arch(&[("normalization", "LayerNorm")]).norm,
+            NormKind::Layernorm
+        );
+        assert!(!arch(&[]).dropout);
+        for (hidden, attention) in [("0.1", "0.0"), ("0.0", "0.1")] {
+            let a = arch(&[("hidden_dropout", hidden), ("attention_dropout", attention)]);
+            assert!(a.dropout, "{hidden} {attention}");
+        }
+    }
+
+    /// Older Megatron-LM gives the interleaving as layers per virtual stage; as many chunks as
+    /// layers is the most a pipeline can hold.
+    #[test]
+    fn interleaving_is_read_from_layers_per_virtual_stage_too() {
+        let vpp = |changed: &[(&str, &str)]| {
+            import(&parse(&log(changed)), &options()).map(|r| r.columns["vpp"].clone())
+        };
+        assert_eq!(
+            vpp(&[("num_layers_per_virtual_pipeline_stage", "4")]).unwrap(),
+            "4"
+        );
+        assert_eq!(
+            vpp(&[("num_layers_per_virtual_pipeline_stage", "0")]).unwrap(),
+            "1"
+        );
+        assert_eq!(
+            vpp(&[("virtual_pipeline_model_parallel_size", "16")]).unwrap(),
+            "16"
+        );
+        let e = vpp(&[("virtual_pipeline_model_parallel_size", "17")]).unwrap_err();
+        assert!(e.contains("more chunks than the 32 layers"), "{e}");
     }
 
     #[test]
@@ -1543,6 +1715,15 @@ mod tests {
         assert_eq!(args["recompute_modules"], "['core_attn']");
         assert_eq!(args["world_size"], "16");
         assert!(!args.contains_key("params_dtype"));
+        // query groups as many as the heads, or none given, are not grouped-query attention
+        for groups in ["32", "null"] {
+            let config = config.replace(
+                "num_query_groups: 8",
+                &format!("num_query_groups: {groups}"),
+            );
+            let args = args_of_bridge_config(&config, 16).unwrap();
+            assert!(!args.contains_key("group_query_attention"), "{groups}");
+        }
         // a file that is not one says so
         let e = args_of_bridge_config("train: {micro_batch_size: 1}\n", 8).unwrap_err();
         assert!(e.contains("model:") && e.contains("--dryrun"), "{e}");
@@ -1567,6 +1748,23 @@ mod tests {
                     2010.5/2000.0 | throughput per GPU (TFLOP/s/GPU): 400.1/401.0 |";
         assert_eq!(interval(line), Some((40, 2010.5)));
         assert_eq!(interval("iterations are fun"), None);
+        // an interval that hit a NaN, or timed nothing, is left out
+        let nan = "iteration 50/ 100 | elapsed time per iteration (ms): 1990.0 | number of \
+                   skipped iterations:   0 | number of nan iterations:   1 |";
+        assert_eq!(interval(nan), None);
+        assert_eq!(
+            interval(&nan.replace("iterations:   1", "iterations:   0")),
+            Some((50, 1990.0))
+        );
+        assert_eq!(
+            interval("iteration 50/ 100 | elapsed time per iteration (ms): 0.0 |"),
+            None
+        );
+        // a rank that reported no reserved memory says nothing about the peak
+        assert_eq!(
+            max_reserved("[Rank 0] memory (MB) | allocated: 0.0 | max reserved: 0.0"),
+            None
+        );
         // Megatron-Bridge's memory report, in 10⁹ bytes
         let bridge =
             "[Rank 3] (after 10 iterations) memory (GB) | mem-allocated-gigabytes: 20.0 | \
@@ -1636,6 +1834,7 @@ mod tests {
         );
         assert_eq!(c["measured_step_s"], "1");
         assert_eq!(c["measured_memory_gib"], "14.000");
+        assert_eq!(c["expressible"], "true", "{}", c["source"]);
         assert!(
             c["label"].ends_with("FP16 DeepSpeed ZeRO 1"),
             "{}",
@@ -1657,6 +1856,10 @@ mod tests {
             ),
             ("4", "true")
         );
+        // under a pipeline the engine reduces after the last micro-batch whatever ZeRO says
+        let piped = deepspeed_log(&[]).replace("overlap_comm=False", "overlap_comm=True");
+        let r = import(&parse(&piped), &options()).unwrap();
+        assert_eq!(r.columns["overlap_grad_reduce"], "false");
         // `num_experts [1]` is a dense model; the vocabulary is the tokenizer's padded size,
         // printed after the arguments; GPT-2's learned positions, LayerNorm, GELU, biases and
         // tied embeddings; the unfused softmax where no FlashAttention switch is on
@@ -1670,6 +1873,32 @@ mod tests {
         assert!(arch.tied_embeddings && arch.linear_bias && arch.dropout);
         assert_eq!(arch.attention, AttentionImpl::Unfused);
         assert_eq!(arch.name, "megatron-l24-h2048-a16-f8192-v50432");
+    }
+
+    /// DeepSpeed's engine settings end where it prints the user's JSON, on a line that says
+    /// `json = ` or names `print_user_config` (versions print either or both); a dump line whose
+    /// name is not an identifier is not an argument.
+    #[test]
+    fn deepspeeds_settings_end_at_the_users_json_and_only_names_are_arguments() {
+        let text = |end: &str| {
+            format!(
+                "DeepSpeedEngine configuration:\n  zero_optimization_stage ...... 2\n{end}\n  \
+                 fp16 ...... true\n"
+            )
+        };
+        for end in ["  json = {", "[config.py:950:print_user_config] {"] {
+            let l = parse(&text(end));
+            assert_eq!(l.deepspeed.get("zero_optimization_stage").unwrap(), "2");
+            assert!(
+                !l.deepspeed.contains_key("fp16"),
+                "{end}: {:?}",
+                l.deepspeed
+            );
+        }
+        let l = parse(
+            "---- arguments ----\n  a-b ...... 1\n  tp ...... 2\n---- end of arguments ----\n",
+        );
+        assert_eq!(l.args, BTreeMap::from([("tp".into(), "2".into())]));
     }
 
     #[test]
@@ -1728,6 +1957,16 @@ mod tests {
         let r = run(deepspeed_log(&[("ds_sequence_parallel_size", "2")])).unwrap();
         assert_eq!(r.columns["expressible"], "false");
         assert!(r.columns["source"].contains("Ulysses"));
+        let r = run(deepspeed_log(&[("ds_sequence_parallel_size", "1")])).unwrap();
+        assert_eq!(r.columns["expressible"], "true");
+        let r = run(deepspeed_log(&[("cpu_optimizer", "True")])).unwrap();
+        assert!(r.columns["source"].contains("offload"));
+        // neither 16-bit type enabled in DeepSpeed nor asked for: fp32
+        let fp32 = deepspeed_log(&[("fp16", "False")]).replace(
+            "fp16_enabled ................. True",
+            "fp16_enabled ................. False",
+        );
+        assert_eq!(run(fp32).unwrap().columns["dtype"], "fp32");
         // DeepSpeed-MoE's mixtures are refused, a list that is not counts named
         let e = run(deepspeed_log(&[("num_experts", "[8]")])).unwrap_err();
         assert!(e.contains("Megatron-DeepSpeed's mixtures"), "{e}");
