@@ -626,6 +626,17 @@ mod tests {
         device
     }
 
+    /// `check` at the 10 % threshold, without progress or a PyTorch path, the probe written to
+    /// `out`.
+    fn check_at_10(
+        cluster: &Cluster,
+        device: &mut MockDevice,
+        previous: Option<&Dataset>,
+        out: Option<&Path>,
+    ) -> anyhow::Result<DriftReport> {
+        check(cluster, device, None, previous, out, 10.0, false)
+    }
+
     /// `retrain` at the 10 % threshold, without progress, from the `previous` dataset.
     fn retrain_from(
         cluster: &Cluster,
@@ -665,14 +676,11 @@ mod tests {
     fn the_same_device_shows_no_drift_and_a_changed_one_does() {
         let dir = tempfile::tempdir().unwrap();
         let cluster = setup(dir.path());
-        let r = check(
+        let r = check_at_10(
             &cluster,
             &mut MockDevice::new(4),
             None,
-            None,
             Some(&dir.path().join("probe1")),
-            10.0,
-            false,
         )
         .unwrap();
         assert!(!r.kinds.is_empty());
@@ -685,14 +693,11 @@ mod tests {
         // a "driver update" that makes every GEMM 30 % slower drifts the GEMM kinds only
         let mut slower = MockDevice::new(4);
         slower.slowdown = vec![(OpKind::Gemm, 1.3)];
-        let r = check(
+        let r = check_at_10(
             &cluster,
             &mut slower,
             None,
-            None,
             Some(&dir.path().join("probe2")),
-            10.0,
-            false,
         )
         .unwrap();
         assert_eq!(r.drifted_kinds(), vec![OpKind::Gemm]);
@@ -742,7 +747,7 @@ mod tests {
         ModelSet::save(&models, manifest, outcome.models).unwrap();
         let probe = |device: &mut MockDevice, previous: Option<&Dataset>, name: &str| {
             let out = dir.path().join(name);
-            check(&cluster, device, None, previous, Some(&out), 10.0, false).unwrap()
+            check_at_10(&cluster, device, previous, Some(&out)).unwrap()
         };
         let against_models = probe(&mut MockDevice::new(4), None, "p1");
         assert_eq!(
@@ -798,16 +803,7 @@ mod tests {
         let mut device = MockDevice::new(1).with_gpu(models.gpu().clone());
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("probe");
-        let r = check(
-            &cluster,
-            &mut device,
-            None,
-            Some(&data),
-            Some(&out),
-            10.0,
-            false,
-        )
-        .unwrap();
+        let r = check_at_10(&cluster, &mut device, Some(&data), Some(&out)).unwrap();
         let target = target_of(&device, 1);
         let points = probe_points(&data.rows, target, PROBES_PER_GROUP);
         let probe = Dataset::load(&out).unwrap();
@@ -828,17 +824,9 @@ mod tests {
         let cluster = setup(dir.path());
         let mut other = Dataset::load(&dir.path().join("data")).unwrap();
         other.fingerprint = "0123456789abcdef".into();
-        let e = check(
-            &cluster,
-            &mut MockDevice::new(4),
-            None,
-            Some(&other),
-            None,
-            10.0,
-            false,
-        )
-        .unwrap_err()
-        .to_string();
+        let e = check_at_10(&cluster, &mut MockDevice::new(4), Some(&other), None)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("is not the dataset") && e.contains("0123456789abcdef"),
             "{e}"
@@ -949,14 +937,11 @@ mod tests {
             .join("manifest.json")
             .is_file());
         // the retrained models agree with the slower device
-        let again = check(
+        let again = check_at_10(
             &cluster,
             &mut slower,
             None,
-            None,
             Some(&dir.path().join("probe3")),
-            10.0,
-            false,
         )
         .unwrap();
         assert!(again.drifted_kinds().is_empty(), "{:?}", again.kinds);
