@@ -502,7 +502,8 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         a.count("num_layers_per_virtual_pipeline_stage")?,
     ) {
         (Some(v), _) => v,
-        (None, Some(per_chunk)) if per_chunk > 0 && pp > 0 => layers / pp / per_chunk,
+        // pp is at least 1: a zero world or model-parallel size is refused above
+        (None, Some(per_chunk)) if per_chunk > 0 => layers / pp / per_chunk,
         _ => 1,
     };
     if vpp == 0 || pp.saturating_mul(vpp) > layers {
@@ -924,30 +925,27 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
     let moe = match experts(a)? {
         None => None,
         Some(experts) => {
-            let freq = a.list("moe_layer_freq");
-            // a number N puts experts in every N-th layer
-            if freq.len() == 1 && freq[0] != "1" {
-                return Err(format!(
-                    "argument moe_layer_freq = {} puts experts in every {}-th layer only, \
-                     which is not costed (every layer, or all but leading dense ones, are): \
-                     give the model with --model",
-                    freq[0], freq[0]
-                ));
-            }
-            let dense_layers = if freq.len() > 1 {
-                let leading = freq.iter().take_while(|f| *f == "0").count();
-                if freq.iter().skip(leading).any(|f| f != "1") {
+            // a number N puts experts in every N-th layer (Megatron's `i % N == 0`), a list in
+            // the layers it marks 1
+            if let Some(n) = a.text("moe_layer_freq").filter(|t| !t.starts_with('[')) {
+                if n != "1" {
                     return Err(format!(
-                        "argument moe_layer_freq = {:?} interleaves dense and expert layers, \
-                         which is not costed (only leading dense layers are): give the model \
-                         with --model",
-                        a.text("moe_layer_freq").unwrap_or_default()
+                        "argument moe_layer_freq = {n} puts experts in every {n}-th layer only, \
+                         which is not costed (every layer, or all but leading dense ones, are): \
+                         give the model with --model"
                     ));
                 }
-                leading as u64
-            } else {
-                0
-            };
+            }
+            let freq = a.list("moe_layer_freq");
+            let leading = freq.iter().take_while(|f| *f == "0").count();
+            if freq.iter().skip(leading).any(|f| f != "1") {
+                return Err(format!(
+                    "argument moe_layer_freq = {:?} interleaves dense and expert layers, which \
+                     is not costed (only leading dense layers are): give the model with --model",
+                    a.text("moe_layer_freq").unwrap_or_default()
+                ));
+            }
+            let dense_layers = leading as u64;
             let shared_ffn = a.count("moe_shared_expert_intermediate_size")?;
             Some(MoeSpec {
                 experts,
