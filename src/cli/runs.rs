@@ -133,7 +133,7 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
         arch_file(&dir, arch)?;
     }
     // the CSV is locked before the architectures its rows name are written beside it (and
-    // looked at again): another import into it waits its turn for both
+    // looked at again): another import into it is refused until both are written
     let mut csv = LockedCsv::open(&args.out)?;
     for arch in &archs {
         if let Some((path, text)) = arch_file(&dir, arch)? {
@@ -245,7 +245,8 @@ fn arch_file(
 }
 
 /// A runs CSV open for appending, locked until dropped: two imports into one file must not
-/// both write a header, nor one write an architecture file the other's rows then name.
+/// both write a header, nor one replace an architecture file between the other's check of it
+/// and its rows.
 struct LockedCsv {
     path: PathBuf,
     file: std::fs::File,
