@@ -930,9 +930,9 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
             if let Some(n) = a.text("moe_layer_freq").filter(|t| !t.starts_with('[')) {
                 if n != "1" {
                     return Err(format!(
-                        "argument moe_layer_freq = {n} puts experts in every {n}-th layer only, \
-                         which is not costed (every layer, or all but leading dense ones, are): \
-                         give the model with --model"
+                        "argument moe_layer_freq = {n} puts experts in one layer of every {n} \
+                         only, which is not costed (every layer, or all but leading dense ones, \
+                         are): give the model with --model"
                     ));
                 }
             }
@@ -1236,7 +1236,7 @@ mod tests {
         assert_eq!(freq("1"), Ok(0));
         let e = freq("2").unwrap_err();
         assert!(
-            e.contains("every 2-th layer") && e.contains("--model"),
+            e.contains("one layer of every 2") && e.contains("--model"),
             "{e}"
         );
     }
