@@ -7,6 +7,14 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+/// The directory a file is in: its parent, `.` for a bare file name.
+pub fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
@@ -17,13 +25,8 @@ pub fn write_atomic_with(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = dir_of(path);
+    fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -218,11 +218,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     // the other clusters' calibrations in the file stay as they are, and so the directory is
     // locked from reading them to the rename: two calibrations into one file at once would
     // each keep only its own entry (and a training of the models directory is not disturbed)
-    let dir = match out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let _writing = stepcast::fsutil::DirLock::exclusive(dir)?;
+    let _writing = stepcast::fsutil::DirLock::exclusive(stepcast::fsutil::dir_of(&out))?;
     let existing = if out.is_file() {
         Calibrations::parse(&out, &stepcast::fsutil::read_to_string(&out)?)?
     } else {

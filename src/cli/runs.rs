@@ -120,23 +120,20 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
         run.columns.insert("source", source);
         imported.push((log, run));
     }
-    let dir = match args.out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = stepcast::fsutil::dir_of(&args.out);
     let archs: Vec<_> = imported
         .iter()
         .filter_map(|(_, run)| run.arch.as_ref())
         .collect();
     // an architecture file in the way refuses the import before anything is written
     for arch in &archs {
-        arch_file(&dir, arch)?;
+        arch_file(dir, arch)?;
     }
     // the CSV is locked before the architectures its rows name are written beside it (and
     // looked at again): another import into it is refused until both are written
     let mut csv = LockedCsv::open(&args.out)?;
     for arch in &archs {
-        if let Some((path, text)) = arch_file(&dir, arch)? {
+        if let Some((path, text)) = arch_file(dir, arch)? {
             stepcast::fsutil::write_atomic(&path, text.as_bytes())?;
         }
     }
