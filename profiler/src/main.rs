@@ -79,6 +79,7 @@ impl PlanArgs {
 
 #[derive(Debug, clap::Args)]
 struct DeviceArgs {
+    /// What times the operators: cuda, torch or mock.
     #[arg(long, value_enum, default_value = "cuda")]
     device: DeviceKind,
     /// GPUs to use, e.g. 0,1,2,3 (default: all).
@@ -193,6 +194,7 @@ enum Command {
         /// GPUs per node the plan is expanded for.
         #[arg(long, default_value_t = 8)]
         gpus: u32,
+        /// Nodes the plan is expanded for (collectives spanning them).
         #[arg(long, default_value_t = 1)]
         nodes: u32,
         /// Whether the GPU has FP8 tensor cores.
@@ -206,6 +208,7 @@ enum Command {
     /// measured against the models' collection at the same points (--previous) or the quick
     /// probe plan against the models' predictions. Exit code 3 when something drifted.
     Check {
+        /// The cluster file whose models are checked, e.g. hardware-profiles/dgx-h100.yaml.
         #[arg(long)]
         cluster: PathBuf,
         #[command(flatten)]
@@ -223,11 +226,13 @@ enum Command {
         /// Where the probe measurements go (default: a private temporary directory, removed).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Print the report as JSON, stamped with its inputs, instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// Re-collect the operator kinds that drifted and retrain the cluster's models.
     Retrain {
+        /// The cluster file whose models are retrained, e.g. hardware-profiles/dgx-h100.yaml.
         #[arg(long)]
         cluster: PathBuf,
         #[command(flatten)]
@@ -614,6 +619,28 @@ fn print_drift(r: &DriftReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every argument of every command, all the way down, without a `--help` line.
+    fn arguments_without_help(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                missing.push(format!("{path} {}", arg.get_id()));
+            }
+        }
+        for sub in command.get_subcommands() {
+            arguments_without_help(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+
+    /// `stepcast-bench check -h` (and `stepcast models check --help`, which shows it) lists
+    /// every flag with a line saying what it is.
+    #[test]
+    fn every_argument_of_every_command_says_what_it_is() {
+        let mut missing = Vec::new();
+        arguments_without_help(&Cli::command(), "stepcast-bench", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
+    }
 
     #[test]
     fn a_threshold_is_a_percentage_above_zero() {

@@ -33,10 +33,16 @@ pub struct JobArgs {
     /// 64-GPU run on a larger machine).
     #[arg(long, allow_negative_numbers = true)]
     pub nodes: Option<i64>,
+    /// Tensor parallelism: each layer's weight matrices split over tp GPUs, which all-reduce
+    /// (or, with --sequence-parallel, all-gather and reduce-scatter) its activations [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub tp: Option<u64>,
+    /// Pipeline parallelism: the layers split into pp stages, each on its own GPUs, micro-batches
+    /// passed from stage to stage [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub pp: Option<u64>,
+    /// Data parallelism: dp replicas of the model (tp·cp·pp GPUs each), each on its share of the
+    /// global batch, reducing their gradients every step [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub dp: Option<u64>,
     /// Context parallelism (Megatron-Core ring attention): each sequence split over cp ranks,
@@ -113,6 +119,9 @@ pub struct JobArgs {
     /// Megatron sequence parallelism (needs tp > 1).
     #[arg(long)]
     pub sequence_parallel: bool,
+    /// What the backward recomputes instead of storing: none, selective (the attention core),
+    /// selective-op and selective-layer (torchtitan's) or full (each layer's forward) [default:
+    /// none; full under --rules paper].
     #[arg(long, value_parser = named::<Recompute>())]
     pub recompute: Option<Recompute>,
     /// What selective recomputation rebuilds, Megatron-Core's --recompute-modules:
@@ -126,6 +135,9 @@ pub struct JobArgs {
     /// moe_preprocess (Transformer Engine's partial graphs) [default: none].
     #[arg(long, value_parser = named::<CudaGraphScope>(), value_delimiter = ',')]
     pub cuda_graphs: Option<Vec<CudaGraphScope>>,
+    /// How the layers are split over pipeline stages: uniform (Megatron's) or neox (GPT-NeoX's,
+    /// counting the embedding and the head as layers) [default: uniform; neox under --rules
+    /// paper].
     #[arg(long, value_parser = named::<Partition>())]
     pub partition: Option<Partition>,
     /// Optimizer sharding over data parallelism: 0, 1 (distributed optimizer), 2, 3 (FSDP).

@@ -72,6 +72,7 @@ pub enum Command {
     /// stepcast-bench; see `stepcast bench --help`).
     #[command(disable_help_flag = true)]
     Bench {
+        /// A stepcast-bench command and its arguments, passed as they are.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -79,6 +80,8 @@ pub enum Command {
     /// `stepcast-bench retrain`).
     #[command(disable_help_flag = true)]
     Retrain {
+        /// Passed to `stepcast-bench retrain` as they are (`stepcast retrain --help` lists
+        /// them).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -148,5 +151,33 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Export(args) => export::run(*args),
         Command::Completions(args) => docs::completions(args),
         Command::Man(args) => docs::man(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every argument of every command, all the way down, with its `--help` line; the ones
+    /// that have none, named by their command path.
+    fn arguments_without_help(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                missing.push(format!("{path} {}", arg.get_id()));
+            }
+        }
+        for sub in command.get_subcommands() {
+            arguments_without_help(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+
+    /// `stepcast predict -h` and the man pages list every flag with a line saying what it is:
+    /// a flag with an empty line there (`--tp`, as it once was) fails here.
+    #[test]
+    fn every_argument_of_every_command_says_what_it_is() {
+        let mut missing = Vec::new();
+        arguments_without_help(&super::Cli::command(), "stepcast", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
     }
 }

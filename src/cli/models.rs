@@ -29,6 +29,8 @@ pub enum ModelsCommand {
     /// `stepcast-bench check --cluster <file>`; exit code 3 when something drifted).
     #[command(disable_help_flag = true)]
     Check {
+        /// Passed to `stepcast-bench check` as they are (`stepcast models check --help` lists
+        /// them).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },

@@ -37,8 +37,12 @@ pub struct SearchArgs {
     /// Sequence length (default: the architecture's).
     #[arg(long)]
     pub seq_len: Option<u64>,
+    /// Training data type of every layout: bf16, fp16 or fp8 [default: bf16; fp16 under
+    /// --rules paper].
     #[arg(long, value_parser = named::<Dtype>())]
     pub dtype: Option<Dtype>,
+    /// Composition rules every layout is predicted under: megatron or paper (Zhang et al.'s
+    /// tool).
     #[arg(long, value_parser = named::<Rules>(), default_value = "megatron")]
     pub rules: Rules,
     /// Tensor-parallel degrees to try, e.g. 1,2,4,8 [every divisor of --gpus].
@@ -87,6 +91,8 @@ pub struct SearchArgs {
     /// Largest number of chunks per rank for the interleaved schedule.
     #[arg(long, default_value_t = 64)]
     pub max_vpp: u64,
+    /// Recomputations to try, comma-separated: none, selective, selective-op, selective-layer,
+    /// full.
     #[arg(
         long,
         value_parser = named::<Recompute>(),
