@@ -1097,10 +1097,10 @@ fn micro_batches(spec: &ParallelSpec, micro_batch: u64, dp: u64) -> Result<u64, 
         (None, None) => return Err(LayoutError::BatchMissing),
         (None, Some(m)) => m,
         (Some(gb), None) => {
+            // at least 1 (bounded); micro-batch ≤ 2^16 and dp ≤ 2^20: the product fits
             bounded("global batch", gb, MAX_GLOBAL_BATCH)?;
-            // micro-batch ≤ 2^16 and dp ≤ 2^20: the product fits
             let per_step = micro_batch * dp;
-            if gb == 0 || gb % per_step != 0 {
+            if !gb.is_multiple_of(per_step) {
                 return Err(LayoutError::BatchNotDivisible {
                     global_batch: gb,
                     micro_batch,
@@ -1571,6 +1571,162 @@ mod tests {
             partition_layers(5, 2, Partition::Uniform).unwrap(),
             vec![3, 2]
         );
+    }
+
+    /// The GPUs, the model's divisibility and the batch: each refusal names the largest or
+    /// nearest value that would run, and the values at the edge run.
+    #[test]
+    fn a_layout_that_does_not_fit_names_the_value_that_would() {
+        let cluster = crate::hardware::dgx_h100_without_models()
+            .with_nodes(2)
+            .unwrap();
+        let arch = Arch::resolve("llama3-8b").unwrap();
+        let spec = |tp, pp, dp, global_batch| ParallelSpec {
+            tp: Some(tp),
+            pp: Some(pp),
+            dp: Some(dp),
+            global_batch: Some(global_batch),
+            ..Default::default()
+        };
+        let new = |arch: &Arch, s: ParallelSpec| Layout::new(&s, arch, &cluster);
+        // 16 GPUs: tp 2 · pp 2 · dp 4 fills them; dp 8 needs 32, and dp 4 is the most there is
+        assert_eq!(new(&arch, spec(2, 2, 4, 8)).unwrap().world, 16);
+        match new(&arch, spec(2, 2, 8, 8)) {
+            Err(LayoutError::TooManyGpus {
+                world: 32,
+                gpus: 16,
+                max_dp: 4,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        match new(&arch, spec(1, 3, 8, 8)) {
+            Err(LayoutError::TooManyGpus { max_dp: 5, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        // 24 heads in 6 key/value groups, an MLP of 6 × 2389: tp 4 splits the heads but not
+        // the groups, tp 16 not the heads, tp 12 not the MLP
+        let odd = Arch {
+            heads: 24,
+            kv_heads: 6,
+            ffn_hidden: 14_334,
+            layers: 3,
+            ..arch.clone()
+        };
+        match new(&odd, spec(4, 1, 1, 1)) {
+            Err(LayoutError::KvHeadsNotDivisible { divisors, .. }) => {
+                assert_eq!(divisors, "1, 2, 3, 6, 12, 24")
+            }
+            other => panic!("{other:?}"),
+        }
+        match new(&odd, spec(16, 1, 1, 1)) {
+            Err(LayoutError::HeadsNotDivisible { divisors, .. }) => {
+                assert_eq!(divisors, "1, 2, 3, 4, 6, 8, 12, 24")
+            }
+            other => panic!("{other:?}"),
+        }
+        match new(&odd, spec(12, 1, 1, 1)) {
+            Err(LayoutError::FfnNotDivisible { divisors, .. }) => {
+                assert_eq!(divisors, "1, 2, 3, 6")
+            }
+            other => panic!("{other:?}"),
+        }
+        // as many stages as layers run; one more does not
+        assert_eq!(new(&odd, spec(1, 3, 1, 3)).unwrap().stage_layers, [1, 1, 1]);
+        assert_eq!(
+            new(&odd, spec(1, 4, 1, 4)).unwrap_err(),
+            LayoutError::TooFewLayers {
+                model: odd.name.clone(),
+                layers: 3,
+                pp: 4
+            }
+        );
+        // micro-batch 2 × dp 4 = 8 sequences a micro-batch step: 20 is not a multiple, 16 is
+        let batch = |global_batch| ParallelSpec {
+            micro_batch: Some(2),
+            ..spec(1, 1, 4, global_batch)
+        };
+        assert_eq!(new(&arch, batch(16)).unwrap().micro_batches, 2);
+        assert_eq!(
+            new(&arch, batch(20)).unwrap_err(),
+            LayoutError::BatchNotDivisible {
+                global_batch: 20,
+                micro_batch: 2,
+                dp: 4,
+                per_step: 8,
+                example: 16
+            }
+        );
+        match new(&arch, batch(5)) {
+            Err(LayoutError::BatchNotDivisible { example: 8, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Layers that do not fill pp·vpp chunks evenly: the refusal suggests counting the
+    /// embedding and the loss as layers only where that evens them out (Llama 3.1 405B's 126
+    /// layers + 2 in 8 × 8 chunks) and leaves each chunk two places or more; else a vpp.
+    #[test]
+    fn uneven_chunks_suggest_the_split_flags_only_where_they_would_even_them() {
+        let arch = Arch::resolve("llama3-8b").unwrap();
+        let hint = |layers: u64, [pp, vpp]: [u64; 2], split: PipelineSplit| {
+            let arch = Arch {
+                layers,
+                ..arch.clone()
+            };
+            let spec = ParallelSpec::default();
+            let chunks = chunk_layers(
+                &spec,
+                &arch,
+                [pp, vpp],
+                Schedule::Interleaved,
+                Partition::Uniform,
+                split,
+            );
+            match chunks {
+                Err(LayoutError::UnevenChunks { hint, .. }) => hint,
+                other => panic!("{layers} layers, pp {pp} vpp {vpp}, {split:?}: {other:?}"),
+            }
+        };
+        let none = PipelineSplit::default();
+        let flags = "--account-for-embedding-in-pipeline-split";
+        // 126 + 2 = 128 places, 2 a chunk
+        assert!(hint(126, [8, 8], none).contains(flags));
+        // 6 + 2 = 8 places fill 8 chunks one each: a chunk of the embedding alone
+        assert_eq!(hint(6, [4, 2], none), "use a vpp that divides 1");
+        // 29 + 2 = 31 does not split into 8 either
+        assert_eq!(hint(29, [4, 2], none), "use a vpp that divides 7");
+        // the embedding already counted: 30 + 1 places over 8, a vpp is all there is to change
+        let embedding = PipelineSplit {
+            embedding: true,
+            loss: false,
+        };
+        assert_eq!(hint(30, [4, 2], embedding), "use a vpp that divides 7");
+        // what does split evenly is split, the embedding's and the loss's places taken
+        let both = PipelineSplit {
+            embedding: true,
+            loss: true,
+        };
+        let spec = ParallelSpec::default();
+        let chunks = |layers| {
+            let arch = Arch {
+                layers,
+                ..arch.clone()
+            };
+            chunk_layers(
+                &spec,
+                &arch,
+                [4, 2],
+                Schedule::Interleaved,
+                Partition::Uniform,
+                both,
+            )
+        };
+        assert_eq!(chunks(30).unwrap(), [3, 4, 4, 4, 4, 4, 4, 3]);
+        assert!(matches!(
+            chunks(6),
+            Err(LayoutError::EmptyChunk { chunks: 8, .. })
+        ));
     }
 
     /// What `--cuda-graphs` refuses, and how it normalises what it takes.
