@@ -1511,13 +1511,11 @@ pub fn partition_layers(layers: u64, pp: u64, rule: Partition) -> Result<Vec<u64
             let base = layers / pp;
             let extra = layers % pp;
             let mut out = vec![base; pp as usize];
-            // the remainder goes to the middle stages (the first holds the embedding, the last
-            // the LM head), wrapping round to the ends only if there are too few middles
-            let order: Vec<usize> = (1..pp.saturating_sub(1) as usize)
-                .chain([0, pp as usize - 1])
-                .collect();
-            for i in 0..extra as usize {
-                out[order[i % order.len()]] += 1;
+            // the remainder (at most pp − 1) goes to the middle stages (the first holds the
+            // embedding, the last the LM head), and one to the first if the middles are too few
+            let order = (1..pp.saturating_sub(1) as usize).chain([0]);
+            for stage in order.take(extra as usize) {
+                out[stage] += 1;
             }
             Ok(out)
         }
@@ -1555,6 +1553,12 @@ mod tests {
             partition_layers(44, 4, Partition::Neox).unwrap(),
             vec![11, 12, 12, 9]
         );
+        // a stage of one layer runs; one of none is refused
+        assert_eq!(partition_layers(4, 2, Partition::Neox).unwrap(), vec![3, 1]);
+        assert_eq!(
+            partition_layers(2, 2, Partition::Neox),
+            Err(LayoutError::NeoxLeavesEmptyStage { layers: 2, pp: 2 })
+        );
     }
 
     #[test]
@@ -1570,6 +1574,11 @@ mod tests {
         assert_eq!(
             partition_layers(5, 2, Partition::Uniform).unwrap(),
             vec![3, 2]
+        );
+        // more left over than middle stages: the first takes one, never the last
+        assert_eq!(
+            partition_layers(7, 4, Partition::Uniform).unwrap(),
+            vec![2, 2, 2, 1]
         );
     }
 
@@ -1727,6 +1736,47 @@ mod tests {
             chunks(6),
             Err(LayoutError::EmptyChunk { chunks: 8, .. })
         ));
+    }
+
+    /// Chunks per rank and the schedule go together: a vpp above 1 is the interleaved
+    /// schedule (its default then), which needs pp and vpp of 2 or more and micro-batches in
+    /// groups of pp; any other schedule takes one chunk per rank.
+    #[test]
+    fn chunks_per_rank_need_the_interleaved_schedule_and_it_needs_them() {
+        use Schedule::*;
+        let with = |schedule| ParallelSpec {
+            schedule,
+            ..Default::default()
+        };
+        let run = |schedule, vpp, pp, micro_batches| {
+            schedule_and_chunks(&with(schedule), vpp, Rules::Megatron, pp, micro_batches)
+        };
+        assert_eq!(run(None, Some(2), 4, 8), Ok((Interleaved, 2)));
+        assert_eq!(run(None, None, 4, 6), Ok((OneFOneB, 1)));
+        let paper = schedule_and_chunks(&with(None), None, Rules::Paper, 4, 6);
+        assert_eq!(paper, Ok((ClosedForm, 1)));
+        for (pp, vpp) in [(1, 4), (4, 1)] {
+            assert_eq!(
+                run(Some(Interleaved), Some(vpp), pp, 8),
+                Err(LayoutError::InterleavedNeedsChunks { pp, vpp })
+            );
+        }
+        assert_eq!(
+            run(None, Some(2), 4, 6),
+            Err(LayoutError::MicroBatchesNotGroupsOfPp {
+                pp: 4,
+                micro_batches: 6,
+                suggested: 8
+            })
+        );
+        assert_eq!(
+            run(Some(OneFOneB), Some(2), 4, 8),
+            Err(LayoutError::ChunksNeedInterleaving {
+                vpp: 2,
+                schedule: "1f1b"
+            })
+        );
+        assert_eq!(run(Some(Gpipe), Some(1), 4, 6), Ok((Gpipe, 1)));
     }
 
     /// What `--cuda-graphs` refuses, and how it normalises what it takes.
