@@ -1670,6 +1670,32 @@ mod tests {
             Err(LayoutError::BatchNotDivisible { example: 8, .. }) => {}
             other => panic!("{other:?}"),
         }
+        // context parallelism cuts a sequence into 2·cp chunks: 4,224 tokens (2 × 2^6 · 3 · 11)
+        // do not split into 10; the cp that would, up to 64, are the divisors of 2,112
+        let cp = |cp, seq_len| ParallelSpec {
+            cp: Some(cp),
+            seq_len: Some(seq_len),
+            ..spec(1, 1, 1, 1)
+        };
+        assert_eq!(new(&arch, cp(4, 4224)).unwrap().local_seq_len(), 1056);
+        match new(&arch, cp(5, 4224)) {
+            Err(LayoutError::SeqNotDivisibleByCp {
+                seq_len: 4224,
+                chunks: 10,
+                divisors,
+            }) => assert_eq!(
+                divisors,
+                "2, 3, 4, 6, 8, 11, 12, 16, 22, 24, 32, 33, 44, 48, 64"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // 4,100 = 2 × 2 · 5² · 41 (whose doubling would offer 4, 8, 20 and 40 too)
+        match new(&arch, cp(3, 4100)) {
+            Err(LayoutError::SeqNotDivisibleByCp { divisors, .. }) => {
+                assert_eq!(divisors, "2, 5, 10, 25, 41, 50")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Layers that do not fill pp·vpp chunks evenly: the refusal suggests counting the
@@ -1777,6 +1803,34 @@ mod tests {
             })
         );
         assert_eq!(run(Some(Gpipe), Some(1), 4, 6), Ok((Gpipe, 1)));
+    }
+
+    /// An expert capacity lies between 0.05 and experts / top-k (Mixtral: 8 / 2), where every
+    /// token already fits; padding needs one.
+    #[test]
+    fn an_expert_capacity_lies_below_experts_over_top_k() {
+        let moe = crate::workload::presets::mixtral_8x7b();
+        let capacity = |factor, pad| {
+            let spec = ParallelSpec {
+                moe_capacity_factor: factor,
+                moe_pad_to_capacity: pad,
+                ..Default::default()
+            };
+            check_capacity(&spec, &moe)
+        };
+        assert_eq!(capacity(Some(4.0), Some(true)), Ok(Some((4.0, true))));
+        assert_eq!(capacity(Some(0.05), None), Ok(Some((0.05, false))));
+        for value in [4.5, 0.04, f64::NAN] {
+            match capacity(Some(value), None) {
+                Err(LayoutError::Capacity { max, .. }) => assert_eq!(max, 4.0),
+                other => panic!("{value}: {other:?}"),
+            }
+        }
+        assert_eq!(capacity(None, None), Ok(None));
+        assert_eq!(
+            capacity(None, Some(true)),
+            Err(LayoutError::PadWithoutCapacity)
+        );
     }
 
     /// What `--cuda-graphs` refuses, and how it normalises what it takes.
