@@ -172,7 +172,7 @@ fn cases() -> Vec<Case> {
         predict!("--global-batch 8 --moe-pad-to-capacity", "--moe-capacity-factor"),
         predict!("--global-batch 8 --etp 2", "llama2-7b"),
         predict!("--global-batch 8 --mtp-layers -1", "--mtp-layers"),
-        predict!("--pp 4 --global-batch 8 --vpp 2 --account-for-embedding-in-pipeline-split", "32 layers do not split", "vpp that divides 8"),
+        predict!("--pp 4 --global-batch 8 --vpp 2 --account-for-embedding-in-pipeline-split", "32 layers do not split", "use a pp that divides 33"),
         predict!("--pp 2 --global-batch 8 --account-for-loss-in-pipeline-split --partition neox", "counting the embedding or loss as a layer", "drop --partition neox"),
         predict!("--pp 17 --vpp 2 --global-batch 17 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", "leave a chunk without a transformer layer", "fewer chunks"),
         predict!("--pp 2 --global-batch 8 --vpp 2 --partition neox", "drop --partition neox"),

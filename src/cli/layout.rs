@@ -135,9 +135,9 @@ pub struct JobArgs {
     /// moe_preprocess (Transformer Engine's partial graphs) [default: none].
     #[arg(long, value_parser = named::<CudaGraphScope>(), value_delimiter = ',')]
     pub cuda_graphs: Option<Vec<CudaGraphScope>>,
-    /// How the layers are split over pipeline stages: uniform (Megatron's) or neox (GPT-NeoX's,
-    /// counting the embedding and the head as layers) [default: uniform; neox under --rules
-    /// paper].
+    /// How the layers are split over pipeline stages: uniform (Megatron's) or neox (GPT-NeoX's:
+    /// the layers and five other blocks split evenly, two of those on the first stage and three
+    /// on the last) [default: uniform; neox under --rules paper].
     #[arg(long, value_parser = named::<Partition>())]
     pub partition: Option<Partition>,
     /// Optimizer sharding over data parallelism: 0, 1 (distributed optimizer), 2, 3 (FSDP).

@@ -1158,13 +1158,13 @@ fn chunk_layers(
                     "count the embedding and the loss as layers as Megatron can \
                      (--account-for-embedding-in-pipeline-split \
                      --account-for-loss-in-pipeline-split: ({} + 2) / {chunks} = {} per chunk), \
-                     or use a vpp that divides {}",
+                     or {}",
                     arch.layers,
                     accounted / chunks,
-                    arch.layers / pp
+                    chunks_hint(arch.layers, pp)
                 )
             } else {
-                format!("use a vpp that divides {}", places / pp)
+                chunks_hint(places, pp)
             },
         });
     }
@@ -1180,6 +1180,16 @@ fn chunk_layers(
         });
     }
     Ok(out)
+}
+
+/// How `places` layer places can fill pp·vpp equal chunks: a vpp dividing places / pp, where
+/// pp divides them at all; otherwise no vpp can, and pp must change.
+fn chunks_hint(places: u64, pp: u64) -> String {
+    if places.is_multiple_of(pp) {
+        format!("use a vpp that divides {}", places / pp)
+    } else {
+        format!("no vpp splits {places} over pp = {pp}: use a pp that divides {places}")
+    }
 }
 
 /// A pipeline layout string, checked against the model and the other pipeline settings: it
@@ -1650,7 +1660,8 @@ mod tests {
                 pp: 4
             }
         );
-        // micro-batch 2 × dp 4 = 8 sequences a micro-batch step: 20 is not a multiple, 16 is
+        // micro-batch 2 × dp 4 = 8 sequences in each round of micro-batches: 20 is not a
+        // multiple, 16 is
         let batch = |global_batch| ParallelSpec {
             micro_batch: Some(2),
             ..spec(1, 1, 4, global_batch)
@@ -1727,16 +1738,26 @@ mod tests {
         let flags = "--account-for-embedding-in-pipeline-split";
         // 126 + 2 = 128 places, 2 a chunk
         assert!(hint(126, [8, 8], none).contains(flags));
+        // …and then a vpp only where pp divides the layers (126 over 8 ranks: none does)
+        assert!(hint(126, [8, 8], none).ends_with("use a pp that divides 126"));
+        assert!(hint(124, [4, 2], none).ends_with("use a vpp that divides 31"));
         // 6 + 2 = 8 places fill 8 chunks one each: a chunk of the embedding alone
-        assert_eq!(hint(6, [4, 2], none), "use a vpp that divides 1");
-        // 29 + 2 = 31 does not split into 8 either
-        assert_eq!(hint(29, [4, 2], none), "use a vpp that divides 7");
-        // the embedding already counted: 30 + 1 places over 8, a vpp is all there is to change
+        assert_eq!(hint(6, [2, 4], none), "use a vpp that divides 3");
+        // 29 + 2 = 31 does not split into 8 either, nor 29 over 4 ranks at any vpp
+        assert_eq!(
+            hint(29, [4, 2], none),
+            "no vpp splits 29 over pp = 4: use a pp that divides 29"
+        );
+        // the embedding already counted: 30 + 1 places over 8, the flags no help
         let embedding = PipelineSplit {
             embedding: true,
             loss: false,
         };
-        assert_eq!(hint(30, [4, 2], embedding), "use a vpp that divides 7");
+        assert_eq!(
+            hint(30, [4, 2], embedding),
+            "no vpp splits 31 over pp = 4: use a pp that divides 31"
+        );
+        assert_eq!(hint(35, [4, 2], embedding), "use a vpp that divides 9");
         // what does split evenly is split, the embedding's and the loss's places taken
         let both = PipelineSplit {
             embedding: true,
