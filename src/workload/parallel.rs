@@ -1715,24 +1715,28 @@ mod tests {
     #[test]
     fn uneven_chunks_suggest_the_split_flags_only_where_they_would_even_them() {
         let arch = Arch::resolve("llama3-8b").unwrap();
-        let hint = |layers: u64, [pp, vpp]: [u64; 2], split: PipelineSplit| {
+        let spec = ParallelSpec::default();
+        let chunks = |layers: u64, pp_vpp: [u64; 2], split: PipelineSplit| {
             let arch = Arch {
                 layers,
                 ..arch.clone()
             };
-            let spec = ParallelSpec::default();
-            let chunks = chunk_layers(
+            chunk_layers(
                 &spec,
                 &arch,
-                [pp, vpp],
+                pp_vpp,
                 Schedule::Interleaved,
                 Partition::Uniform,
                 split,
-            );
-            match chunks {
-                Err(LayoutError::UnevenChunks { hint, .. }) => hint,
-                other => panic!("{layers} layers, pp {pp} vpp {vpp}, {split:?}: {other:?}"),
-            }
+            )
+        };
+        let hint = |layers: u64, [pp, vpp]: [u64; 2], split: PipelineSplit| match chunks(
+            layers,
+            [pp, vpp],
+            split,
+        ) {
+            Err(LayoutError::UnevenChunks { hint, .. }) => hint,
+            other => panic!("{layers} layers, pp {pp} vpp {vpp}, {split:?}: {other:?}"),
         };
         let none = PipelineSplit::default();
         let flags = "--account-for-embedding-in-pipeline-split";
@@ -1763,24 +1767,9 @@ mod tests {
             embedding: true,
             loss: true,
         };
-        let spec = ParallelSpec::default();
-        let chunks = |layers| {
-            let arch = Arch {
-                layers,
-                ..arch.clone()
-            };
-            chunk_layers(
-                &spec,
-                &arch,
-                [4, 2],
-                Schedule::Interleaved,
-                Partition::Uniform,
-                both,
-            )
-        };
-        assert_eq!(chunks(30).unwrap(), [3, 4, 4, 4, 4, 4, 4, 3]);
+        assert_eq!(chunks(30, [4, 2], both).unwrap(), [3, 4, 4, 4, 4, 4, 4, 3]);
         assert!(matches!(
-            chunks(6),
+            chunks(6, [4, 2], both),
             Err(LayoutError::EmptyChunk { chunks: 8, .. })
         ));
     }
