@@ -1843,6 +1843,293 @@ mod tests {
         );
     }
 
+    /// Expert parallelism folds over the stage's tp · cp · dp ranks: etp must divide both
+    /// them and the expert MLP, ep both the experts and the replicas etp leaves.
+    #[test]
+    fn expert_settings_fit_the_ranks_and_the_model() {
+        let moe = crate::workload::presets::mixtral_8x7b(); // 8 experts, top-2, MLP 14,336
+        let dense = Arch::resolve("llama3-8b").unwrap();
+        let spec = |ep, imbalance| ParallelSpec {
+            ep,
+            moe_imbalance: imbalance,
+            ..Default::default()
+        };
+        let megatron = Rules::Megatron;
+        // etp dividing the ranks but not the MLP, and the MLP but not the ranks
+        assert_eq!(
+            check_experts(&spec(None, None), &moe, megatron, [2, 2, 3], 3),
+            Err(LayoutError::EtpNotDivisible {
+                etp: 3,
+                ranks: 12,
+                expert_ffn: 14336
+            })
+        );
+        assert_eq!(
+            check_experts(&spec(None, None), &moe, megatron, [1, 1, 6], 4),
+            Err(LayoutError::EtpNotDivisible {
+                etp: 4,
+                ranks: 6,
+                expert_ffn: 14336
+            })
+        );
+        // ep over the replicas etp leaves: 16 ranks / etp 2 = 8
+        assert_eq!(
+            check_experts(&spec(Some(8), Some(4.0)), &moe, megatron, [2, 1, 8], 2),
+            Ok((8, 4.0))
+        );
+        assert_eq!(
+            check_experts(&spec(Some(8), None), &moe, megatron, [2, 1, 4], 2),
+            Err(LayoutError::EpNotDivisible {
+                ep: 8,
+                experts: 8,
+                replicas: 4
+            })
+        );
+        assert_eq!(
+            check_experts(&spec(Some(3), None), &moe, megatron, [1, 1, 6], 1),
+            Err(LayoutError::EpNotDivisible {
+                ep: 3,
+                experts: 8,
+                replicas: 6
+            })
+        );
+        assert_eq!(
+            check_experts(&spec(Some(8), Some(4.5)), &moe, megatron, [1, 1, 8], 1),
+            Err(LayoutError::Imbalance {
+                value: 4.5,
+                max: 4.0
+            })
+        );
+        assert_eq!(
+            check_experts(&spec(None, None), &moe, Rules::Paper, [1, 1, 8], 1),
+            Err(LayoutError::ExpertsUnderPaperRules)
+        );
+        let fsdp = ParallelSpec {
+            zero: Some(3),
+            ..spec(None, None)
+        };
+        assert_eq!(
+            check_experts(&fsdp, &moe, megatron, [1, 1, 8], 1),
+            Err(LayoutError::ExpertsWithFsdp)
+        );
+        // a dense model takes a balanced router (a search's rows record 1) and nothing else
+        assert_eq!(
+            check_experts(&spec(None, Some(1.0)), &dense, megatron, [1, 1, 8], 1),
+            Ok((1, 1.0))
+        );
+        for (ep, imbalance) in [(Some(2), None), (None, Some(1.5))] {
+            assert_eq!(
+                check_experts(&spec(ep, imbalance), &dense, megatron, [1, 1, 8], 1),
+                Err(LayoutError::ExpertsOnDenseModel {
+                    model: "llama3-8b".into()
+                })
+            );
+        }
+    }
+
+    /// A pipeline layout places every layer itself: its chunks fill pp ranks evenly, vpp
+    /// (given or chunks / pp) agrees, and the flags that would place layers too are refused.
+    #[test]
+    fn a_pipeline_layout_fills_pp_ranks_evenly() {
+        let arch = Arch::resolve("llama3-8b").unwrap(); // 32 layers
+        let eight = "Et*4|(t*4|)*6t*4L";
+        let six = "Et*4|(t*6|)*4t*4L";
+        let with_vpp = |vpp| ParallelSpec {
+            vpp,
+            ..Default::default()
+        };
+        let chunks = |r: Result<PipelineLayout, LayoutError>| r.unwrap().chunks.len();
+        assert_eq!(
+            chunks(custom_layout(&with_vpp(Some(2)), &arch, eight, 4)),
+            8
+        );
+        assert_eq!(chunks(custom_layout(&with_vpp(None), &arch, eight, 2)), 8);
+        assert_eq!(
+            custom_layout(&with_vpp(Some(4)), &arch, eight, 4),
+            Err(LayoutError::PipelineLayoutChunks {
+                chunks: 8,
+                pp: 4,
+                vpp: 4
+            })
+        );
+        assert_eq!(
+            custom_layout(&with_vpp(None), &arch, six, 4),
+            Err(LayoutError::PipelineLayoutChunks {
+                chunks: 6,
+                pp: 4,
+                vpp: 1
+            })
+        );
+        let neox = ParallelSpec {
+            partition: Some(Partition::Neox),
+            ..Default::default()
+        };
+        assert_eq!(
+            custom_layout(&neox, &arch, eight, 4),
+            Err(LayoutError::PipelineLayoutWith {
+                flag: "--partition neox"
+            })
+        );
+        let mtp = ParallelSpec {
+            mtp_layers: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(
+            custom_layout(&mtp, &arch, eight, 4),
+            Err(LayoutError::PipelineLayoutMtp { layout: 0, flag: 1 })
+        );
+    }
+
+    /// Torchtitan's every-other-matrix-multiply recomputation is costed for dense layers
+    /// with fused attention, under Megatron's rules; the paper's recompute whole layers.
+    #[test]
+    fn selective_op_recomputation_needs_a_dense_fused_layer_and_megatron_rules() {
+        let dense = Arch::resolve("llama3-8b").unwrap();
+        let moe = crate::workload::presets::mixtral_8x7b();
+        let spec = ParallelSpec {
+            recompute: Some(Recompute::SelectiveOp),
+            ..Default::default()
+        };
+        assert_eq!(
+            recompute_modules(&spec, &dense, Rules::Megatron),
+            Ok((Recompute::SelectiveOp, None))
+        );
+        let why = |arch: &Arch, rules| match recompute_modules(&spec, arch, rules) {
+            Err(LayoutError::TorchtitanRecompute { granularity, why }) => {
+                assert_eq!(granularity, "selective-op");
+                why
+            }
+            other => panic!("{other:?}"),
+        };
+        assert!(why(&dense, Rules::Paper).contains("paper's rules"));
+        assert!(why(&moe, Rules::Megatron).contains("experts"));
+    }
+
+    /// Recompute modules each need what they rebuild in the model, come sorted without
+    /// repeats, and imply selective recomputation.
+    #[test]
+    fn recompute_modules_exist_in_the_model() {
+        use RecomputeModule::*;
+        let dense = Arch::resolve("llama3-8b").unwrap();
+        let moe = crate::workload::presets::mixtral_8x7b(); // no shared experts, no dense layer
+        let spec = |modules: &[RecomputeModule], recompute| ParallelSpec {
+            recompute,
+            recompute_modules: Some(modules.to_vec()),
+            ..Default::default()
+        };
+        let why =
+            |arch: &Arch, modules: &[RecomputeModule], recompute, rules| match recompute_modules(
+                &spec(modules, recompute),
+                arch,
+                rules,
+            ) {
+                Err(LayoutError::RecomputeModules { why }) => why,
+                other => panic!("{modules:?}: {other:?}"),
+            };
+        let megatron = Rules::Megatron;
+        assert_eq!(
+            recompute_modules(&spec(&[Mlp, CoreAttn, Mlp], None), &dense, megatron),
+            Ok((Recompute::Selective, Some(vec![CoreAttn, Mlp])))
+        );
+        assert_eq!(
+            recompute_modules(
+                &spec(&[MoeAct, Layernorm], Some(Recompute::Selective)),
+                &moe,
+                megatron
+            ),
+            Ok((Recompute::Selective, Some(vec![Layernorm, MoeAct])))
+        );
+        for (arch, module, missing) in [
+            (&dense, MlaUpProj, "latent attention"),
+            (&dense, MoeAct, "experts"),
+            (&dense, Moe, "experts"),
+            (&dense, SharedExperts, "shared experts"),
+            (&moe, SharedExperts, "shared experts"),
+            (&moe, Mlp, "a dense MLP"),
+        ] {
+            let why = why(arch, &[CoreAttn, module], None, megatron);
+            assert!(
+                why.contains(&format!("needs {missing},")),
+                "{module}: {why}"
+            );
+        }
+        assert!(why(&dense, &[CoreAttn], Some(Recompute::Full), megatron).contains("drop one"));
+        assert!(why(&dense, &[CoreAttn], None, Rules::Paper).contains("paper's rules"));
+        assert!(why(&dense, &[], None, megatron).contains("at least one"));
+    }
+
+    /// The parameter all-gather overlaps by default where parameters are gathered once a
+    /// step (the distributed optimizer; FSDP under a pipeline) across dp > 1 under
+    /// Megatron's rules, and is refused elsewhere; p2p overlaps by default on Megatron's
+    /// interleaved schedule; TP overlap needs sequence parallelism.
+    #[test]
+    fn overlap_defaults_follow_the_optimizer_and_the_schedule() {
+        let none = ParallelSpec::default();
+        let megatron = Rules::Megatron;
+        let gathers = |rules, zero, dp, pp| {
+            overlap(&none, rules, [zero, 1, dp, pp], false, Schedule::OneFOneB)
+                .unwrap()
+                .param_gather
+        };
+        assert!(gathers(megatron, 1, 8, 1));
+        assert!(gathers(megatron, 2, 2, 1));
+        assert!(gathers(megatron, 3, 8, 2));
+        for (rules, zero, dp, pp) in [
+            (megatron, 0, 8, 2),
+            (megatron, 3, 8, 1),
+            (megatron, 1, 1, 1),
+            (megatron, 0, 1, 1),
+            (Rules::Paper, 1, 8, 1),
+        ] {
+            assert!(
+                !gathers(rules, zero, dp, pp),
+                "{rules:?} zero {zero} dp {dp} pp {pp}"
+            );
+        }
+        let asked = |on| ParallelSpec {
+            overlap_param_gather: Some(on),
+            ..Default::default()
+        };
+        let gather = |spec: &ParallelSpec, zero| {
+            overlap(spec, megatron, [zero, 1, 8, 1], false, Schedule::OneFOneB)
+                .map(|o| o.param_gather)
+        };
+        assert_eq!(gather(&asked(true), 1), Ok(true));
+        assert_eq!(gather(&asked(false), 1), Ok(false));
+        assert_eq!(
+            gather(&asked(true), 0),
+            Err(LayoutError::ParamGatherNeedsDistributedOptimizer)
+        );
+        let p2p = |rules, schedule| {
+            overlap(&none, rules, [1, 1, 8, 2], false, schedule)
+                .unwrap()
+                .p2p
+        };
+        assert!(p2p(megatron, Schedule::Interleaved));
+        assert!(!p2p(megatron, Schedule::OneFOneB));
+        assert!(!p2p(Rules::Paper, Schedule::Interleaved));
+        let tp_overlap = ParallelSpec {
+            tp_comm_overlap: Some(true),
+            ..Default::default()
+        };
+        let tp = |tp, sequence_parallel| {
+            overlap(
+                &tp_overlap,
+                megatron,
+                [1, tp, 8, 1],
+                sequence_parallel,
+                Schedule::OneFOneB,
+            )
+            .map(|o| o.tp)
+        };
+        assert_eq!(tp(2, true), Ok(true));
+        assert_eq!(tp(1, false), Ok(false));
+        assert_eq!(
+            tp(2, false),
+            Err(LayoutError::TpOverlapNeedsSequenceParallel)
+        );
+    }
+
     /// What `--cuda-graphs` refuses, and how it normalises what it takes.
     #[test]
     fn cuda_graph_scopes_are_checked_against_the_model() {
