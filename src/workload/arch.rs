@@ -302,7 +302,7 @@ impl ArchSpec {
             )));
         }
         let kv_heads = self.kv_heads.unwrap_or(self.heads);
-        if kv_heads == 0 || !self.heads.is_multiple_of(kv_heads) {
+        if !self.heads.is_multiple_of(kv_heads) {
             return Err(bad(format!(
                 "heads ({}) must be a multiple of kv_heads ({kv_heads})",
                 self.heads
@@ -627,6 +627,157 @@ mod tests {
         };
         assert_eq!(gpt2.padded_vocab(1), 50257);
         assert_eq!(gpt2.padded_vocab(2) / 2, 25129);
+    }
+
+    /// Each number an architecture gives is taken up to its bound and refused at 0 and past
+    /// it, naming the file and the field; what it leaves out is filled in as documented.
+    #[test]
+    fn an_architecture_is_taken_up_to_each_bound() {
+        let llama = || crate::workload::presets::preset("llama2-7b").unwrap(); // 32 × 4096, 32 heads
+        let check = |spec: ArchSpec| spec.validate("a.yaml").map_err(|e| e.to_string());
+        let refuses = |r: Result<Arch, String>, field: &str| match r {
+            Err(e) => assert!(e.contains("a.yaml: ") && e.contains(field), "{field}: {e}"),
+            Ok(_) => panic!("{field} taken"),
+        };
+        type Set = fn(&mut ArchSpec, u64);
+        let fields: [(&str, u64, Set); 8] = [
+            ("layers ", MAX_LAYERS, |s, v| s.layers = v),
+            ("hidden ", MAX_WIDTH, |s, v| s.hidden = v),
+            ("vocab ", MAX_VOCAB, |s, v| s.vocab = v),
+            ("vocab_divisible_by ", MAX_VOCAB_DIVISOR, |s, v| {
+                s.vocab_divisible_by = Some(v)
+            }),
+            ("ffn_hidden ", MAX_WIDTH * 4, |s, v| s.ffn_hidden = Some(v)),
+            ("seq_len ", MAX_SEQ_LEN, |s, v| s.seq_len = Some(v)),
+            ("sliding_window ", MAX_SEQ_LEN, |s, v| {
+                s.sliding_window = Some(v)
+            }),
+            ("global_attention_every ", MAX_LAYERS, |s, v| {
+                (s.sliding_window, s.global_attention_every) = (Some(4096), Some(v))
+            }),
+        ];
+        for (field, max, set) in fields {
+            for v in [0, max + 1] {
+                let mut spec = llama();
+                set(&mut spec, v);
+                refuses(check(spec), field);
+            }
+            let mut spec = llama();
+            set(&mut spec, max);
+            check(spec).unwrap_or_else(|e| panic!("{field} = {max}: {e}"));
+        }
+        // heads: a multiple of kv_heads, dividing hidden unless head_dim is given
+        let with = |f: fn(&mut ArchSpec)| {
+            let mut spec = llama();
+            f(&mut spec);
+            check(spec)
+        };
+        refuses(with(|s| s.kv_heads = Some(5)), "multiple of kv_heads (5)");
+        refuses(with(|s| s.heads = 30), "multiple of heads (30)");
+        assert_eq!(
+            with(|s| (s.heads, s.kv_heads, s.head_dim) = (30, None, Some(128)))
+                .unwrap()
+                .head_dim,
+            128
+        );
+        let filled = with(|s| {
+            (s.ffn_hidden, s.kv_heads, s.seq_len) = (None, None, None);
+            (s.vocab_divisible_by, s.norm_bias) = (None, None);
+        })
+        .unwrap();
+        assert_eq!(
+            (filled.ffn_hidden, filled.kv_heads, filled.head_dim),
+            (4 * 4096, 32, 128)
+        );
+        assert_eq!((filled.seq_len, filled.vocab_divisible_by), (2048, 128));
+        assert!(!filled.norm_bias);
+        assert!(
+            with(|s| (s.norm, s.norm_bias) = (NormKind::Layernorm, None))
+                .unwrap()
+                .norm_bias
+        );
+    }
+
+    /// A mixture's and a latent attention's numbers, bounded as the model's own are.
+    #[test]
+    fn experts_and_latent_attention_are_taken_up_to_each_bound() {
+        let mixtral = |f: fn(&mut MoeSpec)| {
+            let mut spec = crate::workload::presets::preset("llama2-7b").unwrap();
+            // 8 experts, top-2, an MLP of 14,336, no shared experts, no dense layer
+            let mut moe = crate::workload::presets::mixtral_8x7b().moe.unwrap();
+            f(&mut moe);
+            spec.moe = Some(moe);
+            spec.validate("m.yaml").map_err(|e| e.to_string())
+        };
+        let refused = |r: Result<Arch, String>| r.expect_err("refused");
+        assert!(mixtral(|m| m.experts = 1 << 14).is_ok());
+        assert!(refused(mixtral(|m| m.experts = 0)).contains("moe.experts = 0"));
+        assert!(refused(mixtral(|m| m.experts = (1 << 14) + 1)).contains("moe.experts"));
+        assert!(mixtral(|m| m.top_k = 8).is_ok());
+        assert!(refused(mixtral(|m| m.top_k = 0)).contains("moe.top_k = 0"));
+        assert!(refused(mixtral(|m| m.top_k = 9)).contains("moe.top_k = 9: give between 1 and 8"));
+        assert!(mixtral(|m| m.expert_ffn = MAX_WIDTH * 4).is_ok());
+        assert!(refused(mixtral(|m| m.expert_ffn = 0)).contains("moe.expert_ffn = 0"));
+        let e = refused(mixtral(|m| m.expert_ffn = MAX_WIDTH * 4 + 1));
+        assert!(
+            e.contains(&format!("moe.expert_ffn = {}", MAX_WIDTH * 4 + 1)),
+            "{e}"
+        );
+        assert!(mixtral(|m| m.dense_layers = 31).is_ok());
+        assert!(refused(mixtral(|m| m.dense_layers = 32)).contains("leaves no layer"));
+        // group-limited routing: groups dividing the experts, topk_groups in 1..=groups
+        // holding top_k experts
+        assert!(mixtral(|m| (m.groups, m.topk_groups) = (4, 1)).is_ok());
+        for e in [
+            mixtral(|m| (m.groups, m.topk_groups) = (3, 1)),
+            mixtral(|m| (m.groups, m.topk_groups) = (4, 0)),
+            mixtral(|m| (m.groups, m.topk_groups) = (4, 5)),
+            mixtral(|m| (m.groups, m.topk_groups) = (0, 1)),
+            mixtral(|m| (m.groups, m.topk_groups) = (8, 1)),
+        ] {
+            assert!(refused(e).contains("moe.groups"));
+        }
+        assert!(mixtral(|m| m.shared_experts = 64).is_ok());
+        assert!(mixtral(|m| m.shared_ffn = Some(MAX_WIDTH * 4)).is_ok());
+        assert!(refused(mixtral(|m| m.shared_experts = 65)).contains("moe.shared_experts = 65"));
+        assert!(refused(mixtral(|m| m.shared_ffn = Some(MAX_WIDTH * 4 + 1))).contains("shared"));
+
+        let latent = |f: fn(&mut MlaSpec)| {
+            let mut spec = crate::workload::presets::preset("llama2-7b").unwrap();
+            let mut mla = MlaSpec::deepseek_v3();
+            f(&mut mla);
+            spec.mla = Some(mla);
+            spec.validate("l.yaml").map_err(|e| e.to_string())
+        };
+        assert_eq!(latent(|_| {}).unwrap().head_dim, 128 + 64);
+        assert!(latent(|m| m.q_lora_rank = None).is_ok());
+        type Set = fn(&mut MlaSpec, u64);
+        let fields: [(&str, Set); 5] = [
+            ("mla.q_lora_rank", |m, v| m.q_lora_rank = Some(v)),
+            ("mla.kv_lora_rank", |m, v| m.kv_lora_rank = v),
+            ("mla.qk_nope_head_dim", |m, v| m.qk_nope_head_dim = v),
+            ("mla.qk_rope_head_dim", |m, v| m.qk_rope_head_dim = v),
+            ("mla.v_head_dim", |m, v| m.v_head_dim = v),
+        ];
+        for (field, set) in fields {
+            for (v, ok) in [(0, false), (MAX_WIDTH, true), (MAX_WIDTH + 1, false)] {
+                let mut spec = crate::workload::presets::preset("llama2-7b").unwrap();
+                let mut mla = MlaSpec::deepseek_v3();
+                set(&mut mla, v);
+                spec.mla = Some(mla);
+                match spec.validate("l.yaml") {
+                    Ok(_) => assert!(ok, "{field} = {v} taken"),
+                    Err(e) => {
+                        assert!(!ok, "{field} = {v}: {e}");
+                        assert!(e.to_string().contains(&format!("{field} = {v}")), "{e}");
+                    }
+                }
+            }
+        }
+        let mut grouped = crate::workload::presets::preset("llama2-7b").unwrap();
+        (grouped.kv_heads, grouped.mla) = (Some(8), Some(MlaSpec::deepseek_v3()));
+        let e = grouped.validate("l.yaml").unwrap_err().to_string();
+        assert!(e.contains("kv_heads (8) must equal heads (32)"), "{e}");
     }
 
     #[test]
