@@ -87,6 +87,16 @@ pub fn pct(v: f64) -> String {
     }
 }
 
+/// A share of a whole, one decimal: "12.3 %", and "< 0.1 %" for a part too small to show,
+/// which "0.0 %" would say is absent.
+pub fn share(percent: f64) -> String {
+    if percent > 0.0 && percent < 0.05 {
+        "< 0.1 %".to_string()
+    } else {
+        format!("{percent:.1} %")
+    }
+}
+
 pub fn opt_pct(v: Option<f64>) -> String {
     v.map(pct).unwrap_or_else(|| "–".to_string())
 }
@@ -237,5 +247,9 @@ mod tests {
         assert_eq!(count(8u64, "GPU", "GPUs"), "8 GPUs");
         assert_eq!(pct(12.345), "12.35");
         assert_eq!(pct(f64::NAN), "–");
+        assert_eq!(share(79.46), "79.5 %");
+        assert_eq!(share(0.0), "0.0 %");
+        assert_eq!(share(0.049), "< 0.1 %");
+        assert_eq!(share(0.05), "0.1 %");
     }
 }

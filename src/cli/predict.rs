@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::layout::{describe, rules_name, JobArgs};
-use super::output::{align_numbers, table};
+use super::output::{align_numbers, share, table};
 use stepcast::plan::Issue;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, OperatorReport, PredictOptions, Prediction};
@@ -306,7 +306,7 @@ fn print_prediction(
     let sources: Vec<String> = p
         .sources_percent
         .iter()
-        .map(|(k, v)| format!("{k} {v:.1} %"))
+        .map(|(k, v)| format!("{k} {}", share(*v)))
         .collect();
     println!("sources       {}", sources.join(", "));
     println!();

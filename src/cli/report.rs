@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use super::chart::{self, esc};
+use super::output::share;
 use stepcast::predict::{IntervalMethod, Prediction};
 use stepcast::search::{SearchReport, Status};
 
@@ -82,11 +83,12 @@ fn summary_table(p: &Prediction) -> String {
 /// found, and every warning and call outside its model's training range.
 fn caveats(p: &Prediction) -> String {
     let mut s = String::from("<h2>Where the numbers come from</h2><table class=\"kv\">");
-    for (source, share) in &p.sources_percent {
+    for (source, part) in &p.sources_percent {
         let _ = write!(
             s,
-            "<tr><th class=\"l\">{}</th><td>{share:.1} % of the summed operator time</td></tr>",
-            esc(source)
+            "<tr><th class=\"l\">{}</th><td>{} of the summed operator time</td></tr>",
+            esc(source),
+            share(*part)
         );
     }
     s.push_str("</table>");
