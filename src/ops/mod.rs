@@ -530,4 +530,112 @@ mod tests {
         let e = Shape::from_values(ShapeFamily::Attention, &[1, 1, 1, 6, 4, 64, 0]).unwrap_err();
         assert!(e.contains("multiple of kv_heads"), "{e}");
     }
+
+    /// Each column is taken from 1 to its physical limit and refused at 0 and past it, by name;
+    /// the causal flag is 0 or 1; a row of the wrong length says how many values it needs.
+    #[test]
+    fn shape_values_are_taken_up_to_their_limit() {
+        use crate::limits::{MAX_COLLECTIVE_SPAN, MAX_SHAPE_DIM};
+        let ones = |family: ShapeFamily| vec![1u64; family.columns().len()];
+        for family in [
+            ShapeFamily::Gemm,
+            ShapeFamily::Attention,
+            ShapeFamily::Tokens,
+            ShapeFamily::Lookup,
+            ShapeFamily::Optimizer,
+        ] {
+            for (i, name) in family.columns().iter().enumerate() {
+                if *name == "causal" {
+                    continue;
+                }
+                let mut v = ones(family);
+                // a head count beyond 1 keeps the query heads a multiple of the kv heads
+                if *name == "kv_heads" {
+                    v[3] = MAX_SHAPE_DIM;
+                }
+                v[i] = MAX_SHAPE_DIM;
+                assert!(
+                    Shape::from_values(family, &v).is_ok(),
+                    "{name} at its limit"
+                );
+                v[i] = MAX_SHAPE_DIM + 1;
+                let e = Shape::from_values(family, &v).unwrap_err();
+                let beyond = format!("{name} = {} is beyond any real operator", MAX_SHAPE_DIM + 1);
+                assert!(e.contains(&beyond), "{e}");
+                v[i] = 0;
+                let e = Shape::from_values(family, &v).unwrap_err();
+                assert_eq!(e, format!("shape field {name} must be at least 1"));
+            }
+            let short = Shape::from_values(family, &[1]).unwrap_err();
+            let n = family.columns().len();
+            assert_eq!(short, format!("expected {n} shape values, got 1"));
+        }
+        let attention = |causal: u64| {
+            Shape::from_values(ShapeFamily::Attention, &[1, 1, 1, 1, 1, 1, causal])
+                .map(|s| matches!(s, Shape::Attention(a) if a.causal))
+        };
+        assert_eq!(attention(0), Ok(false));
+        assert_eq!(attention(1), Ok(true));
+        assert_eq!(attention(2), Err("causal must be 0 or 1, got 2".into()));
+        // a collective: bytes to the shape limit, its span to the collective limit, two ranks
+        let collective = |bytes: u64, nodes: u64, per_node: u64| {
+            Shape::from_values(
+                ShapeFamily::Collective,
+                &[bytes, nodes.saturating_mul(per_node), nodes, per_node],
+            )
+        };
+        let span = MAX_COLLECTIVE_SPAN;
+        assert!(collective(MAX_SHAPE_DIM, 1, 2).is_ok());
+        assert!(collective(MAX_SHAPE_DIM + 1, 1, 2).is_err());
+        assert!(collective(1, span / 2, 2).is_ok());
+        assert!(collective(1, 1, span).is_ok());
+        // past the limit, nodes or GPUs a node, the ranks they make are refused first
+        for (nodes, per_node) in [(span + 1, 1), (1, span + 1)] {
+            let e = collective(1, nodes, per_node).unwrap_err();
+            assert!(e.contains(&format!("ranks = {}", span + 1)), "{e}");
+        }
+        let e = collective(1, 1, 1).unwrap_err();
+        assert_eq!(e, "a collective needs at least 2 ranks");
+    }
+
+    /// What each kind is measured in and answered by.
+    #[test]
+    fn kinds_are_measured_in_their_phases() {
+        let collectives = [
+            OpKind::AllReduce,
+            OpKind::AllGather,
+            OpKind::ReduceScatter,
+            OpKind::AllToAll,
+            OpKind::SendRecv,
+        ];
+        for op in OpKind::ALL {
+            let collective = collectives.contains(op);
+            assert_eq!(op.is_collective(), collective, "{op}");
+            let directionless = collective || *op == OpKind::OptimizerStep;
+            let phases: &[Phase] = if directionless {
+                &[Phase::None]
+            } else {
+                &[Phase::Fwd, Phase::Bwd]
+            };
+            assert_eq!(op.phases(), phases, "{op}");
+        }
+        assert_eq!(Dtype::Fp16.twin(), Some(Dtype::Bf16));
+        assert_eq!(Dtype::Bf16.twin(), Some(Dtype::Fp16));
+        for lone in [Dtype::Fp32, Dtype::Tf32, Dtype::Fp8] {
+            assert_eq!(lone.twin(), None);
+        }
+        assert!(Role::Qkv.falls_back_to_pool() && Role::FlashAttention2.falls_back_to_pool());
+        assert!(!Role::FusedAdam.falls_back_to_pool());
+        assert!(!Role::FusedCrossEntropy.falls_back_to_pool());
+        let gemm = Shape::from_values(ShapeFamily::Gemm, &[8, 16, 32, 1]).unwrap();
+        assert_eq!(gemm.gemm().map(|g| (g.m, g.n, g.k)), Some((8, 16, 32)));
+        assert!(gemm.collective().is_none());
+        let ring = Shape::from_values(ShapeFamily::Collective, &[1024, 8, 1, 8]).unwrap();
+        assert_eq!(ring.collective().map(|c| c.ranks()), Some(8));
+        assert!(ring.gemm().is_none());
+        assert_eq!(
+            ring.to_string(),
+            "bytes=1024 ranks=8 nodes=1 gpus_per_node=8"
+        );
+    }
 }
