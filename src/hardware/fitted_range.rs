@@ -423,4 +423,51 @@ mod tests {
             .unwrap_err()
             .contains("dtypes is empty"));
     }
+
+    /// A range's file is refused where a bound is not a count of runs: zero, infinite, or
+    /// above the other; one GPU reads "1 GPU on 1 node".
+    #[test]
+    fn a_range_is_refused_at_each_impossible_bound() {
+        let r = FittedRange::of(&[point(8, 7_000_000_000, 4096, 1, "bf16")]).unwrap();
+        assert!(r.validate("f").is_ok());
+        type Spoil = fn(&mut FittedRange);
+        let bad: [(&str, Spoil); 9] = [
+            ("gpus", |b| b.gpus = [0, 8]),
+            ("nodes", |b| b.nodes = [1, 0]),
+            ("seq_len", |b| b.seq_len = [0, 4096]),
+            ("params_billions", |b| b.params_billions = [0.0, 7.0]),
+            ("params_billions", |b| {
+                b.params_billions = [7.0, f64::INFINITY]
+            }),
+            ("params_billions", |b| {
+                b.params_billions = [f64::INFINITY; 2]
+            }),
+            ("max_pp", |b| b.max_pp = 0),
+            ("max_cp", |b| b.max_cp = 0),
+            ("max_ep", |b| b.max_ep = 0),
+        ];
+        for (field, spoil) in bad {
+            let mut range = r.clone();
+            spoil(&mut range);
+            let e = range.validate("f").unwrap_err();
+            assert!(
+                e.starts_with(&format!("f: fitted_on.range.{field} = ")),
+                "{e}"
+            );
+        }
+        // the fewest runs a range can hold: one model, one GPU
+        let one = point(1, 7_000_000_000, 4096, 1, "bf16");
+        let runs =
+            FittedRange::of(&[point(8, 7_000_000_000, 4096, 1, "bf16"), one.clone()]).unwrap();
+        assert_eq!(runs.gpus, [1, 8]);
+        let two = FittedRange::of(&[point(2, 7_000_000_000, 4096, 1, "bf16")]).unwrap();
+        assert_eq!(
+            two.outside(&one),
+            ["1 GPU on 1 node (runs: 2 GPUs on 1 node)"]
+        );
+        assert_eq!(
+            two.summary(),
+            "2 GPUs on 1 node, 7.00 B parameters, sequences of 4,096 tokens, bf16"
+        );
+    }
 }
