@@ -549,7 +549,7 @@ mod tests {
                     continue;
                 }
                 let mut v = ones(family);
-                // a head count beyond 1 keeps the query heads a multiple of the kv heads
+                // key/value heads at the limit need as many query heads (a multiple of them)
                 if *name == "kv_heads" {
                     v[3] = MAX_SHAPE_DIM;
                 }

@@ -500,8 +500,8 @@ mod tests {
         published_less(text, parameters, 0)
     }
 
-    /// As `published`, for a model with `omitted` parameters stepcast leaves out on purpose
-    /// (each caller says which): too few to cost time or memory, and absent from its kernels.
+    /// As `published`, for a model with `omitted` parameters stepcast does not model (each
+    /// caller says which): neither counted nor costed as kernels of their own.
     fn published_less(text: &str, parameters: u64, omitted: u64) -> crate::workload::Arch {
         let dir = tempfile::tempdir().unwrap();
         let p = write(dir.path(), text);
@@ -587,7 +587,8 @@ mod tests {
                 "hidden_activation":"gelu_pytorch_tanh","sliding_window":4096,
                 "attn_logit_softcapping":50.0,"final_logit_softcapping":30.0}"#,
             9_241_705_984,
-            // the norms after attention and after the MLP (two 3,584 vectors a layer)
+            // the norms after attention and after the MLP (two 3,584 vectors a layer; their
+            // two norm kernels a layer are not costed either)
             42 * 2 * 3584,
         );
         assert_eq!(a.activation, Activation::Geglu);
