@@ -455,7 +455,7 @@ mod tests {
                 "{e}"
             );
         }
-        // the fewest runs a range can hold: one model, one GPU
+        // a run of fewer GPUs after the first widens the range down
         let one = point(1, 7_000_000_000, 4096, 1, "bf16");
         let runs =
             FittedRange::of(&[point(8, 7_000_000_000, 4096, 1, "bf16"), one.clone()]).unwrap();
