@@ -303,6 +303,13 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             ))
         }
     }
+    if a.post_norms || a.attention_softcap || a.final_softcap {
+        return Err(Error::Invalid(
+            "megatron: Megatron-LM's arguments have no norms after the attention and MLP \
+             outputs nor logit soft-capping (Gemma 2's): NeMo's Gemma 2 layer spec adds them"
+                .into(),
+        ));
+    }
     if let Some(m) = &a.mla {
         arg("--multi-latent-attention".into());
         if let Some(r) = m.q_lora_rank {
@@ -516,6 +523,14 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if a.position == Position::Alibi {
         return Err(Error::Invalid(
             "nemo: Megatron-Core has no ALiBi position embedding".into(),
+        ));
+    }
+    if a.post_norms || a.attention_softcap || a.final_softcap {
+        return Err(Error::Invalid(
+            "nemo: the norms after the attention and MLP outputs and the logit soft caps are \
+             NeMo's Gemma 2 layer spec, not fields set here: start from its llm.gemma2_2b, \
+             gemma2_9b or gemma2_27b recipe and set this layout's sizes"
+                .into(),
         ));
     }
     let (recipe, same) = nemo_recipe(a);
@@ -1125,6 +1140,29 @@ mod tests {
             global_batch: Some(256),
             ..Default::default()
         }
+    }
+
+    /// Gemma 2's norms after the attention and MLP outputs and its soft caps are no
+    /// Megatron-LM argument nor Megatron-Core config field: exporting them is refused, each
+    /// alone.
+    #[test]
+    fn gemma_2_parts_are_refused_where_no_field_says_them() {
+        let (base, l) = target("llama3-8b", spec(2, 1, 4));
+        let parts: [fn(&mut Arch); 3] = [
+            |a| a.post_norms = true,
+            |a| a.attention_softcap = true,
+            |a| a.final_softcap = true,
+        ];
+        for set in parts {
+            let mut a = base.clone();
+            set(&mut a);
+            let e = launch(Framework::Megatron, &a, &l).unwrap_err().to_string();
+            assert!(e.contains("soft-capping") && e.contains("Gemma 2"), "{e}");
+            let e = launch(Framework::Nemo, &a, &l).unwrap_err().to_string();
+            assert!(e.contains("llm.gemma2_2b"), "{e}");
+        }
+        assert!(launch(Framework::Megatron, &base, &l).is_ok());
+        assert!(launch(Framework::Nemo, &base, &l).is_ok());
     }
 
     #[test]

@@ -101,6 +101,10 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     match arch.attention {
         AttentionImpl::Unfused => {
             add("Q and K", q + kv, false);
+            // soft-capped scores: the tanh keeps its output for its backward
+            if arch.attention_softcap {
+                add("soft-capped scores (tanh output)", e * scores, false);
+            }
             // kept in fp32 where Megatron falls back to PyTorch's softmax (`plan::layer`)
             let torch_softmax = layout.rules == Rules::Megatron
                 && !megatron_fuses_softmax(
@@ -143,6 +147,16 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
             add("softmax log-sum-exp (fp32)", 4.0 * s * b * heads, false);
         }
     }
+    // Gemma 2's norms on the attention's and the MLP's outputs keep their inputs, as the
+    // norms before them do
+    let post_norm = if arch.post_norms { e * h * rep } else { 0.0 };
+    let post_eager_norm = if arch.post_norms { eager_norm } else { 0.0 };
+    add("attention output norm input", post_norm, false);
+    add(
+        "attention output norm fp32 copy and scaled output (eager)",
+        post_eager_norm,
+        false,
+    );
     if dropout {
         add("attention-out dropout mask", h * rep, false);
     }
@@ -200,6 +214,12 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
             true,
         );
     }
+    add("MLP output norm input", post_norm, false);
+    add(
+        "MLP output norm fp32 copy and scaled output (eager)",
+        post_eager_norm,
+        false,
+    );
     if dropout {
         add("MLP dropout mask", h * rep, false);
     }
@@ -326,7 +346,8 @@ fn op_checkpointed(
 fn rebuilt(arch: &Arch, layout: &Layout, what: &str) -> bool {
     use crate::workload::RecomputeModule as M;
     let modules: &[M] = match what {
-        "softmax output"
+        "soft-capped scores (tanh output)"
+        | "softmax output"
         | "attention dropout mask"
         | "attention dropout output"
         | "softmax log-sum-exp (fp32)" => &[M::CoreAttn],
@@ -376,7 +397,7 @@ pub fn embedding_extra(arch: &Arch, layout: &Layout) -> f64 {
 /// Per micro-batch, what the rank with the LM head stores: the final norm's and the head's
 /// inputs and what the cross-entropy keeps for its backward — the fp32 logits (Megatron's
 /// vocabulary-parallel one) or log-softmax (PyTorch's), or the 16-bit logits a fused one
-/// overwrote with their gradient.
+/// overwrote with their gradient — and, where the logits are soft-capped, the tanh's output.
 pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
     let t = layout.tp as f64;
     let rep = if layout.sequence_parallel {
@@ -386,7 +407,9 @@ pub fn head_extra(arch: &Arch, layout: &Layout) -> f64 {
     };
     let tokens = (layout.local_seq_len() * layout.micro_batch) as f64;
     let e = layout.activation_dtype().bytes();
-    let (kept, _) = loss_bytes_per_logit(layout.cross_entropy, e);
+    let (loss_kept, _) = loss_bytes_per_logit(layout.cross_entropy, e);
+    // soft-capped logits: the tanh keeps its output for its backward
+    let kept = loss_kept + if arch.final_softcap { e } else { 0.0 };
     2.0 * e * sbh(arch, layout) * rep + kept * tokens * arch.padded_vocab(layout.tp) as f64 / t
 }
 
@@ -668,6 +691,58 @@ mod tests {
             (acts.total() - expected).abs() < 1.0,
             "{} {expected}",
             acts.total()
+        );
+    }
+
+    /// Gemma 2's parts on Llama 2 70B (tp 8, sequence parallel, 4,096 tokens): the two norms
+    /// on the attention's and MLP's outputs keep their 16-bit inputs (2·sbh/t each; eagerly,
+    /// 4 more bytes an element each); an unfused attention's soft cap keeps the tanh's 16-bit
+    /// output (8 heads × 4,096² a rank), which recomputing the attention core frees; soft-capped
+    /// logits keep it too (4,096 × 32,768 / 8 a rank: the 32,000 words padded to a multiple
+    /// of 128 · 8).
+    #[test]
+    fn gemma_2_parts_keep_their_inputs_and_tanh_outputs() {
+        let a = crate::workload::Arch::resolve("llama2-70b").unwrap();
+        let (s, h) = (4096.0, 8192.0);
+        let stored = |arch: &Arch, recompute, elementwise| {
+            let mut l = layout(arch, 8, true, recompute);
+            l.elementwise = elementwise;
+            layer(arch, &l).total()
+        };
+        // what `with` stores beyond `without`
+        let gained = |with: &Arch, without: &Arch, recompute, elementwise| {
+            stored(with, recompute, elementwise) - stored(without, recompute, elementwise)
+        };
+        let (fused, eager) = (Elementwise::Fused, Elementwise::Eager);
+        let post = Arch {
+            post_norms: true,
+            ..a.clone()
+        };
+        let norm_input = 2.0 * s * h / 8.0;
+        assert_eq!(gained(&post, &a, Recompute::None, fused), 2.0 * norm_input);
+        assert_eq!(
+            gained(&post, &a, Recompute::None, eager),
+            2.0 * (norm_input + 4.0 * s * h / 8.0)
+        );
+        assert_eq!(gained(&post, &a, Recompute::Full, fused), 0.0);
+        let unfused = |softcap| Arch {
+            attention: AttentionImpl::Unfused,
+            attention_softcap: softcap,
+            ..a.clone()
+        };
+        let (capped, plain) = (unfused(true), unfused(false));
+        let tanh = 2.0 * 8.0 * s * s;
+        assert_eq!(gained(&capped, &plain, Recompute::None, fused), tanh);
+        assert_eq!(gained(&capped, &plain, Recompute::Selective, fused), 0.0);
+        let logits_capped = Arch {
+            final_softcap: true,
+            ..a.clone()
+        };
+        let l = layout(&a, 8, true, Recompute::None);
+        let logits = s * 32768.0 / 8.0;
+        assert_eq!(
+            head_extra(&logits_capped, &l) - head_extra(&a, &l),
+            2.0 * logits
         );
     }
 

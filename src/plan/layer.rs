@@ -7,7 +7,8 @@
 //! attention (flash, or scores GEMM + scale-mask-softmax + context GEMM, the softmax as
 //! PyTorch's kernels where Megatron's fused one refuses the shape), output GEMM, TP
 //! all-reduce (or all-gather + reduce-scatter with sequence parallelism), residual add, norm,
-//! MLP up GEMM, GELU or SwiGLU, MLP down GEMM, TP communication, residual add. The backward
+//! MLP up GEMM, GELU or SwiGLU, MLP down GEMM, TP communication, residual add (Gemma 2 norms
+//! the attention's and the MLP's outputs before each residual add). The backward
 //! mirrors it, its TP communication as Megatron and Transformer Engine run it (see
 //! `tp_comm`); full recomputation repeats the forward before it, selective recomputation the
 //! attention core. Under FSDP (ZeRO-3) each layer gathers its weights before its forward and
@@ -485,6 +486,11 @@ fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> 
                 Some(Role::AttnScores),
                 gemm(d.s, d.s, d.hd, d.b * d.heads),
             )];
+            if arch.attention_softcap {
+                for (op, shape) in softcap(phase, d.scores()) {
+                    calls.push(typed("scores softcap", op, d.act, None, shape));
+                }
+            }
             if megatron && !megatron_fuses_softmax(d.b, d.heads, d.s, d.act) {
                 for (label, op, dtype, shape) in torch_softmax(d) {
                     calls.push(typed(label, op, dtype, None, shape));
@@ -587,6 +593,23 @@ fn torch_softmax(d: &Dims) -> Vec<(&'static str, OpKind, Dtype, Shape)> {
     } else {
         fp32.to_vec()
     }
+}
+
+/// Soft-capping, cap · tanh(x / cap), over the pointwise `shape`, as eager PyTorch runs it
+/// (NeMo's Gemma 2 modules and Transformers' write it so): forward a divide, the tanh and a
+/// multiply, one pass each; backward the multiply's and the divide's gradients, one pass each,
+/// and the tanh's, which reads its saved output beside the gradient (3 tensors, as a residual
+/// add moves).
+fn softcap(phase: Phase, shape: Shape) -> [(OpKind, Shape); 3] {
+    let tanh = match phase {
+        Phase::Bwd => OpKind::ResidualAdd,
+        _ => OpKind::Elementwise,
+    };
+    [
+        (OpKind::Elementwise, shape),
+        (tanh, shape),
+        (OpKind::Elementwise, shape),
+    ]
 }
 
 /// Calls of one pass in order, all in one phase.
@@ -822,6 +845,9 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool)
         gemm(d.tokens, d.d, out_k, 1),
     );
     p.calls.extend(comm.iter().cloned());
+    if arch.post_norms {
+        p.compute("attention output norm", norm_op, d.act, None, d.tok_sp(d.d));
+    }
     p.compute(
         "residual add",
         OpKind::ResidualAdd,
@@ -839,6 +865,9 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool)
         }
     };
     p.calls.extend(comm);
+    if arch.post_norms {
+        p.compute("mlp output norm", norm_op, d.act, None, d.tok_sp(d.d));
+    }
     p.compute(
         "residual add",
         OpKind::ResidualAdd,
@@ -1622,7 +1651,8 @@ pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
     }
 }
 
-/// Final norm, LM head and vocabulary-parallel cross-entropy. The LM head is a
+/// Final norm, LM head (its logits soft-capped where the model caps them) and
+/// vocabulary-parallel cross-entropy. The LM head is a
 /// column-parallel GEMM: under Megatron's rules with tp > 1 its input is all-gathered first
 /// with sequence parallelism, and its backward communicates as a layer's column-parallel GEMM
 /// does (`head_comm`). A fused cross-entropy (`CrossEntropy::Fused`) is another kernel than
@@ -1637,27 +1667,38 @@ pub(super) fn head_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
         norm.compute("final norm", norm_op, d.act, None, d.tok_sp(d.d));
         let mut calls = norm.calls;
         calls.extend(head_comm(b, d, phase));
-        calls.extend([
-            // Megatron keeps the output layer out of the fp8 recipe: 16-bit under fp8
-            b.call(
-                "lm head",
-                OpKind::Gemm,
-                phase,
-                d.act,
-                Some(Role::LmHead),
-                gemm(d.tokens, d.vocab_rank, d.d, 1),
-                Class::Compute,
-            ),
-            b.call(
-                "cross-entropy",
-                OpKind::CrossEntropy,
-                phase,
-                d.act,
-                d.loss_role,
-                d.tok(d.vocab_rank),
-                Class::Compute,
-            ),
-        ]);
+        // Megatron keeps the output layer out of the fp8 recipe: 16-bit under fp8
+        calls.push(b.call(
+            "lm head",
+            OpKind::Gemm,
+            phase,
+            d.act,
+            Some(Role::LmHead),
+            gemm(d.tokens, d.vocab_rank, d.d, 1),
+            Class::Compute,
+        ));
+        if arch.final_softcap {
+            for (op, shape) in softcap(phase, d.tok(d.vocab_rank)) {
+                calls.push(b.call(
+                    "logits softcap",
+                    op,
+                    phase,
+                    d.act,
+                    None,
+                    shape,
+                    Class::Compute,
+                ));
+            }
+        }
+        calls.push(b.call(
+            "cross-entropy",
+            OpKind::CrossEntropy,
+            phase,
+            d.act,
+            d.loss_role,
+            d.tok(d.vocab_rank),
+            Class::Compute,
+        ));
         calls
     };
     let fwd = pass(Phase::Fwd);
@@ -2404,6 +2445,94 @@ mod by_hand_tests {
                 "probabilities to 16 bits: elementwise fwd bf16 6x2048x2048",
             ]
         );
+    }
+
+    /// Gemma 2's parts on a Llama 3 8B layer (tp 2, sequence parallel, one 8,192-token
+    /// sequence): a norm on the attention's and the MLP's outputs, after the reduce-scatter
+    /// on the 4,096-row shard and before the residual add, each way (four norms' gradients
+    /// accumulated); the logits soft-capped by three passes over the rank's 8,192 × 64,128
+    /// logits between the LM head and the loss (backward: the tanh's reads its output too);
+    /// an unfused attention's 16 × 8,192² scores a rank soft-capped likewise after the
+    /// scores GEMM.
+    #[test]
+    fn gemma_2_norms_its_outputs_and_soft_caps_scores_and_logits() {
+        let base = Arch::resolve("llama3-8b").unwrap();
+        let spec = || ParallelSpec {
+            tp: Some(2),
+            dp: Some(4),
+            micro_batch: Some(1),
+            global_batch: Some(4),
+            sequence_parallel: Some(true),
+            ..Default::default()
+        };
+        let gemma = Arch {
+            post_norms: true,
+            final_softcap: true,
+            ..base.clone()
+        };
+        let (p, q) = (plan(&base, spec()), plan(&gemma, spec()));
+        for (pass, phase) in [(&p.layer.fwd, "fwd"), (&p.layer.bwd, "bwd")] {
+            let mut expected = Vec::new();
+            let mut scattered = 0;
+            for l in lines(&p, pass) {
+                let residual = l.starts_with("residual add");
+                if residual {
+                    let which = ["attention output norm", "mlp output norm"][scattered];
+                    expected.push(format!("{which}: rmsnorm {phase} bf16 1x4096x4096"));
+                    scattered += 1;
+                }
+                expected.push(l.replace(" x2", " x4"));
+            }
+            let pass = if phase == "fwd" {
+                &q.layer.fwd
+            } else {
+                &q.layer.bwd
+            };
+            assert_eq!(lines(&q, pass), expected);
+        }
+        assert_eq!(
+            (q.layer.tensors, q.layer.params),
+            (8, p.layer.params + 2 * 4096)
+        );
+        let logits = "1x8192x64128";
+        let head = |pass: &[Call], kinds: [&str; 3], phase: &str| {
+            let mut l = lines(&p, pass);
+            let loss = l.len() - 1;
+            for kind in kinds.iter().rev() {
+                l.insert(
+                    loss,
+                    format!("logits softcap: {kind} {phase} bf16 {logits}"),
+                );
+            }
+            l
+        };
+        let pass = ["elementwise"; 3];
+        let tanh = ["elementwise", "residual_add", "elementwise"];
+        assert_eq!(lines(&q, &q.head.fwd), head(&p.head.fwd, pass, "fwd"));
+        assert_eq!(lines(&q, &q.head.bwd), head(&p.head.bwd, tanh, "bwd"));
+
+        let unfused = |softcap| Arch {
+            attention: AttentionImpl::Unfused,
+            attention_softcap: softcap,
+            ..base.clone()
+        };
+        let (u, capped) = (plan(&unfused(false), spec()), plan(&unfused(true), spec()));
+        for (phase, kinds) in [("fwd", pass), ("bwd", tanh)] {
+            let (plain, with) = if phase == "fwd" {
+                (core(&u, &u.layer.fwd), core(&capped, &capped.layer.fwd))
+            } else {
+                (core(&u, &u.layer.bwd), core(&capped, &capped.layer.bwd))
+            };
+            let mut expected = plain.clone();
+            for kind in kinds.iter().rev() {
+                expected.insert(
+                    1,
+                    format!("scores softcap: {kind} {phase} bf16 16x8192x8192"),
+                );
+            }
+            assert!(plain[0].starts_with("attention scores"), "{plain:?}");
+            assert_eq!(with, expected);
+        }
     }
 
     /// The expert half of a Mixtral 8×7B layer over 8 expert-parallel ranks, one 4,096-token

@@ -193,6 +193,18 @@ pub struct ArchSpec {
     /// An RMSNorm on each head's queries and keys (Qwen3, OLMo 2).
     #[serde(default)]
     pub qk_norm: bool,
+    /// A norm on the attention's and the MLP's outputs before each residual add (Gemma 2's
+    /// post-attention and post-feed-forward norms: four norms a layer).
+    #[serde(default)]
+    pub post_norms: bool,
+    /// Soft-capped attention scores, cap · tanh(scores / cap) (Gemma 2's
+    /// `attn_logit_softcapping`): three more kernels on an unfused attention's scores.
+    #[serde(default)]
+    pub attention_softcap: bool,
+    /// Soft-capped logits, cap · tanh(logits / cap) (Gemma 2's `final_logit_softcapping`):
+    /// three more kernels on the LM head's logits, and the tanh's output kept.
+    #[serde(default)]
+    pub final_softcap: bool,
     /// A bias (shift) on each norm; default: LayerNorm has one, RMSNorm none.
     #[serde(default)]
     pub norm_bias: Option<bool>,
@@ -241,6 +253,9 @@ pub struct Arch {
     pub vocab_divisible_by: u64,
     pub qkv_bias: bool,
     pub qk_norm: bool,
+    pub post_norms: bool,
+    pub attention_softcap: bool,
+    pub final_softcap: bool,
     pub norm: NormKind,
     pub activation: Activation,
     pub tied_embeddings: bool,
@@ -382,6 +397,9 @@ impl ArchSpec {
             },
             qkv_bias: self.qkv_bias,
             qk_norm: self.qk_norm,
+            post_norms: self.post_norms,
+            attention_softcap: self.attention_softcap,
+            final_softcap: self.final_softcap,
             kv_heads,
             ffn_hidden,
             seq_len: self.seq_len.unwrap_or(2048),
@@ -480,8 +498,10 @@ impl Arch {
         let sharded = attn_sharded
             + d * up_out + bias * up_out           // MLP up (and gate)
             + f * d; // MLP down
-        let replicated = 2 * norm + bias * 2 * d + attn_replicated + router;
-        let tensors = 2 * norm_tensors + attn_tensors + mlp_tensors + 2 * bias;
+                     // two norms a layer, four with the norms on the attention's and MLP's outputs
+        let norms = 2 + 2 * self.post_norms as u64;
+        let replicated = norms * norm + bias * 2 * d + attn_replicated + router;
+        let tensors = norms * norm_tensors + attn_tensors + mlp_tensors + 2 * bias;
         (sharded / tp + replicated, tensors)
     }
 

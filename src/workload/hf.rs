@@ -111,6 +111,19 @@ impl Config<'_> {
             .to_string()
     }
 
+    /// Whether a logit soft cap is on: a positive cap is, null is none, and an absent key
+    /// is `default` (Transformers' Gemma 2 defaults are 50 and 30).
+    fn softcap(&self, key: &str, default: bool) -> Result<bool> {
+        match self.v.get(key) {
+            None => Ok(default),
+            Some(Value::Null) => Ok(false),
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|c| c > 0.0) => Ok(true),
+            Some(other) => Err(self.bad(format!(
+                "\"{key}\" = {other}: give the cap, a positive number, or null for none"
+            ))),
+        }
+    }
+
     /// Any non-zero dropout probability means masks are stored for the backward.
     fn dropout(&self, keys: &[&str], default: f64) -> bool {
         keys.iter()
@@ -192,11 +205,16 @@ impl Config<'_> {
                          describe this model in a YAML architecture file instead"
                     )));
                 }
+                // Gemma 2 alternates sliding-window and global layers, norms the attention's
+                // and the MLP's outputs too, and soft-caps the scores and logits
+                let gemma2 = model_type == "gemma2";
                 ArchSpec {
                     activation: Activation::Geglu,
                     tied_embeddings: self.flag("tie_word_embeddings", true),
-                    // Gemma 2 alternates sliding-window and global layers
-                    global_attention_every: (model_type == "gemma2").then_some(2),
+                    global_attention_every: gemma2.then_some(2),
+                    post_norms: gemma2,
+                    attention_softcap: gemma2 && self.softcap("attn_logit_softcapping", true)?,
+                    final_softcap: gemma2 && self.softcap("final_logit_softcapping", true)?,
                     ..self.llama_like(model_type, name)?
                 }
             }
@@ -234,6 +252,9 @@ impl Config<'_> {
                 linear_bias: true,
                 qkv_bias: false,
                 qk_norm: false,
+                post_norms: false,
+                attention_softcap: false,
+                final_softcap: false,
                 norm_bias: None,
                 seq_len: Some(self.seq_len("max_position_embeddings")?),
                 sliding_window: None,
@@ -263,6 +284,9 @@ impl Config<'_> {
                     linear_bias: true,
                     qkv_bias: false,
                     qk_norm: false,
+                    post_norms: false,
+                    attention_softcap: false,
+                    final_softcap: false,
                     norm_bias: None,
                     seq_len: Some(self.seq_len("n_positions")?),
                     sliding_window: None,
@@ -439,6 +463,9 @@ impl Config<'_> {
             // Qwen2 always biases its query, key and value projections
             qkv_bias: model_type == "qwen2" || attention_bias,
             qk_norm: model_type == "qwen3",
+            post_norms: false,
+            attention_softcap: false,
+            final_softcap: false,
             norm_bias: None,
             seq_len: Some(self.seq_len("max_position_embeddings")?),
             sliding_window: self.sliding_window()?,
@@ -580,24 +607,54 @@ mod tests {
 
     #[test]
     fn gemma_2_9b_is_geglu_with_tied_embeddings() {
-        let a = published_less(
+        let a = published(
             r#"{"model_type":"gemma2","hidden_size":3584,"intermediate_size":14336,
                 "num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,
                 "num_hidden_layers":42,"vocab_size":256000,"max_position_embeddings":8192,
                 "hidden_activation":"gelu_pytorch_tanh","sliding_window":4096,
                 "attn_logit_softcapping":50.0,"final_logit_softcapping":30.0}"#,
             9_241_705_984,
-            // the norms after attention and after the MLP (two 3,584 vectors a layer; their
-            // two norm kernels a layer are not costed either)
-            42 * 2 * 3584,
         );
         assert_eq!(a.activation, Activation::Geglu);
         assert!(a.tied_embeddings);
+        // four norms a layer (the count above holds them), both logits soft-capped
+        assert!(a.post_norms && a.attention_softcap && a.final_softcap);
         // local and global layers alternate
         assert_eq!(
             (a.sliding_window, a.local_attention_share()),
             (Some(4096), 0.5)
         );
+    }
+
+    /// Gemma 2's caps are on unless the config nulls them (absent, Transformers' defaults
+    /// apply); a cap of 0 or a string is refused by name; Gemma (1) has neither, nor the
+    /// norms after the attention and the MLP.
+    #[test]
+    fn gemma_soft_caps_and_post_norms_as_transformers_reads_them() {
+        let gemma = |model_type: &str, caps: &str| {
+            let text = format!(
+                r#"{{"model_type":"{model_type}","hidden_size":2048,"intermediate_size":16384,
+                    "num_attention_heads":8,"num_key_value_heads":1,"head_dim":256,
+                    "num_hidden_layers":18,"vocab_size":256000{caps}}}"#
+            );
+            from_config_str(Path::new("config.json"), &text)
+        };
+        let parts = |a: ArchSpec| (a.post_norms, a.attention_softcap, a.final_softcap);
+        assert_eq!(parts(gemma("gemma2", "").unwrap()), (true, true, true));
+        let nulled = r#","attn_logit_softcapping":null,"final_logit_softcapping":30.0"#;
+        assert_eq!(parts(gemma("gemma2", nulled).unwrap()), (true, false, true));
+        let nulled = r#","attn_logit_softcapping":50,"final_logit_softcapping":null"#;
+        assert_eq!(parts(gemma("gemma2", nulled).unwrap()), (true, true, false));
+        assert_eq!(parts(gemma("gemma", "").unwrap()), (false, false, false));
+        for bad in ["0", "-30.0", "\"30\""] {
+            let e = gemma("gemma2", &format!(r#","final_logit_softcapping":{bad}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("final_logit_softcapping") && e.contains("positive number"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
