@@ -403,15 +403,18 @@ mod tests {
             segment(&chunk.bwd, SegmentKind::Layer),
             segment(&chunk.wgrad, SegmentKind::Layer),
         );
-        // the layer's weight-gradient GEMMs, worked from its backward list
+        // the layer's weight-gradient GEMMs, worked from its backward list: half of each
+        // projection's (an unfused attention's score and context GEMMs multiply activations)
+        let weighted = |c: &&Call| {
+            let projection = matches!(c.label, "qkv" | "attention out" | "mlp up" | "mlp down");
+            projection && plan.query(c).op == OpKind::Gemm
+        };
+        assert_eq!(plan.layer.bwd.iter().filter(weighted).count(), 4);
         let wgrad: f64 = plan
             .layer
             .bwd
             .iter()
-            .filter(|c| {
-                let q = plan.query(c);
-                q.op == OpKind::Gemm && q.role.is_some_and(Role::has_weights)
-            })
+            .filter(weighted)
             .map(|c| 0.5 * times.of(c.query) * c.count)
             .sum();
         assert!(wgrad > 0.0);
