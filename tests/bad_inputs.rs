@@ -356,6 +356,8 @@ fn cases() -> Vec<Case> {
         hf!("{\"model_type\": \"gpt2\", \"n_layer\": 12, \"n_head\": 12, \"vocab_size\": 50257}", "n_embd"),
         hf!("{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 12, \"hidden_size\": 768, \"num_attention_heads\": 12, \"vocab_size\": 50257}", "intermediate_size"),
         hf!("", "not valid JSON"),
+        hf!("{\"model_type\": \"gemma2\", \"num_hidden_layers\": 42, \"hidden_size\": 3584, \"num_attention_heads\": 16, \"num_key_value_heads\": 8, \"head_dim\": 256, \"intermediate_size\": 14336, \"vocab_size\": 256000, \"final_logit_softcapping\": 0}", "final_logit_softcapping", "positive number"),
+        arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\npost_norms: sometimes\n", "post_norms"),
         // ---- datasets ----
         case("train {tmp}/nope --out {tmp}/m", &[], &["nope", "not found"]),
         case("train {tmp}/bare --out {tmp}/m", &[("bare/x.txt", "")], &["meta.yaml"]),

@@ -1333,6 +1333,90 @@ fn context_parallelism_and_node_counts_as_users_give_them() {
     );
 }
 
+/// Gemma 2 9B from its published config.json: its norms after the attention and the MLP and
+/// its logits' soft cap are in the operator list and make the step longer than the same model
+/// without them (a YAML of the same sizes); the scores' cap, inside the fused attention kernel,
+/// is said not to be costed, and is costed once the attention is unfused.
+#[test]
+fn gemma_2_costs_its_output_norms_and_soft_caps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config.json");
+    fs::write(
+        &config,
+        r#"{"_name_or_path":"google/gemma-2-9b","model_type":"gemma2","hidden_size":3584,
+            "intermediate_size":14336,"num_attention_heads":16,"num_key_value_heads":8,
+            "head_dim":256,"num_hidden_layers":42,"vocab_size":256000,
+            "max_position_embeddings":8192,"hidden_activation":"gelu_pytorch_tanh",
+            "sliding_window":4096,"attn_logit_softcapping":50.0,
+            "final_logit_softcapping":30.0}"#,
+    )
+    .unwrap();
+    let sizes = "name: gemma-2-9b\nlayers: 42\nhidden: 3584\nheads: 16\nkv_heads: 8\n\
+                 head_dim: 256\nffn_hidden: 14336\nvocab: 256000\nnorm: rmsnorm\n\
+                 activation: geglu\ntied_embeddings: true\nsliding_window: 4096\n\
+                 global_attention_every: 2\n";
+    let yaml = |name: &str, extra: &str| {
+        let path = tmp.path().join(name);
+        fs::write(&path, format!("{sizes}{extra}")).unwrap();
+        path
+    };
+    let plain = yaml("plain.yaml", "");
+    let gemma_2 = yaml(
+        "gemma-2.yaml",
+        "post_norms: true\nattention_softcap: true\nfinal_softcap: true\n",
+    );
+    let unfused = yaml(
+        "unfused.yaml",
+        "post_norms: true\nattention_softcap: true\nfinal_softcap: true\nattention: unfused\n",
+    );
+    let predict = |model: &std::path::Path, extra: &[&str]| {
+        let args: Vec<&str> = [
+            "predict",
+            "--model",
+            s(model),
+            "--cluster",
+            "dgx-h100",
+            "--dp",
+            "8",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "4096",
+        ]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+        let out = stepcast(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let step = |model: &std::path::Path| -> f64 {
+        let v: serde_json::Value = serde_json::from_str(&predict(model, &["--json"])).unwrap();
+        v["step_time_s"].as_f64().unwrap()
+    };
+    let (from_config, with, without) = (step(&config), step(&gemma_2), step(&plain));
+    assert_eq!(from_config, with);
+    assert!(with > without * 1.01, "{with} {without}");
+    let text = predict(&config, &["--operators", "--wide"]);
+    for part in ["attention output norm", "mlp output norm", "logits softcap"] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+    assert!(!text.contains("scores softcap"), "{text}");
+    assert!(
+        text.contains("soft cap runs inside the fused attention kernel"),
+        "{text}"
+    );
+    let text = predict(&unfused, &["--operators", "--wide"]);
+    assert!(text.contains("scores softcap"), "{text}");
+    assert!(
+        !text.contains("inside the fused attention kernel"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_mixture_of_experts_from_its_config_with_expert_parallelism_and_imbalance() {
     let tmp = tempfile::tempdir().unwrap();

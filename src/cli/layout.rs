@@ -12,8 +12,9 @@ use stepcast::export::Framework;
 use stepcast::hardware::Cluster;
 use stepcast::ops::Dtype;
 use stepcast::workload::{
-    Arch, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher, Elementwise,
-    Fp8Library, Layout, ParallelSpec, Partition, Recompute, RecomputeModule, Rules, Schedule,
+    Arch, AttentionImpl, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher,
+    Elementwise, Fp8Library, Layout, ParallelSpec, Partition, Recompute, RecomputeModule, Rules,
+    Schedule,
 };
 
 #[derive(Debug, Args)]
@@ -409,6 +410,14 @@ impl JobArgs {
                  --seq-len for the length you train at",
                 layout.seq_len
             ));
+        }
+        if arch.attention_softcap && arch.attention == AttentionImpl::Flash {
+            notes.push(
+                "the attention scores' soft cap runs inside the fused attention kernel and is \
+                 not costed (unmeasured): give the model attention: unfused, as NeMo runs \
+                 Gemma 2, to cost it as three passes over the scores"
+                    .into(),
+            );
         }
         let mut inputs: Vec<_> = self
             .job
