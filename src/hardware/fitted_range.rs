@@ -469,5 +469,8 @@ mod tests {
             two.summary(),
             "2 GPUs on 1 node, 7.00 B parameters, sequences of 4,096 tokens, bf16"
         );
+        // sizes under 10 B keep two decimals, from 10 B whole billions
+        assert_eq!(params_span(9.5, 10.0), "9.50–10 B");
+        assert_eq!(params_span(10.0, 10.4), "10 B");
     }
 }
