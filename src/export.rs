@@ -306,7 +306,8 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if a.post_norms || a.attention_softcap || a.final_softcap {
         return Err(Error::Invalid(
             "megatron: Megatron-LM's arguments have no norms after the attention and MLP \
-             outputs nor logit soft-capping (Gemma 2's): NeMo's Gemma 2 layer spec adds them"
+             outputs nor logit soft-capping (Gemma 2's and 3's): NeMo's Gemma layer specs add \
+             them"
                 .into(),
         ));
     }
@@ -528,8 +529,8 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if a.post_norms || a.attention_softcap || a.final_softcap {
         return Err(Error::Invalid(
             "nemo: the norms after the attention and MLP outputs and the logit soft caps are \
-             NeMo's Gemma 2 layer spec, not fields set here: start from its llm.gemma2_2b, \
-             gemma2_9b or gemma2_27b recipe and set this layout's sizes"
+             NeMo's Gemma layer specs, not fields set here: start from NeMo's recipe for the \
+             model (llm.gemma2_2b, gemma2_9b, gemma2_27b, …) and set this layout's sizes"
                 .into(),
         ));
     }

@@ -358,6 +358,7 @@ fn cases() -> Vec<Case> {
         hf!("", "not valid JSON"),
         hf!("{\"model_type\": \"gemma2\", \"num_hidden_layers\": 42, \"hidden_size\": 3584, \"num_attention_heads\": 16, \"num_key_value_heads\": 8, \"head_dim\": 256, \"intermediate_size\": 14336, \"vocab_size\": 256000, \"final_logit_softcapping\": 0}", "final_logit_softcapping", "positive number"),
         arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\npost_norms: sometimes\n", "post_norms"),
+        hf!("{\"model_type\": \"gemma3\", \"text_config\": {\"model_type\": \"gemma3_text\", \"hidden_size\": 2560}}", "text_config", "gemma3_text"),
         // ---- datasets ----
         case("train {tmp}/nope --out {tmp}/m", &[], &["nope", "not found"]),
         case("train {tmp}/bare --out {tmp}/m", &[("bare/x.txt", "")], &["meta.yaml"]),

@@ -1,6 +1,6 @@
 //! Reading a Hugging Face `config.json` into an `ArchSpec`: the LLaMA family and its
-//! descendants (llama, mistral, qwen2, qwen3, phi3), Gemma (gemma, gemma2), Nemotron, GPT-NeoX
-//! and GPT-2. `head_dim` is read when given, never re-derived; the sequence length is a training
+//! descendants (llama, mistral, qwen2, qwen3, phi3), Gemma (gemma, gemma2, gemma3_text),
+//! Nemotron, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence length is a training
 //! length (4,096), not the context window. Mixtures of experts: Mixtral, Qwen2-MoE, Qwen3-MoE
 //! and DeepSeek-V2/V3 (with multi-head latent attention); others are refused.
 
@@ -124,6 +124,30 @@ impl Config<'_> {
         }
     }
 
+    /// Every how many layers one attends to the whole sequence, as `layer_types` lists
+    /// them (none without the list; refused unless every N-th layer is the full one).
+    fn global_attention_every(&self) -> Result<Option<u64>> {
+        let Some(types) = self.v.get("layer_types").and_then(Value::as_array) else {
+            return Ok(None);
+        };
+        let global = |t: &Value| t.as_str() == Some("full_attention");
+        let every = types.iter().position(global).map_or(0, |i| i as u64 + 1);
+        let regular = every > 0
+            && types
+                .iter()
+                .enumerate()
+                .all(|(i, t)| global(t) == (i as u64 + 1).is_multiple_of(every));
+        if !regular {
+            return Err(self.bad(
+                "layer_types: full-attention layers are read when every N-th layer is one \
+                 (GPT-OSS and Gemma 2: every second, Gemma 3: every sixth); describe this \
+                 model in a YAML file with sliding_window and global_attention_every"
+                    .into(),
+            ));
+        }
+        Ok(Some(every))
+    }
+
     /// Any non-zero dropout probability means masks are stored for the backward.
     fn dropout(&self, keys: &[&str], default: f64) -> bool {
         keys.iter()
@@ -197,7 +221,7 @@ impl Config<'_> {
             "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
                 self.llama_like(model_type, name)?
             }
-            "gemma" | "gemma2" => {
+            "gemma" | "gemma2" | "gemma3_text" => {
                 let act = self.str(&["hidden_activation", "hidden_act"], "gelu_pytorch_tanh");
                 if !act.starts_with("gelu") {
                     return Err(self.bad(format!(
@@ -205,18 +229,36 @@ impl Config<'_> {
                          describe this model in a YAML architecture file instead"
                     )));
                 }
-                // Gemma 2 alternates sliding-window and global layers, norms the attention's
-                // and the MLP's outputs too, and soft-caps the scores and logits
-                let gemma2 = model_type == "gemma2";
+                // Gemma 2 and 3 alternate sliding-window and global layers (every second one
+                // global, every sixth) and norm the attention's and the MLP's outputs too;
+                // Gemma 2 soft-caps its scores and logits (Transformers' defaults), Gemma 3
+                // norms its queries and keys instead (its caps off unless the config sets them)
+                let (gemma2, gemma3) = (model_type == "gemma2", model_type == "gemma3_text");
+                let global_every = match self.global_attention_every()? {
+                    Some(every) => Some(every),
+                    None if gemma2 => Some(2),
+                    None if gemma3 => Some(self.opt_int("sliding_window_pattern")?.unwrap_or(6)),
+                    None => None,
+                };
+                let caps = gemma2 || gemma3;
                 ArchSpec {
                     activation: Activation::Geglu,
                     tied_embeddings: self.flag("tie_word_embeddings", true),
-                    global_attention_every: gemma2.then_some(2),
-                    post_norms: gemma2,
-                    attention_softcap: gemma2 && self.softcap("attn_logit_softcapping", true)?,
-                    final_softcap: gemma2 && self.softcap("final_logit_softcapping", true)?,
+                    global_attention_every: global_every,
+                    post_norms: gemma2 || gemma3,
+                    qk_norm: gemma3,
+                    attention_softcap: caps && self.softcap("attn_logit_softcapping", gemma2)?,
+                    final_softcap: caps && self.softcap("final_logit_softcapping", gemma2)?,
                     ..self.llama_like(model_type, name)?
                 }
+            }
+            "gemma3" => {
+                return Err(self.bad(
+                    "model_type \"gemma3\" is Gemma 3 with its vision tower, which stepcast does \
+                     not cost: give the config's \"text_config\" object as the config.json \
+                     (its model_type is gemma3_text) to cost the language model"
+                        .into(),
+                ))
             }
             "nemotron" => {
                 let act = self.str(&["hidden_act"], "relu2");
@@ -299,8 +341,8 @@ impl Config<'_> {
             other => {
                 return Err(self.bad(format!(
                     "model_type \"{other}\" is not supported (llama, mistral, qwen2, qwen3, \
-                     phi3, gemma, gemma2, nemotron, gpt_neox, gpt2); describe the architecture \
-                     in a YAML file instead"
+                     phi3, gemma, gemma2, gemma3_text, nemotron, gpt_neox, gpt2); describe the \
+                     architecture in a YAML file instead"
                 )))
             }
         };
@@ -357,27 +399,7 @@ impl Config<'_> {
         spec.qkv_bias = self.flag("attention_bias", true);
         spec.linear_bias = false;
         spec.sliding_window = self.opt_int("sliding_window")?;
-        spec.global_attention_every = match self.v.get("layer_types").and_then(Value::as_array) {
-            None => None,
-            Some(types) => {
-                let global = |t: &Value| t.as_str() == Some("full_attention");
-                let every = types.iter().position(global).map_or(0, |i| i as u64 + 1);
-                let regular = every > 0
-                    && types
-                        .iter()
-                        .enumerate()
-                        .all(|(i, t)| global(t) == (i as u64 + 1).is_multiple_of(every));
-                if !regular {
-                    return Err(self.bad(
-                        "layer_types: full-attention layers are read when every N-th layer is \
-                         one (GPT-OSS: every second); describe this model in a YAML file with \
-                         sliding_window and global_attention_every"
-                            .into(),
-                    ));
-                }
-                Some(every)
-            }
-        };
+        spec.global_attention_every = self.global_attention_every()?;
         spec.moe = Some(MoeSpec {
             experts: self.int("num_local_experts")?,
             top_k: self.int("num_experts_per_tok")?,
@@ -655,6 +677,54 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// Gemma 3 1B (google/gemma-3-1b-pt): four norms a layer and query/key norms, every
+    /// sixth layer global (its `sliding_window_pattern`, or the `layer_types` newer configs
+    /// list), 512-token windows, no soft caps; its multimodal siblings' configs are refused
+    /// with the way to their text model.
+    #[test]
+    fn gemma_3_1b() {
+        let config = |extra: &str| {
+            format!(
+                r#"{{"model_type":"gemma3_text","hidden_size":1152,"intermediate_size":6912,
+                    "num_attention_heads":4,"num_key_value_heads":1,"head_dim":256,
+                    "num_hidden_layers":26,"vocab_size":262144,"max_position_embeddings":32768,
+                    "hidden_activation":"gelu_pytorch_tanh","sliding_window":512,
+                    "attn_logit_softcapping":null,"final_logit_softcapping":null,
+                    "query_pre_attn_scalar":256{extra}}}"#
+            )
+        };
+        let a = published(&config(r#","sliding_window_pattern":6"#), 999_885_952);
+        assert!(a.post_norms && a.qk_norm && a.tied_embeddings);
+        assert!(!a.attention_softcap && !a.final_softcap);
+        assert_eq!(
+            (a.sliding_window, a.global_attention_every),
+            (Some(512), Some(6))
+        );
+        // the pattern's default, and the same read from the listed layer types
+        assert_eq!(
+            published(&config(""), 999_885_952).global_attention_every,
+            Some(6)
+        );
+        let six = r#""sliding_attention","sliding_attention","sliding_attention","sliding_attention","sliding_attention","full_attention""#;
+        let sliding = r#""sliding_attention""#;
+        let types = format!(
+            r#","layer_types":[{},{sliding},{sliding}]"#,
+            [six; 4].join(",")
+        );
+        let listed = published(&config(&types), 999_885_952);
+        assert_eq!(listed.global_attention_every, Some(6));
+        let e = from_config_str(
+            Path::new("config.json"),
+            r#"{"model_type":"gemma3","text_config":{"hidden_size":2560}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("text_config") && e.contains("gemma3_text"),
+            "{e}"
+        );
     }
 
     #[test]
