@@ -648,6 +648,23 @@ mod tests {
         );
     }
 
+    /// Gemma 2 2B and 27B count their checkpoints' parameters too (four norms a layer each;
+    /// the 27B's 32 heads of 128 do not tile its 4,608-wide hidden state).
+    #[test]
+    fn gemma_2_2b_and_27b() {
+        let gemma_2 = |layers, hidden, heads, kv_heads, head_dim, ffn| {
+            format!(
+                r#"{{"model_type":"gemma2","hidden_size":{hidden},"intermediate_size":{ffn},
+                    "num_attention_heads":{heads},"num_key_value_heads":{kv_heads},
+                    "head_dim":{head_dim},"num_hidden_layers":{layers},"vocab_size":256000,
+                    "sliding_window":4096}}"#
+            )
+        };
+        published(&gemma_2(26, 2304, 8, 4, 256, 9216), 2_614_341_888);
+        let big = published(&gemma_2(46, 4608, 32, 16, 128, 36864), 27_227_128_320);
+        assert_eq!(big.head_dim * big.heads, 4096);
+    }
+
     /// Gemma 2's caps are on unless the config nulls them (absent, Transformers' defaults
     /// apply); a cap of 0 or a string is refused by name; Gemma (1) has neither, nor the
     /// norms after the attention and the MLP.
