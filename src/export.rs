@@ -303,11 +303,11 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             ))
         }
     }
-    if a.post_norms || a.attention_softcap || a.final_softcap {
+    if gemma_parts(a) {
         return Err(Error::Invalid(
             "megatron: Megatron-LM's arguments have no norms after the attention and MLP \
-             outputs nor logit soft-capping (Gemma 2's and 3's): NeMo's Gemma layer specs add \
-             them"
+             outputs, logit soft-capping nor scaled embeddings (Gemma's): NeMo's Gemma layer \
+             specs add them"
                 .into(),
         ));
     }
@@ -495,6 +495,12 @@ fn cuda_graph_settings(scopes: &[CudaGraphScope]) -> Option<(&'static str, Vec<&
     }
 }
 
+/// Whether `arch` has a part only Gemma's own layer specs build (NeMo's Gemma modules): norms
+/// after the attention and MLP outputs, soft caps, embeddings scaled by √hidden.
+fn gemma_parts(a: &Arch) -> bool {
+    a.post_norms || a.attention_softcap || a.final_softcap || a.scaled_embeddings
+}
+
 /// The NeMo 2.0 recipe closest to `arch`, and whether it is the same model.
 fn nemo_recipe(arch: &Arch) -> (&'static str, bool) {
     const SAME: &[(&str, &str)] = &[
@@ -526,11 +532,12 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             "nemo: Megatron-Core has no ALiBi position embedding".into(),
         ));
     }
-    if a.post_norms || a.attention_softcap || a.final_softcap {
+    if gemma_parts(a) {
         return Err(Error::Invalid(
-            "nemo: the norms after the attention and MLP outputs and the logit soft caps are \
-             NeMo's Gemma layer specs, not fields set here: start from NeMo's recipe for the \
-             model (llm.gemma2_2b, gemma2_9b, gemma2_27b, …) and set this layout's sizes"
+            "nemo: the norms after the attention and MLP outputs, the logit soft caps and the \
+             scaled embeddings are NeMo's Gemma layer specs, not fields set here: start from \
+             NeMo's recipe for the model (llm.gemma_2b, gemma2_9b, gemma2_27b, …) and set \
+             this layout's sizes"
                 .into(),
         ));
     }
@@ -1143,24 +1150,25 @@ mod tests {
         }
     }
 
-    /// Gemma 2's norms after the attention and MLP outputs and its soft caps are no
-    /// Megatron-LM argument nor Megatron-Core config field: exporting them is refused, each
+    /// Gemma's norms after the attention and MLP outputs, soft caps and scaled embeddings are
+    /// no Megatron-LM argument nor Megatron-Core config field: exporting them is refused, each
     /// alone.
     #[test]
-    fn gemma_2_parts_are_refused_where_no_field_says_them() {
+    fn gemma_parts_are_refused_where_no_field_says_them() {
         let (base, l) = target("llama3-8b", spec(2, 1, 4));
-        let parts: [fn(&mut Arch); 3] = [
+        let parts: [fn(&mut Arch); 4] = [
             |a| a.post_norms = true,
             |a| a.attention_softcap = true,
             |a| a.final_softcap = true,
+            |a| a.scaled_embeddings = true,
         ];
         for set in parts {
             let mut a = base.clone();
             set(&mut a);
             let e = launch(Framework::Megatron, &a, &l).unwrap_err().to_string();
-            assert!(e.contains("soft-capping") && e.contains("Gemma 2"), "{e}");
+            assert!(e.contains("soft-capping") && e.contains("Gemma's"), "{e}");
             let e = launch(Framework::Nemo, &a, &l).unwrap_err().to_string();
-            assert!(e.contains("llm.gemma2_2b"), "{e}");
+            assert!(e.contains("llm.gemma_2b"), "{e}");
         }
         assert!(launch(Framework::Megatron, &base, &l).is_ok());
         assert!(launch(Framework::Nemo, &base, &l).is_ok());

@@ -1333,8 +1333,8 @@ fn context_parallelism_and_node_counts_as_users_give_them() {
     );
 }
 
-/// Gemma 2 9B from its published config.json: its norms after the attention and the MLP and
-/// its logits' soft cap are in the operator list and make the step longer than the same model
+/// Gemma 2 9B from its published config.json: its norms after the attention and the MLP, its
+/// logits' soft cap and its embeddings' scaling are in the operator list and make the step longer than the same model
 /// without them (a YAML of the same sizes); the scores' cap, inside the fused attention kernel,
 /// is said not to be costed, and is costed once the attention is unfused.
 #[test]
@@ -1363,7 +1363,7 @@ fn gemma_2_costs_its_output_norms_and_soft_caps() {
     let plain = yaml("plain.yaml", "");
     let gemma_2 = yaml(
         "gemma-2.yaml",
-        "post_norms: true\nattention_softcap: true\nfinal_softcap: true\n",
+        "post_norms: true\nattention_softcap: true\nfinal_softcap: true\nscaled_embeddings: true\n",
     );
     let unfused = yaml(
         "unfused.yaml",
@@ -1401,7 +1401,12 @@ fn gemma_2_costs_its_output_norms_and_soft_caps() {
     assert_eq!(from_config, with);
     assert!(with > without * 1.01, "{with} {without}");
     let text = predict(&config, &["--operators", "--wide"]);
-    for part in ["attention output norm", "mlp output norm", "logits softcap"] {
+    for part in [
+        "attention output norm",
+        "mlp output norm",
+        "logits softcap",
+        "embedding scale",
+    ] {
         assert!(text.contains(part), "{part}: {text}");
     }
     assert!(!text.contains("scores softcap"), "{text}");

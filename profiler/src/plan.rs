@@ -383,6 +383,7 @@ impl PlanSpec {
                     qkv_bias: false,
                     qk_norm: false,
                     post_norms: false,
+                    scaled_embeddings: false,
                     attention_softcap: false,
                     final_softcap: false,
                     norm_bias: None,

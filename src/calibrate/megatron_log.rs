@@ -1028,6 +1028,7 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
         qkv_bias: a.flag("add_qkv_bias"),
         qk_norm: a.flag("qk_layernorm"),
         post_norms: false,
+        scaled_embeddings: false,
         attention_softcap: false,
         final_softcap: false,
         norm_bias: None,

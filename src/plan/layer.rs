@@ -1605,7 +1605,8 @@ pub(super) fn layer_block(
     }
 }
 
-/// The embedding lookup (and, with tp > 1, the all-reduce of its vocabulary-parallel output).
+/// The embedding lookup (and, with tp > 1, the all-reduce of its vocabulary-parallel output;
+/// then Gemma's scaling by √hidden).
 pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
     let shape = Shape::Lookup(LookupShape {
         batch: d.b,
@@ -1631,7 +1632,7 @@ pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
             Class::TpComm,
         ));
     }
-    let bwd = vec![b.call(
+    let mut bwd = vec![b.call(
         "embedding",
         OpKind::Embedding,
         Phase::Bwd,
@@ -1640,6 +1641,21 @@ pub(super) fn embedding_block(b: &mut Builder, arch: &Arch, d: &Dims) -> Block {
         shape,
         Class::Compute,
     )];
+    // Gemma's √hidden normalizer: a pass over the embeddings, and its gradient's
+    if arch.scaled_embeddings {
+        for (phase, calls) in [(Phase::Fwd, &mut fwd), (Phase::Bwd, &mut bwd)] {
+            let scale = b.call(
+                "embedding scale",
+                OpKind::Elementwise,
+                phase,
+                d.act,
+                None,
+                d.tok_sp(d.d),
+                Class::Compute,
+            );
+            calls.push(scale);
+        }
+    }
     Block {
         fwd,
         bwd,
@@ -2452,6 +2468,7 @@ mod by_hand_tests {
     /// on the 4,096-row shard and before the residual add, each way (four norms' gradients
     /// accumulated); the logits soft-capped by three passes over the rank's 8,192 × 64,128
     /// logits between the LM head and the loss (backward: the tanh's reads its output too);
+    /// the embeddings scaled by √hidden in one pass each way;
     /// an unfused attention's 16 × 8,192² scores a rank soft-capped likewise after the
     /// scores GEMM.
     #[test]
@@ -2468,6 +2485,7 @@ mod by_hand_tests {
         let gemma = Arch {
             post_norms: true,
             final_softcap: true,
+            scaled_embeddings: true,
             ..base.clone()
         };
         let (p, q) = (plan(&base, spec()), plan(&gemma, spec()));
@@ -2510,6 +2528,17 @@ mod by_hand_tests {
         let tanh = ["elementwise", "residual_add", "elementwise"];
         assert_eq!(lines(&q, &q.head.fwd), head(&p.head.fwd, pass, "fwd"));
         assert_eq!(lines(&q, &q.head.bwd), head(&p.head.bwd, tanh, "bwd"));
+        // the embeddings scaled by √hidden after the all-reduce, on the 4,096-row shard
+        for (plain, scaled, phase) in [
+            (&p.embedding.fwd, &q.embedding.fwd, "fwd"),
+            (&p.embedding.bwd, &q.embedding.bwd, "bwd"),
+        ] {
+            let mut expected = lines(&p, plain);
+            expected.push(format!(
+                "embedding scale: elementwise {phase} bf16 1x4096x4096"
+            ));
+            assert_eq!(lines(&q, scaled), expected);
+        }
 
         let unfused = |softcap| Arch {
             attention: AttentionImpl::Unfused,

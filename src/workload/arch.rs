@@ -197,6 +197,10 @@ pub struct ArchSpec {
     /// post-attention and post-feed-forward norms: four norms a layer).
     #[serde(default)]
     pub post_norms: bool,
+    /// Embeddings multiplied by √hidden before the first layer (Gemma's normalizer): one
+    /// pass over them each way.
+    #[serde(default)]
+    pub scaled_embeddings: bool,
     /// Soft-capped attention scores, cap · tanh(scores / cap) (Gemma 2's
     /// `attn_logit_softcapping`): three more kernels on an unfused attention's scores.
     #[serde(default)]
@@ -254,6 +258,7 @@ pub struct Arch {
     pub qkv_bias: bool,
     pub qk_norm: bool,
     pub post_norms: bool,
+    pub scaled_embeddings: bool,
     pub attention_softcap: bool,
     pub final_softcap: bool,
     pub norm: NormKind,
@@ -398,6 +403,7 @@ impl ArchSpec {
             qkv_bias: self.qkv_bias,
             qk_norm: self.qk_norm,
             post_norms: self.post_norms,
+            scaled_embeddings: self.scaled_embeddings,
             attention_softcap: self.attention_softcap,
             final_softcap: self.final_softcap,
             kv_heads,

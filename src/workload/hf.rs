@@ -246,6 +246,7 @@ impl Config<'_> {
                     tied_embeddings: self.flag("tie_word_embeddings", true),
                     global_attention_every: global_every,
                     post_norms: gemma2 || gemma3,
+                    scaled_embeddings: true,
                     qk_norm: gemma3,
                     attention_softcap: caps && self.softcap("attn_logit_softcapping", gemma2)?,
                     final_softcap: caps && self.softcap("final_logit_softcapping", gemma2)?,
@@ -295,6 +296,7 @@ impl Config<'_> {
                 qkv_bias: false,
                 qk_norm: false,
                 post_norms: false,
+                scaled_embeddings: false,
                 attention_softcap: false,
                 final_softcap: false,
                 norm_bias: None,
@@ -327,6 +329,7 @@ impl Config<'_> {
                     qkv_bias: false,
                     qk_norm: false,
                     post_norms: false,
+                    scaled_embeddings: false,
                     attention_softcap: false,
                     final_softcap: false,
                     norm_bias: None,
@@ -486,6 +489,7 @@ impl Config<'_> {
             qkv_bias: model_type == "qwen2" || attention_bias,
             qk_norm: model_type == "qwen3",
             post_norms: false,
+            scaled_embeddings: false,
             attention_softcap: false,
             final_softcap: false,
             norm_bias: None,
@@ -685,6 +689,10 @@ mod tests {
         let nulled = r#","attn_logit_softcapping":50,"final_logit_softcapping":null"#;
         assert_eq!(parts(gemma("gemma2", nulled).unwrap()), (true, true, false));
         assert_eq!(parts(gemma("gemma", "").unwrap()), (false, false, false));
+        // every Gemma scales its embeddings by √hidden
+        for model_type in ["gemma", "gemma2"] {
+            assert!(gemma(model_type, "").unwrap().scaled_embeddings);
+        }
         for bad in ["0", "-30.0", "\"30\""] {
             let e = gemma("gemma2", &format!(r#","final_logit_softcapping":{bad}"#))
                 .unwrap_err()
@@ -713,7 +721,7 @@ mod tests {
             )
         };
         let a = published(&config(r#","sliding_window_pattern":6"#), 999_885_952);
-        assert!(a.post_norms && a.qk_norm && a.tied_embeddings);
+        assert!(a.post_norms && a.qk_norm && a.tied_embeddings && a.scaled_embeddings);
         assert!(!a.attention_softcap && !a.final_softcap);
         assert_eq!(
             (a.sliding_window, a.global_attention_every),

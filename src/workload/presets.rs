@@ -76,6 +76,7 @@ fn spec(
         qkv_bias: false,
         qk_norm: false,
         post_norms: false,
+        scaled_embeddings: false,
         attention_softcap: false,
         final_softcap: false,
         sliding_window: None,
