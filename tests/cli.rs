@@ -1334,9 +1334,10 @@ fn context_parallelism_and_node_counts_as_users_give_them() {
 }
 
 /// Gemma 2 9B from its published config.json: its norms after the attention and the MLP, its
-/// logits' soft cap and its embeddings' scaling are in the operator list and make the step longer than the same model
-/// without them (a YAML of the same sizes); the scores' cap, inside the fused attention kernel,
-/// is said not to be costed, and is costed once the attention is unfused.
+/// logits' soft cap and its embeddings' scaling are in the operator list and make the step
+/// longer than the same model without them (a YAML of the same sizes); the scores' cap,
+/// inside the fused attention kernel, is said not to be costed, and is costed once the
+/// attention is unfused.
 #[test]
 fn gemma_2_costs_its_output_norms_and_soft_caps() {
     let tmp = tempfile::tempdir().unwrap();

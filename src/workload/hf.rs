@@ -1,8 +1,9 @@
 //! Reading a Hugging Face `config.json` into an `ArchSpec`: the LLaMA family and its
 //! descendants (llama, mistral, qwen2, qwen3, phi3), Gemma (gemma, gemma2, gemma3_text),
-//! Nemotron, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence length is a training
-//! length (4,096), not the context window. Mixtures of experts: Mixtral, Qwen2-MoE, Qwen3-MoE
-//! and DeepSeek-V2/V3 (with multi-head latent attention); others are refused.
+//! Nemotron, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence
+//! length is a training length (4,096), not the context window. Mixtures of experts: Mixtral,
+//! Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head latent attention) and GPT-OSS; others
+//! are refused.
 
 use std::path::Path;
 
@@ -727,19 +728,24 @@ mod tests {
             (a.sliding_window, a.global_attention_every),
             (Some(512), Some(6))
         );
-        // the pattern's default, and the same read from the listed layer types
-        assert_eq!(
-            published(&config(""), 999_885_952).global_attention_every,
-            Some(6)
-        );
-        let six = r#""sliding_attention","sliding_attention","sliding_attention","sliding_attention","sliding_attention","full_attention""#;
-        let sliding = r#""sliding_attention""#;
-        let types = format!(
-            r#","layer_types":[{},{sliding},{sliding}]"#,
-            [six; 4].join(",")
-        );
-        let listed = published(&config(&types), 999_885_952);
-        assert_eq!(listed.global_attention_every, Some(6));
+        // the pattern read, and its default
+        let every = |extra: &str| published(&config(extra), 999_885_952).global_attention_every;
+        assert_eq!(every(r#","sliding_window_pattern":4"#), Some(4));
+        assert_eq!(every(""), Some(6));
+        // (the list, where a config has one, wins over the pattern)
+        let listed = |every: usize| {
+            let layer = |i: usize| match (i + 1) % every {
+                0 => r#""full_attention""#,
+                _ => r#""sliding_attention""#,
+            };
+            let types: Vec<&str> = (0..26).map(layer).collect();
+            let types = format!(
+                r#","sliding_window_pattern":6,"layer_types":[{}]"#,
+                types.join(",")
+            );
+            published(&config(&types), 999_885_952).global_attention_every
+        };
+        assert_eq!((listed(6), listed(3)), (Some(6), Some(3)));
         let e = from_config_str(
             Path::new("config.json"),
             r#"{"model_type":"gemma3","text_config":{"hidden_size":2560}}"#,
