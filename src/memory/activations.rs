@@ -328,7 +328,8 @@ fn op_checkpointed(
     } else {
         kept.push(("MLP up projection output (saved matmul)", e * tokens * ffn));
     }
-    if layout.tp > 1 && layout.sequence_parallel {
+    // (a layout with sequence parallelism has tp > 1)
+    if layout.sequence_parallel {
         kept.push(("reduce-scatter outputs (saved collectives)", 2.0 * e * sp_h));
     }
     kept.into_iter()
@@ -355,7 +356,8 @@ fn rebuilt(arch: &Arch, layout: &Layout, what: &str) -> bool {
         | "MLP input (norm output)"
         | "input norm fp32 copy and scaled output (eager)"
         | "post-attention norm fp32 copy and scaled output (eager)" => &[M::Layernorm],
-        "Q, K and V" if arch.mla.is_some() => &[M::MlaUpProj],
+        // (a layout names mla_up_proj only for a model with latent attention)
+        "Q, K and V" => &[M::MlaUpProj],
         "GELU input"
         | "squared-ReLU input"
         | "SwiGLU input (gate and up)"
