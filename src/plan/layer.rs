@@ -2468,9 +2468,8 @@ mod by_hand_tests {
     /// on the 4,096-row shard and before the residual add, each way (four norms' gradients
     /// accumulated); the logits soft-capped by three passes over the rank's 8,192 × 64,128
     /// logits between the LM head and the loss (backward: the tanh's reads its output too);
-    /// the embeddings scaled by √hidden in one pass each way;
-    /// an unfused attention's 16 × 8,192² scores a rank soft-capped likewise after the
-    /// scores GEMM.
+    /// the embeddings scaled by √hidden in one pass each way; an unfused attention's
+    /// 16 × 8,192² scores a rank soft-capped likewise after the scores GEMM.
     #[test]
     fn gemma_2_norms_its_outputs_and_soft_caps_scores_and_logits() {
         let base = Arch::resolve("llama3-8b").unwrap();

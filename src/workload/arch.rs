@@ -194,7 +194,7 @@ pub struct ArchSpec {
     #[serde(default)]
     pub qk_norm: bool,
     /// A norm on the attention's and the MLP's outputs before each residual add (Gemma 2's
-    /// post-attention and post-feed-forward norms: four norms a layer).
+    /// and 3's post-attention and post-feed-forward norms: four norms a layer).
     #[serde(default)]
     pub post_norms: bool,
     /// Embeddings multiplied by √hidden before the first layer (Gemma's normalizer): one
@@ -504,7 +504,8 @@ impl Arch {
         let sharded = attn_sharded
             + d * up_out + bias * up_out           // MLP up (and gate)
             + f * d; // MLP down
-                     // two norms a layer, four with the norms on the attention's and MLP's outputs
+
+        // two norms a layer, four with the norms on the attention's and MLP's outputs
         let norms = 2 + 2 * self.post_norms as u64;
         let replicated = norms * norm + bias * 2 * d + attn_replicated + router;
         let tensors = norms * norm_tensors + attn_tensors + mlp_tensors + 2 * bias;
