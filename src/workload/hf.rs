@@ -236,21 +236,20 @@ impl Config<'_> {
                 // norms its queries and keys instead (its caps off unless the config sets them)
                 let (gemma2, gemma3) = (model_type == "gemma2", model_type == "gemma3_text");
                 let global_every = match self.global_attention_every()? {
-                    Some(every) => Some(every),
                     None if gemma2 => Some(2),
                     None if gemma3 => Some(self.opt_int("sliding_window_pattern")?.unwrap_or(6)),
-                    None => None,
+                    listed => listed,
                 };
-                let caps = gemma2 || gemma3;
+                let later = gemma2 || gemma3;
                 ArchSpec {
                     activation: Activation::Geglu,
                     tied_embeddings: self.flag("tie_word_embeddings", true),
                     global_attention_every: global_every,
-                    post_norms: gemma2 || gemma3,
+                    post_norms: later,
                     scaled_embeddings: true,
                     qk_norm: gemma3,
-                    attention_softcap: caps && self.softcap("attn_logit_softcapping", gemma2)?,
-                    final_softcap: caps && self.softcap("final_logit_softcapping", gemma2)?,
+                    attention_softcap: later && self.softcap("attn_logit_softcapping", gemma2)?,
+                    final_softcap: later && self.softcap("final_logit_softcapping", gemma2)?,
                     ..self.llama_like(model_type, name)?
                 }
             }
