@@ -358,6 +358,10 @@ fn cases() -> Vec<Case> {
         hf!("", "not valid JSON"),
         hf!("{\"model_type\": \"gemma2\", \"num_hidden_layers\": 42, \"hidden_size\": 3584, \"num_attention_heads\": 16, \"num_key_value_heads\": 8, \"head_dim\": 256, \"intermediate_size\": 14336, \"vocab_size\": 256000, \"final_logit_softcapping\": 0}", "final_logit_softcapping", "positive number"),
         arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\npost_norms: sometimes\n", "post_norms"),
+        hf!("{\"model_type\": \"mpt\", \"d_model\": 4096, \"n_heads\": 32, \"n_layers\": 32, \"vocab_size\": 50432, \"attn_config\": {\"alibi\": true, \"clip_qkv\": 8}}", "attn_config.clip_qkv", "not costed"),
+        hf!("{\"model_type\": \"mpt\", \"d_model\": 4096, \"n_heads\": 32, \"n_layers\": 32, \"vocab_size\": 50432, \"expansion_ratio\": 1e9}", "expansion_ratio", "between 0.01 and 1000"),
+        hf!("{\"model_type\": \"mpt\", \"d_model\": 4096, \"n_heads\": 32, \"n_layers\": 32, \"vocab_size\": 50432, \"attn_config\": {\"attn_type\": \"grouped_query_attention\", \"kv_n_heads\": \"8\"}}", "attn_config.kv_n_heads", "positive integer"),
+        hf!("{\"model_type\": \"mpt\", \"d_model\": 4096, \"n_heads\": 32, \"n_layers\": 32, \"vocab_size\": 50432, \"attn_config\": \"flash\"}", "attn_config", "must be an object"),
         hf!("{\"model_type\": \"gemma3\", \"text_config\": {\"model_type\": \"gemma3_text\", \"hidden_size\": 2560}}", "text_config", "gemma3_text"),
         // ---- datasets ----
         case("train {tmp}/nope --out {tmp}/m", &[], &["nope", "not found"]),

@@ -1338,6 +1338,63 @@ fn context_parallelism_and_node_counts_as_users_give_them() {
 /// longer than the same model without them (a YAML of the same sizes); the scores' cap,
 /// inside the fused attention kernel, is said not to be costed, and is costed once the
 /// attention is unfused.
+/// An MPT config.json (mosaicml/mpt-7b's, with the FlashAttention llm-foundry trains with)
+/// predicts the step of the architecture file the MPT benchmarks were checked with; as
+/// published (`attn_impl` torch) its attention runs unfused, and the step is longer.
+#[test]
+fn mpt_config_json_costs_as_the_benchmarks_architecture() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = tmp.path().join(name);
+        fs::write(&path, text).unwrap();
+        path
+    };
+    let config = |attn_impl: &str| {
+        format!(
+            r#"{{"model_type":"mpt","d_model":4096,"n_heads":32,"n_layers":32,
+                "expansion_ratio":4,"max_seq_len":2048,"vocab_size":50432,"no_bias":true,
+                "norm_type":"low_precision_layernorm","learned_pos_emb":true,
+                "attn_config":{{"alibi":true,"attn_impl":"{attn_impl}"}}}}"#
+        )
+    };
+    let flash = write("flash.json", &config("flash"));
+    let torch = write("torch.json", &config("torch"));
+    let yaml = write(
+        "mpt-7b.yaml",
+        "name: mpt-7b\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 32\nffn_hidden: 16384\n\
+         vocab: 50432\nnorm: layernorm\nactivation: gelu\nposition: alibi\n\
+         linear_bias: false\nnorm_bias: false\nseq_len: 2048\nattention: flash\n\
+         dropout: false\ntied_embeddings: true\n",
+    );
+    let step = |model: &std::path::Path| -> f64 {
+        let out = stepcast(&[
+            "predict",
+            "--model",
+            s(model),
+            "--cluster",
+            "dgx-a100",
+            "--dp",
+            "8",
+            "--zero",
+            "3",
+            "--micro-batch",
+            "4",
+            "--global-batch",
+            "256",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        v["step_time_s"].as_f64().unwrap()
+    };
+    let (from_config, from_yaml, unfused) = (step(&flash), step(&yaml), step(&torch));
+    assert_eq!(from_config, from_yaml);
+    assert!(
+        unfused > from_yaml,
+        "unfused {unfused} s, flash {from_yaml} s"
+    );
+}
+
 #[test]
 fn gemma_2_costs_its_output_norms_and_soft_caps() {
     let tmp = tempfile::tempdir().unwrap();

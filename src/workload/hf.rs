@@ -1,6 +1,6 @@
 //! Reading a Hugging Face `config.json` into an `ArchSpec`: the LLaMA family and its
 //! descendants (llama, mistral, qwen2, qwen3, phi3), Gemma (gemma, gemma2, gemma3_text),
-//! Nemotron, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence
+//! Nemotron, MPT, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence
 //! length is a training length (4,096), not the context window. Mixtures of experts: Mixtral,
 //! Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head latent attention) and GPT-OSS; others
 //! are refused.
@@ -276,6 +276,7 @@ impl Config<'_> {
                     ..self.llama_like(model_type, name)?
                 }
             }
+            "mpt" => self.mpt(name)?,
             "gpt_neox" => ArchSpec {
                 name,
                 layers: self.int("num_hidden_layers")?,
@@ -344,8 +345,8 @@ impl Config<'_> {
             other => {
                 return Err(self.bad(format!(
                     "model_type \"{other}\" is not supported (llama, mistral, qwen2, qwen3, \
-                     phi3, gemma, gemma2, gemma3_text, nemotron, gpt_neox, gpt2); describe the \
-                     architecture in a YAML file instead"
+                     phi3, gemma, gemma2, gemma3_text, nemotron, mpt, gpt_neox, gpt2); describe \
+                     the architecture in a YAML file instead"
                 )))
             }
         };
@@ -454,6 +455,212 @@ impl Config<'_> {
             v_head_dim: self.int("v_head_dim")?,
         });
         Ok(spec)
+    }
+
+    /// MosaicML's MPT, as llm-foundry's `MPTConfig` and Transformers' `MptConfig` write it:
+    /// `d_model`, `n_heads`, `n_layers`, `expansion_ratio` (or `ffn_config.ffn_hidden_size`),
+    /// and the `attn_config` / `ffn_config` objects. `no_bias` drops every bias, the norms'
+    /// too (MPTModel removes each bias parameter it finds); ALiBi replaces the learned
+    /// positions (no `wpe` is built beside it). Parts whose kernels stepcast does not cost are
+    /// refused by name.
+    fn mpt(&self, name: String) -> Result<ArchSpec> {
+        let attn = self.section("attn_config")?;
+        let ffn = self.section("ffn_config")?;
+        let text = |sec: &'static str, m: &serde_json::Map<String, Value>, key, default| match m
+            .get(key)
+        {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::String(v)) => Ok(v.clone()),
+            Some(other) => Err(self.bad(format!(
+                "\"{sec}.{key}\" = {other} must be a string: give it as MPTConfig names it"
+            ))),
+        };
+        let on = |m: &serde_json::Map<String, Value>, key| {
+            m.get(key).and_then(Value::as_bool).unwrap_or(false)
+        };
+        let refuse = |what: String| -> Result<ArchSpec> {
+            Err(self.bad(format!(
+                "{what} is not costed by stepcast; describe the nearest model it costs in a \
+                 YAML architecture file, or drop the setting"
+            )))
+        };
+        let kv_heads = match text(
+            "attn_config",
+            attn,
+            "attn_type",
+            "multihead_attention".into(),
+        )?
+        .as_str()
+        {
+            "multihead_attention" => None,
+            "multiquery_attention" => Some(1),
+            "grouped_query_attention" => Some(match attn.get("kv_n_heads") {
+                None | Some(Value::Null) => 1, // MPTConfig's default
+                Some(v) => v.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                    self.bad(format!(
+                        "\"attn_config.kv_n_heads\" = {v} must be a positive integer"
+                    ))
+                })?,
+            }),
+            other => return refuse(format!("\"attn_config.attn_type\" = \"{other}\"")),
+        };
+        // Transformers' default is torch (the config.json of mosaicml/mpt-7b says so); the
+        // training YAMLs of llm-foundry set flash
+        let (attention, causal_blocks) =
+            match text("attn_config", attn, "attn_impl", "torch".into())?.as_str() {
+                "torch" => (AttentionImpl::Unfused, CausalBlocks::Skipped),
+                "flash" => (AttentionImpl::Flash, CausalBlocks::Skipped),
+                // handed ALiBi's bias tensor, the Triton kernel cannot skip the masked blocks
+                "triton" => (AttentionImpl::Flash, CausalBlocks::Computed),
+                other => return refuse(format!("\"attn_config.attn_impl\" = \"{other}\"")),
+            };
+        for key in ["qk_ln", "prefix_lm"] {
+            if on(attn, key) {
+                return refuse(format!("\"attn_config.{key}\" = true"));
+            }
+        }
+        if let Some(clip) = attn.get("clip_qkv").filter(|v| !v.is_null()) {
+            return refuse(format!(
+                "\"attn_config.clip_qkv\" = {clip} (a clamp of Q, K and V)"
+            ));
+        }
+        for key in ["logit_scale", "block_overrides"] {
+            if let Some(v) = self.v.get(key).filter(|v| !v.is_null()) {
+                return refuse(format!("\"{key}\" = {v}"));
+            }
+        }
+        if let Some(f) = self
+            .v
+            .get("embedding_fraction")
+            .filter(|v| v.as_f64() != Some(1.0))
+        {
+            return refuse(format!(
+                "\"embedding_fraction\" = {f} (a scaled embedding gradient)"
+            ));
+        }
+        let position = if on(attn, "alibi") {
+            Position::Alibi
+        } else if on(attn, "rope") {
+            Position::Rope
+        } else if self.flag("learned_pos_emb", true) {
+            Position::Learned
+        } else {
+            return refuse(
+                "a model with no positions (alibi, rope and learned_pos_emb off)".into(),
+            );
+        };
+        let sliding_window = match attn.get("sliding_window_size") {
+            None | Some(Value::Null) => None,
+            Some(v) if v.as_i64() == Some(-1) => None,
+            Some(v) => Some(v.as_u64().filter(|&w| w > 0).ok_or_else(|| {
+                self.bad(format!(
+                    "\"attn_config.sliding_window_size\" = {v}: give the window in tokens, or \
+                     -1 for none"
+                ))
+            })?),
+        };
+        let act = match ffn.get("ffn_act_fn") {
+            None | Some(Value::Null) => "gelu".to_string(),
+            Some(Value::Object(f)) => text("ffn_config.ffn_act_fn", f, "name", "gelu".into())?,
+            Some(other) => {
+                return Err(self.bad(format!(
+                    "\"ffn_config.ffn_act_fn\" = {other} must be an object such as \
+                     {{\"name\": \"gelu\"}}"
+                )))
+            }
+        };
+        let activation = match (
+            text("ffn_config", ffn, "ffn_type", "mptmlp".into())?.as_str(),
+            act.as_str(),
+        ) {
+            ("mptmlp", "gelu") => Activation::Gelu,
+            ("mptglu", "silu") => Activation::Swiglu,
+            ("mptglu", "gelu") => Activation::Geglu,
+            (ffn_type @ ("mptmlp" | "mptglu"), act) => {
+                return refuse(format!(
+                    "an {ffn_type} of \"{act}\" (ffn_config.ffn_act_fn)"
+                ))
+            }
+            (ffn_type, _) => return refuse(format!("\"ffn_config.ffn_type\" = \"{ffn_type}\"")),
+        };
+        let d_model = self.int("d_model")?;
+        let ffn_hidden = match ffn.get("ffn_hidden_size").filter(|v| !v.is_null()) {
+            Some(v) => v.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                self.bad(format!(
+                    "\"ffn_config.ffn_hidden_size\" = {v} must be a positive integer"
+                ))
+            })?,
+            // int(d_model · expansion_ratio), as llm-foundry sizes it
+            None => match self.v.get("expansion_ratio") {
+                None | Some(Value::Null) => 4 * d_model,
+                Some(r) => match r.as_f64().filter(|r| (0.01..=1e3).contains(r)) {
+                    Some(r) => ((d_model as f64 * r) as u64).max(1),
+                    None => {
+                        return Err(self.bad(format!(
+                            "\"expansion_ratio\" = {r}: give the MLP's width over d_model, a \
+                             number between 0.01 and 1000 (MPT's is 4)"
+                        )))
+                    }
+                },
+            },
+        };
+        let norm = match self.str(&["norm_type"], "low_precision_layernorm").as_str() {
+            "layernorm" | "low_precision_layernorm" | "triton_layernorm" => NormKind::Layernorm,
+            "rmsnorm" | "low_precision_rmsnorm" | "triton_rmsnorm" => NormKind::Rmsnorm,
+            other => return refuse(format!("\"norm_type\" = \"{other}\"")),
+        };
+        let bias = !self.flag("no_bias", false);
+        Ok(ArchSpec {
+            name,
+            layers: self.int("n_layers")?,
+            hidden: d_model,
+            heads: self.int("n_heads")?,
+            kv_heads,
+            head_dim: None,
+            ffn_hidden: Some(ffn_hidden),
+            vocab: self.int("vocab_size")?,
+            vocab_divisible_by: None,
+            norm,
+            activation,
+            // MPT's SharedEmbedding is its output layer too
+            tied_embeddings: self.flag("tie_word_embeddings", true),
+            attention,
+            causal_blocks,
+            position,
+            linear_bias: bias,
+            qkv_bias: false,
+            // group norms per head, as stepcast's query and key norms are
+            qk_norm: on(attn, "qk_gn"),
+            post_norms: false,
+            scaled_embeddings: false,
+            attention_softcap: false,
+            final_softcap: self.softcap("final_logit_softcapping", false)?,
+            norm_bias: Some(bias && norm == NormKind::Layernorm),
+            seq_len: Some(self.seq_len("max_seq_len")?),
+            sliding_window,
+            global_attention_every: None,
+            dropout: self.dropout(&["resid_pdrop", "emb_pdrop"], 0.0)
+                || attn
+                    .get("attn_pdrop")
+                    .and_then(Value::as_f64)
+                    .is_some_and(|p| p > 0.0),
+            moe: None,
+            mla: None,
+        })
+    }
+
+    /// A nested object of the config (`attn_config`), empty when absent.
+    fn section(&self, key: &str) -> Result<&serde_json::Map<String, Value>> {
+        static EMPTY: std::sync::OnceLock<serde_json::Map<String, Value>> =
+            std::sync::OnceLock::new();
+        match self.v.get(key) {
+            None | Some(Value::Null) => Ok(EMPTY.get_or_init(serde_json::Map::new)),
+            Some(Value::Object(m)) => Ok(m),
+            Some(other) => Err(self.bad(format!(
+                "\"{key}\" = {other} must be an object of settings, as the model's \
+                 config.json gives it"
+            ))),
+        }
     }
 
     /// The LLaMA family and its descendants: gated SiLU MLP, RMSNorm, RoPE, grouped key/value
@@ -702,6 +909,184 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// mosaicml/mpt-7b's config.json as published (its Transformers-side fields, with
+    /// `attn_impl` torch as the repository ships it). The count is the checkpoint's tensors
+    /// (`wte` 50,432 × 4,096, 32 blocks of `Wqkv`, `out_proj`, `up_proj`, `down_proj` and two
+    /// weight-only norms, `norm_f`; the model card's "6.7B"): `no_bias` removed the norms'
+    /// biases too, and ALiBi built no `wpe` though `learned_pos_emb` is true.
+    #[test]
+    fn mpt_7b() {
+        let a = published(MPT_7B, 6_649_286_656);
+        assert_eq!(
+            (a.position, a.norm, a.norm_bias),
+            (Position::Alibi, NormKind::Layernorm, false)
+        );
+        assert_eq!(
+            (a.activation, a.ffn_hidden, a.kv_heads),
+            (Activation::Gelu, 16384, 32)
+        );
+        assert_eq!(
+            (a.attention, a.seq_len, a.tied_embeddings),
+            (AttentionImpl::Unfused, 2048, true)
+        );
+        assert!(!a.linear_bias && !a.dropout && !a.qk_norm);
+    }
+
+    const MPT_7B: &str = r#"{"architectures":["MPTForCausalLM"],"model_type":"mpt",
+        "attn_config":{"alibi":true,"alibi_bias_max":8,"attn_impl":"torch","attn_pdrop":0,
+            "attn_type":"multihead_attention","attn_uses_sequence_id":false,"clip_qkv":null,
+            "prefix_lm":false,"qk_ln":false,"softmax_scale":null},
+        "d_model":4096,"emb_pdrop":0,"embedding_fraction":1.0,"expansion_ratio":4,
+        "learned_pos_emb":true,"logit_scale":null,"max_seq_len":2048,"n_heads":32,
+        "n_layers":32,"no_bias":true,"norm_type":"low_precision_layernorm","resid_pdrop":0,
+        "vocab_size":50432}"#;
+
+    /// MPT under llm-foundry's training attention reads as the architecture file the
+    /// published-run importer writes for MosaicML's MPT benchmarks (`scripts/import-runs.py`:
+    /// FlashAttention-2 with ALiBi, weight-only LayerNorms, no biases, tied embeddings), so a
+    /// user's config.json costs what the MPT rows were checked against; Triton's kernel,
+    /// handed ALiBi's bias, computes the masked blocks.
+    #[test]
+    fn mpt_under_flash_is_the_importers_architecture() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |attn_impl: &str| {
+            let text = MPT_7B.replace(
+                r#""attn_impl":"torch""#,
+                &format!(r#""attn_impl":"{attn_impl}""#),
+            );
+            from_config_json(&write(dir.path(), &text))
+                .unwrap()
+                .validate("x")
+                .unwrap()
+        };
+        let yaml = "name: mpt\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 32\n\
+                    ffn_hidden: 16384\nvocab: 50432\nnorm: layernorm\nactivation: gelu\n\
+                    position: alibi\nlinear_bias: false\nnorm_bias: false\nseq_len: 2048\n\
+                    attention: flash\ndropout: false\ntied_embeddings: true\n";
+        let written = ArchSpec::parse_yaml(Path::new("mpt.yaml"), yaml)
+            .unwrap()
+            .validate("y")
+            .unwrap();
+        let flash = read("flash");
+        assert_eq!(
+            crate::workload::Arch {
+                name: "mpt".into(),
+                ..flash.clone()
+            },
+            written
+        );
+        assert_eq!(flash.causal_blocks, CausalBlocks::Skipped);
+        let triton = read("triton");
+        assert_eq!(
+            (triton.attention, triton.causal_blocks),
+            (AttentionImpl::Flash, CausalBlocks::Computed)
+        );
+    }
+
+    /// llm-foundry's newer settings: grouped-query attention, RoPE, a gated MLP of a given
+    /// width, RMSNorm, a sliding window, dropout — and the settings it has whose kernels
+    /// stepcast does not cost, refused by name.
+    #[test]
+    fn mpt_reads_llm_foundry_settings_and_refuses_what_it_does_not_cost() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |text: &str| from_config_json(&write(dir.path(), text)).map(|s| s.validate("x"));
+        let base = |attn: &str, ffn: &str, extra: &str| {
+            format!(
+                r#"{{"model_type":"mpt","d_model":2048,"n_heads":16,"n_layers":24,
+                    "vocab_size":50368,"max_seq_len":8192,"attn_config":{{{attn}}},
+                    "ffn_config":{{{ffn}}}{extra}}}"#
+            )
+        };
+        let a = read(&base(
+            r#""attn_type":"grouped_query_attention","kv_n_heads":4,"rope":true,
+               "attn_impl":"flash","sliding_window_size":1024,"attn_pdrop":0.1"#,
+            r#""ffn_type":"mptglu","ffn_act_fn":{"name":"silu"},"ffn_hidden_size":5632"#,
+            r#","norm_type":"low_precision_rmsnorm","expansion_ratio":4"#,
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (a.kv_heads, a.position, a.activation),
+            (4, Position::Rope, Activation::Swiglu)
+        );
+        assert_eq!(
+            (a.ffn_hidden, a.norm, a.sliding_window),
+            (5632, NormKind::Rmsnorm, Some(1024))
+        );
+        assert_eq!(
+            (a.seq_len, a.dropout, a.linear_bias, a.norm_bias),
+            (4096, true, true, false)
+        );
+        // a fractional expansion ratio truncates as llm-foundry's int(d_model · ratio)
+        let a = read(&base(
+            r#""attn_type":"multiquery_attention""#,
+            "",
+            r#","expansion_ratio":2.6667"#,
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (a.kv_heads, a.ffn_hidden, a.position),
+            (1, 5461, Position::Learned)
+        );
+        assert!(
+            a.norm_bias && a.linear_bias,
+            "a LayerNorm keeps its bias unless no_bias"
+        );
+        for (attn, ffn, extra, named) in [
+            (r#""qk_ln":true"#, "", "", "attn_config.qk_ln"),
+            (r#""clip_qkv":8"#, "", "", "attn_config.clip_qkv"),
+            (r#""prefix_lm":true"#, "", "", "attn_config.prefix_lm"),
+            (r#""attn_impl":"xformers""#, "", "", "attn_config.attn_impl"),
+            (r#""attn_type":"cross""#, "", "", "attn_config.attn_type"),
+            (
+                r#""sliding_window_size":0"#,
+                "",
+                "",
+                "attn_config.sliding_window_size",
+            ),
+            (
+                r#""kv_n_heads":0,"attn_type":"grouped_query_attention""#,
+                "",
+                "",
+                "kv_n_heads",
+            ),
+            ("", r#""ffn_type":"mb_moe""#, "", "ffn_config.ffn_type"),
+            ("", r#""ffn_act_fn":{"name":"relu"}"#, "", "ffn_act_fn"),
+            ("", r#""ffn_act_fn":"gelu""#, "", "ffn_config.ffn_act_fn"),
+            (
+                "",
+                "",
+                r#","logit_scale":"inv_sqrt_d_model""#,
+                "logit_scale",
+            ),
+            ("", "", r#","embedding_fraction":0.1"#, "embedding_fraction"),
+            ("", "", r#","expansion_ratio":0"#, "expansion_ratio"),
+            ("", "", r#","norm_type":"groupnorm""#, "norm_type"),
+            ("", "", r#","learned_pos_emb":false"#, "no positions"),
+            (
+                "",
+                "",
+                r#","block_overrides":{"order":[]}"#,
+                "block_overrides",
+            ),
+        ] {
+            let err = read(&base(attn, ffn, extra)).unwrap_err().to_string();
+            assert!(err.contains(named), "{attn} {ffn} {extra}: {err}");
+            assert!(err.contains("config.json"), "{err}");
+        }
+        let err = read(
+            r#"{"model_type":"mpt","d_model":64,"n_heads":4,"n_layers":2,
+            "vocab_size":100,"attn_config":[1]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("\"attn_config\" = [1] must be an object"),
+            "{err}"
+        );
     }
 
     /// Gemma 3 1B (google/gemma-3-1b-pt): four norms a layer and query/key norms, every
