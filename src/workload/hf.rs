@@ -1,6 +1,6 @@
 //! Reading a Hugging Face `config.json` into an `ArchSpec`: the LLaMA family and its
 //! descendants (llama, mistral, qwen2, qwen3, phi3), Gemma (gemma, gemma2, gemma3_text),
-//! Nemotron, MPT, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence
+//! Nemotron, MPT, StarCoder2, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence
 //! length is a training length (4,096), not the context window. Mixtures of experts: Mixtral,
 //! Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head latent attention) and GPT-OSS; others
 //! are refused.
@@ -277,6 +277,31 @@ impl Config<'_> {
                 }
             }
             "mpt" => self.mpt(name)?,
+            "starcoder2" => {
+                let act = self.str(&["hidden_act"], "gelu_pytorch_tanh");
+                if !act.starts_with("gelu") {
+                    return Err(self.bad(format!(
+                        "hidden_act \"{act}\": StarCoder2 configs are read as GELU MLPs; \
+                         describe this model in a YAML architecture file instead"
+                    )));
+                }
+                // a LLaMA's attention (grouped heads, RoPE, a window on every layer) with
+                // GPT-2's parts: biased LayerNorms and projections, a 4·hidden GELU MLP
+                let bias = self.flag("use_bias", true);
+                ArchSpec {
+                    norm: NormKind::Layernorm,
+                    norm_bias: Some(true),
+                    activation: Activation::Gelu,
+                    linear_bias: bias,
+                    qkv_bias: false,
+                    tied_embeddings: self.flag("tie_word_embeddings", true),
+                    dropout: self.dropout(
+                        &["attention_dropout", "residual_dropout", "embedding_dropout"],
+                        0.0,
+                    ),
+                    ..self.llama_like(model_type, name)?
+                }
+            }
             "gpt_neox" => ArchSpec {
                 name,
                 layers: self.int("num_hidden_layers")?,
@@ -345,8 +370,8 @@ impl Config<'_> {
             other => {
                 return Err(self.bad(format!(
                     "model_type \"{other}\" is not supported (llama, mistral, qwen2, qwen3, \
-                     phi3, gemma, gemma2, gemma3_text, nemotron, mpt, gpt_neox, gpt2); describe \
-                     the architecture in a YAML file instead"
+                     phi3, gemma, gemma2, gemma3_text, nemotron, mpt, starcoder2, gpt_neox, gpt2); \
+                     describe the architecture in a YAML file instead"
                 )))
             }
         };
@@ -909,6 +934,44 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// bigcode's StarCoder2 3B, 7B and 15B: biased LayerNorms and projections, a GELU MLP,
+    /// grouped heads, a 4,096-token window on every layer and dropout in training; the 15B
+    /// alone has its own output layer. Counts as the checkpoints' tensors hold them (the model
+    /// cards' 3.03B, 7.17B and 15.96B).
+    #[test]
+    fn starcoder2_3b_7b_and_15b() {
+        let config = |hidden, ffn, heads, kv, layers, tied| {
+            format!(
+                r#"{{"model_type":"starcoder2","hidden_size":{hidden},"intermediate_size":{ffn},
+                    "num_attention_heads":{heads},"num_key_value_heads":{kv},
+                    "num_hidden_layers":{layers},"vocab_size":49152,
+                    "max_position_embeddings":16384,"sliding_window":4096,"use_bias":true,
+                    "norm_type":"layer_norm","hidden_act":"gelu_pytorch_tanh","mlp_type":"default",
+                    "attention_dropout":0.1,"residual_dropout":0.1,"embedding_dropout":0.1,
+                    "tie_word_embeddings":{tied}}}"#
+            )
+        };
+        published(&config(3072, 12288, 24, 2, 30, true), 3_030_371_328);
+        published(&config(4608, 18432, 36, 4, 32, true), 7_173_923_840);
+        let a = published(&config(6144, 24576, 48, 4, 40, false), 15_957_889_024);
+        assert_eq!(
+            (a.norm, a.norm_bias, a.activation),
+            (NormKind::Layernorm, true, Activation::Gelu)
+        );
+        assert_eq!(
+            (a.kv_heads, a.head_dim, a.sliding_window),
+            (4, 128, Some(4096))
+        );
+        assert!(a.linear_bias && a.dropout && !a.tied_embeddings);
+        assert_eq!(a.position, Position::Rope);
+        let dir = tempfile::tempdir().unwrap();
+        let gated = config(3072, 12288, 24, 2, 30, true).replace("gelu_pytorch_tanh", "silu");
+        let err = from_config_json(&write(dir.path(), &gated))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hidden_act \"silu\""), "{err}");
     }
 
     /// mosaicml/mpt-7b's config.json as published (its Transformers-side fields, with
