@@ -10,8 +10,8 @@ use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
     Activation, Arch, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher,
-    Elementwise, Fp8Library, Layout, NormKind, ParallelSpec, Position, Recompute, Rules, Schedule,
-    DEFAULT_VOCAB_DIVISOR,
+    Elementwise, Fp8Library, Layout, NormKind, ParallelSpec, Position, QkNormSpan, Recompute,
+    Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
 };
 
 crate::named_enum!(
@@ -303,6 +303,9 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             ))
         }
     }
+    if olmo_parts(a) {
+        return Err(Error::Invalid(format!("megatron: {OLMO_PARTS}")));
+    }
     if gemma_parts(a) {
         return Err(Error::Invalid(
             "megatron: Megatron-LM's arguments have no norms after the attention and MLP \
@@ -501,6 +504,16 @@ fn gemma_parts(a: &Arch) -> bool {
     a.post_norms || a.attention_softcap || a.final_softcap || a.scaled_embeddings
 }
 
+/// Whether `arch` has OLMo 2's parts: norms only after the attention and the MLP, query and
+/// key norms over the whole projection (Megatron-Core norms before, and per head).
+fn olmo_parts(a: &Arch) -> bool {
+    !a.pre_norms || (a.qk_norm && a.qk_norm_span == QkNormSpan::Projection)
+}
+
+const OLMO_PARTS: &str = "OLMo 2's blocks (norms only after the attention and the MLP, query \
+     and key norms over the whole projection) are no Megatron-LM argument nor Megatron-Core \
+     config field: train them with OLMo-core, or export a layout of a pre-norm model";
+
 /// The NeMo 2.0 recipe closest to `arch`, and whether it is the same model.
 fn nemo_recipe(arch: &Arch) -> (&'static str, bool) {
     const SAME: &[(&str, &str)] = &[
@@ -531,6 +544,9 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         return Err(Error::Invalid(
             "nemo: Megatron-Core has no ALiBi position embedding".into(),
         ));
+    }
+    if olmo_parts(a) {
+        return Err(Error::Invalid(format!("nemo: {OLMO_PARTS}")));
     }
     if gemma_parts(a) {
         return Err(Error::Invalid(
@@ -1148,6 +1164,31 @@ mod tests {
             global_batch: Some(256),
             ..Default::default()
         }
+    }
+
+    /// OLMo 2's reordered norms and whole-projection query/key norms are refused with their
+    /// own reason (not Gemma's), each alone.
+    #[test]
+    fn olmo_parts_are_refused_where_no_field_says_them() {
+        let (base, l) = target("llama3-8b", spec(2, 1, 4));
+        let parts: [fn(&mut Arch); 2] = [
+            |a| (a.pre_norms, a.post_norms) = (false, true),
+            |a| (a.qk_norm, a.qk_norm_span) = (true, QkNormSpan::Projection),
+        ];
+        for set in parts {
+            let mut a = base.clone();
+            set(&mut a);
+            for framework in [Framework::Megatron, Framework::Nemo] {
+                let e = launch(framework, &a, &l).unwrap_err().to_string();
+                assert!(
+                    e.contains("OLMo 2's blocks") && e.contains("OLMo-core"),
+                    "{e}"
+                );
+            }
+        }
+        let mut per_head = base.clone();
+        per_head.qk_norm = true;
+        assert!(launch(Framework::Megatron, &per_head, &l).is_ok());
     }
 
     /// Gemma's norms after the attention and MLP outputs, soft caps and scaled embeddings are

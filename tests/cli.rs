@@ -1395,6 +1395,79 @@ fn mpt_config_json_costs_as_the_benchmarks_architecture() {
     );
 }
 
+/// OLMo 2 from its config.json predicts what the YAML of its block does (norms only after
+/// the attention and the MLP, query and key norms over the projection): the norms before are
+/// gone from the operators, the output norms listed, the step shorter than the same model
+/// with both, and exporting it for Megatron-LM refused with OLMo 2's reason.
+#[test]
+fn olmo_2_costs_its_reordered_norms() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = tmp.path().join(name);
+        fs::write(&path, text).unwrap();
+        path
+    };
+    let config = write(
+        "config.json",
+        r#"{"_name_or_path":"allenai/OLMo-2-1124-7B","model_type":"olmo2","hidden_size":4096,
+            "intermediate_size":11008,"num_attention_heads":32,"num_key_value_heads":32,
+            "num_hidden_layers":32,"vocab_size":100352,"max_position_embeddings":4096,
+            "hidden_act":"silu","attention_bias":false,"tie_word_embeddings":false}"#,
+    );
+    let sizes = "name: allenai/OLMo-2-1124-7B\nlayers: 32\nhidden: 4096\nheads: 32\n\
+                 ffn_hidden: 11008\nvocab: 100352\nnorm: rmsnorm\nactivation: swiglu\n\
+                 seq_len: 4096\nqk_norm: true\npost_norms: true\n";
+    let olmo = write(
+        "olmo.yaml",
+        &format!("{sizes}pre_norms: false\nqk_norm_span: projection\n"),
+    );
+    let both = write("both.yaml", sizes);
+    let job = [
+        "--cluster",
+        "dgx-h100",
+        "--tp",
+        "2",
+        "--dp",
+        "4",
+        "--sequence-parallel",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "32",
+    ];
+    let run = |command: &str, model: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![command, "--model", s(model)];
+        args.extend(job);
+        args.extend(extra);
+        stepcast(&args)
+    };
+    let step = |model: &std::path::Path| -> f64 {
+        let out = run("predict", model, &["--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        v["step_time_s"].as_f64().unwrap()
+    };
+    let (from_config, from_yaml, with_both) = (step(&config), step(&olmo), step(&both));
+    assert_eq!(from_config, from_yaml);
+    assert!(from_yaml < with_both, "{from_yaml} {with_both}");
+    let out = run("predict", &config, &["--operators", "--wide"]);
+    let text = stdout(&out);
+    for part in [
+        "attention output norm",
+        "mlp output norm",
+        "q norm",
+        "k norm",
+    ] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+    for gone in ["input norm", "post-attention norm"] {
+        assert!(!text.contains(gone), "{gone}: {text}");
+    }
+    let out = run("export", &config, &["--format", "megatron"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("OLMo-core"), "{}", stderr(&out));
+}
+
 #[test]
 fn gemma_2_costs_its_output_norms_and_soft_caps() {
     let tmp = tempfile::tempdir().unwrap();

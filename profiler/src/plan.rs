@@ -21,7 +21,7 @@ use stepcast::plan::Plan as ModelPlan;
 use stepcast::rng::Rng;
 use stepcast::workload::{
     Activation, Arch, ArchSpec, AttentionImpl, CausalBlocks, Layout, NormKind, ParallelSpec,
-    Position,
+    Position, QkNormSpan,
 };
 
 use crate::protocol::Protocol;
@@ -382,6 +382,8 @@ impl PlanSpec {
                     linear_bias: false,
                     qkv_bias: false,
                     qk_norm: false,
+                    qk_norm_span: QkNormSpan::Head,
+                    pre_norms: true,
                     post_norms: false,
                     scaled_embeddings: false,
                     attention_softcap: false,

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 use crate::workload::{
     Activation, ArchSpec, AttentionImpl, CausalBlocks, MlaSpec, MoeSpec, NormKind, Position,
+    QkNormSpan,
 };
 
 /// What a Megatron-LM log says about its run.
@@ -1027,6 +1028,8 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
         linear_bias: a.text("add_bias_linear").is_none_or(|v| v == "True"),
         qkv_bias: a.flag("add_qkv_bias"),
         qk_norm: a.flag("qk_layernorm"),
+        qk_norm_span: QkNormSpan::Head,
+        pre_norms: true,
         post_norms: false,
         scaled_embeddings: false,
         attention_softcap: false,

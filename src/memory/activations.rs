@@ -91,11 +91,19 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     } else {
         0.0
     };
-    add("input norm input", e * h * rep, false);
-    add("QKV input (norm output)", e * h * rep, true);
+    // without norms before them (OLMo 2), the attention and the MLP keep the residual stream
+    // they read, once
+    let pre_norm = if arch.pre_norms { e * h * rep } else { 0.0 };
+    let pre_eager_norm = if arch.pre_norms { eager_norm } else { 0.0 };
+    add("input norm input", pre_norm, false);
+    if arch.pre_norms {
+        add("QKV input (norm output)", e * h * rep, true);
+    } else {
+        add("QKV input (layer input)", e * h * rep, true);
+    }
     add(
         "input norm fp32 copy and scaled output (eager)",
-        eager_norm,
+        pre_eager_norm,
         false,
     );
     match arch.attention {
@@ -160,11 +168,15 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
     if dropout {
         add("attention-out dropout mask", h * rep, false);
     }
-    add("post-attention norm input", e * h * rep, false);
-    add("MLP input (norm output)", e * h * rep, true);
+    add("post-attention norm input", pre_norm, false);
+    if arch.pre_norms {
+        add("MLP input (norm output)", e * h * rep, true);
+    } else {
+        add("MLP input (residual sum)", e * h * rep, true);
+    }
     add(
         "post-attention norm fp32 copy and scaled output (eager)",
-        eager_norm,
+        pre_eager_norm,
         false,
     );
     // the MLP every token runs: the dense one, or the shared experts
@@ -745,6 +757,54 @@ mod tests {
         assert_eq!(
             head_extra(&logits_capped, &l) - head_extra(&a, &l),
             2.0 * logits
+        );
+    }
+
+    /// OLMo 2's block on Llama 2 70B (tp 8, sequence parallel, 4,096 tokens): without norms
+    /// before the attention and the MLP, their inputs (2·sbh/t each) and, run eagerly, their
+    /// fp32 copies and scaled outputs (4·sbh/t each) are not kept; the attention and the MLP
+    /// keep the residual stream they read instead of a norm's output, the same bytes, which
+    /// recomputing the norms no longer frees.
+    #[test]
+    fn olmo_2_keeps_no_inputs_of_norms_it_does_not_run() {
+        let a = crate::workload::Arch::resolve("llama2-70b").unwrap();
+        let (s, h) = (4096.0, 8192.0);
+        let post = Arch {
+            post_norms: true,
+            ..a.clone()
+        };
+        let olmo = Arch {
+            pre_norms: false,
+            ..post.clone()
+        };
+        let stored = |arch: &Arch, recompute, elementwise| {
+            let mut l = layout(arch, 8, true, recompute);
+            l.elementwise = elementwise;
+            l.recompute_modules = Some(vec![crate::workload::RecomputeModule::Layernorm]);
+            layer(arch, &l).total()
+        };
+        let norm_input = 2.0 * s * h / 8.0;
+        let eager_copies = 4.0 * s * h / 8.0;
+        for (recompute, elementwise, saved) in [
+            (Recompute::None, Elementwise::Fused, 2.0 * norm_input),
+            (
+                Recompute::None,
+                Elementwise::Eager,
+                2.0 * (norm_input + eager_copies),
+            ),
+            (Recompute::Full, Elementwise::Fused, 0.0),
+        ] {
+            assert_eq!(
+                stored(&post, recompute, elementwise) - stored(&olmo, recompute, elementwise),
+                saved,
+                "{recompute:?} {elementwise:?}"
+            );
+        }
+        // recomputing the norms: the pre-norm block keeps their inputs and rebuilds their
+        // outputs; OLMo 2 keeps what its attention and MLP read, nothing to rebuild — the same
+        assert_eq!(
+            stored(&post, Recompute::Selective, Elementwise::Fused),
+            stored(&olmo, Recompute::Selective, Elementwise::Fused)
         );
     }
 

@@ -824,7 +824,10 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool)
     };
     let comm = tp_comm(b, d, phase);
     let mut p = PassCalls::new(b, phase, d);
-    p.compute("input norm", norm_op, d.act, None, d.tok_sp(d.d));
+    // (OLMo 2 norms only the outputs: its attention and MLP read the residual stream)
+    if arch.pre_norms {
+        p.compute("input norm", norm_op, d.act, None, d.tok_sp(d.d));
+    }
     let out_k = match &arch.mla {
         Some(m) => {
             latent_projections(&mut p, m, d);
@@ -856,7 +859,9 @@ fn layer_pass(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase, dense: bool)
         d.tok_sp(d.d),
     );
     let attention_end = p.calls.len();
-    p.compute("post-attention norm", norm_op, d.act, None, d.tok_sp(d.d));
+    if arch.pre_norms {
+        p.compute("post-attention norm", norm_op, d.act, None, d.tok_sp(d.d));
+    }
     let moe_parts = match &arch.moe {
         Some(moe) if !dense => Some(experts(&mut p, arch, moe, d, act_op)),
         _ => {
@@ -2463,6 +2468,69 @@ mod by_hand_tests {
         );
     }
 
+    /// The layout of the Gemma 2 and OLMo 2 tests: tp 2 with sequence parallelism, dp 4, one
+    /// sequence a micro-batch and a step.
+    fn one_sequence_on_two_sequence_parallel_ranks() -> ParallelSpec {
+        ParallelSpec {
+            tp: Some(2),
+            dp: Some(4),
+            micro_batch: Some(1),
+            global_batch: Some(4),
+            sequence_parallel: Some(true),
+            ..Default::default()
+        }
+    }
+
+    /// OLMo 2's block on the same layer: Gemma 2's output norms without the two before the
+    /// attention and the MLP (their calls gone each way and from the recomputation, two norms'
+    /// gradients fewer to accumulate), its query and key norms over the rank's 2,048 query and
+    /// 512 key channels costed as per-head norms are, their weights one a channel of the whole
+    /// projection: 32·128 + 8·128 instead of 2·128.
+    #[test]
+    fn olmo_2_norms_only_the_outputs() {
+        let base = Arch::resolve("llama3-8b").unwrap();
+        let spec = || ParallelSpec {
+            recompute: Some(crate::workload::Recompute::Selective),
+            recompute_modules: Some(vec![crate::workload::RecomputeModule::Layernorm]),
+            ..one_sequence_on_two_sequence_parallel_ranks()
+        };
+        let post = Arch {
+            post_norms: true,
+            qk_norm: true,
+            ..base.clone()
+        };
+        let olmo = Arch {
+            pre_norms: false,
+            qk_norm_span: crate::workload::QkNormSpan::Projection,
+            ..post.clone()
+        };
+        let (p, q) = (plan(&post, spec()), plan(&olmo, spec()));
+        let pre = |l: &String| l.starts_with("input norm") || l.starts_with("post-attention norm");
+        for (with, without) in [
+            (&p.layer.fwd, &q.layer.fwd),
+            (&p.layer.bwd, &q.layer.bwd),
+            (&p.layer.recompute, &q.layer.recompute),
+        ] {
+            let expected: Vec<String> = lines(&p, with)
+                .into_iter()
+                .filter(|l| !pre(l))
+                .map(|l| l.replace("fp32 1x1x4096 x6", "fp32 1x1x4096 x4"))
+                .collect();
+            assert_eq!(lines(&q, without), expected);
+        }
+        assert!(lines(&p, &p.layer.recompute).iter().any(pre));
+        assert!(
+            lines(&q, &q.layer.fwd).contains(&"q norm: rmsnorm fwd bf16 1x8192x2048".to_string())
+        );
+        assert_eq!(
+            (q.layer.tensors, q.layer.params),
+            (
+                p.layer.tensors - 2,
+                p.layer.params - 2 * 4096 - 2 * 128 + 40 * 128
+            )
+        );
+    }
+
     /// Gemma 2's parts on a Llama 3 8B layer (tp 2, sequence parallel, one 8,192-token
     /// sequence): a norm on the attention's and the MLP's outputs, after the reduce-scatter
     /// on the 4,096-row shard and before the residual add, each way (four norms' gradients
@@ -2473,14 +2541,7 @@ mod by_hand_tests {
     #[test]
     fn gemma_2_norms_its_outputs_and_soft_caps_scores_and_logits() {
         let base = Arch::resolve("llama3-8b").unwrap();
-        let spec = || ParallelSpec {
-            tp: Some(2),
-            dp: Some(4),
-            micro_batch: Some(1),
-            global_batch: Some(4),
-            sequence_parallel: Some(true),
-            ..Default::default()
-        };
+        let spec = one_sequence_on_two_sequence_parallel_ranks;
         let gemma = Arch {
             post_norms: true,
             final_softcap: true,

@@ -56,6 +56,17 @@ pub enum AttentionImpl {
     Unfused,
 }
 
+/// What a query or key norm normalizes over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNormSpan {
+    /// Each head's head_dim channels (Qwen3, Gemma 3, Megatron-Core's `qk_layernorm`).
+    #[default]
+    Head,
+    /// The whole query or key projection (OLMo 2: `q_norm` over heads·head_dim).
+    Projection,
+}
+
 /// What a fused attention kernel does with the key blocks a causal mask hides.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -190,11 +201,20 @@ pub struct ArchSpec {
     /// A bias on the QKV projection only (Qwen2).
     #[serde(default)]
     pub qkv_bias: bool,
-    /// An RMSNorm on each head's queries and keys (Qwen3, OLMo 2).
+    /// An RMSNorm on the queries and keys (Qwen3 per head, OLMo 2 over the projection).
     #[serde(default)]
     pub qk_norm: bool,
+    /// What the query and key norms normalize over: each head (default) or the whole
+    /// projection (OLMo 2: one weight per query and key channel).
+    #[serde(default)]
+    pub qk_norm_span: QkNormSpan,
+    /// A norm on the attention's and the MLP's inputs (every pre-norm model; default true);
+    /// false with `post_norms` is OLMo 2's reordered block, norming only the outputs.
+    #[serde(default = "default_pre_norms")]
+    pub pre_norms: bool,
     /// A norm on the attention's and the MLP's outputs before each residual add (Gemma 2's
-    /// and 3's post-attention and post-feed-forward norms: four norms a layer).
+    /// and 3's post-attention and post-feed-forward norms: four norms a layer; OLMo 2's only
+    /// two).
     #[serde(default)]
     pub post_norms: bool,
     /// Embeddings multiplied by √hidden before the first layer (Gemma's normalizer): one
@@ -239,6 +259,10 @@ fn default_attention() -> AttentionImpl {
     AttentionImpl::Flash
 }
 
+fn default_pre_norms() -> bool {
+    true
+}
+
 fn default_position() -> Position {
     Position::Rope
 }
@@ -257,6 +281,8 @@ pub struct Arch {
     pub vocab_divisible_by: u64,
     pub qkv_bias: bool,
     pub qk_norm: bool,
+    pub qk_norm_span: QkNormSpan,
+    pub pre_norms: bool,
     pub post_norms: bool,
     pub scaled_embeddings: bool,
     pub attention_softcap: bool,
@@ -320,6 +346,20 @@ impl ArchSpec {
                 "hidden ({}) must be a multiple of heads ({}), or give head_dim",
                 self.hidden, self.heads
             )));
+        }
+        if !self.pre_norms && !self.post_norms {
+            return Err(bad(
+                "pre_norms: false leaves the layer without norms: set post_norms: true (OLMo \
+                 2's norms on the attention's and the MLP's outputs), or drop pre_norms"
+                    .into(),
+            ));
+        }
+        if self.qk_norm_span == QkNormSpan::Projection && !self.qk_norm {
+            return Err(bad(
+                "qk_norm_span: projection spans query and key norms the model has none of: \
+                 set qk_norm: true, or drop qk_norm_span"
+                    .into(),
+            ));
         }
         let kv_heads = self.kv_heads.unwrap_or(self.heads);
         if !self.heads.is_multiple_of(kv_heads) {
@@ -402,6 +442,8 @@ impl ArchSpec {
             },
             qkv_bias: self.qkv_bias,
             qk_norm: self.qk_norm,
+            qk_norm_span: self.qk_norm_span,
+            pre_norms: self.pre_norms,
             post_norms: self.post_norms,
             scaled_embeddings: self.scaled_embeddings,
             attention_softcap: self.attention_softcap,
@@ -505,8 +547,8 @@ impl Arch {
             + d * up_out + bias * up_out           // MLP up (and gate)
             + f * d; // MLP down
 
-        // two norms a layer, four with the norms on the attention's and MLP's outputs
-        let norms = 2 + 2 * self.post_norms as u64;
+        // two norms a layer before the attention and the MLP, two more after them
+        let norms = 2 * self.pre_norms as u64 + 2 * self.post_norms as u64;
         let replicated = norms * norm + bias * 2 * d + attn_replicated + router;
         let tensors = norms * norm_tensors + attn_tensors + mlp_tensors + 2 * bias;
         (sharded / tp + replicated, tensors)
@@ -535,10 +577,14 @@ impl Arch {
         let qkv_out = (self.heads + 2 * self.kv_heads) * self.head_dim;
         let bias = self.linear_bias as u64;
         let qkv_bias = (self.linear_bias || self.qkv_bias) as u64;
-        // QKV column-parallel, output row-parallel (its bias replicated); per-head query and
-        // key norms: one head_dim vector each, replicated
+        // QKV column-parallel, output row-parallel (its bias replicated); query and key
+        // norms: one head_dim vector each per head, replicated, or one weight a channel
         let sharded = d * qkv_out + qkv_bias * qkv_out + self.heads * self.head_dim * d;
-        let qk_norm = 2 * self.head_dim * self.qk_norm as u64;
+        let qk_width = match self.qk_norm_span {
+            QkNormSpan::Head => 2 * self.head_dim,
+            QkNormSpan::Projection => (self.heads + self.kv_heads) * self.head_dim,
+        };
+        let qk_norm = qk_width * self.qk_norm as u64;
         (
             sharded,
             qk_norm,

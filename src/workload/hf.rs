@@ -1,5 +1,5 @@
 //! Reading a Hugging Face `config.json` into an `ArchSpec`: the LLaMA family and its
-//! descendants (llama, mistral, qwen2, qwen3, phi3), Gemma (gemma, gemma2, gemma3_text),
+//! descendants (llama, mistral, qwen2, qwen3, phi3, olmo2, olmo3), Gemma (gemma, gemma2, gemma3_text),
 //! Nemotron, MPT, StarCoder2, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence
 //! length is a training length (4,096), not the context window. Mixtures of experts: Mixtral,
 //! Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head latent attention) and GPT-OSS; others
@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::arch::{
     Activation, ArchSpec, AttentionImpl, CausalBlocks, MlaSpec, MoeSpec, NormKind, Position,
+    QkNormSpan,
 };
 use crate::error::{Error, Result};
 
@@ -277,6 +278,16 @@ impl Config<'_> {
                 }
             }
             "mpt" => self.mpt(name)?,
+            // OLMo 2 and 3 norm the attention's and the MLP's outputs only, and their queries
+            // and keys over the whole projection; OLMo 3 windows three layers of four
+            "olmo2" | "olmo3" => ArchSpec {
+                pre_norms: false,
+                post_norms: true,
+                qk_norm: true,
+                qk_norm_span: QkNormSpan::Projection,
+                global_attention_every: self.global_attention_every()?,
+                ..self.llama_like(model_type, name)?
+            },
             "starcoder2" => {
                 let act = self.str(&["hidden_act"], "gelu_pytorch_tanh");
                 if !act.starts_with("gelu") {
@@ -321,6 +332,8 @@ impl Config<'_> {
                 linear_bias: true,
                 qkv_bias: false,
                 qk_norm: false,
+                qk_norm_span: QkNormSpan::Head,
+                pre_norms: true,
                 post_norms: false,
                 scaled_embeddings: false,
                 attention_softcap: false,
@@ -354,6 +367,8 @@ impl Config<'_> {
                     linear_bias: true,
                     qkv_bias: false,
                     qk_norm: false,
+                    qk_norm_span: QkNormSpan::Head,
+                    pre_norms: true,
                     post_norms: false,
                     scaled_embeddings: false,
                     attention_softcap: false,
@@ -370,8 +385,8 @@ impl Config<'_> {
             other => {
                 return Err(self.bad(format!(
                     "model_type \"{other}\" is not supported (llama, mistral, qwen2, qwen3, \
-                     phi3, gemma, gemma2, gemma3_text, nemotron, mpt, starcoder2, gpt_neox, gpt2); \
-                     describe the architecture in a YAML file instead"
+                     phi3, olmo2, olmo3, gemma, gemma2, gemma3_text, nemotron, mpt, starcoder2, \
+                     gpt_neox, gpt2); describe the architecture in a YAML file instead"
                 )))
             }
         };
@@ -656,6 +671,8 @@ impl Config<'_> {
             qkv_bias: false,
             // group norms per head, as stepcast's query and key norms are
             qk_norm: on(attn, "qk_gn"),
+            qk_norm_span: QkNormSpan::Head,
+            pre_norms: true,
             post_norms: false,
             scaled_embeddings: false,
             attention_softcap: false,
@@ -692,7 +709,10 @@ impl Config<'_> {
     /// heads, an explicit head_dim where the config gives one.
     fn llama_like(&self, model_type: &str, name: String) -> Result<ArchSpec> {
         let act = self.str(&["hidden_act"], "silu");
-        let llama = matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3" | "phi3");
+        let llama = matches!(
+            model_type,
+            "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "olmo2" | "olmo3"
+        );
         if llama && act != "silu" && act != "swish" {
             return Err(self.bad(format!(
                 "hidden_act \"{act}\": LLaMA-family configs are read as SwiGLU (silu) MLPs; \
@@ -720,6 +740,8 @@ impl Config<'_> {
             // Qwen2 always biases its query, key and value projections
             qkv_bias: model_type == "qwen2" || attention_bias,
             qk_norm: model_type == "qwen3",
+            qk_norm_span: QkNormSpan::Head,
+            pre_norms: true,
             post_norms: false,
             scaled_embeddings: false,
             attention_softcap: false,
@@ -934,6 +956,62 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// OLMo 2 7B and 1B as Ai2 published them: no norms before the attention and the MLP, one
+    /// after each, query and key norms over the whole projection (4,096 weights each in the
+    /// 7B, not a head's 128), untied output layers. Counts as the checkpoints' tensors hold
+    /// them (the model cards' 7.3B and 1.5B).
+    #[test]
+    fn olmo_2_7b_and_1b() {
+        let config = |hidden, ffn, heads, layers| {
+            format!(
+                r#"{{"model_type":"olmo2","hidden_size":{hidden},"intermediate_size":{ffn},
+                    "num_attention_heads":{heads},"num_key_value_heads":{heads},
+                    "num_hidden_layers":{layers},"vocab_size":100352,
+                    "max_position_embeddings":4096,"hidden_act":"silu","attention_bias":false,
+                    "rms_norm_eps":1e-06,"rope_theta":500000,"tie_word_embeddings":false}}"#
+            )
+        };
+        let a = published(&config(4096, 11008, 32, 32), 7_298_617_344);
+        assert!(!a.pre_norms && a.post_norms && a.qk_norm);
+        assert_eq!(a.qk_norm_span, QkNormSpan::Projection);
+        assert_eq!(
+            (a.norm, a.activation, a.sliding_window),
+            (NormKind::Rmsnorm, Activation::Swiglu, None)
+        );
+        published(&config(2048, 8192, 16, 16), 1_484_916_736);
+    }
+
+    /// OLMo 3's `layer_types` (three windowed layers, then a global one) read as for GPT-OSS
+    /// and Gemma; its blocks are OLMo 2's.
+    #[test]
+    fn olmo_3_windows_three_layers_of_four() {
+        let dir = tempfile::tempdir().unwrap();
+        let types: Vec<&str> = (1..=32)
+            .map(|i| {
+                if i % 4 == 0 {
+                    r#""full_attention""#
+                } else {
+                    r#""sliding_attention""#
+                }
+            })
+            .collect();
+        let text = format!(
+            r#"{{"model_type":"olmo3","hidden_size":4096,"intermediate_size":11008,
+                "num_attention_heads":32,"num_key_value_heads":32,"num_hidden_layers":32,
+                "vocab_size":100278,"sliding_window":4096,"layer_types":[{}]}}"#,
+            types.join(",")
+        );
+        let a = from_config_json(&write(dir.path(), &text))
+            .unwrap()
+            .validate("x")
+            .unwrap();
+        assert_eq!(
+            (a.sliding_window, a.global_attention_every),
+            (Some(4096), Some(4))
+        );
+        assert!(!a.pre_norms && a.post_norms && a.qk_norm_span == QkNormSpan::Projection);
     }
 
     /// bigcode's StarCoder2 3B, 7B and 15B: biased LayerNorms and projections, a GELU MLP,

@@ -10,7 +10,7 @@ pub mod routing;
 
 pub use arch::{
     Activation, Arch, ArchSpec, AttentionImpl, CausalBlocks, MlaSpec, MoeSpec, NormKind, Position,
-    DEFAULT_VOCAB_DIVISOR,
+    QkNormSpan, DEFAULT_VOCAB_DIVISOR,
 };
 pub use parallel::{
     default_grad_reduce_dtype, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher,

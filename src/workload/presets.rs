@@ -5,7 +5,9 @@
 //! vocabulary of 50,257); the GPT-3 variants are Lumos' Table 1 (head size 128, GPT-3 vocabulary);
 //! Llama 2 and Llama 3 follow their public model cards (SwiGLU, RMSNorm, RoPE, GQA where used).
 
-use super::arch::{Activation, ArchSpec, AttentionImpl, CausalBlocks, NormKind, Position};
+use super::arch::{
+    Activation, ArchSpec, AttentionImpl, CausalBlocks, NormKind, Position, QkNormSpan,
+};
 
 #[allow(clippy::too_many_arguments)]
 fn spec(
@@ -75,6 +77,8 @@ fn spec(
         linear_bias: bias,
         qkv_bias: false,
         qk_norm: false,
+        qk_norm_span: QkNormSpan::Head,
+        pre_norms: true,
         post_norms: false,
         scaled_embeddings: false,
         attention_softcap: false,
