@@ -2,7 +2,7 @@
 //! descendants (llama, mistral, qwen2, qwen3, phi3, olmo2, olmo3), Gemma (gemma, gemma2, gemma3_text),
 //! Nemotron, MPT, StarCoder2, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence
 //! length is a training length (4,096), not the context window. Mixtures of experts: Mixtral,
-//! Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head latent attention) and GPT-OSS; others
+//! OLMoE, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head latent attention) and GPT-OSS; others
 //! are refused.
 
 use std::path::Path;
@@ -21,8 +21,9 @@ use crate::error::{Error, Result};
 pub const DEFAULT_SEQ_LEN: u64 = 4096;
 
 /// Mixture-of-experts families read with their experts.
-const MOE_TYPES: [&str; 6] = [
+const MOE_TYPES: [&str; 7] = [
     "mixtral",
+    "olmoe",
     "qwen2_moe",
     "qwen3_moe",
     "deepseek_v2",
@@ -217,7 +218,7 @@ impl Config<'_> {
         self.refuse_unmodelled(model_type)?;
         let name = self.name(model_type);
         let spec = match model_type {
-            "mixtral" | "qwen2_moe" | "qwen3_moe" => self.experts(model_type, name)?,
+            "mixtral" | "olmoe" | "qwen2_moe" | "qwen3_moe" => self.experts(model_type, name)?,
             "deepseek_v2" | "deepseek_v3" => self.deepseek(name)?,
             "gpt_oss" => self.gpt_oss(name)?,
             "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
@@ -401,6 +402,10 @@ impl Config<'_> {
         let mut spec = self.llama_like("mistral", name)?;
         spec.qk_norm = model_type == "qwen3_moe";
         spec.qkv_bias = model_type == "qwen2_moe";
+        // OLMoE norms its queries and keys over the whole projection, as OLMo 2
+        if model_type == "olmoe" {
+            (spec.qk_norm, spec.qk_norm_span) = (true, QkNormSpan::Projection);
+        }
         let sparse_step = self.opt_int("decoder_sparse_step")?.unwrap_or(1);
         let dense_layers = self
             .v
@@ -413,10 +418,10 @@ impl Config<'_> {
                  layers between expert layers are not modelled; every layer must be sparse"
             )));
         }
-        let (experts_key, ffn_key) = if model_type == "mixtral" {
-            ("num_local_experts", "intermediate_size")
-        } else {
-            ("num_experts", "moe_intermediate_size")
+        let (experts_key, ffn_key) = match model_type {
+            "mixtral" => ("num_local_experts", "intermediate_size"),
+            "olmoe" => ("num_experts", "intermediate_size"),
+            _ => ("num_experts", "moe_intermediate_size"),
         };
         let shared = self.opt_int("shared_expert_intermediate_size")?;
         spec.moe = Some(MoeSpec {
@@ -1431,8 +1436,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for (text, needle) in [
             (
-                r#"{"model_type":"olmoe","hidden_size":2048,"num_experts":64}"#,
-                "\"num_experts\" = 64: olmoe is a mixture of experts stepcast does not read",
+                r#"{"model_type":"jetmoe","hidden_size":2048,"num_experts":64}"#,
+                "\"num_experts\" = 64: jetmoe is a mixture of experts stepcast does not read",
             ),
             (
                 r#"{"model_type":"minicpm3","kv_lora_rank":256}"#,
@@ -1447,6 +1452,29 @@ mod tests {
             let e = from_config_json(&p).unwrap_err().to_string();
             assert!(e.contains(needle) && e.contains("config.json"), "{e}");
         }
+    }
+
+    /// allenai/OLMoE-1B-7B-0924: 64 experts of 1,024 on every layer (top 8), its queries and
+    /// keys normed over the whole projection; 6,919,161,856 parameters as its checkpoint's
+    /// tensors hold them (the model card's 6.9B), 1.3B of them active a token.
+    #[test]
+    fn olmoe_1b_7b() {
+        let arch = published(
+            r#"{"model_type":"olmoe","hidden_size":2048,"intermediate_size":1024,
+                "num_attention_heads":16,"num_key_value_heads":16,"num_hidden_layers":16,
+                "num_experts":64,"num_experts_per_tok":8,"vocab_size":50304,
+                "max_position_embeddings":4096,"hidden_act":"silu","clip_qkv":null,
+                "tie_word_embeddings":false,"norm_topk_prob":false}"#,
+            6_919_161_856,
+        );
+        let moe = arch.moe.unwrap();
+        assert_eq!((moe.experts, moe.top_k, moe.expert_ffn), (64, 8, 1024));
+        assert_eq!(
+            (arch.qk_norm, arch.qk_norm_span),
+            (true, QkNormSpan::Projection)
+        );
+        let active = arch.active_layer_params() * 16 + 2 * arch.vocab * arch.hidden;
+        assert!((active as f64 / 1.3e9 - 1.0).abs() < 0.03, "{active}");
     }
 
     /// deepseek-ai/DeepSeek-V3's config.json (the fields that shape the cost): 671 B
