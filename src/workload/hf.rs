@@ -1,9 +1,9 @@
 //! Reading a Hugging Face `config.json` into an `ArchSpec`: the LLaMA family and its
-//! descendants (llama, mistral, qwen2, qwen3, phi3, olmo2, olmo3), Gemma (gemma, gemma2, gemma3_text),
-//! Nemotron, MPT, StarCoder2, GPT-NeoX and GPT-2. `head_dim` is read when given, never re-derived; the sequence
-//! length is a training length (4,096), not the context window. Mixtures of experts: Mixtral,
-//! OLMoE, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head latent attention) and GPT-OSS; others
-//! are refused.
+//! descendants (llama, mistral, qwen2, qwen3, phi3, olmo2, olmo3), Gemma (gemma, gemma2,
+//! gemma3_text), Nemotron, MPT, StarCoder2, GPT-NeoX and GPT-2. `head_dim` is read when given,
+//! never re-derived; the sequence length is a training length (4,096), not the context window.
+//! Mixtures of experts: Mixtral, OLMoE, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head
+//! latent attention), GLM-4.5 and GPT-OSS; others are refused.
 
 use std::path::Path;
 
@@ -21,7 +21,8 @@ use crate::error::{Error, Result};
 pub const DEFAULT_SEQ_LEN: u64 = 4096;
 
 /// Mixture-of-experts families read with their experts.
-const MOE_TYPES: [&str; 7] = [
+const MOE_TYPES: [&str; 8] = [
+    "glm4_moe",
     "mixtral",
     "olmoe",
     "qwen2_moe",
@@ -221,6 +222,7 @@ impl Config<'_> {
             "mixtral" | "olmoe" | "qwen2_moe" | "qwen3_moe" => self.experts(model_type, name)?,
             "deepseek_v2" | "deepseek_v3" => self.deepseek(name)?,
             "gpt_oss" => self.gpt_oss(name)?,
+            "glm4_moe" => self.glm4_moe(name)?,
             "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
                 self.llama_like(model_type, name)?
             }
@@ -479,19 +481,7 @@ impl Config<'_> {
         let heads = spec.heads;
         spec.kv_heads = Some(heads);
         spec.head_dim = None;
-        let shared = self.opt_int("n_shared_experts")?.unwrap_or(0);
-        let expert_ffn = self.int("moe_intermediate_size")?;
-        spec.moe = Some(MoeSpec {
-            experts: self.int("n_routed_experts")?,
-            top_k: self.int("num_experts_per_tok")?,
-            expert_ffn,
-            shared_experts: shared,
-            shared_ffn: None,
-            dense_layers: self.opt_int("first_k_dense_replace")?.unwrap_or(0),
-            // group-limited routing (V2's group_limited_greedy, V3's noaux_tc over groups)
-            groups: self.opt_int("n_group")?.unwrap_or(0),
-            topk_groups: self.opt_int("topk_group")?.unwrap_or(0),
-        });
+        spec.moe = Some(self.deepseek_experts()?);
         spec.mla = Some(MlaSpec {
             q_lora_rank: self.opt_int("q_lora_rank")?,
             kv_lora_rank: self.int("kv_lora_rank")?,
@@ -499,6 +489,36 @@ impl Config<'_> {
             qk_rope_head_dim: self.int("qk_rope_head_dim")?,
             v_head_dim: self.int("v_head_dim")?,
         });
+        Ok(spec)
+    }
+
+    /// DeepSeek's mixture as its config names it: `n_routed_experts` (top
+    /// `num_experts_per_tok`) and `n_shared_experts`, every one of `moe_intermediate_size`,
+    /// after `first_k_dense_replace` dense layers.
+    fn deepseek_experts(&self) -> Result<MoeSpec> {
+        Ok(MoeSpec {
+            experts: self.int("n_routed_experts")?,
+            top_k: self.int("num_experts_per_tok")?,
+            expert_ffn: self.int("moe_intermediate_size")?,
+            shared_experts: self.opt_int("n_shared_experts")?.unwrap_or(0),
+            shared_ffn: None,
+            dense_layers: self.opt_int("first_k_dense_replace")?.unwrap_or(0),
+            // group-limited routing (V2's group_limited_greedy, V3's noaux_tc over groups)
+            groups: self.opt_int("n_group")?.unwrap_or(0),
+            topk_groups: self.opt_int("topk_group")?.unwrap_or(0),
+        })
+    }
+
+    /// GLM-4.5 (`glm4_moe`): DeepSeek-V3's mixture with grouped-query attention — biased
+    /// query, key and value projections (`attention_bias`), per-head query and key norms
+    /// (`use_qk_norm`). Its RoPE turns `partial_rotary_factor` of each head (half) and is
+    /// costed over the whole head, a pass over Q and K slightly dearer than it is; its
+    /// multi-token-prediction layers and the routers' score-correction biases are not counted,
+    /// as for DeepSeek-V3.
+    fn glm4_moe(&self, name: String) -> Result<ArchSpec> {
+        let mut spec = self.llama_like("llama", name)?;
+        spec.qk_norm = self.flag("use_qk_norm", false);
+        spec.moe = Some(self.deepseek_experts()?);
         Ok(spec)
     }
 
@@ -1475,6 +1495,38 @@ mod tests {
         );
         let active = arch.active_layer_params() * 16 + 2 * arch.vocab * arch.hidden;
         assert!((active as f64 / 1.3e9 - 1.0).abs() < 0.03, "{active}");
+    }
+
+    /// zai-org/GLM-4.5-Air: 96 query heads of 128 over a 4,096-wide state (head_dim read),
+    /// 8 key-value heads with biased projections, one dense layer, then 128 experts of 1,408
+    /// (top 8) and a shared one. 106,852,245,504 parameters as its shapes give them (GLM's
+    /// "106B total, 12B active", the layers'; the published checkpoint adds its multi-token-prediction layer
+    /// and the routers' correction biases, which are not counted, as for DeepSeek-V3).
+    #[test]
+    fn glm_4_5_air() {
+        let arch = published(
+            r#"{"model_type":"glm4_moe","_name_or_path":"zai-org/GLM-4.5-Air",
+                "attention_bias":true,"first_k_dense_replace":1,"head_dim":128,
+                "hidden_act":"silu","hidden_size":4096,"intermediate_size":10944,
+                "max_position_embeddings":131072,"moe_intermediate_size":1408,"n_group":1,
+                "n_routed_experts":128,"n_shared_experts":1,"norm_topk_prob":true,
+                "num_attention_heads":96,"num_experts_per_tok":8,"num_hidden_layers":46,
+                "num_key_value_heads":8,"num_nextn_predict_layers":1,
+                "partial_rotary_factor":0.5,"routed_scaling_factor":1.0,
+                "tie_word_embeddings":false,"topk_group":1,"use_qk_norm":false,
+                "vocab_size":151552}"#,
+            106_852_245_504,
+        );
+        assert_eq!((arch.heads, arch.head_dim, arch.kv_heads), (96, 128, 8));
+        assert!(arch.qkv_bias && !arch.linear_bias && !arch.qk_norm && arch.mla.is_none());
+        let moe = arch.moe.unwrap();
+        assert_eq!(
+            (moe.experts, moe.top_k, moe.shared_experts, moe.dense_layers),
+            (128, 8, 1, 1)
+        );
+        // 12.2 B active a token in its layers (the embedding and output layers add 1.2 B)
+        let active = arch.dense_layer_params(1).0 + arch.active_layer_params() * 45;
+        assert!((active as f64 / 12e9 - 1.0).abs() < 0.03, "{active}");
     }
 
     /// deepseek-ai/DeepSeek-V3's config.json (the fields that shape the cost): 671 B
