@@ -579,10 +579,8 @@ impl Config<'_> {
                 "triton" => (AttentionImpl::Flash, CausalBlocks::Computed),
                 other => return refuse(format!("\"attn_config.attn_impl\" = \"{other}\"")),
             };
-        for key in ["qk_ln", "prefix_lm"] {
-            if on(attn, key) {
-                return refuse(format!("\"attn_config.{key}\" = true"));
-            }
+        if on(attn, "prefix_lm") {
+            return refuse("\"attn_config.prefix_lm\" = true".into());
         }
         if let Some(clip) = attn.get("clip_qkv").filter(|v| !v.is_null()) {
             return refuse(format!(
@@ -597,7 +595,7 @@ impl Config<'_> {
         if let Some(f) = self
             .v
             .get("embedding_fraction")
-            .filter(|v| v.as_f64() != Some(1.0))
+            .filter(|v| !v.is_null() && v.as_f64() != Some(1.0))
         {
             return refuse(format!(
                 "\"embedding_fraction\" = {f} (a scaled embedding gradient)"
@@ -694,9 +692,14 @@ impl Config<'_> {
             position,
             linear_bias: bias,
             qkv_bias: false,
-            // group norms per head, as stepcast's query and key norms are
-            qk_norm: on(attn, "qk_gn"),
-            qk_norm_span: QkNormSpan::Head,
+            // qk_gn norms each head, qk_ln the whole query and key projections (its
+            // LayerNorm's biases, where no_bias keeps them, are not counted)
+            qk_norm: on(attn, "qk_gn") || on(attn, "qk_ln"),
+            qk_norm_span: if on(attn, "qk_ln") {
+                QkNormSpan::Projection
+            } else {
+                QkNormSpan::Head
+            },
             pre_norms: true,
             post_norms: false,
             scaled_embeddings: false,
@@ -1201,8 +1204,22 @@ mod tests {
             a.norm_bias && a.linear_bias,
             "a LayerNorm keeps its bias unless no_bias"
         );
+        assert_eq!((a.qk_norm, a.qk_norm_span), (false, QkNormSpan::Head));
+        // query and key norms: per head (qk_gn) or over the projections (qk_ln)
+        for (key, span) in [
+            ("qk_gn", QkNormSpan::Head),
+            ("qk_ln", QkNormSpan::Projection),
+        ] {
+            let a = read(&base(
+                &format!(r#""{key}":true"#),
+                "",
+                r#","embedding_fraction":null"#,
+            ))
+            .unwrap()
+            .unwrap();
+            assert_eq!((a.qk_norm, a.qk_norm_span), (true, span), "{key}");
+        }
         for (attn, ffn, extra, named) in [
-            (r#""qk_ln":true"#, "", "", "attn_config.qk_ln"),
             (r#""clip_qkv":8"#, "", "", "attn_config.clip_qkv"),
             (r#""prefix_lm":true"#, "", "", "attn_config.prefix_lm"),
             (r#""attn_impl":"xformers""#, "", "", "attn_config.attn_impl"),
