@@ -185,18 +185,17 @@ pub fn layer_at(arch: &Arch, layout: &Layout, load: f64) -> LayerActivations {
         Some(m) => m.shared_ffn() as f64 / t,
     };
     let gate = if arch.activation.is_gated() { 2.0 } else { 1.0 };
-    if ffn > 0.0 {
-        match arch.activation {
-            Activation::Gelu => add("GELU input", e * s * b * ffn, false),
-            Activation::SquaredRelu => add("squared-ReLU input", e * s * b * ffn, false),
-            Activation::Swiglu => add("SwiGLU input (gate and up)", 2.0 * e * s * b * ffn, false),
-            Activation::Geglu => add("GeGLU input (gate and up)", 2.0 * e * s * b * ffn, false),
-        }
-        add("MLP down input (activation output)", e * s * b * ffn, true);
-        // run eagerly, the multiply keeps SiLU's output besides the up projection's
-        if eager && arch.activation.is_gated() {
-            add("SiLU output (eager)", e * s * b * ffn, false);
-        }
+    // (an expert layer without shared experts has none of these: `add` keeps no empty entry)
+    match arch.activation {
+        Activation::Gelu => add("GELU input", e * s * b * ffn, false),
+        Activation::SquaredRelu => add("squared-ReLU input", e * s * b * ffn, false),
+        Activation::Swiglu => add("SwiGLU input (gate and up)", 2.0 * e * s * b * ffn, false),
+        Activation::Geglu => add("GeGLU input (gate and up)", 2.0 * e * s * b * ffn, false),
+    }
+    add("MLP down input (activation output)", e * s * b * ffn, true);
+    // run eagerly, the multiply keeps SiLU's output besides the up projection's
+    if eager && arch.activation.is_gated() {
+        add("SiLU output (eager)", e * s * b * ffn, false);
     }
     if let Some(m) = &arch.moe {
         // the busiest expert's share of the k routed copies of every token, after the
