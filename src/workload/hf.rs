@@ -304,10 +304,8 @@ impl Config<'_> {
                 let bias = self.flag("use_bias", true);
                 ArchSpec {
                     norm: NormKind::Layernorm,
-                    norm_bias: Some(true),
                     activation: Activation::Gelu,
                     linear_bias: bias,
-                    qkv_bias: false,
                     tied_embeddings: self.flag("tie_word_embeddings", true),
                     dropout: self.dropout(
                         &["attention_dropout", "residual_dropout", "embedding_dropout"],
@@ -971,6 +969,9 @@ mod tests {
         let nulled = r#","attn_logit_softcapping":50,"final_logit_softcapping":null"#;
         assert_eq!(parts(gemma("gemma2", nulled).unwrap()), (true, true, false));
         assert_eq!(parts(gemma("gemma", "").unwrap()), (false, false, false));
+        // nor does Gemma (1) alternate windowed and global layers
+        assert_eq!(gemma("gemma", "").unwrap().global_attention_every, None);
+        assert_eq!(gemma("gemma2", "").unwrap().global_attention_every, Some(2));
         // every Gemma scales its embeddings by √hidden
         for model_type in ["gemma", "gemma2"] {
             assert!(gemma(model_type, "").unwrap().scaled_embeddings);
@@ -1073,6 +1074,18 @@ mod tests {
         assert!(a.linear_bias && a.dropout && !a.tied_embeddings);
         assert_eq!(a.position, Position::Rope);
         let dir = tempfile::tempdir().unwrap();
+        let read = |text: &str| from_config_json(&write(dir.path(), text)).unwrap();
+        // Starcoder2Config ties the embeddings unless the config says not; any of its three
+        // dropouts keeps masks
+        let untold = config(3072, 12288, 24, 2, 30, true)
+            .replace(r#""tie_word_embeddings":true"#, r#""use_cache":true"#);
+        assert!(read(&untold).tied_embeddings);
+        let residual_only = untold
+            .replace(r#""attention_dropout":0.1"#, r#""attention_dropout":0.0"#)
+            .replace(r#""embedding_dropout":0.1"#, r#""embedding_dropout":0.0"#);
+        assert!(read(&residual_only).dropout);
+        let none = residual_only.replace(r#""residual_dropout":0.1"#, r#""residual_dropout":0.0"#);
+        assert!(!read(&none).dropout);
         let gated = config(3072, 12288, 24, 2, 30, true).replace("gelu_pytorch_tanh", "silu");
         let err = from_config_json(&write(dir.path(), &gated))
             .unwrap_err()
@@ -1205,6 +1218,11 @@ mod tests {
             "a LayerNorm keeps its bias unless no_bias"
         );
         assert_eq!((a.qk_norm, a.qk_norm_span), (false, QkNormSpan::Head));
+        // no expansion_ratio: MPTConfig's 4; a window of -1: none
+        let a = read(&base(r#""sliding_window_size":-1"#, "", ""))
+            .unwrap()
+            .unwrap();
+        assert_eq!((a.ffn_hidden, a.sliding_window), (4 * 2048, None));
         // query and key norms: per head (qk_gn) or over the projections (qk_ln)
         for (key, span) in [
             ("qk_gn", QkNormSpan::Head),
@@ -1237,6 +1255,12 @@ mod tests {
                 "kv_n_heads",
             ),
             ("", r#""ffn_type":"mb_moe""#, "", "ffn_config.ffn_type"),
+            (
+                "",
+                r#""ffn_hidden_size":0"#,
+                "",
+                "ffn_config.ffn_hidden_size",
+            ),
             ("", r#""ffn_act_fn":{"name":"relu"}"#, "", "ffn_act_fn"),
             ("", r#""ffn_act_fn":"gelu""#, "", "ffn_config.ffn_act_fn"),
             (
