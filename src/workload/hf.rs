@@ -59,6 +59,18 @@ pub fn from_config_str(path: &Path, text: &str) -> Result<ArchSpec> {
     Config { v: &v, path }.spec()
 }
 
+/// What MPT's `attn_config` says of its attention.
+struct MptAttention {
+    kv_heads: Option<u64>,
+    kernel: AttentionImpl,
+    causal_blocks: CausalBlocks,
+    position: Position,
+    sliding_window: Option<u64>,
+    /// The query and key norms' span, if any.
+    qk_norm: Option<QkNormSpan>,
+    dropout: bool,
+}
+
 /// A parsed config.json and where it came from, for messages.
 struct Config<'a> {
     v: &'a Value,
@@ -394,7 +406,7 @@ impl Config<'_> {
         Ok(spec)
     }
 
-    /// Mixtral and Qwen's MoE models: a LLaMA-like model whose every MLP is a mixture of
+    /// Mixtral, OLMoE and Qwen's MoE models: a LLaMA-like model whose every MLP is a mixture of
     /// experts (layers listed in `mlp_only_layers`, or a `decoder_sparse_step` above 1, are
     /// refused: dense layers between sparse ones are not modelled).
     fn experts(&self, model_type: &str, name: String) -> Result<ArchSpec> {
@@ -527,33 +539,72 @@ impl Config<'_> {
     /// positions (no `wpe` is built beside it). Parts whose kernels stepcast does not cost are
     /// refused by name.
     fn mpt(&self, name: String) -> Result<ArchSpec> {
-        let attn = self.section("attn_config")?;
-        let ffn = self.section("ffn_config")?;
-        let text = |sec: &'static str, m: &serde_json::Map<String, Value>, key, default| match m
-            .get(key)
+        for key in ["logit_scale", "block_overrides"] {
+            if let Some(v) = self.v.get(key).filter(|v| !v.is_null()) {
+                return self.not_costed(format!("\"{key}\" = {v}"));
+            }
+        }
+        if let Some(f) = self
+            .v
+            .get("embedding_fraction")
+            .filter(|v| !v.is_null() && v.as_f64() != Some(1.0))
         {
-            None | Some(Value::Null) => Ok(default),
-            Some(Value::String(v)) => Ok(v.clone()),
-            Some(other) => Err(self.bad(format!(
-                "\"{sec}.{key}\" = {other} must be a string: give it as MPTConfig names it"
-            ))),
+            return self.not_costed(format!(
+                "\"embedding_fraction\" = {f} (a scaled embedding gradient)"
+            ));
+        }
+        let d_model = self.int("d_model")?;
+        let attn = self.mpt_attention(self.section("attn_config")?)?;
+        let (activation, ffn_hidden) = self.mpt_mlp(self.section("ffn_config")?, d_model)?;
+        let norm = match self.str(&["norm_type"], "low_precision_layernorm").as_str() {
+            "layernorm" | "low_precision_layernorm" | "triton_layernorm" => NormKind::Layernorm,
+            "rmsnorm" | "low_precision_rmsnorm" | "triton_rmsnorm" => NormKind::Rmsnorm,
+            other => return self.not_costed(format!("\"norm_type\" = \"{other}\"")),
         };
-        let on = |m: &serde_json::Map<String, Value>, key| {
-            m.get(key).and_then(Value::as_bool).unwrap_or(false)
-        };
-        let refuse = |what: String| -> Result<ArchSpec> {
-            Err(self.bad(format!(
-                "{what} is not costed by stepcast; describe the nearest model it costs in a \
-                 YAML architecture file, or drop the setting"
-            )))
-        };
-        let kv_heads = match text(
-            "attn_config",
-            attn,
-            "attn_type",
-            "multihead_attention".into(),
-        )?
-        .as_str()
+        let bias = !self.flag("no_bias", false);
+        Ok(ArchSpec {
+            name,
+            layers: self.int("n_layers")?,
+            hidden: d_model,
+            heads: self.int("n_heads")?,
+            kv_heads: attn.kv_heads,
+            head_dim: None,
+            ffn_hidden: Some(ffn_hidden),
+            vocab: self.int("vocab_size")?,
+            vocab_divisible_by: None,
+            norm,
+            activation,
+            // MPT's SharedEmbedding is its output layer too
+            tied_embeddings: self.flag("tie_word_embeddings", true),
+            attention: attn.kernel,
+            causal_blocks: attn.causal_blocks,
+            position: attn.position,
+            linear_bias: bias,
+            qkv_bias: false,
+            qk_norm: attn.qk_norm.is_some(),
+            qk_norm_span: attn.qk_norm.unwrap_or_default(),
+            pre_norms: true,
+            post_norms: false,
+            scaled_embeddings: false,
+            attention_softcap: false,
+            final_softcap: self.softcap("final_logit_softcapping", false)?,
+            norm_bias: Some(bias && norm == NormKind::Layernorm),
+            seq_len: Some(self.seq_len("max_seq_len")?),
+            sliding_window: attn.sliding_window,
+            global_attention_every: None,
+            dropout: self.dropout(&["resid_pdrop", "emb_pdrop"], 0.0) || attn.dropout,
+            moe: None,
+            mla: None,
+        })
+    }
+
+    /// MPT's `attn_config`: the heads' grouping, the kernel (`attn_impl`), the positions, the
+    /// window, the query and key norms and the dropout.
+    fn mpt_attention(&self, attn: &serde_json::Map<String, Value>) -> Result<MptAttention> {
+        let on = |key| attn.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let kv_heads = match self
+            .nested_text("attn_config", attn, "attn_type", "multihead_attention")?
+            .as_str()
         {
             "multihead_attention" => None,
             "multiquery_attention" => Some(1),
@@ -565,48 +616,36 @@ impl Config<'_> {
                     ))
                 })?,
             }),
-            other => return refuse(format!("\"attn_config.attn_type\" = \"{other}\"")),
+            other => return self.not_costed(format!("\"attn_config.attn_type\" = \"{other}\"")),
         };
         // Transformers' default is torch (the config.json of mosaicml/mpt-7b says so); the
         // training YAMLs of llm-foundry set flash
-        let (attention, causal_blocks) =
-            match text("attn_config", attn, "attn_impl", "torch".into())?.as_str() {
-                "torch" => (AttentionImpl::Unfused, CausalBlocks::Skipped),
-                "flash" => (AttentionImpl::Flash, CausalBlocks::Skipped),
-                // handed ALiBi's bias tensor, the Triton kernel cannot skip the masked blocks
-                "triton" => (AttentionImpl::Flash, CausalBlocks::Computed),
-                other => return refuse(format!("\"attn_config.attn_impl\" = \"{other}\"")),
-            };
-        if on(attn, "prefix_lm") {
-            return refuse("\"attn_config.prefix_lm\" = true".into());
+        let (kernel, causal_blocks) = match self
+            .nested_text("attn_config", attn, "attn_impl", "torch")?
+            .as_str()
+        {
+            "torch" => (AttentionImpl::Unfused, CausalBlocks::Skipped),
+            "flash" => (AttentionImpl::Flash, CausalBlocks::Skipped),
+            // handed ALiBi's bias tensor, the Triton kernel cannot skip the masked blocks
+            "triton" => (AttentionImpl::Flash, CausalBlocks::Computed),
+            other => return self.not_costed(format!("\"attn_config.attn_impl\" = \"{other}\"")),
+        };
+        if on("prefix_lm") {
+            return self.not_costed("\"attn_config.prefix_lm\" = true".into());
         }
         if let Some(clip) = attn.get("clip_qkv").filter(|v| !v.is_null()) {
-            return refuse(format!(
+            return self.not_costed(format!(
                 "\"attn_config.clip_qkv\" = {clip} (a clamp of Q, K and V)"
             ));
         }
-        for key in ["logit_scale", "block_overrides"] {
-            if let Some(v) = self.v.get(key).filter(|v| !v.is_null()) {
-                return refuse(format!("\"{key}\" = {v}"));
-            }
-        }
-        if let Some(f) = self
-            .v
-            .get("embedding_fraction")
-            .filter(|v| !v.is_null() && v.as_f64() != Some(1.0))
-        {
-            return refuse(format!(
-                "\"embedding_fraction\" = {f} (a scaled embedding gradient)"
-            ));
-        }
-        let position = if on(attn, "alibi") {
+        let position = if on("alibi") {
             Position::Alibi
-        } else if on(attn, "rope") {
+        } else if on("rope") {
             Position::Rope
         } else if self.flag("learned_pos_emb", true) {
             Position::Learned
         } else {
-            return refuse(
+            return self.not_costed(
                 "a model with no positions (alibi, rope and learned_pos_emb off)".into(),
             );
         };
@@ -620,9 +659,41 @@ impl Config<'_> {
                 ))
             })?),
         };
+        // qk_ln norms the whole query and key projections (its LayerNorm's biases, where
+        // no_bias keeps them, are not counted), qk_gn each head
+        let qk_norm = if on("qk_ln") {
+            Some(QkNormSpan::Projection)
+        } else if on("qk_gn") {
+            Some(QkNormSpan::Head)
+        } else {
+            None
+        };
+        Ok(MptAttention {
+            kv_heads,
+            kernel,
+            causal_blocks,
+            position,
+            sliding_window,
+            qk_norm,
+            dropout: attn
+                .get("attn_pdrop")
+                .and_then(Value::as_f64)
+                .is_some_and(|p| p > 0.0),
+        })
+    }
+
+    /// MPT's `ffn_config`: the MLP's kind and activation, and its width — `ffn_hidden_size`,
+    /// else int(d_model · `expansion_ratio`) as llm-foundry sizes it.
+    fn mpt_mlp(
+        &self,
+        ffn: &serde_json::Map<String, Value>,
+        d_model: u64,
+    ) -> Result<(Activation, u64)> {
         let act = match ffn.get("ffn_act_fn") {
             None | Some(Value::Null) => "gelu".to_string(),
-            Some(Value::Object(f)) => text("ffn_config.ffn_act_fn", f, "name", "gelu".into())?,
+            Some(Value::Object(f)) => {
+                self.nested_text("ffn_config.ffn_act_fn", f, "name", "gelu")?
+            }
             Some(other) => {
                 return Err(self.bad(format!(
                     "\"ffn_config.ffn_act_fn\" = {other} must be an object such as \
@@ -631,27 +702,28 @@ impl Config<'_> {
             }
         };
         let activation = match (
-            text("ffn_config", ffn, "ffn_type", "mptmlp".into())?.as_str(),
+            self.nested_text("ffn_config", ffn, "ffn_type", "mptmlp")?
+                .as_str(),
             act.as_str(),
         ) {
             ("mptmlp", "gelu") => Activation::Gelu,
             ("mptglu", "silu") => Activation::Swiglu,
             ("mptglu", "gelu") => Activation::Geglu,
             (ffn_type @ ("mptmlp" | "mptglu"), act) => {
-                return refuse(format!(
+                return self.not_costed(format!(
                     "an {ffn_type} of \"{act}\" (ffn_config.ffn_act_fn)"
                 ))
             }
-            (ffn_type, _) => return refuse(format!("\"ffn_config.ffn_type\" = \"{ffn_type}\"")),
+            (ffn_type, _) => {
+                return self.not_costed(format!("\"ffn_config.ffn_type\" = \"{ffn_type}\""))
+            }
         };
-        let d_model = self.int("d_model")?;
-        let ffn_hidden = match ffn.get("ffn_hidden_size").filter(|v| !v.is_null()) {
+        let width = match ffn.get("ffn_hidden_size").filter(|v| !v.is_null()) {
             Some(v) => v.as_u64().filter(|&n| n > 0).ok_or_else(|| {
                 self.bad(format!(
                     "\"ffn_config.ffn_hidden_size\" = {v} must be a positive integer"
                 ))
             })?,
-            // int(d_model · expansion_ratio), as llm-foundry sizes it
             None => match self.v.get("expansion_ratio") {
                 None | Some(Value::Null) => 4 * d_model,
                 Some(r) => match r.as_f64().filter(|r| (0.01..=1e3).contains(r)) {
@@ -665,56 +737,32 @@ impl Config<'_> {
                 },
             },
         };
-        let norm = match self.str(&["norm_type"], "low_precision_layernorm").as_str() {
-            "layernorm" | "low_precision_layernorm" | "triton_layernorm" => NormKind::Layernorm,
-            "rmsnorm" | "low_precision_rmsnorm" | "triton_rmsnorm" => NormKind::Rmsnorm,
-            other => return refuse(format!("\"norm_type\" = \"{other}\"")),
-        };
-        let bias = !self.flag("no_bias", false);
-        Ok(ArchSpec {
-            name,
-            layers: self.int("n_layers")?,
-            hidden: d_model,
-            heads: self.int("n_heads")?,
-            kv_heads,
-            head_dim: None,
-            ffn_hidden: Some(ffn_hidden),
-            vocab: self.int("vocab_size")?,
-            vocab_divisible_by: None,
-            norm,
-            activation,
-            // MPT's SharedEmbedding is its output layer too
-            tied_embeddings: self.flag("tie_word_embeddings", true),
-            attention,
-            causal_blocks,
-            position,
-            linear_bias: bias,
-            qkv_bias: false,
-            // qk_gn norms each head, qk_ln the whole query and key projections (its
-            // LayerNorm's biases, where no_bias keeps them, are not counted)
-            qk_norm: on(attn, "qk_gn") || on(attn, "qk_ln"),
-            qk_norm_span: if on(attn, "qk_ln") {
-                QkNormSpan::Projection
-            } else {
-                QkNormSpan::Head
-            },
-            pre_norms: true,
-            post_norms: false,
-            scaled_embeddings: false,
-            attention_softcap: false,
-            final_softcap: self.softcap("final_logit_softcapping", false)?,
-            norm_bias: Some(bias && norm == NormKind::Layernorm),
-            seq_len: Some(self.seq_len("max_seq_len")?),
-            sliding_window,
-            global_attention_every: None,
-            dropout: self.dropout(&["resid_pdrop", "emb_pdrop"], 0.0)
-                || attn
-                    .get("attn_pdrop")
-                    .and_then(Value::as_f64)
-                    .is_some_and(|p| p > 0.0),
-            moe: None,
-            mla: None,
-        })
+        Ok((activation, width))
+    }
+
+    /// A setting whose kernels stepcast does not cost, refused with the way out.
+    fn not_costed<T>(&self, what: String) -> Result<T> {
+        Err(self.bad(format!(
+            "{what} is not costed by stepcast; describe the nearest model it costs in a YAML \
+             architecture file, or drop the setting"
+        )))
+    }
+
+    /// A string setting of a nested object (`section`), or `default` when absent or null.
+    fn nested_text(
+        &self,
+        section: &str,
+        m: &serde_json::Map<String, Value>,
+        key: &str,
+        default: &str,
+    ) -> Result<String> {
+        match m.get(key) {
+            None | Some(Value::Null) => Ok(default.to_string()),
+            Some(Value::String(v)) => Ok(v.clone()),
+            Some(other) => Err(self.bad(format!(
+                "\"{section}.{key}\" = {other} must be a string: give it as MPTConfig names it"
+            ))),
+        }
     }
 
     /// A nested object of the config (`attn_config`), empty when absent.
