@@ -10,8 +10,8 @@ use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
     Activation, Arch, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher,
-    Elementwise, Fp8Library, Layout, NormKind, ParallelSpec, Position, QkNormSpan, Recompute,
-    Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
+    Elementwise, Fp8Library, Layout, MoeSpec, NormKind, ParallelSpec, Position, QkNormSpan,
+    Recompute, Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
 };
 
 crate::named_enum!(
@@ -329,10 +329,10 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if l.mtp_layers > 0 {
         arg(format!("--mtp-num-layers {}", l.mtp_layers));
     }
-    if let Some(m) = a.moe.filter(|m| m.dense_layers > 0) {
+    if let Some(m) = a.moe.filter(|_| a.dense_layers() > 0) {
         arg(format!(
             "--moe-layer-freq \"({})\"",
-            moe_layer_freq(a.layers, m.dense_layers)
+            moe_layer_freq(a.layers, &m)
         ));
     }
     if let Some(w) = a.sliding_window {
@@ -887,8 +887,8 @@ fn nemo_architecture(a: &Arch) -> Vec<(&'static str, String)> {
                 m.shared_ffn().to_string(),
             ));
         }
-        if m.dense_layers > 0 {
-            fields.push(("moe_layer_freq", moe_layer_freq(a.layers, m.dense_layers)));
+        if a.dense_layers() > 0 {
+            fields.push(("moe_layer_freq", moe_layer_freq(a.layers, m)));
         }
         if m.topk_groups > 0 {
             fields.push(("moe_router_num_groups", m.groups.to_string()));
@@ -904,9 +904,16 @@ fn window_size(w: u64) -> String {
     format!("({}, 0)", w.saturating_sub(1))
 }
 
-/// Megatron-Core's `moe_layer_freq` pattern: the first `dense` layers dense, the rest experts.
-fn moe_layer_freq(layers: u64, dense: u64) -> String {
-    format!("[0]*{}+[1]*{}", dense, layers - dense)
+/// Megatron-Core's `moe_layer_freq` pattern: the dense first layers, then the rest all with
+/// experts, or a mark (1: experts) for every layer where they are interleaved.
+fn moe_layer_freq(layers: u64, m: &MoeSpec) -> String {
+    if m.every == 1 {
+        return format!("[0]*{}+[1]*{}", m.dense_layers, layers - m.dense_layers);
+    }
+    let marks: Vec<&str> = (0..layers)
+        .map(|i| if m.has_experts(i) { "1" } else { "0" })
+        .collect();
+    format!("[{}]", marks.join(","))
 }
 
 /// torchtitan's model name and flavor for `arch`, where it has one.
@@ -1829,6 +1836,25 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want}: {text}");
         }
+        // experts in every other layer, the odd ones (Llama 4's): a mark for each layer
+        let mut odd = mixtral.clone();
+        odd.moe = odd.moe.map(|m| crate::workload::MoeSpec {
+            every: 2,
+            offset: 1,
+            ..m
+        });
+        let text = launch(
+            Framework::Megatron,
+            &odd,
+            &layout_of(&odd, moe(Dispatcher::Alltoall, None)),
+        )
+        .unwrap()
+        .text;
+        let marks = format!("[{}]", ["0,1"; 16].join(","));
+        assert!(
+            text.contains(&format!("--moe-layer-freq \"({marks})\"")),
+            "{text}"
+        );
     }
 
     /// A plain layout's NeMo recipe and torchtitan job name no context exchange, chunks or
@@ -2161,7 +2187,7 @@ mod tests {
         }
         // DeepSeek-style experts: shared ones, dense first layers, routing groups
         let grouped = with_deepseek_style_experts(&mixtral);
-        let (text, _) = nemo(&grouped, moe).unwrap();
+        let (text, _) = nemo(&grouped, moe.clone()).unwrap();
         for want in [
             field("moe_shared_expert_intermediate_size", "14336"),
             field("moe_layer_freq", "[0]*2+[1]*30"),
@@ -2170,6 +2196,15 @@ mod tests {
         ] {
             assert!(text.contains(&want), "{want}: {text}");
         }
+        let mut odd = mixtral.clone();
+        odd.moe = odd.moe.map(|m| crate::workload::MoeSpec {
+            every: 2,
+            offset: 1,
+            ..m
+        });
+        let (text, _) = nemo(&odd, moe).unwrap();
+        let marks = format!("[{}]", ["0,1"; 16].join(","));
+        assert!(text.contains(&field("moe_layer_freq", &marks)), "{text}");
         // a GELU model is GPT-3's recipe; GeGLU is its gated form, squared ReLU imported
         let (base, _) = target("llama2-7b", spec(2, 1, 4));
         let custom = |activation| Arch {

@@ -3693,3 +3693,77 @@ fn datasets_show_counts_rows_and_skipped_points_per_group() {
     assert_eq!(row("rmsnorm", "bwd")[2..], ["fp16", "1", "0"]);
     assert_eq!(row("all_reduce", "none")[2..], ["fp16", "90", "0"]);
 }
+
+/// A Qwen mixture with dense layers between its expert ones (`decoder_sparse_step` 2: experts
+/// in the odd layers) predicts, holds fewer experts, and exports its layers as Megatron marks
+/// them; dense layers in no pattern stepcast costs are refused, naming the file.
+#[test]
+fn a_mixture_with_interleaved_dense_layers_from_its_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |step: u64, dense: &str| {
+        let path = tmp
+            .path()
+            .join(format!("config-{step}-{}.json", dense.len()));
+        fs::write(
+            &path,
+            format!(
+                r#"{{"model_type":"qwen3_moe","hidden_size":2048,"intermediate_size":6144,
+                    "moe_intermediate_size":768,"num_attention_heads":32,"num_key_value_heads":4,
+                    "head_dim":128,"num_hidden_layers":8,"vocab_size":151936,"num_experts":128,
+                    "num_experts_per_tok":8,"decoder_sparse_step":{step},"mlp_only_layers":{dense},
+                    "hidden_act":"silu","tie_word_embeddings":false}}"#
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let layout = [
+        "--cluster",
+        "dgx-h100",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--ep",
+        "4",
+        "--dp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "32",
+    ];
+    let run = |cmd: &[&str], model: &std::path::Path| {
+        let args: Vec<&str> = cmd
+            .iter()
+            .chain(&["--model", s(model)])
+            .chain(&layout)
+            .copied()
+            .collect();
+        stepcast(&args)
+    };
+    let (every, odd) = (config(1, "[]"), config(2, "[]"));
+    let weights = |model: &std::path::Path| {
+        let out = run(&["predict", "--json"], model);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json_of(&out)["memory"]["ranks"][0]["weights_gib"]
+            .as_f64()
+            .unwrap()
+    };
+    // half the layers hold a dense MLP of 6,144 instead of 128 experts of 768
+    assert!(weights(&odd) < weights(&every));
+    let m = stdout(&run(&["export", "--format", "megatron"], &odd));
+    assert!(
+        m.contains("--moe-layer-freq \"([0,1,0,1,0,1,0,1])\""),
+        "{m}"
+    );
+    let uneven = config(1, "[1]");
+    assert_user_error(
+        &run(&["predict"], &uneven),
+        &[
+            s(&uneven),
+            "mlp_only_layers = {1}",
+            "describe the model in YAML",
+        ],
+    );
+}

@@ -928,25 +928,48 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
         Some(experts) => {
             // a number N puts experts in every N-th layer (Megatron's `i % N == 0`), a list in
             // the layers it marks 1
-            if let Some(n) = a.text("moe_layer_freq").filter(|t| !t.starts_with('[')) {
-                if n != "1" {
-                    return Err(format!(
-                        "argument moe_layer_freq = {n} puts experts in one layer of every {n} \
-                         only, which is not costed (every layer, or all but leading dense ones, \
-                         are): give the model with --model"
-                    ));
+            let freq = a.text("moe_layer_freq");
+            let (dense_layers, every, offset) = match freq.filter(|t| !t.starts_with('[')) {
+                Some(n) => match n.parse::<u64>() {
+                    Ok(n) if n >= 1 => (0, n, 0),
+                    _ => {
+                        return Err(format!(
+                            "argument moe_layer_freq = {n}: give a whole number of layers from \
+                             1, or a list of 0 and 1 per layer"
+                        ))
+                    }
+                },
+                None if freq.is_none() => (0, 1, 0),
+                None => {
+                    let marks = a.list("moe_layer_freq");
+                    if marks.len() as u64 != layers {
+                        return Err(format!(
+                            "argument moe_layer_freq marks {} layers, num_layers is {layers}: \
+                             is this one run's log?",
+                            marks.len()
+                        ));
+                    }
+                    let pattern: Option<Vec<bool>> = marks
+                        .iter()
+                        .map(|f| match f.as_str() {
+                            "0" => Some(false),
+                            "1" => Some(true),
+                            _ => None,
+                        })
+                        .collect();
+                    pattern
+                        .as_deref()
+                        .and_then(MoeSpec::layers_from_pattern)
+                        .ok_or_else(|| {
+                            format!(
+                                "argument moe_layer_freq = {:?} puts experts in layers no \
+                                 pattern of dense first layers and then one layer of every N \
+                                 gives, which is not costed: give the model with --model",
+                                freq.unwrap_or_default()
+                            )
+                        })?
                 }
-            }
-            let freq = a.list("moe_layer_freq");
-            let leading = freq.iter().take_while(|f| *f == "0").count();
-            if freq.iter().skip(leading).any(|f| f != "1") {
-                return Err(format!(
-                    "argument moe_layer_freq = {:?} interleaves dense and expert layers, which \
-                     is not costed (only leading dense layers are): give the model with --model",
-                    a.text("moe_layer_freq").unwrap_or_default()
-                ));
-            }
-            let dense_layers = leading as u64;
+            };
             let shared_ffn = a.count("moe_shared_expert_intermediate_size")?;
             Some(MoeSpec {
                 experts,
@@ -958,6 +981,8 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
                 shared_experts: u64::from(shared_ffn.is_some()),
                 shared_ffn,
                 dense_layers,
+                every,
+                offset,
                 groups: a.count("moe_router_num_groups")?.unwrap_or(0),
                 topk_groups: a.count("moe_router_group_topk")?.unwrap_or(0),
             })
@@ -1000,6 +1025,10 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
     );
     if let Some(m) = &moe {
         name += &format!("-e{}k{}x{}", m.experts, m.top_k, m.expert_ffn);
+        // interleaved: experts in one layer of `every`, the `offset`-th
+        if m.every > 1 {
+            name += &format!("-i{}o{}", m.every, m.offset);
+        }
     }
     if mla.is_some() {
         name += "-mla";
@@ -1202,12 +1231,17 @@ mod tests {
 
     #[test]
     fn experts_and_their_dispatcher_are_read() {
+        // Megatron prints the list it evaluates, a mark for each of the 32 layers
+        let marks = |f: &dyn Fn(usize) -> bool| {
+            let m: Vec<&str> = (0..32).map(|i| if f(i) { "1" } else { "0" }).collect();
+            format!("[{}]", m.join(", "))
+        };
         let run = import(
             &parse(&log(&[
                 ("num_experts", "64"),
                 ("moe_router_topk", "8"),
                 ("moe_ffn_hidden_size", "1408"),
-                ("moe_layer_freq", "[0, 1, 1, 1]"),
+                ("moe_layer_freq", &marks(&|i| i > 0)),
                 ("expert_model_parallel_size", "8"),
                 ("expert_tensor_parallel_size", "1"),
                 ("moe_token_dispatcher_type", "flex"),
@@ -1221,31 +1255,53 @@ mod tests {
         assert_eq!(c["moe_dispatcher"], "hybridep");
         let moe = run.arch.unwrap().moe.unwrap();
         assert_eq!((moe.experts, moe.top_k, moe.expert_ffn), (64, 8, 1408));
-        assert_eq!(moe.dense_layers, 1);
-        // dense layers between expert layers are refused, naming the argument
-        let e = import(
-            &parse(&log(&[
-                ("num_experts", "8"),
-                ("moe_layer_freq", "[1, 0, 1, 0]"),
-            ])),
-            &options(),
-        )
-        .unwrap_err();
-        assert!(e.contains("moe_layer_freq") && e.contains("--model"), "{e}");
-        // a number: experts in every N-th layer (Megatron's `i % N == 0`), every layer for 1
-        let freq = |f: &str| {
+        assert_eq!((moe.dense_layers, moe.every, moe.offset), (1, 1, 0));
+        let layers = |f: &str| {
             import(
                 &parse(&log(&[("num_experts", "8"), ("moe_layer_freq", f)])),
                 &options(),
             )
-            .map(|r| r.arch.unwrap().moe.unwrap().dense_layers)
+            .map(|r| {
+                let m = r.arch.unwrap().moe.unwrap();
+                (m.dense_layers, m.every, m.offset)
+            })
         };
-        assert_eq!(freq("1"), Ok(0));
-        let e = freq("2").unwrap_err();
-        assert!(
-            e.contains("one layer of every 2") && e.contains("--model"),
-            "{e}"
-        );
+        // a list: dense and expert layers alternating either way, or after dense first ones
+        assert_eq!(layers(&marks(&|i| i % 2 == 0)), Ok((0, 2, 0)));
+        // named apart from the same model with experts in every layer
+        let odd = import(
+            &parse(&log(&[
+                ("num_experts", "8"),
+                ("moe_layer_freq", &marks(&|i| i % 2 == 1)),
+            ])),
+            &options(),
+        )
+        .unwrap();
+        assert!(odd.arch.unwrap().name.ends_with("-e8k2x14336-i2o1"));
+        assert_eq!(layers(&marks(&|i| i % 2 == 1)), Ok((0, 2, 1)));
+        assert_eq!(layers(&marks(&|i| i >= 4 && i % 4 == 0)), Ok((4, 4, 0)));
+        assert_eq!(layers(&marks(&|i| i == 31)), Ok((31, 1, 0)));
+        // a number: experts in every N-th layer (Megatron's `i % N == 0`), every layer for 1
+        assert_eq!(layers("1"), Ok((0, 1, 0)));
+        assert_eq!(layers("2"), Ok((0, 2, 0)));
+        // uneven gaps, a last stretch without experts, a short list, a bad number: refused
+        for (freq, says) in [
+            (marks(&|i| i % 3 != 0), "no pattern"),
+            (marks(&|i| i < 16), "no pattern"),
+            (marks(&|_| false), "no pattern"),
+            (
+                "[0, 1, 1, 1]".to_string(),
+                "marks 4 layers, num_layers is 32",
+            ),
+            ("0".to_string(), "whole number"),
+            ("two".to_string(), "whole number"),
+        ] {
+            let e = layers(&freq).unwrap_err();
+            assert!(
+                e.contains("moe_layer_freq") && e.contains(says),
+                "{freq}: {e}"
+            );
+        }
     }
 
     /// Megatron's `window_attn_skip_freq`: every N-th layer attends to the whole sequence

@@ -75,7 +75,7 @@ pub fn advice(
     let scopes = match &arch.moe {
         Some(m) if !matches!(layout.moe_capacity, Some((_, true))) => {
             let mut s = vec![S::Attn];
-            if m.dense_layers > 0 {
+            if arch.dense_layers() > 0 {
                 s.push(S::Mlp);
             }
             s.extend([S::MoeRouter, S::MoePreprocess]);

@@ -602,8 +602,11 @@ pub fn describe(job: &Job) -> String {
     if job.arch.moe.is_some() {
         extra += &match &l.routing_file {
             Some(file) => {
-                let dense = job.arch.dense_layers() as usize;
-                let routed = &l.layer_loads[dense.min(l.layer_loads.len())..];
+                let routed: Vec<f64> = (0u64..)
+                    .zip(&l.layer_loads)
+                    .filter(|(i, _)| job.arch.has_experts(*i))
+                    .map(|(_, &f)| f)
+                    .collect();
                 let (low, high) = routed
                     .iter()
                     .fold((f64::MAX, 0.0f64), |(a, b), &f| (a.min(f), b.max(f)));

@@ -865,6 +865,8 @@ mod tests {
             shared_experts: 2,
             shared_ffn: None,
             dense_layers: 0,
+            every: 1,
+            offset: 0,
             groups: 0,
             topk_groups: 0,
         });

@@ -252,7 +252,7 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
     let per_layer = layer.total();
     // a mixture's dense layers keep the dense MLP's activations (none elsewhere: reuse)
     let (dense_bytes, dense_w) = match arch.moe {
-        Some(m) if m.dense_layers > 0 => {
+        Some(_) if arch.dense_layers() > 0 => {
             let dense_arch = Arch {
                 moe: None,
                 ..arch.clone()

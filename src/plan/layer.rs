@@ -1830,6 +1830,8 @@ mod dispatch_tests {
             shared_experts: 1,
             shared_ffn: None,
             dense_layers: 3,
+            every: 1,
+            offset: 0,
             groups,
             topk_groups,
         }

@@ -258,7 +258,7 @@ impl Plan {
         let fsdp = layout.fsdp_per_layer();
         let embedding = layer::embedding_block(&mut b, arch, &dims);
         let layer_block = layer::layer_block(&mut b, arch, layout, &dims, fsdp, false);
-        let dense_layer = (arch.moe.is_some_and(|m| m.dense_layers > 0))
+        let dense_layer = (arch.moe.is_some() && arch.dense_layers() > 0)
             .then(|| layer::layer_block(&mut b, arch, layout, &dims, fsdp, true));
         let head = layer::head_block(&mut b, arch, &dims);
         let mtp = (layout.mtp_layers > 0)
@@ -273,7 +273,7 @@ impl Plan {
             )
         });
         let mut chunks = stage::chunks(arch, layout);
-        let loaded_layers = route_layers(&mut chunks, layout, |load| {
+        let loaded_layers = route_layers(&mut chunks, arch, layout, |load| {
             let dims = dims.at_load(load);
             layer::layer_block(&mut b, arch, layout, &dims, fsdp, false)
         });
@@ -395,6 +395,7 @@ impl Stage {
 /// the chunks. Nothing without a routing file.
 fn route_layers(
     chunks: &mut [Chunk],
+    arch: &Arch,
     layout: &Layout,
     mut build: impl FnMut(f64) -> Block,
 ) -> Vec<LoadedLayer> {
@@ -405,8 +406,8 @@ fn route_layers(
     let to_percent = |f: f64| (f * 100.0).round() / 100.0;
     let plain = to_percent(layout.expert_load());
     for chunk in chunks {
-        let routed = chunk.first_layer + chunk.dense_layers..chunk.first_layer + chunk.layers;
-        for layer in routed {
+        let layers = chunk.first_layer..chunk.first_layer + chunk.layers;
+        for layer in layers.filter(|&l| arch.has_experts(l)) {
             let load = to_percent(layout.layer_load(layer));
             if load == plain {
                 continue;
@@ -829,6 +830,50 @@ mod tests {
     /// one of each; rank 0 holds 3 of the first and 1 of the second and runs 16 − 1 dense − 4
     /// = 11 plain layers, rank 1 15. Rank 0 sends forward from both chunks and backward from
     /// its second; rank 1 forward from its first, backward from both.
+    /// A mixture whose odd layers have experts (Llama 4's interleaving): each pipeline stage
+    /// holds its own layers' dense MLPs, and a routing file's loads apply to the expert
+    /// layers alone (its dense layers read 1, not a load of their own).
+    #[test]
+    fn interleaved_dense_layers_are_counted_where_they_fall() {
+        use crate::workload::Layout;
+        let mut a = crate::workload::presets::mixtral_8x7b();
+        if let Some(m) = a.moe.as_mut() {
+            (m.dense_layers, m.every, m.offset) = (3, 2, 1);
+        }
+        let spec = ParallelSpec {
+            pp: Some(2),
+            ep: Some(8),
+            dp: Some(8),
+            micro_batch: Some(1),
+            global_batch: Some(16),
+            moe_imbalance: Some(1.5),
+            ..Default::default()
+        };
+        let c = crate::hardware::dgx_h100_without_models();
+        let mut layout = Layout::new(&spec, &a, &c).unwrap();
+        // experts in layers 4, 6, … 30: 6 dense layers of the first 16, 8 of the last
+        let mut loads: Vec<f64> = (0..32)
+            .map(|l| if a.has_experts(l) { 1.5 } else { 1.0 })
+            .collect();
+        (loads[4], loads[30]) = (2.0, 2.5);
+        layout.layer_loads = loads;
+        let p = super::Plan::new(&a, &layout, &c);
+        let dense: Vec<u64> = p.chunks.iter().map(|c| c.dense_layers).collect();
+        assert_eq!(dense, [10, 8]);
+        let block_loads: Vec<f64> = p.loaded_layers.iter().map(|l| l.load).collect();
+        assert_eq!(block_loads, [2.0, 2.5]);
+        let loaded: Vec<_> = p.chunks.iter().map(|c| c.loaded.clone()).collect();
+        assert_eq!(loaded, [vec![(0, 1)], vec![(1, 1)]]);
+        let plain: Vec<u64> = p.stages.iter().map(|s| s.layout_load_layers()).collect();
+        assert_eq!(plain, [5, 7]);
+        let (layer, dense) = (&p.layer, p.dense_layer.as_ref().unwrap());
+        let loaded = |i: usize| &p.loaded_layers[i].block;
+        assert_eq!(
+            p.stages[1].params,
+            7 * layer.params + 8 * dense.params + loaded(1).params + p.head.params
+        );
+    }
+
     #[test]
     fn a_routing_files_loads_become_layers_of_their_own() {
         use crate::workload::{Layout, Recompute, Schedule};

@@ -48,7 +48,6 @@ impl StageRole {
 
 /// The model chunks in model order, placed round-robin: rank r holds chunks r, r + pp, …
 pub(super) fn chunks(arch: &Arch, layout: &Layout) -> Vec<Chunk> {
-    let dense = arch.moe.map_or(0, |m| m.dense_layers);
     let placement = layout.virtual_stage_ranks();
     let n = placement.len();
     let mut first_layer = 0;
@@ -62,8 +61,11 @@ pub(super) fn chunks(arch: &Arch, layout: &Layout) -> Vec<Chunk> {
                 rank,
                 first_layer,
                 layers,
-                // the model's first `dense` layers, wherever they fall
-                dense_layers: dense.saturating_sub(first_layer).min(layers),
+                // a mixture's dense layers among its own, wherever they fall
+                dense_layers: match arch.moe {
+                    Some(_) => arch.dense_layers_in(first_layer..first_layer + layers),
+                    None => 0,
+                },
                 loaded: Vec::new(),
                 mtp_layers: layout.chunk_mtp_layers[vs],
                 embedding: vs == 0,

@@ -924,6 +924,8 @@ fn deepseek_like(layers: u64) -> Arch {
         shared_experts: 1,
         shared_ffn: None,
         dense_layers: 3,
+        every: 1,
+        offset: 0,
         groups: 8,
         topk_groups: 4,
     });

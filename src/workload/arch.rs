@@ -107,6 +107,15 @@ pub struct MoeSpec {
     /// The first layers keep a dense MLP of `ffn_hidden` (DeepSeek's `first_k_dense_replace`).
     #[serde(default)]
     pub dense_layers: u64,
+    /// After them, experts in one layer of every `every` (default 1: in every layer), the
+    /// others dense: Megatron's `--moe-layer-freq N`, Llama 4's `interleave_moe_layer_step`,
+    /// Qwen-MoE's `decoder_sparse_step`.
+    #[serde(default = "one")]
+    pub every: u64,
+    /// Which layer of each `every` has them, from 0 (Megatron's: 0; Llama 4's and Qwen's:
+    /// `every` − 1).
+    #[serde(default)]
+    pub offset: u64,
     /// Group-limited routing (DeepSeek's `n_group`, `topk_group`): the experts in `groups`
     /// equal groups, each token's top-k taken from its best `topk_groups` groups (0: no limit).
     /// A hierarchical dispatcher sends a token once per node its groups lie on.
@@ -152,7 +161,67 @@ impl MlaSpec {
     }
 }
 
+fn one() -> u64 {
+    1
+}
+
 impl MoeSpec {
+    /// Whether `layer` (from 0) routes its tokens to experts.
+    pub fn has_experts(&self, layer: u64) -> bool {
+        layer >= self.dense_layers && (layer - self.dense_layers) % self.every == self.offset
+    }
+
+    /// How many of the first `n` layers have experts.
+    pub fn expert_layers_below(&self, n: u64) -> u64 {
+        let first = self.dense_layers.saturating_add(self.offset);
+        if n <= first {
+            0
+        } else {
+            (n - first - 1) / self.every + 1
+        }
+    }
+
+    /// The layers of a model of `layers` that have experts, for messages: "3 to 60",
+    /// "1, 3, … 47".
+    pub fn expert_layers_text(&self, layers: u64) -> String {
+        let n = self.expert_layers_below(layers);
+        let first = self.dense_layers.saturating_add(self.offset);
+        let last = first + (n.max(1) - 1) * self.every;
+        match (n, self.every) {
+            (0, _) => "none".into(),
+            (1, _) => first.to_string(),
+            (_, 1) => format!("{first} to {last}"),
+            (2, _) => format!("{first} and {last}"),
+            _ => format!("{first}, {}, … {last}", first + self.every),
+        }
+    }
+
+    /// The dense first layers and interleaving (`dense_layers`, `every`, `offset`) that put
+    /// experts in exactly the layers `pattern` marks, as Megatron's `--moe-layer-freq` list
+    /// gives them; `None` where no such pattern does (no expert layer, or uneven gaps).
+    pub fn layers_from_pattern(pattern: &[bool]) -> Option<(u64, u64, u64)> {
+        let experts: Vec<u64> = (0u64..)
+            .zip(pattern)
+            .filter(|e| *e.1)
+            .map(|e| e.0)
+            .collect();
+        let (&first, &last) = (experts.first()?, experts.last()?);
+        let layers = pattern.len() as u64;
+        let every = match experts.get(1) {
+            Some(&second) => second - first,
+            None => layers - first,
+        };
+        let even = experts.windows(2).all(|w| w[1] - w[0] == every);
+        if !even || last + every < layers {
+            return None;
+        }
+        Some(if first < every {
+            (0, every, first)
+        } else {
+            (first, every, 0)
+        })
+    }
+
     /// Inner size of all shared experts together.
     pub fn shared_ffn(&self) -> u64 {
         self.shared_ffn
@@ -379,11 +448,18 @@ impl ArchSpec {
                     return Err(bad(format!("{field} = {v}: give between 1 and {max}")));
                 }
             }
-            if m.dense_layers >= self.layers {
+            if m.every == 0 || m.every > self.layers || m.offset >= m.every {
                 return Err(bad(format!(
-                    "moe.dense_layers = {} leaves no layer with experts of {}: give fewer dense \
-                     layers, or drop moe:",
-                    m.dense_layers, self.layers
+                    "moe.every = {} / offset = {}: give every from 1 to the {} layers and an \
+                     offset below it",
+                    m.every, m.offset, self.layers
+                )));
+            }
+            if m.expert_layers_below(self.layers) == 0 {
+                return Err(bad(format!(
+                    "moe.dense_layers = {} (offset {}) leaves no layer with experts of {}: give \
+                     fewer dense layers, or drop moe:",
+                    m.dense_layers, m.offset, self.layers
                 )));
             }
             let limited = m.groups > 0 || m.topk_groups > 0;
@@ -529,9 +605,23 @@ impl Arch {
         attention + mlp
     }
 
-    /// Layers with a dense MLP: all of a dense model's, a mixture's first `dense_layers`.
+    /// Layers with a dense MLP: all of a dense model's; a mixture's first `dense_layers` and
+    /// those its interleaving leaves without experts.
     pub fn dense_layers(&self) -> u64 {
-        self.moe.map_or(self.layers, |m| m.dense_layers)
+        self.dense_layers_in(0..self.layers)
+    }
+
+    /// Of the layers `range`, those with a dense MLP.
+    pub fn dense_layers_in(&self, range: std::ops::Range<u64>) -> u64 {
+        let routed = self.moe.map_or(0, |m| {
+            m.expert_layers_below(range.end) - m.expert_layers_below(range.start)
+        });
+        range.end - range.start - routed
+    }
+
+    /// Whether `layer` (from 0) routes its tokens to experts.
+    pub fn has_experts(&self, layer: u64) -> bool {
+        self.moe.is_some_and(|m| m.has_experts(layer))
     }
 
     /// A layer's parameters on one rank with an MLP every token runs of `f` (the dense MLP or
@@ -794,6 +884,28 @@ mod tests {
         );
         assert!(mixtral(|m| m.dense_layers = 31).is_ok());
         assert!(refused(mixtral(|m| m.dense_layers = 32)).contains("leaves no layer"));
+        assert!(refused(mixtral(|m| m.dense_layers = u64::MAX)).contains("leaves no layer"));
+        // interleaving: every from 1 to the layers, the offset below it, some layer left
+        assert!(mixtral(|m| (m.every, m.offset) = (32, 31)).is_ok());
+        assert!(mixtral(|m| (m.dense_layers, m.every, m.offset) = (30, 2, 1)).is_ok());
+        for (e, says) in [
+            (mixtral(|m| m.every = 0), "moe.every = 0 / offset = 0"),
+            (mixtral(|m| m.every = 33), "moe.every = 33 / offset = 0"),
+            (
+                mixtral(|m| (m.every, m.offset) = (2, 2)),
+                "moe.every = 2 / offset = 2",
+            ),
+        ] {
+            let e = refused(e);
+            assert!(e.contains(says) && e.contains("offset below it"), "{e}");
+        }
+        let e = refused(mixtral(|m| {
+            (m.dense_layers, m.every, m.offset) = (31, 2, 1)
+        }));
+        assert!(
+            e.contains("moe.dense_layers = 31 (offset 1) leaves no layer"),
+            "{e}"
+        );
         // group-limited routing: groups dividing the experts, topk_groups in 1..=groups
         // holding top_k experts
         assert!(mixtral(|m| (m.groups, m.topk_groups) = (4, 1)).is_ok());
@@ -843,6 +955,75 @@ mod tests {
         (grouped.kv_heads, grouped.mla) = (Some(8), Some(MlaSpec::deepseek_v3()));
         let e = grouped.validate("l.yaml").unwrap_err().to_string();
         assert!(e.contains("kv_heads (8) must equal heads (32)"), "{e}");
+    }
+
+    /// Dense layers between expert ones: Megatron's `i % N == 0` and Llama 4's / Qwen's
+    /// `(i + 1) % N == 0`, after dense first layers or not.
+    #[test]
+    fn interleaved_experts_are_placed_layer_by_layer() {
+        let moe = |dense_layers, every, offset| MoeSpec {
+            dense_layers,
+            every,
+            offset,
+            ..crate::workload::presets::mixtral_8x7b().moe.unwrap()
+        };
+        let placed = |m: MoeSpec, n: u64| (0..n).filter(|&i| m.has_experts(i)).collect::<Vec<_>>();
+        assert_eq!(placed(moe(0, 1, 0), 4), [0, 1, 2, 3]);
+        assert_eq!(placed(moe(3, 1, 0), 6), [3, 4, 5]);
+        assert_eq!(placed(moe(0, 2, 0), 6), [0, 2, 4]);
+        assert_eq!(placed(moe(0, 2, 1), 6), [1, 3, 5]);
+        assert_eq!(placed(moe(1, 3, 1), 9), [2, 5, 8]);
+        for m in [
+            moe(0, 1, 0),
+            moe(3, 1, 0),
+            moe(0, 2, 1),
+            moe(1, 3, 1),
+            moe(2, 4, 3),
+        ] {
+            for n in 0..12 {
+                assert_eq!(
+                    m.expert_layers_below(n),
+                    placed(m, n).len() as u64,
+                    "{m:?} {n}"
+                );
+            }
+            // the pattern of 12 layers read back places them in the same layers
+            let pattern: Vec<bool> = (0..12).map(|i| m.has_experts(i)).collect();
+            let (d, e, o) = MoeSpec::layers_from_pattern(&pattern).unwrap();
+            assert_eq!(placed(moe(d, e, o), 12), placed(m, 12), "{m:?}");
+        }
+        assert_eq!(moe(3, 1, 0).expert_layers_text(61), "3 to 60");
+        assert_eq!(moe(0, 2, 1).expert_layers_text(48), "1, 3, … 47");
+        assert_eq!(moe(0, 2, 1).expert_layers_text(4), "1 and 3");
+        assert_eq!(moe(0, 4, 3).expert_layers_text(4), "3");
+        assert_eq!(moe(4, 1, 0).expert_layers_text(4), "none");
+        // none, uneven gaps, or a last stretch longer than the gap: no such pattern
+        let marks = |s: &str| s.chars().map(|c| c == '1').collect::<Vec<_>>();
+        assert_eq!(MoeSpec::layers_from_pattern(&marks("0000")), None);
+        assert_eq!(MoeSpec::layers_from_pattern(&marks("1011")), None);
+        assert_eq!(MoeSpec::layers_from_pattern(&marks("101000")), None);
+        assert_eq!(
+            MoeSpec::layers_from_pattern(&marks("0001")),
+            Some((3, 1, 0))
+        );
+        assert_eq!(
+            MoeSpec::layers_from_pattern(&marks("0010")),
+            Some((2, 2, 0))
+        );
+
+        // Mixtral 8x7B with every other MLP dense (of its 14,336): 16 layers of each
+        let all_experts = crate::workload::presets::mixtral_8x7b();
+        let half = Arch {
+            moe: Some(moe(0, 2, 1)),
+            ..all_experts.clone()
+        };
+        assert_eq!((half.dense_layers(), half.dense_layers_in(3..8)), (16, 2));
+        assert!(!half.has_experts(0) && half.has_experts(1));
+        let expert_layer = half.layer_params(1).0 + half.expert_params(1, 1).0;
+        assert_eq!(
+            all_experts.total_params() - half.total_params(),
+            16 * (expert_layer - half.dense_layer_params(1).0)
+        );
     }
 
     #[test]

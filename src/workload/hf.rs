@@ -5,6 +5,7 @@
 //! Mixtures of experts: Mixtral, OLMoE, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head
 //! latent attention), GLM-4.5 and GPT-OSS; others are refused.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
@@ -406,9 +407,9 @@ impl Config<'_> {
         Ok(spec)
     }
 
-    /// Mixtral, OLMoE and Qwen's MoE models: a LLaMA-like model whose every MLP is a mixture of
-    /// experts (layers listed in `mlp_only_layers`, or a `decoder_sparse_step` above 1, are
-    /// refused: dense layers between sparse ones are not modelled).
+    /// Mixtral, OLMoE and Qwen's MoE models: a LLaMA-like model whose MLPs are mixtures of
+    /// experts, but for Qwen's dense layers (`mlp_only_layers`, `decoder_sparse_step`) where
+    /// they form a pattern stepcast costs: dense first layers, then one layer of every N.
     fn experts(&self, model_type: &str, name: String) -> Result<ArchSpec> {
         // read as a LLaMA (SwiGLU required); the query and key norms and biases are set below
         let mut spec = self.llama_like("mistral", name)?;
@@ -418,18 +419,32 @@ impl Config<'_> {
         if model_type == "olmoe" {
             (spec.qk_norm, spec.qk_norm_span) = (true, QkNormSpan::Projection);
         }
-        let sparse_step = self.opt_int("decoder_sparse_step")?.unwrap_or(1);
-        let dense_layers = self
+        // Qwen-MoE: layer i has experts unless listed in `mlp_only_layers`, and only where
+        // (i + 1) is a multiple of `decoder_sparse_step`
+        let layers = spec.layers;
+        let step = self.opt_int("decoder_sparse_step")?.unwrap_or(1);
+        let listed = self
             .v
             .get("mlp_only_layers")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len);
-        if sparse_step != 1 || dense_layers > 0 {
+            .map_or(Some(BTreeSet::new()), |v| {
+                v.as_array()?
+                    .iter()
+                    .map(Value::as_u64)
+                    .collect::<Option<BTreeSet<u64>>>()
+            });
+        let Some(dense) = listed else {
+            return Err(self.bad("mlp_only_layers: give a list of layer numbers".into()));
+        };
+        let pattern: Vec<bool> = (0..layers.min(crate::limits::MAX_LAYERS + 1))
+            .map(|i| (i + 1) % step == 0 && !dense.contains(&i))
+            .collect();
+        let Some((dense_layers, every, offset)) = MoeSpec::layers_from_pattern(&pattern) else {
             return Err(self.bad(format!(
-                "decoder_sparse_step = {sparse_step}, mlp_only_layers has {dense_layers}: dense \
-                 layers between expert layers are not modelled; every layer must be sparse"
+                "decoder_sparse_step = {step}, mlp_only_layers = {dense:?}: the layers with \
+                 experts must be every layer after some dense first ones, or one layer of every \
+                 N; describe the model in YAML with moe.dense_layers, every and offset"
             )));
-        }
+        };
         let (experts_key, ffn_key) = match model_type {
             "mixtral" => ("num_local_experts", "intermediate_size"),
             "olmoe" => ("num_experts", "intermediate_size"),
@@ -442,7 +457,9 @@ impl Config<'_> {
             expert_ffn: self.int(ffn_key)?,
             shared_experts: shared.is_some() as u64,
             shared_ffn: shared,
-            dense_layers: 0,
+            dense_layers,
+            every,
+            offset,
             groups: 0,
             topk_groups: 0,
         });
@@ -468,6 +485,8 @@ impl Config<'_> {
             shared_experts: 0,
             shared_ffn: None,
             dense_layers: 0,
+            every: 1,
+            offset: 0,
             groups: 0,
             topk_groups: 0,
         });
@@ -513,6 +532,8 @@ impl Config<'_> {
             shared_experts: self.opt_int("n_shared_experts")?.unwrap_or(0),
             shared_ffn: None,
             dense_layers: self.opt_int("first_k_dense_replace")?.unwrap_or(0),
+            every: 1,
+            offset: 0,
             // group-limited routing (V2's group_limited_greedy, V3's noaux_tc over groups)
             groups: self.opt_int("n_group")?.unwrap_or(0),
             topk_groups: self.opt_int("topk_group")?.unwrap_or(0),
@@ -1769,7 +1790,7 @@ mod tests {
     /// Qwen's mixtures: every layer sparse, or refused (dense layers between sparse ones are
     /// not modelled); Qwen3's norm queries and keys, Qwen2's bias them, Mixtral does neither.
     #[test]
-    fn qwen_mixtures_are_sparse_in_every_layer() {
+    fn qwen_mixtures_place_their_dense_layers() {
         let qwen = |model_type: &str, extra: &str| {
             from_config_str(
                 Path::new("config.json"),
@@ -1786,9 +1807,27 @@ mod tests {
         assert_eq!(norms(qwen("qwen2_moe", "").unwrap()), (false, true));
         let mixtral = qwen("mixtral", r#","num_local_experts":8"#).unwrap();
         assert_eq!(norms(mixtral), (false, false));
-        for dense in [r#","decoder_sparse_step":2"#, r#","mlp_only_layers":[0]"#] {
+        // dense layers: Qwen's test `(i + 1) % decoder_sparse_step == 0` puts experts in
+        // layers 1 and 3 of 4; `mlp_only_layers` [0] keeps the first one dense
+        let layers = |extra: &str| {
+            let m = qwen("qwen3_moe", extra).unwrap().moe.unwrap();
+            (m.dense_layers, m.every, m.offset)
+        };
+        assert_eq!(layers(r#","decoder_sparse_step":2"#), (0, 2, 1));
+        assert_eq!(layers(r#","mlp_only_layers":[0]"#), (1, 1, 0));
+        assert_eq!(
+            layers(r#","decoder_sparse_step":2,"mlp_only_layers":[0,2]"#),
+            (0, 2, 1)
+        );
+        // experts in layers 0, 2 and 3, in none, or a list that is not one
+        for (dense, says) in [
+            (r#","mlp_only_layers":[1]"#, "one layer of every N"),
+            (r#","decoder_sparse_step":5"#, "one layer of every N"),
+            (r#","decoder_sparse_step":0"#, "positive integer"),
+            (r#","mlp_only_layers":["x"]"#, "list of layer numbers"),
+        ] {
             let e = qwen("qwen3_moe", dense).unwrap_err().to_string();
-            assert!(e.contains("every layer must be sparse"), "{dense}: {e}");
+            assert!(e.contains(says), "{dense}: {e}");
         }
         assert!(qwen(
             "qwen3_moe",

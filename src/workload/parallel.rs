@@ -1314,7 +1314,7 @@ fn recompute_modules(
             RecomputeModule::SharedExperts if moe.is_none_or(|m| m.shared_ffn() == 0) => {
                 "shared experts"
             }
-            RecomputeModule::Mlp if moe.is_some_and(|m| m.dense_layers == 0) => "a dense MLP",
+            RecomputeModule::Mlp if moe.is_some() && arch.dense_layers() == 0 => "a dense MLP",
             _ => continue,
         };
         return refuse(format!(
@@ -1373,7 +1373,7 @@ fn cuda_graphs(
             {
                 "experts"
             }
-            CudaGraphScope::Mlp if moe.is_some_and(|m| m.dense_layers == 0) => "a dense MLP",
+            CudaGraphScope::Mlp if moe.is_some() && arch.dense_layers() == 0 => "a dense MLP",
             _ => continue,
         };
         return refuse(format!(

@@ -213,6 +213,8 @@ pub(crate) fn mixtral_8x7b() -> crate::workload::Arch {
         shared_experts: 0,
         shared_ffn: None,
         dense_layers: 0,
+        every: 1,
+        offset: 0,
         groups: 0,
         topk_groups: 0,
     });

@@ -200,29 +200,29 @@ impl ExpertRouting {
             path: self.path.clone(),
             message,
         };
-        let dense = moe.dense_layers.min(layers);
         if let Some((&l, &(_, line))) = self.layers.range(layers..).next() {
             return Err(bad(format!(
                 "line {line}: layer {l}: the model has {layers} layers: give layers 0 to {}",
                 layers - 1
             )));
         }
-        if let Some((&l, &(_, line))) = self.layers.range(..dense).next() {
+        if let Some((&l, &(_, line))) = self.layers.iter().find(|(&l, _)| !moe.has_experts(l)) {
             return Err(bad(format!(
-                "line {line}: layer {l} is one of the model's {dense} dense first layers \
-                 (no router): drop its rows"
+                "line {line}: layer {l} has a dense MLP (no router): drop its rows; the \
+                 layers with experts are {}",
+                moe.expert_layers_text(layers)
             )));
         }
         let max = moe.experts as f64 / moe.top_k as f64;
         (0..layers)
             .map(|l| {
-                if l < dense {
+                if !moe.has_experts(l) {
                     return Ok(1.0);
                 }
                 let Some((routing, line)) = self.layers.get(&l) else {
                     return Err(bad(format!(
-                        "no rows for layer {l}: give every routed layer, {dense} to {}",
-                        layers - 1
+                        "no rows for layer {l}: give every layer with experts, {}",
+                        moe.expert_layers_text(layers)
                     )));
                 };
                 match routing {
@@ -323,6 +323,8 @@ mod tests {
             shared_experts: 0,
             shared_ffn: None,
             dense_layers,
+            every: 1,
+            offset: 0,
             groups: 0,
             topk_groups: 0,
         }
@@ -376,7 +378,7 @@ mod tests {
             ("layer,imbalance\n1,1.5\n2,1.2\n3,1.1\n", "line 4: layer 3"),
             (
                 "layer,imbalance\n0,1.5\n1,1.2\n2,1.1\n",
-                "dense first layers",
+                "layer 0 has a dense MLP",
             ),
             ("layer,imbalance\n1,9\n2,1.2\n", "between 1 and 4"),
             ("layer,expert,tokens\n1,7,1\n2,0,1\n", "4 experts"),
@@ -394,6 +396,31 @@ mod tests {
         );
         assert!(
             message.contains("layer 1, expert 0: 3 of the layer's 4"),
+            "{message}"
+        );
+    }
+
+    /// With experts in every other layer (Llama 4's odd ones) only those layers take rows.
+    #[test]
+    fn interleaved_dense_layers_take_no_rows() {
+        let m = MoeSpec {
+            every: 2,
+            offset: 1,
+            ..moe(8, 2, 0)
+        };
+        let r = parse("layer,imbalance\n1,1.5\n3,1.25\n").unwrap();
+        assert_eq!(r.loads(&m, 4, 8, None).unwrap(), vec![1.0, 1.5, 1.0, 1.25]);
+        let message = misfit("layer,imbalance\n1,1.5\n2,1.2\n3,1.1\n", &m, 4, 8);
+        assert!(
+            message.contains(
+                "line 3: layer 2 has a dense MLP (no router): drop its rows; the \
+                 layers with experts are 1 and 3"
+            ),
+            "{message}"
+        );
+        let message = misfit("layer,imbalance\n1,1.5\n", &m, 6, 8);
+        assert!(
+            message.contains("no rows for layer 3: give every layer with experts, 1, 3, … 5"),
             "{message}"
         );
     }
