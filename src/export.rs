@@ -306,6 +306,9 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if olmo_parts(a) {
         return Err(Error::Invalid(format!("megatron: {OLMO_PARTS}")));
     }
+    if a.chunked_attention {
+        return Err(Error::Invalid(format!("megatron: {CHUNKED}")));
+    }
     if gemma_parts(a) {
         return Err(Error::Invalid(
             "megatron: Megatron-LM's arguments have no norms after the attention and MLP \
@@ -514,6 +517,10 @@ const OLMO_PARTS: &str = "OLMo 2's blocks (norms only after the attention and th
      and key norms over the whole projection) are no Megatron-LM argument nor Megatron-Core \
      config field: train them with OLMo-core, or export a layout of a pre-norm model";
 
+const CHUNKED: &str = "Llama 4's chunked attention is no window Megatron-LM's arguments or \
+     Megatron-Core's config fields give (their window slides): export a model without \
+     chunked_attention, or set the chunks in your own attention";
+
 /// The NeMo 2.0 recipe closest to `arch`, and whether it is the same model.
 fn nemo_recipe(arch: &Arch) -> (&'static str, bool) {
     const SAME: &[(&str, &str)] = &[
@@ -547,6 +554,9 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     if olmo_parts(a) {
         return Err(Error::Invalid(format!("nemo: {OLMO_PARTS}")));
+    }
+    if a.chunked_attention {
+        return Err(Error::Invalid(format!("nemo: {CHUNKED}")));
     }
     if gemma_parts(a) {
         return Err(Error::Invalid(
@@ -1175,6 +1185,19 @@ mod tests {
 
     /// OLMo 2's reordered norms and whole-projection query/key norms are refused with their
     /// own reason (not Gemma's), each alone.
+    #[test]
+    fn chunked_attention_is_refused_where_no_field_says_it() {
+        let (mut a, l) = target("llama3-8b", spec(2, 1, 4));
+        (a.sliding_window, a.chunked_attention) = (Some(2048), true);
+        for framework in [Framework::Megatron, Framework::Nemo] {
+            let e = launch(framework, &a, &l).unwrap_err().to_string();
+            assert!(
+                e.contains("chunked attention") && e.contains("slides"),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn olmo_parts_are_refused_where_no_field_says_them() {
         let (base, l) = target("llama3-8b", spec(2, 1, 4));

@@ -3767,3 +3767,57 @@ fn a_mixture_with_interleaved_dense_layers_from_its_config() {
         ],
     );
 }
+
+/// Llama 4's language model from its text_config: chunked attention on three layers of four
+/// once the sequence is longer than a chunk (global below), experts in every other layer, and
+/// a Megatron export refused for the chunks it cannot say.
+#[test]
+fn a_llama_4_config_costs_its_chunks_and_interleaved_experts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config.json");
+    fs::write(
+        &config,
+        r#"{"model_type":"llama4_text","hidden_size":1024,"intermediate_size":1024,
+            "intermediate_size_mlp":4096,"num_attention_heads":8,"num_key_value_heads":2,
+            "head_dim":128,"num_hidden_layers":8,"vocab_size":32000,"num_local_experts":8,
+            "num_experts_per_tok":1,"interleave_moe_layer_step":2,"attention_chunk_size":2048,
+            "no_rope_layers":[],"hidden_act":"silu","tie_word_embeddings":false}"#,
+    )
+    .unwrap();
+    let run = |cmd: &str, seq: &str, extra: &[&str]| {
+        let mut args = vec![cmd, "--model", s(&config), "--cluster", "dgx-h100"];
+        args.extend([
+            "--ep",
+            "8",
+            "--dp",
+            "8",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "8",
+        ]);
+        args.extend(["--seq-len", seq]);
+        args.extend(extra);
+        stepcast(&args)
+    };
+    let attention = |seq: &str| -> Vec<String> {
+        let out = run("predict", seq, &["--operators", "--wide"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .filter(|l| l.contains("attention") && l.contains("flash_attention fwd"))
+            .map(|l| l.split('┆').nth(1).unwrap_or_default().trim().to_string())
+            .collect()
+    };
+    let long = attention("8192");
+    assert!(
+        long.iter().any(|l| l.contains("chunked attention")),
+        "{long:?}"
+    );
+    let short = attention("2048");
+    assert!(!short.iter().any(|l| l.contains("chunked")), "{short:?}");
+    assert_user_error(
+        &run("export", "8192", &["--format", "megatron"]),
+        &["chunked attention", "slides"],
+    );
+}

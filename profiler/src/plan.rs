@@ -392,6 +392,7 @@ impl PlanSpec {
                     seq_len: Some(pick(&mut rng, &seqs)),
                     sliding_window: None,
                     global_attention_every: None,
+                    chunked_attention: false,
                     moe: None,
                     mla: None,
                     dropout: false,

@@ -1067,6 +1067,7 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
         seq_len: Some(seq_len),
         sliding_window,
         global_attention_every,
+        chunked_attention: false,
         dropout,
         moe,
         mla,

@@ -306,8 +306,8 @@ pub enum LayoutError {
     },
 
     #[error(
-        "{model} attends over a sliding window of {window} tokens, shorter than seq-len \
-         {seq_len}: sliding windows under context parallelism (cp = {cp}) are not modelled; \
+        "{model} attends within a window of {window} tokens (sliding or chunked), shorter than \
+         seq-len {seq_len}: windows under context parallelism (cp = {cp}) are not modelled; \
          use --cp 1, or --seq-len {window} or less"
     )]
     SlidingWindowWithCp {

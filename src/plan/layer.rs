@@ -293,6 +293,48 @@ fn sliding_attention(
     calls
 }
 
+/// A layer's flash attention when `share` of the layers attend within chunks of `c` tokens
+/// (Llama 4's chunked attention) and the others globally: each chunk is a causal attention of
+/// its own, so the ⌊s/c⌋ whole chunks of a sequence run as that many sequences of c tokens and
+/// a shorter last one as one more call — the kernel's own shapes, as it runs them with a
+/// chunked mask. Alternating layers are costed at their mean, as sliding windows are.
+fn chunked_attention(
+    global: Call,
+    c: u64,
+    share: f64,
+    d: &Dims,
+    mut k: impl FnMut(&'static str, OpKind, Option<Role>, Shape) -> Call,
+) -> Vec<Call> {
+    let mut shape = |label, batch, seq| {
+        let mut call = k(
+            label,
+            OpKind::FlashAttention,
+            None,
+            Shape::Attention(AttentionShape {
+                batch,
+                seq_q: seq,
+                seq_kv: seq,
+                heads: d.heads,
+                kv_heads: d.kv_heads,
+                head_dim: d.hd,
+                causal: d.causal,
+            }),
+        );
+        call.count = share;
+        call
+    };
+    let mut calls = vec![shape("chunked attention", d.b.saturating_mul(d.s / c), c)];
+    if !d.s.is_multiple_of(c) {
+        calls.push(shape("chunked attention (last chunk)", d.b, d.s % c));
+    }
+    if share < 1.0 {
+        let mut global = global;
+        global.count = 1.0 - share;
+        calls.push(global);
+    }
+    calls
+}
+
 /// Ring attention over cp ranks (Megatron-Core / Transformer Engine context parallelism with
 /// p2p exchange). With causal load balancing each rank holds chunks r and 2·cp − 1 − r of the
 /// sequence (s = 2 chunks here); attention runs in cp steps: the first on the rank's own keys
@@ -472,9 +514,11 @@ fn attention(b: &mut Builder, arch: &Arch, d: &Dims, phase: Phase) -> Vec<Call> 
                 None,
                 shape(d.kv_heads, d.hd, d.causal),
             );
+            let share = arch.local_attention_share();
             match arch.sliding_window.filter(|&w| w < d.s) {
                 None => vec![global],
-                Some(w) => sliding_attention(global, w, arch.local_attention_share(), d, k),
+                Some(c) if arch.chunked_attention => chunked_attention(global, c, share, d, k),
+                Some(w) => sliding_attention(global, w, share, d, k),
             }
         }
         AttentionImpl::Unfused => {
@@ -2973,6 +3017,44 @@ mod by_hand_tests {
             ["sliding-window attention: flash_attention fwd bf16 b9 1000x939 h32/8 d128"]
         );
         assert_eq!(with(8192, Some(2)), [global]);
+    }
+
+    /// Llama 4's chunked attention on Llama 3 8B's shape, one 8,192-token sequence: each
+    /// 2,048-token chunk a causal attention of its own, 4 sequences of the batch; chunks of
+    /// 3,000 leave a last one of 2,192 tokens, costed as a call of its own; a chunk as long as
+    /// the sequence is global attention; the backward runs the same shapes.
+    #[test]
+    fn chunked_attention_in_its_chunks() {
+        let with = |chunk: u64, every: Option<u64>| {
+            let mut a = Arch::resolve("llama3-8b").unwrap();
+            (a.sliding_window, a.chunked_attention) = (Some(chunk), true);
+            a.global_attention_every = every;
+            let p = replicas(&a);
+            (core(&p, &p.layer.fwd), core(&p, &p.layer.bwd))
+        };
+        let global = "attention: flash_attention fwd bf16 b1 8192x8192 h32/8 d128 causal";
+        let (fwd, bwd) = with(2048, Some(4));
+        assert_eq!(
+            fwd,
+            [
+                "chunked attention: flash_attention fwd bf16 b4 2048x2048 h32/8 d128 causal x0.75"
+                    .to_string(),
+                format!("{global} x0.25"),
+            ]
+        );
+        assert_eq!(
+            bwd[0],
+            "chunked attention: flash_attention bwd bf16 b4 2048x2048 h32/8 d128 causal x0.75"
+        );
+        assert_eq!(
+            with(3000, None).0,
+            [
+                "chunked attention: flash_attention fwd bf16 b2 3000x3000 h32/8 d128 causal",
+                "chunked attention (last chunk): flash_attention fwd bf16 b1 2192x2192 h32/8 d128 \
+                 causal"
+            ]
+        );
+        assert_eq!(with(8192, Some(4)).0, [global]);
     }
 
     /// Under an fp8 recipe with sequence parallelism the forward all-gather carries the

@@ -533,14 +533,17 @@ pub fn model_flops(arch: &Arch, layout: &Layout) -> f64 {
             (2.0 * s * d * (hd + 2.0 * kv), hd, hd)
         }
     };
-    // keys a query sees on average: half the sequence under a causal mask, and in a sliding
-    // window layer s·w − w²/2 over the sequence
+    // keys a query sees on average: half the sequence under a causal mask, in a sliding
+    // window layer s·w − w²/2 over the sequence, in a chunked one half its own chunk's
     let global_keys = s * attention_share;
+    let share = arch.local_attention_share();
     let keys = match arch.sliding_window.map(|w| w as f64).filter(|&w| w < s) {
-        Some(w) => {
-            let share = arch.local_attention_share();
-            share * (w - w * w / (2.0 * s)) + (1.0 - share) * global_keys
+        Some(c) if arch.chunked_attention => {
+            let (whole, last) = ((s / c).floor(), s % c);
+            let local = (whole * c * c + last * last) / s * attention_share;
+            share * local + (1.0 - share) * global_keys
         }
+        Some(w) => share * (w - w * w / (2.0 * s)) + (1.0 - share) * global_keys,
         None => global_keys,
     };
     let attention = projections
@@ -679,6 +682,14 @@ mod tests {
         windowed.global_attention_every = Some(4);
         let expected = dense + core(1744.0, 4096.0);
         assert!(close(per_sequence(&windowed, &megatron), expected));
+        // chunks of 3,000: two whole and one of 2,192, each query seeing half its chunk
+        let mut chunked = windowed.clone();
+        (chunked.sliding_window, chunked.chunked_attention) = (Some(3000), true);
+        let keys = 0.75 * (2.0 * 3000.0 * 3000.0 + 2192.0 * 2192.0) / (2.0 * s) + 0.25 * 4096.0;
+        assert!(close(
+            per_sequence(&chunked, &megatron),
+            dense + core(keys, 4096.0)
+        ));
         windowed.sliding_window = Some(8192);
         let paper = layout(Rules::Paper);
         assert!(close(

@@ -312,6 +312,11 @@ pub struct ArchSpec {
     /// others to the window (Gemma 2: 2); none: every layer slides.
     #[serde(default)]
     pub global_attention_every: Option<u64>,
+    /// The window is Llama 4's chunked attention (`attention_chunk_size`): the sequence cut
+    /// into chunks of `sliding_window` tokens, each query seeing the keys of its own chunk up
+    /// to itself, not the last `sliding_window` tokens.
+    #[serde(default)]
+    pub chunked_attention: bool,
     /// Dropout in training (GPT-3: 0.1 on attention and hidden states): its masks are stored
     /// activations (one byte per element).
     #[serde(default)]
@@ -367,6 +372,7 @@ pub struct Arch {
     pub seq_len: u64,
     pub sliding_window: Option<u64>,
     pub global_attention_every: Option<u64>,
+    pub chunked_attention: bool,
     pub dropout: bool,
     pub moe: Option<MoeSpec>,
     pub mla: Option<MlaSpec>,
@@ -420,6 +426,13 @@ impl ArchSpec {
             return Err(bad(
                 "pre_norms: false leaves the layer without norms: set post_norms: true (OLMo \
                  2's norms on the attention's and the MLP's outputs), or drop pre_norms"
+                    .into(),
+            ));
+        }
+        if self.chunked_attention && self.sliding_window.is_none() {
+            return Err(bad(
+                "chunked_attention: true needs the chunk's length: set sliding_window to it \
+                 (Llama 4's attention_chunk_size), or drop chunked_attention"
                     .into(),
             ));
         }
@@ -529,6 +542,7 @@ impl ArchSpec {
             seq_len: self.seq_len.unwrap_or(2048),
             sliding_window: self.sliding_window,
             global_attention_every: self.global_attention_every,
+            chunked_attention: self.chunked_attention,
             name: self.name,
             layers: self.layers,
             hidden: self.hidden,

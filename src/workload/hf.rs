@@ -22,8 +22,9 @@ use crate::error::{Error, Result};
 pub const DEFAULT_SEQ_LEN: u64 = 4096;
 
 /// Mixture-of-experts families read with their experts.
-const MOE_TYPES: [&str; 8] = [
+const MOE_TYPES: [&str; 9] = [
     "glm4_moe",
+    "llama4_text",
     "mixtral",
     "olmoe",
     "qwen2_moe",
@@ -236,6 +237,7 @@ impl Config<'_> {
             "deepseek_v2" | "deepseek_v3" => self.deepseek(name)?,
             "gpt_oss" => self.gpt_oss(name)?,
             "glm4_moe" => self.glm4_moe(name)?,
+            "llama4_text" => self.llama4(name)?,
             "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
                 self.llama_like(model_type, name)?
             }
@@ -270,13 +272,17 @@ impl Config<'_> {
                     ..self.llama_like(model_type, name)?
                 }
             }
-            "gemma3" => {
-                return Err(self.bad(
-                    "model_type \"gemma3\" is Gemma 3 with its vision tower, which stepcast does \
-                     not cost: give the config's \"text_config\" object as the config.json \
-                     (its model_type is gemma3_text) to cost the language model"
-                        .into(),
-                ))
+            "gemma3" | "llama4" => {
+                let family = if model_type == "gemma3" {
+                    "Gemma 3"
+                } else {
+                    "Llama 4"
+                };
+                return Err(self.bad(format!(
+                    "model_type \"{model_type}\" is {family} with its vision tower, which \
+                     stepcast does not cost: give the config's \"text_config\" object as the \
+                     config.json (its model_type is {model_type}_text) to cost the language model"
+                )));
             }
             "nemotron" => {
                 let act = self.str(&["hidden_act"], "relu2");
@@ -356,6 +362,7 @@ impl Config<'_> {
                 seq_len: Some(self.seq_len("max_position_embeddings")?),
                 sliding_window: None,
                 global_attention_every: None,
+                chunked_attention: false,
                 dropout: self.dropout(&["attention_dropout", "hidden_dropout"], 0.0),
                 moe: None,
                 mla: None,
@@ -391,6 +398,7 @@ impl Config<'_> {
                     seq_len: Some(self.seq_len("n_positions")?),
                     sliding_window: None,
                     global_attention_every: None,
+                    chunked_attention: false,
                     dropout: self.dropout(&["attn_pdrop", "resid_pdrop", "embd_pdrop"], 0.1),
                     moe: None,
                     mla: None,
@@ -540,6 +548,100 @@ impl Config<'_> {
         })
     }
 
+    /// Llama 4 (Scout, Maverick): a LLaMA with a mixture in every `interleave_moe_layer_step`-th
+    /// layer (or the layers `moe_layers` lists) — one always-on shared expert beside the routed
+    /// ones, all of `intermediate_size`; the other layers' dense MLP of `intermediate_size_mlp` —
+    /// and chunked attention (`attention_chunk_size`) on its RoPE layers, the whole sequence on
+    /// the NoPE ones (every `no_rope_layer_interval`-th, `no_rope_layers` 0, or `layer_types`'
+    /// full_attention). Its query and key L2 norms have no weights and are not costed.
+    fn llama4(&self, name: String) -> Result<ArchSpec> {
+        let mut spec = self.llama_like("llama", name)?;
+        let layers = spec.layers.min(crate::limits::MAX_LAYERS + 1);
+        spec.ffn_hidden = Some(self.int("intermediate_size_mlp")?);
+        let step = self.opt_int("interleave_moe_layer_step")?.unwrap_or(1);
+        let pattern: Vec<bool> = match self.v.get("moe_layers").filter(|v| !v.is_null()) {
+            Some(listed) => {
+                let Some(listed) = listed.as_array().and_then(|l| {
+                    l.iter()
+                        .map(Value::as_u64)
+                        .collect::<Option<BTreeSet<u64>>>()
+                }) else {
+                    return Err(self.bad("moe_layers: give a list of layer numbers".into()));
+                };
+                (0..layers).map(|i| listed.contains(&i)).collect()
+            }
+            None => (0..layers).map(|i| (i + 1) % step == 0).collect(),
+        };
+        let Some((dense_layers, every, offset)) = MoeSpec::layers_from_pattern(&pattern) else {
+            return Err(self.bad(format!(
+                "interleave_moe_layer_step = {step} / moe_layers: the layers with experts must \
+                 be one layer of every N; describe the model in YAML with moe.dense_layers, \
+                 every and offset"
+            )));
+        };
+        spec.moe = Some(MoeSpec {
+            experts: self.int("num_local_experts")?,
+            top_k: self.int("num_experts_per_tok")?,
+            expert_ffn: self.int("intermediate_size")?,
+            shared_experts: 1,
+            shared_ffn: None,
+            dense_layers,
+            every,
+            offset,
+            groups: 0,
+            topk_groups: 0,
+        });
+        if let Some(chunk) = self.opt_int("attention_chunk_size")? {
+            (spec.sliding_window, spec.chunked_attention) = (Some(chunk), true);
+            spec.global_attention_every = self.llama4_global_every(layers)?;
+        }
+        Ok(spec)
+    }
+
+    /// Every how many layers Llama 4 attends to the whole sequence (its NoPE layers): from
+    /// `layer_types`, else `no_rope_layers` (1: RoPE and chunked, 0: NoPE and global), else
+    /// every `no_rope_layer_interval`-th (default 4); none where every layer is chunked.
+    fn llama4_global_every(&self, layers: u64) -> Result<Option<u64>> {
+        if self.v.get("layer_types").is_some_and(Value::is_array) {
+            return self.global_attention_every();
+        }
+        let listed = self
+            .v
+            .get("no_rope_layers")
+            .and_then(Value::as_array)
+            .filter(|l| !l.is_empty());
+        let global: Vec<bool> = match listed {
+            Some(l) => match l.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>() {
+                Some(marks) if marks.len() as u64 == layers && marks.iter().all(|&m| m <= 1) => {
+                    marks.iter().map(|&m| m == 0).collect()
+                }
+                _ => {
+                    return Err(self.bad(format!(
+                        "no_rope_layers: give a 1 (RoPE, chunked attention) or 0 (NoPE, whole \
+                         sequence) for each of the {layers} layers"
+                    )))
+                }
+            },
+            None => {
+                let interval = self.opt_int("no_rope_layer_interval")?.unwrap_or(4);
+                (0..layers).map(|i| (i + 1) % interval == 0).collect()
+            }
+        };
+        let Some(first) = global.iter().position(|&g| g) else {
+            return Ok(None);
+        };
+        let every = first as u64 + 1;
+        if !(0..layers).all(|i| global[i as usize] == (i + 1).is_multiple_of(every)) {
+            return Err(self.bad(
+                "no_rope_layers: whole-sequence (NoPE) layers are read when every N-th layer is \
+                 one; describe this model in a YAML file with sliding_window, \
+                 chunked_attention and global_attention_every"
+                    .into(),
+            ));
+        }
+        Ok(Some(every))
+    }
+
     /// GLM-4.5 (`glm4_moe`): DeepSeek-V3's mixture with grouped-query attention — biased
     /// query, key and value projections (`attention_bias`), per-head query and key norms
     /// (`use_qk_norm`). Its RoPE turns `partial_rotary_factor` of each head (half) and is
@@ -613,6 +715,7 @@ impl Config<'_> {
             seq_len: Some(self.seq_len("max_seq_len")?),
             sliding_window: attn.sliding_window,
             global_attention_every: None,
+            chunked_attention: false,
             dropout: self.dropout(&["resid_pdrop", "emb_pdrop"], 0.0) || attn.dropout,
             moe: None,
             mla: None,
@@ -845,6 +948,7 @@ impl Config<'_> {
             seq_len: Some(self.seq_len("max_position_embeddings")?),
             sliding_window: self.sliding_window()?,
             global_attention_every: None,
+            chunked_attention: false,
             dropout: self.dropout(&["attention_dropout"], 0.0),
             moe: None,
             mla: None,
@@ -910,6 +1014,119 @@ mod tests {
         let a = from_config_json(&p).unwrap().validate("x").unwrap();
         assert_eq!(a.total_params(), parameters - omitted, "{}", a.name);
         a
+    }
+
+    /// Llama 4's language models, their text_config as published, counted by hand (the
+    /// model cards' 109B and 400B totals include the vision encoder): per layer the attention
+    /// (5,120 × (2 · 5,120 + 2 · 1,024)), two norms, and a mixture — router (5,120 per
+    /// expert), the shared expert and the routed ones, 3 · 5,120 · 8,192 each — or, in
+    /// Maverick's even layers, a dense MLP of 3 · 5,120 · 16,384; the two vocabulary tables
+    /// and the final norm.
+    #[test]
+    fn llama_4_scout_and_maverick() {
+        let text = |experts: u64, step: u64| {
+            format!(
+                r#"{{"model_type":"llama4_text","hidden_size":5120,"intermediate_size":8192,
+                    "intermediate_size_mlp":16384,"num_attention_heads":40,
+                    "num_key_value_heads":8,"head_dim":128,"num_hidden_layers":48,
+                    "vocab_size":202048,"max_position_embeddings":10485760,
+                    "num_local_experts":{experts},"num_experts_per_tok":1,
+                    "interleave_moe_layer_step":{step},"attention_chunk_size":8192,
+                    "no_rope_layers":[],"use_qk_norm":true,"hidden_act":"silu",
+                    "tie_word_embeddings":false,"attention_bias":false,"rope_theta":500000.0}}"#
+            )
+        };
+        let attention = 5120 * (2 * 5120 + 2 * 1024) + 2 * 5120;
+        let expert = 3 * 5120 * 8192;
+        let moe_layer = |experts: u64| attention + 5120 * experts + (1 + experts) * expert;
+        let dense_layer = attention + 3 * 5120 * 16384;
+        let rest = 2 * 202_048 * 5120 + 5120;
+        let scout = published(&text(16, 1), 48 * moe_layer(16) + rest);
+        assert_eq!(scout.total_params(), 107_769_861_120);
+        let maverick = published(&text(128, 2), 24 * moe_layer(128) + 24 * dense_layer + rest);
+        assert_eq!(maverick.total_params(), 400_711_848_960);
+        // experts in the odd layers; chunks of 8,192 tokens but on every fourth (NoPE) layer
+        let m = maverick.moe.unwrap();
+        assert_eq!(
+            (m.dense_layers, m.every, m.offset, m.shared_ffn()),
+            (0, 2, 1, 8192)
+        );
+        assert_eq!(maverick.ffn_hidden, 16384);
+        let attention = |a: &crate::workload::Arch| {
+            (
+                a.sliding_window,
+                a.chunked_attention,
+                a.global_attention_every,
+            )
+        };
+        assert_eq!(attention(&maverick), (Some(8192), true, Some(4)));
+        // the same read from either list: moe_layers, no_rope_layers, layer_types
+        let odd: Vec<String> = (0..48)
+            .filter(|i| i % 2 == 1)
+            .map(|i| i.to_string())
+            .collect();
+        let rope: Vec<&str> = (0..48)
+            .map(|i| if i % 4 == 3 { "0" } else { "1" })
+            .collect();
+        let types: Vec<&str> = (0..48)
+            .map(|i| match i % 4 {
+                3 => r#""full_attention""#,
+                _ => r#""chunked_attention""#,
+            })
+            .collect();
+        let listed = |extra: String| {
+            let t = text(128, 1).replace(r#""no_rope_layers":[],"#, &extra);
+            from_config_str(Path::new("config.json"), &t).map(|spec| {
+                let a = spec.validate("x").unwrap();
+                (a.moe.map(|m| (m.every, m.offset)), attention(&a))
+            })
+        };
+        let expected = (Some((2, 1)), (Some(8192), true, Some(4)));
+        let moe_layers = format!(r#""moe_layers":[{}],"#, odd.join(","));
+        assert_eq!(
+            listed(format!(
+                r#"{moe_layers}"no_rope_layers":[{}],"#,
+                rope.join(",")
+            ))
+            .unwrap(),
+            expected
+        );
+        assert_eq!(
+            listed(format!(
+                r#"{moe_layers}"layer_types":[{}],"#,
+                types.join(",")
+            ))
+            .unwrap(),
+            expected
+        );
+        // every layer chunked; no chunks at all
+        let all: Vec<&str> = vec!["1"; 48];
+        let chunked = listed(format!(r#""no_rope_layers":[{}],"#, all.join(","))).unwrap();
+        assert_eq!(chunked.1, (Some(8192), true, None));
+        let text_without = text(16, 1).replace(r#""attention_chunk_size":8192,"#, "");
+        let a = from_config_str(Path::new("c.json"), &text_without).unwrap();
+        assert_eq!((a.sliding_window, a.chunked_attention), (None, false));
+        // irregular lists and the multimodal config are refused with the fix
+        for (extra, says) in [
+            (r#""moe_layers":[1,2],"#.to_string(), "one layer of every N"),
+            (
+                r#""moe_layers":"odd","#.to_string(),
+                "list of layer numbers",
+            ),
+            (
+                r#""no_rope_layers":[1,0],"#.to_string(),
+                "each of the 48 layers",
+            ),
+            (
+                format!(r#""no_rope_layers":[0,{}],"#, vec!["1"; 47].join(",")),
+                "every N-th layer",
+            ),
+        ] {
+            let e = listed(extra.clone()).unwrap_err().to_string();
+            assert!(e.contains(says), "{extra}: {e}");
+        }
+        let e = from_config_str(Path::new("c.json"), r#"{"model_type":"llama4"}"#).unwrap_err();
+        assert!(e.to_string().contains("text_config"), "{e}");
     }
 
     #[test]

@@ -85,6 +85,7 @@ fn spec(
         final_softcap: false,
         sliding_window: None,
         global_attention_every: None,
+        chunked_attention: false,
         moe: None,
         mla: None,
         // the paper's tool counts two parameter vectors per norm ("2 norms of 2·dim")
