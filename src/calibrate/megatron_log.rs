@@ -1254,7 +1254,9 @@ mod tests {
         let c = &run.columns;
         assert_eq!((c["ep"].as_str(), c["etp"].as_str()), ("8", "1"));
         assert_eq!(c["moe_dispatcher"], "hybridep");
-        let moe = run.arch.unwrap().moe.unwrap();
+        let arch = run.arch.unwrap();
+        assert!(arch.name.ends_with("-e64k8x1408"), "{}", arch.name);
+        let moe = arch.moe.unwrap();
         assert_eq!((moe.experts, moe.top_k, moe.expert_ffn), (64, 8, 1408));
         assert_eq!((moe.dense_layers, moe.every, moe.offset), (1, 1, 0));
         let layers = |f: &str| {

@@ -1024,6 +1024,11 @@ mod tests {
             MoeSpec::layers_from_pattern(&marks("0010")),
             Some((2, 2, 0))
         );
+        // one expert layer: the gap to the end is its period
+        assert_eq!(
+            MoeSpec::layers_from_pattern(&marks("0100")),
+            Some((0, 3, 1))
+        );
 
         // Mixtral 8x7B with every other MLP dense (of its 14,336): 16 layers of each
         let all_experts = crate::workload::presets::mixtral_8x7b();

@@ -443,7 +443,7 @@ impl Config<'_> {
         let Some(dense) = listed else {
             return Err(self.bad("mlp_only_layers: give a list of layer numbers".into()));
         };
-        let pattern: Vec<bool> = (0..layers.min(crate::limits::MAX_LAYERS + 1))
+        let pattern: Vec<bool> = (0..layers.min(crate::limits::MAX_LAYERS))
             .map(|i| (i + 1) % step == 0 && !dense.contains(&i))
             .collect();
         let Some((dense_layers, every, offset)) = MoeSpec::layers_from_pattern(&pattern) else {
@@ -556,7 +556,7 @@ impl Config<'_> {
     /// full_attention). Its query and key L2 norms have no weights and are not costed.
     fn llama4(&self, name: String) -> Result<ArchSpec> {
         let mut spec = self.llama_like("llama", name)?;
-        let layers = spec.layers.min(crate::limits::MAX_LAYERS + 1);
+        let layers = spec.layers.min(crate::limits::MAX_LAYERS);
         spec.ffn_hidden = Some(self.int("intermediate_size_mlp")?);
         let step = self.opt_int("interleave_moe_layer_step")?.unwrap_or(1);
         let pattern: Vec<bool> = match self.v.get("moe_layers").filter(|v| !v.is_null()) {
@@ -1126,7 +1126,11 @@ mod tests {
             assert!(e.contains(says), "{extra}: {e}");
         }
         let e = from_config_str(Path::new("c.json"), r#"{"model_type":"llama4"}"#).unwrap_err();
-        assert!(e.to_string().contains("text_config"), "{e}");
+        assert!(
+            e.to_string().contains("Llama 4 with its vision tower")
+                && e.to_string().contains("llama4_text"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -2039,6 +2039,15 @@ mod tests {
             ),
             Ok((Recompute::Selective, Some(vec![Layernorm, MoeAct])))
         );
+        // a mixture with dense layers between its expert ones has dense MLPs to recompute
+        let mut interleaved = moe.clone();
+        if let Some(m) = interleaved.moe.as_mut() {
+            (m.every, m.offset) = (2, 1);
+        }
+        assert_eq!(
+            recompute_modules(&spec(&[Mlp], None), &interleaved, megatron),
+            Ok((Recompute::Selective, Some(vec![Mlp])))
+        );
         for (arch, module, missing) in [
             (&dense, MlaUpProj, "latent attention"),
             (&dense, MoeAct, "experts"),
@@ -2159,6 +2168,11 @@ mod tests {
         assert!(why(layout(&dense, &[Layer, Attn], none())).contains("whole layer"));
         assert!(why(layout(&dense, &[MoeRouter], none())).contains("experts"));
         assert!(why(layout(&moe, &[Mlp], none())).contains("dense MLP"));
+        let mut interleaved = moe.clone();
+        if let Some(m) = interleaved.moe.as_mut() {
+            (m.every, m.offset) = (2, 1);
+        }
+        assert_eq!(ok(layout(&interleaved, &[Mlp], none())), [Mlp]);
         assert!(why(layout(&moe, &[MoePreprocess], none())).contains("moe_router"));
         assert!(why(layout(&moe, &[Moe, MoeRouter], none())).contains("already"));
         // whole expert blocks need static shapes
