@@ -166,6 +166,21 @@ impl Config<'_> {
         Ok(Some(every))
     }
 
+    /// The layer numbers `key` lists (none where absent or null).
+    fn layer_list(&self, key: &str) -> Result<Option<BTreeSet<u64>>> {
+        let Some(v) = self.v.get(key).filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        v.as_array()
+            .and_then(|l| {
+                l.iter()
+                    .map(Value::as_u64)
+                    .collect::<Option<BTreeSet<u64>>>()
+            })
+            .map(Some)
+            .ok_or_else(|| self.bad(format!("{key}: give a list of layer numbers")))
+    }
+
     /// Any non-zero dropout probability means masks are stored for the backward.
     fn dropout(&self, keys: &[&str], default: f64) -> bool {
         keys.iter()
@@ -408,7 +423,9 @@ impl Config<'_> {
                 return Err(self.bad(format!(
                     "model_type \"{other}\" is not supported (llama, mistral, qwen2, qwen3, \
                      phi3, olmo2, olmo3, gemma, gemma2, gemma3_text, nemotron, mpt, starcoder2, \
-                     gpt_neox, gpt2); describe the architecture in a YAML file instead"
+                     gpt_neox, gpt2, and the mixtures {}); describe the architecture in a YAML \
+                     file instead",
+                    MOE_TYPES.join(", ")
                 )))
             }
         };
@@ -431,18 +448,7 @@ impl Config<'_> {
         // (i + 1) is a multiple of `decoder_sparse_step`
         let layers = spec.layers;
         let step = self.opt_int("decoder_sparse_step")?.unwrap_or(1);
-        let listed = self
-            .v
-            .get("mlp_only_layers")
-            .map_or(Some(BTreeSet::new()), |v| {
-                v.as_array()?
-                    .iter()
-                    .map(Value::as_u64)
-                    .collect::<Option<BTreeSet<u64>>>()
-            });
-        let Some(dense) = listed else {
-            return Err(self.bad("mlp_only_layers: give a list of layer numbers".into()));
-        };
+        let dense = self.layer_list("mlp_only_layers")?.unwrap_or_default();
         let pattern: Vec<bool> = (0..layers.min(crate::limits::MAX_LAYERS))
             .map(|i| (i + 1) % step == 0 && !dense.contains(&i))
             .collect();
@@ -559,17 +565,8 @@ impl Config<'_> {
         let layers = spec.layers.min(crate::limits::MAX_LAYERS);
         spec.ffn_hidden = Some(self.int("intermediate_size_mlp")?);
         let step = self.opt_int("interleave_moe_layer_step")?.unwrap_or(1);
-        let pattern: Vec<bool> = match self.v.get("moe_layers").filter(|v| !v.is_null()) {
-            Some(listed) => {
-                let Some(listed) = listed.as_array().and_then(|l| {
-                    l.iter()
-                        .map(Value::as_u64)
-                        .collect::<Option<BTreeSet<u64>>>()
-                }) else {
-                    return Err(self.bad("moe_layers: give a list of layer numbers".into()));
-                };
-                (0..layers).map(|i| listed.contains(&i)).collect()
-            }
+        let pattern: Vec<bool> = match self.layer_list("moe_layers")? {
+            Some(listed) => (0..layers).map(|i| listed.contains(&i)).collect(),
             None => (0..layers).map(|i| (i + 1) % step == 0).collect(),
         };
         let Some((dense_layers, every, offset)) = MoeSpec::layers_from_pattern(&pattern) else {
