@@ -862,7 +862,8 @@ mod tests {
         };
         let c = crate::hardware::dgx_h100_without_models();
         let mut layout = Layout::new(&spec, &a, &c).unwrap();
-        // experts in layers 4, 6, … 30: 6 dense layers of the first 16, 8 of the last
+        // experts in layers 4, 6, … 30: 6 of the first 16 layers and 8 of the last, the
+        // other 10 and 8 dense
         let mut loads: Vec<f64> = (0..32)
             .map(|l| if a.has_experts(l) { 1.5 } else { 1.0 })
             .collect();
