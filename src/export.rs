@@ -1860,12 +1860,7 @@ mod tests {
             assert!(text.contains(want), "{want}: {text}");
         }
         // experts in every other layer, the odd ones (Llama 4's): a mark for each layer
-        let mut odd = mixtral.clone();
-        odd.moe = odd.moe.map(|m| crate::workload::MoeSpec {
-            every: 2,
-            offset: 1,
-            ..m
-        });
+        let odd = with_odd_layer_experts(&mixtral);
         let text = launch(
             Framework::Megatron,
             &odd,
@@ -1873,9 +1868,8 @@ mod tests {
         )
         .unwrap()
         .text;
-        let marks = format!("[{}]", ["0,1"; 16].join(","));
         assert!(
-            text.contains(&format!("--moe-layer-freq \"({marks})\"")),
+            text.contains(&format!("--moe-layer-freq \"({ODD_LAYER_MARKS})\"")),
             "{text}"
         );
     }
@@ -1989,6 +1983,21 @@ mod tests {
             assert!(titan("llama3-8b", tp(true, overlap, elementwise)).is_ok());
         }
     }
+
+    /// `arch` (32 layers) with experts in its odd layers only, as Llama 4 Maverick places them.
+    fn with_odd_layer_experts(arch: &Arch) -> Arch {
+        let mut odd = arch.clone();
+        odd.moe = odd.moe.map(|m| crate::workload::MoeSpec {
+            every: 2,
+            offset: 1,
+            ..m
+        });
+        odd
+    }
+
+    /// Megatron's mark for each of those 32 layers.
+    const ODD_LAYER_MARKS: &str =
+        "[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]";
 
     /// `arch` with DeepSeek-style experts: one shared expert, two dense first layers, routing
     /// in 2 of 4 groups.
@@ -2219,15 +2228,11 @@ mod tests {
         ] {
             assert!(text.contains(&want), "{want}: {text}");
         }
-        let mut odd = mixtral.clone();
-        odd.moe = odd.moe.map(|m| crate::workload::MoeSpec {
-            every: 2,
-            offset: 1,
-            ..m
-        });
-        let (text, _) = nemo(&odd, moe).unwrap();
-        let marks = format!("[{}]", ["0,1"; 16].join(","));
-        assert!(text.contains(&field("moe_layer_freq", &marks)), "{text}");
+        let (text, _) = nemo(&with_odd_layer_experts(&mixtral), moe).unwrap();
+        assert!(
+            text.contains(&field("moe_layer_freq", ODD_LAYER_MARKS)),
+            "{text}"
+        );
         // a GELU model is GPT-3's recipe; GeGLU is its gated form, squared ReLU imported
         let (base, _) = target("llama2-7b", spec(2, 1, 4));
         let custom = |activation| Arch {

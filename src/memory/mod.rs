@@ -252,12 +252,17 @@ pub fn project(arch: &Arch, layout: &Layout, cluster: &Cluster, plan: &Plan) -> 
     let per_layer = layer.total();
     // a mixture's dense layers keep the dense MLP's activations (a dense model's chunks
     // count none: its layers are all `layer`'s)
-    let dense_arch = Arch {
-        moe: None,
-        ..arch.clone()
+    let (dense_bytes, dense_w) = match arch.moe {
+        Some(_) => {
+            let dense_arch = Arch {
+                moe: None,
+                ..arch.clone()
+            };
+            let dense = activations::layer(&dense_arch, layout);
+            (dense.total(), dense.for_weight_grad)
+        }
+        None => (per_layer, layer.for_weight_grad),
     };
-    let dense = activations::layer(&dense_arch, layout);
-    let (dense_bytes, dense_w) = (dense.total(), dense.for_weight_grad);
     let placement = layout.virtual_stage_ranks();
     let last = placement.len() - 1;
     let (emb, head) = (

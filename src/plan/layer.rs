@@ -269,7 +269,7 @@ fn sliding_attention(
 ) -> Vec<Call> {
     let keys = (w as f64 - (w * w) as f64 / (2.0 * d.s as f64)).ceil() as u64;
     let windows = d.s.div_ceil(w);
-    let mut local = k(
+    let local = k(
         "sliding-window attention",
         OpKind::FlashAttention,
         None,
@@ -283,14 +283,20 @@ fn sliding_attention(
             causal: false,
         }),
     );
-    local.count = share;
-    let mut calls = vec![local];
-    if share < 1.0 {
-        let mut global = global;
-        global.count = 1.0 - share;
-        calls.push(global);
+    at_shares(vec![local], global, share)
+}
+
+/// The `local` calls counted at `share` of the layers and `global` at the rest (left out
+/// where every layer is local).
+fn at_shares(mut local: Vec<Call>, mut global: Call, share: f64) -> Vec<Call> {
+    for call in &mut local {
+        call.count = share;
     }
-    calls
+    if share < 1.0 {
+        global.count = 1.0 - share;
+        local.push(global);
+    }
+    local
 }
 
 /// A layer's flash attention when `share` of the layers attend within chunks of `c` tokens
@@ -306,7 +312,7 @@ fn chunked_attention(
     mut k: impl FnMut(&'static str, OpKind, Option<Role>, Shape) -> Call,
 ) -> Vec<Call> {
     let mut shape = |label, batch, seq| {
-        let mut call = k(
+        k(
             label,
             OpKind::FlashAttention,
             None,
@@ -319,20 +325,13 @@ fn chunked_attention(
                 head_dim: d.hd,
                 causal: d.causal,
             }),
-        );
-        call.count = share;
-        call
+        )
     };
     let mut calls = vec![shape("chunked attention", d.b.saturating_mul(d.s / c), c)];
     if !d.s.is_multiple_of(c) {
         calls.push(shape("chunked attention (last chunk)", d.b, d.s % c));
     }
-    if share < 1.0 {
-        let mut global = global;
-        global.count = 1.0 - share;
-        calls.push(global);
-    }
-    calls
+    at_shares(calls, global, share)
 }
 
 /// Ring attention over cp ranks (Megatron-Core / Transformer Engine context parallelism with
