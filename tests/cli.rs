@@ -3311,6 +3311,69 @@ fn cuda_graphs_take_the_host_off_a_host_bound_step() {
     );
 }
 
+/// A host-bound mixture of experts is advised the scopes Megatron-Core can capture around its
+/// token dispatch — attention, the router and the dispatch's preprocessing, and the dense MLP
+/// only where some layer has one — each advice costed as that `--cuda-graphs` list is.
+#[test]
+fn cuda_graph_advice_for_a_mixture_names_the_mlp_only_where_a_layer_is_dense() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (dense_layers, scopes) in [
+        (
+            0,
+            serde_json::json!(["attn", "moe_router", "moe_preprocess"]),
+        ),
+        (
+            1,
+            serde_json::json!(["attn", "mlp", "moe_router", "moe_preprocess"]),
+        ),
+    ] {
+        let arch = tmp.path().join(format!("moe-{dense_layers}.yaml"));
+        fs::write(
+            &arch,
+            format!(
+                "name: tiny-moe\nlayers: 4\nhidden: 1024\nheads: 8\nvocab: 32000\n\
+                 norm: rmsnorm\nactivation: swiglu\nffn_hidden: 2816\n\
+                 moe: {{experts: 8, top_k: 2, expert_ffn: 512, dense_layers: {dense_layers}}}\n"
+            ),
+        )
+        .unwrap();
+        let predict = |extra: &[&str]| {
+            let job = [
+                "predict",
+                "--cluster",
+                "dgx-h100",
+                "--model",
+                s(&arch),
+                "--tp",
+                "8",
+                "--micro-batch",
+                "1",
+                "--global-batch",
+                "8",
+                "--seq-len",
+                "256",
+                "--sequence-parallel",
+                "--json",
+            ];
+            json_of(&stepcast(&[&job[..], extra].concat()))
+        };
+        let eager = predict(&[]);
+        let advice = &eager["cuda_graphs_advice"];
+        assert_eq!(advice["scopes"], scopes, "dense layers {dense_layers}");
+        let listed: Vec<&str> = scopes
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let graphed = predict(&["--cuda-graphs", &listed.join(",")]);
+        assert_eq!(
+            advice["step_time_s"].as_f64(),
+            graphed["step_time_s"].as_f64()
+        );
+    }
+}
+
 /// Runs whose FlashAttention-2 calls took 1/0.6 of the time costed and everything else as
 /// costed, at sequences where the attention is a small and a large share of the step: the
 /// calibration finds the attention's own efficiency (not one in-situ efficiency for every
