@@ -226,6 +226,36 @@ mod tests {
         }
     }
 
+    /// The outcome's every field worked by hand at a small run: the first start added once,
+    /// the failures expected over the whole wall time, the optimum's own ETTR beside the
+    /// interval used, and a checkpoint's 14 bytes a parameter.
+    #[test]
+    fn an_outcome_adds_the_first_start_and_counts_failures_over_the_wall_time() {
+        let run = RunInputs {
+            step_s: 10.0,
+            steps: 1000.0,
+            nodes: 8.0,
+            failures_per_node_per_day: 1.08,
+            mean_recovery_s: 100.0,
+            save_s: 20.0,
+            first_start_s: 300.0,
+        };
+        // 8 · 1.08 / 86,400 = 1e-4 failures a second; every 10 steps: x = 100 s
+        let ettr = (1.0 - 1e-4 * (100.0 + 50.0)) / (1.0 + 20.0 / 100.0);
+        let o = run.outcome(Some(10)).unwrap();
+        assert!((o.ettr - ettr).abs() < 1e-12, "{}", o.ettr);
+        assert_eq!(o.training_s, 10_000.0);
+        let wall = 10_000.0 / ettr + 300.0;
+        assert!((o.end_to_end_s - wall).abs() < 1e-6, "{}", o.end_to_end_s);
+        assert!((o.failures - 1e-4 * wall).abs() < 1e-9, "{}", o.failures);
+        // the optimum: x* = −20 + √(400 + 2 · 20 · 0.99 / 1e-4) = 609.6 s, about 61 steps
+        assert_eq!(o.optimal_interval, 61);
+        assert_eq!(o.optimal_ettr, run.ettr(61));
+        assert!(o.optimal_ettr > o.ettr);
+        assert!(run.outcome(Some(0)).is_err());
+        assert_eq!(checkpoint_bytes(1_000_000), 14e6);
+    }
+
     #[test]
     fn mean_recovery_weights_the_levels() {
         // 0.3·141 + 0.6·262 + 0.1·307

@@ -129,8 +129,8 @@ impl Breakdown {
         }
     }
 
-    /// Bubble over the busy pipeline time (compute, TP, CP and PP communication): (pp − 1)/m
-    /// for balanced 1F1B.
+    /// Bubble over the busy pipeline time (compute, TP, CP, EP and PP communication):
+    /// (pp − 1)/m for balanced 1F1B.
     pub fn bubble_ratio(&self) -> f64 {
         self.bubble
             / (self.compute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm)
@@ -197,6 +197,82 @@ impl Attribution {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every class lands in its own field and every field is added, summed and scaled: the
+    /// values are powers of two, so a field mixed up or dropped shows in the sum.
+    #[test]
+    fn class_times_keep_each_class_apart() {
+        let classes = [
+            Class::Compute,
+            Class::TpComm,
+            Class::CpComm,
+            Class::EpComm,
+            Class::PpComm,
+            Class::DpComm,
+            Class::Optimizer,
+        ];
+        let mut t = ClassTimes::default();
+        for (i, class) in classes.into_iter().enumerate() {
+            t.add(class, f64::from(1u32 << i));
+        }
+        t.host = 128.0;
+        let fields = |t: &ClassTimes| {
+            [
+                t.compute,
+                t.tp_comm,
+                t.cp_comm,
+                t.ep_comm,
+                t.pp_comm,
+                t.dp_comm,
+                t.optimizer,
+                t.host,
+            ]
+        };
+        assert_eq!(fields(&t), [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]);
+        assert_eq!(t.total(), 255.0);
+        let twice = t.plus(&t);
+        assert_eq!(fields(&twice), fields(&t.scaled(2.0)));
+        assert_eq!(twice.total(), 510.0);
+        assert_eq!(t.scaled(3.0).total(), 765.0);
+    }
+
+    #[test]
+    fn a_breakdown_adds_scales_and_weighs_its_bubble() {
+        let b = Breakdown {
+            compute: 1.0,
+            tp_comm: 2.0,
+            cp_comm: 4.0,
+            ep_comm: 8.0,
+            pp_comm: 16.0,
+            dp_comm: 32.0,
+            optimizer: 64.0,
+            bubble: 124.0,
+            host: 256.0,
+        };
+        assert_eq!(b.total(), 507.0);
+        let s = b.scaled(0.5);
+        assert_eq!(s.total(), 253.5);
+        assert_eq!((s.compute, s.bubble, s.host), (0.5, 62.0, 128.0));
+        // the bubble over the busy pipeline time: compute and TP, CP, EP, PP communication
+        assert_eq!(b.bubble_ratio(), 124.0 / 31.0);
+        assert!(Breakdown::default().bubble_ratio() == 0.0);
+    }
+
+    #[test]
+    fn attribution_scales_and_reads_one_factor() {
+        let mut a = Attribution::default();
+        a.add(2, 3.0);
+        a.add(5, 1.0);
+        a.scale(4.0);
+        assert_eq!(a.of(2), 12.0);
+        assert_eq!(a.of(5), 4.0);
+        assert_eq!(a.of(9), 0.0);
+        assert_eq!(a.iter().collect::<Vec<_>>(), vec![(2, 12.0), (5, 4.0)]);
+        // a factor beyond the dense vector is left out, the rest scaled into it
+        let mut dense = vec![1.0; 3];
+        a.accumulate(&mut dense, 0.5);
+        assert_eq!(dense, vec![1.0, 1.0, 7.0]);
+    }
 
     #[test]
     fn attribution_merges_factors() {

@@ -266,6 +266,65 @@ mod tests {
     }
 
     #[test]
+    fn each_dtype_reads_its_own_peak() {
+        let h100 = GpuSpec::builtin("h100").unwrap();
+        let peaks = [
+            Dtype::Fp32,
+            Dtype::Tf32,
+            Dtype::Fp16,
+            Dtype::Bf16,
+            Dtype::Fp8,
+        ]
+        .map(|d| h100.peak_flops(d) / 1e12);
+        assert_eq!(peaks, [67.0, 494.7, 989.4, 989.4, 1978.9]);
+        let mi300x = GpuSpec::builtin("AMD Instinct MI300X").unwrap();
+        assert_eq!(mi300x.peak_flops(Dtype::Tf32), 653.7e12);
+        assert_eq!(h100.hbm_bytes_per_s(), 3.35e12);
+        let a100 = GpuSpec::builtin("a100-sxm4-40gb").unwrap();
+        assert_eq!(a100.hbm_bytes_per_s(), 1.555e12);
+        assert!(a100.supports(Dtype::Bf16) && !a100.supports(Dtype::Fp8));
+        assert!(h100.supports(Dtype::Fp8));
+    }
+
+    /// Each number is checked against its own range and the message names its field.
+    #[test]
+    fn validate_names_the_field_out_of_range() {
+        let good = GpuSpec::builtin("h100").unwrap();
+        let spoilt = |spoil: fn(&mut GpuSpec)| {
+            let mut g = good.clone();
+            spoil(&mut g);
+            g.validate("c.yaml").unwrap_err()
+        };
+        for (e, field) in [
+            (spoilt(|g| g.memory_gib = 0.25), "gpu.memory_gib"),
+            (
+                spoilt(|g| g.hbm_bandwidth_gb_per_s = 5.0),
+                "gpu.hbm_bandwidth_gb_per_s",
+            ),
+            (spoilt(|g| g.l2_cache_mib = -1.0), "gpu.l2_cache_mib"),
+            (spoilt(|g| g.sm_count = 0), "gpu.sm_count"),
+            (
+                spoilt(|g| g.peak_dense_tflops.tf32 = 0.0),
+                "gpu.peak_dense_tflops.tf32",
+            ),
+            (
+                spoilt(|g| g.peak_dense_tflops.bf16 = 2e6),
+                "gpu.peak_dense_tflops.bf16",
+            ),
+            (
+                spoilt(|g| g.peak_dense_tflops.fp8 = Some(f64::NAN)),
+                "gpu.peak_dense_tflops.fp8",
+            ),
+        ] {
+            assert!(e.contains("c.yaml") && e.contains(field), "{field}: {e}");
+        }
+        // no fp8 units: nothing to check
+        let mut a100 = good;
+        a100.peak_dense_tflops.fp8 = None;
+        a100.validate("c.yaml").unwrap();
+    }
+
+    #[test]
     fn fp8_falls_back_to_fp16_without_fp8_units() {
         let a100 = GpuSpec::builtin("a100").unwrap();
         assert_eq!(a100.peak_flops(Dtype::Fp8), a100.peak_flops(Dtype::Fp16));

@@ -141,3 +141,62 @@ impl Storage {
         bytes / (bw * 1e9)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Eq. 41 weighs each level by its share of the shares given, so 6 : 12 : 2 is 3 : 6 : 1.
+    #[test]
+    fn mean_recovery_normalises_the_shares() {
+        let mut r = Reliability::default();
+        for l in &mut r.recovery {
+            l.share *= 20.0;
+        }
+        assert!((r.mean_recovery_s() - 230.2).abs() < 1e-9);
+    }
+
+    /// Nodes write side by side until the file system's total caps them.
+    #[test]
+    fn a_checkpoint_writes_at_the_nodes_bandwidth_up_to_the_file_systems() {
+        let s = Storage::default();
+        // 4 nodes at 2 GB/s: 8 GB/s; 100 nodes would be 200, capped at 100
+        assert_eq!(s.write_s(16e9, 4.0), 2.0);
+        assert_eq!(s.write_s(100e9, 100.0), 1.0);
+        // a fraction of a node writes as one
+        assert_eq!(s.write_s(2e9, 0.5), 1.0);
+        let uncapped = Storage {
+            checkpoint_write_gb_per_s_max: None,
+            ..s
+        };
+        assert_eq!(uncapped.write_s(200e9, 100.0), 1.0);
+    }
+
+    #[test]
+    fn each_refusal_names_its_field() {
+        let spoilt = |f: fn(&mut Reliability)| {
+            let mut r = Reliability::default();
+            f(&mut r);
+            r.validate("c.yaml").unwrap_err()
+        };
+        assert!(spoilt(|r| r.failures_per_node_per_day = f64::INFINITY).contains("positive"));
+        assert!(spoilt(|r| r.failures_per_node_per_day = 11.0).contains("failures_per_node"));
+        assert!(spoilt(|r| r.recovery.clear()).contains("at least one level"));
+        assert!(spoilt(|r| r.recovery[1].share = 1.5).contains("recovery pod share"));
+        assert!(spoilt(|r| r.recovery[2].seconds = -1.0).contains("recovery job seconds"));
+        assert!(
+            spoilt(|r| r.recovery.iter_mut().for_each(|l| l.share = 0.0))
+                .contains("must not all be zero")
+        );
+        assert!(spoilt(|r| r.first_start_s = 2e7).contains("first_start_s"));
+        Reliability::default().validate("c.yaml").unwrap();
+        let e = Storage {
+            checkpoint_write_gb_per_s_max: Some(0.0),
+            ..Storage::default()
+        }
+        .validate("c.yaml")
+        .unwrap_err();
+        assert!(e.contains("checkpoint_write_gb_per_s_max"), "{e}");
+        Storage::default().validate("c.yaml").unwrap();
+    }
+}

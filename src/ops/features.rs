@@ -262,6 +262,128 @@ mod tests {
         }
     }
 
+    /// Every family's features worked by hand at a small shape on 7 SMs: what saved models
+    /// read, so a change here shows before it silently changes what they mean.
+    #[test]
+    fn each_family_encodes_its_shape_by_hand() {
+        use crate::ops::AttentionShape;
+        let lg = f64::log2;
+        let at = |op, shape, dtype| features(op, &shape, dtype, 7);
+        // 2 · 3 · 2 = 12 tiles of 128² over 7 SMs: 2 waves, 12/14 full; 2 · 2 · 2 = 8 of 256×128
+        let gemm = at(
+            OpKind::Gemm,
+            Shape::Gemm(GemmShape {
+                m: 300,
+                n: 200,
+                k: 130,
+                batch: 2,
+            }),
+            Dtype::Fp16,
+        );
+        let (flops, bytes) = (31_200_000.0, 500_000.0);
+        let want = [
+            lg(300.0),
+            lg(200.0),
+            lg(130.0),
+            1.0,
+            lg(flops),
+            lg(bytes),
+            lg(62.4),
+            lg(12.0),
+            1.0,
+            12.0 / 14.0,
+            8.0 / 14.0,
+            44.0,
+            72.0,
+            2.0,
+        ];
+        for (i, (got, want)) in gemm.iter().zip(want).enumerate() {
+            assert!((got - want).abs() < 1e-12, "gemm {i}: {got} {want}");
+        }
+        // 2 · 4 heads · 3 query tiles = 24 over 7 SMs: 4 waves, 24/28 full; causal halves flops
+        let attention = at(
+            OpKind::FlashAttention,
+            Shape::Attention(AttentionShape {
+                batch: 2,
+                seq_q: 300,
+                seq_kv: 300,
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 64,
+                causal: true,
+            }),
+            Dtype::Bf16,
+        );
+        let want = [
+            1.0,
+            lg(300.0),
+            lg(300.0),
+            2.0,
+            1.0,
+            64.0,
+            1.0,
+            lg(92_160_000.0),
+            lg(921_600.0),
+            3.0,
+            lg(24.0),
+            2.0,
+            24.0 / 28.0,
+        ];
+        for (i, (got, want)) in attention.iter().zip(want).enumerate() {
+            assert!((got - want).abs() < 1e-12, "attention {i}: {got} {want}");
+        }
+        // 6 tokens of 130: fewer rows than SMs reads as log2 1 = 0
+        let tokens = at(
+            OpKind::RmsNorm,
+            Shape::Tokens(TokenShape {
+                batch: 2,
+                seq: 3,
+                width: 130,
+            }),
+            Dtype::Bf16,
+        );
+        assert_eq!(
+            tokens,
+            vec![1.0, lg(3.0), lg(130.0), lg(6.0), lg(3120.0), 0.0, 2.0]
+        );
+        let lookup = at(
+            OpKind::Embedding,
+            Shape::Lookup(LookupShape {
+                batch: 2,
+                seq: 3,
+                hidden: 4,
+                vocab: 10,
+            }),
+            Dtype::Fp32,
+        );
+        assert_eq!(
+            lookup,
+            vec![1.0, lg(3.0), 2.0, lg(10.0), lg(6.0), lg(96.0), lg(160.0)]
+        );
+        let collective = at(
+            OpKind::AllGather,
+            Shape::Collective(CollectiveShape {
+                bytes: 800,
+                nodes: 2,
+                gpus_per_node: 2,
+            }),
+            Dtype::Bf16,
+        );
+        assert_eq!(
+            collective,
+            vec![lg(800.0), 4.0, 2.0, 2.0, lg(600.0), lg(200.0), 1.0]
+        );
+        let optimizer = at(
+            OpKind::OptimizerStep,
+            Shape::Optimizer(OptimizerShape {
+                params: 1024,
+                tensors: 4,
+            }),
+            Dtype::Fp32,
+        );
+        assert_eq!(optimizer, vec![10.0, 4.0, 15.0, 8.0]);
+    }
+
     #[test]
     fn gemm_waves_follow_sm_count() {
         // 4096² output in 128² tiles = 1024 tiles; 108 SMs -> 10 waves, last one partly full

@@ -176,6 +176,124 @@ mod tests {
         assert_eq!(causal.flops * 2.0, full.flops);
     }
 
+    /// The roofline every learned model predicts its efficiency against: each kind's work
+    /// worked by hand, both phases, so a change to any count shows here before it silently
+    /// shifts every trained model's target.
+    #[test]
+    fn each_kind_counts_its_flops_and_bytes_by_hand() {
+        use crate::ops::{LookupShape, OptimizerShape, TokenShape};
+        let w = |op, phase, shape: &Shape, dtype| {
+            let w = work(op, phase, shape, dtype);
+            (w.flops, w.bytes)
+        };
+        let (fwd, bwd) = (Phase::Fwd, Phase::Bwd);
+        // a GEMM's backward: twice the forward's flops and bytes
+        let g = Shape::Gemm(GemmShape {
+            m: 2,
+            n: 3,
+            k: 4,
+            batch: 5,
+        });
+        assert_eq!(
+            w(OpKind::Gemm, bwd, &g, Dtype::Fp8),
+            (480.0, 2.0 * 5.0 * 26.0)
+        );
+        // flash attention over 4 query and 6 key heads' worth: q, o by h; k, v by the kv heads
+        let a = AttentionShape {
+            batch: 2,
+            seq_q: 3,
+            seq_kv: 5,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            causal: false,
+        };
+        let flash = 4.0 * 2.0 * 4.0 * 3.0 * 5.0 * 8.0;
+        let flash_bytes = 2.0 * 2.0 * 8.0 * (2.0 * 4.0 * 3.0 + 2.0 * 2.0 * 5.0);
+        let attention = Shape::Attention(a);
+        assert_eq!(
+            w(OpKind::FlashAttention, fwd, &attention, Dtype::Bf16),
+            (flash, flash_bytes)
+        );
+        assert_eq!(
+            w(OpKind::FlashAttention, bwd, &attention, Dtype::Bf16),
+            (2.5 * flash, 2.5 * flash_bytes)
+        );
+        // a softmax over the [b, h, sq, skv] scores: 5 flops an element, 2 tensors forward, 3 back
+        let scores = 2.0 * 4.0 * 3.0 * 5.0;
+        for op in [OpKind::Softmax, OpKind::ScaleMaskSoftmax, OpKind::FillMask] {
+            assert_eq!(
+                w(op, fwd, &attention, Dtype::Fp16),
+                (5.0 * scores, 2.0 * 2.0 * scores)
+            );
+            assert_eq!(
+                w(op, bwd, &attention, Dtype::Fp32),
+                (5.0 * scores, 3.0 * 4.0 * scores)
+            );
+        }
+        // token-wise kernels: 8 flops an element, the tensors each reads and writes
+        let t = Shape::Tokens(TokenShape {
+            batch: 2,
+            seq: 3,
+            width: 7,
+        });
+        let elems = 42.0;
+        for (op, tensors_fwd, tensors_bwd) in [
+            (OpKind::Swiglu, 3.0, 5.0),
+            (OpKind::ResidualAdd, 3.0, 3.0),
+            (OpKind::Elementwise, 2.0, 2.0),
+            (OpKind::Rope, 2.0, 2.0),
+            (OpKind::CrossEntropy, 3.0, 2.0),
+            (OpKind::LayerNorm, 2.0, 3.0),
+            (OpKind::RmsNorm, 2.0, 3.0),
+            (OpKind::Gelu, 2.0, 3.0),
+        ] {
+            assert_eq!(
+                w(op, fwd, &t, Dtype::Bf16),
+                (8.0 * elems, tensors_fwd * 2.0 * elems),
+                "{op:?} forward"
+            );
+            assert_eq!(
+                w(op, bwd, &t, Dtype::Bf16),
+                (8.0 * elems, tensors_bwd * 2.0 * elems),
+                "{op:?} backward"
+            );
+        }
+        // the embedding: forward gathers rows (read and write), backward also clears the table
+        let l = Shape::Lookup(LookupShape {
+            batch: 2,
+            seq: 3,
+            hidden: 4,
+            vocab: 10,
+        });
+        assert_eq!(
+            w(OpKind::Embedding, fwd, &l, Dtype::Bf16),
+            (0.0, 2.0 * 2.0 * 24.0)
+        );
+        assert_eq!(
+            w(OpKind::Embedding, bwd, &l, Dtype::Bf16),
+            (24.0, 2.0 * (2.0 * 24.0 + 40.0))
+        );
+        let o = Shape::Optimizer(OptimizerShape {
+            params: 1000,
+            tensors: 3,
+        });
+        assert_eq!(
+            w(OpKind::OptimizerStep, fwd, &o, Dtype::Fp32),
+            (10_000.0, OPTIMIZER_BYTES_PER_PARAM * 1000.0)
+        );
+        // a collective moves its bus bytes and computes nothing
+        let c = Shape::Collective(CollectiveShape {
+            bytes: 800,
+            nodes: 2,
+            gpus_per_node: 2,
+        });
+        assert_eq!(w(OpKind::AllReduce, fwd, &c, Dtype::Bf16), (0.0, 1200.0));
+        assert_eq!(w(OpKind::ReduceScatter, fwd, &c, Dtype::Bf16), (0.0, 600.0));
+        assert_eq!(w(OpKind::AllToAll, fwd, &c, Dtype::Bf16), (0.0, 600.0));
+        assert_eq!(w(OpKind::SendRecv, fwd, &c, Dtype::Bf16), (0.0, 800.0));
+    }
+
     #[test]
     fn ring_bus_bytes() {
         let c = CollectiveShape {
