@@ -92,12 +92,16 @@ impl RunInputs {
         (1.0 - self.rate_per_s() * (self.mean_recovery_s + x / 2.0)) / (1.0 + self.save_s / x)
     }
 
-    /// The ETTR-maximising interval: the closed form rounded down and up, the better kept.
-    pub fn optimal_interval(&self) -> u64 {
+    /// The ETTR-maximising time between checkpoints, x* (seconds; the module's closed form).
+    fn optimal_checkpoint_s(&self) -> f64 {
         let (lambda, c) = (self.rate_per_s(), self.save_s);
         let a = 1.0 - lambda * self.mean_recovery_s;
-        let x = -c + (c * c + 2.0 * c * a / lambda).sqrt();
-        let i = x / self.step_s;
+        -c + (c * c + 2.0 * c * a / lambda).sqrt()
+    }
+
+    /// The ETTR-maximising interval: the closed form rounded down and up, the better kept.
+    pub fn optimal_interval(&self) -> u64 {
+        let i = self.optimal_checkpoint_s() / self.step_s;
         let (lo, hi) = ((i.floor() as u64).max(1), (i.ceil() as u64).max(1));
         if self.ettr(hi) > self.ettr(lo) {
             hi
@@ -249,10 +253,16 @@ mod tests {
         assert!((o.end_to_end_s - wall).abs() < 1e-6, "{}", o.end_to_end_s);
         assert!((o.failures - 1e-4 * wall).abs() < 1e-9, "{}", o.failures);
         // the optimum: x* = −20 + √(400 + 2 · 20 · 0.99 / 1e-4) = 609.6 s, about 61 steps
+        let x = -20.0 + (400.0f64 + 2.0 * 20.0 * 0.99 / 1e-4).sqrt();
+        assert!((run.optimal_checkpoint_s() - x).abs() < 1e-9, "{x}");
         assert_eq!(o.optimal_interval, 61);
         assert_eq!(o.optimal_ettr, run.ettr(61));
         assert!(o.optimal_ettr > o.ettr);
         assert!(run.outcome(Some(0)).is_err());
+        // every input checked before the outcome is worked out
+        let zero_step = RunInputs { step_s: 0.0, ..run };
+        let e = zero_step.outcome(Some(10)).unwrap_err().to_string();
+        assert!(e.contains("step time = 0"), "{e}");
         assert_eq!(checkpoint_bytes(1_000_000), 14e6);
     }
 
