@@ -145,6 +145,12 @@ fn megatron_core_refusals(framework: Framework, l: &Layout) -> Result<()> {
                  predict with --schedule 1f1b or interleaved and export that",
             )
         }
+        Schedule::ZbV => {
+            return refuse(
+                "Megatron-Core has no ZB-V schedule (torchtitan runs it: --framework \
+                 torchtitan): predict with --schedule 1f1b or interleaved and export that",
+            )
+        }
         _ => {}
     }
     if l.zero >= 2 {
@@ -970,9 +976,10 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             (Schedule::OneFOneB | Schedule::ClosedForm, _) => "1F1B",
             (Schedule::Interleaved, _) => "Interleaved1F1B",
             (Schedule::Gpipe, _) => "GPipe",
+            (Schedule::ZbV, _) => "ZBVZeroBubble",
             (Schedule::ZbH1, _) => return refuse(
                 "torchtitan's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) are \
-                 not ZB-H1: predict with --schedule 1f1b or interleaved and export that",
+                 not ZB-H1: predict with --schedule zb-v, 1f1b or interleaved and export that",
             ),
         };
     let (replicate, shard) =

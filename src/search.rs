@@ -120,7 +120,12 @@ impl Default for SearchSpace {
             etp: None,
             moe_a2a_overlap: vec![false],
             micro_batch: vec![1, 2, 4, 8],
-            schedules: vec![Schedule::OneFOneB, Schedule::Interleaved, Schedule::ZbH1],
+            schedules: vec![
+                Schedule::OneFOneB,
+                Schedule::Interleaved,
+                Schedule::ZbH1,
+                Schedule::ZbV,
+            ],
             recompute: vec![Recompute::None, Recompute::Selective, Recompute::Full],
             sequence_parallel: vec![false, true],
             zero: vec![0, 1, 2, 3],
@@ -324,8 +329,11 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
         };
         let sps = s.sequence_parallel.iter().filter(|&&sp| !sp || tp > 1);
         for (&mb, &schedule) in product(&s.micro_batch, &s.schedules) {
+            let v_shape = pp > 1 && req.arch.layers.is_multiple_of(2 * pp);
             let chunks: &[u64] = match schedule {
                 Schedule::Interleaved => &vpps,
+                Schedule::ZbV if v_shape => &[2],
+                Schedule::ZbV => &[],
                 _ => &[1],
             };
             for ((&vpp, &recompute), &sp) in

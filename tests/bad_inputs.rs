@@ -176,6 +176,8 @@ fn cases() -> Vec<Case> {
         predict!("--pp 2 --global-batch 8 --account-for-loss-in-pipeline-split --partition neox", "counting the embedding or loss as a layer", "drop --partition neox"),
         predict!("--pp 17 --vpp 2 --global-batch 17 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", "leave a chunk without a transformer layer", "fewer chunks"),
         predict!("--pp 2 --global-batch 8 --vpp 2 --partition neox", "drop --partition neox"),
+        predict!("--pp 2 --global-batch 8 --schedule zb-v --vpp 4", "zb-v schedule runs two model chunks", "give --vpp 2"),
+        predict!("--pp 3 --global-batch 6 --schedule zb-v", "32 layers do not split", "use a pp that divides 16"),
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*16|t*17L", "--pipeline-layout \"Et*16|t*17L\"", "holds 33 layers (t), the model 32", "give"),
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*15|t*17", "loss L once, last"),
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*15|t*16|tL", "3 chunks", "pp = 2"),

@@ -54,6 +54,111 @@ fn interleaving_and_zero_bubble_shrink_the_bubble() {
     assert!((in_flight(1) - 9.25).abs() < 1e-9, "{}", in_flight(1));
 }
 
+/// ZB-V (`--schedule zb-v`): two chunks a rank in a V, the first rank holding the embedding
+/// and the head ("first and last"), a smaller bubble than ZB-H1 on GPT-3 175B, and no rank
+/// holding more activations than 1F1B's first; torchtitan's export names it, Megatron's is
+/// refused with the fix, and a search's best command asks for it by name.
+#[test]
+fn zb_v_runs_two_chunks_a_rank_in_a_v() {
+    let zb_v = predict_json(&["--schedule", "zb-v"]);
+    let zb_h1 = predict_json(&["--schedule", "zb-h1"]);
+    let one = predict_json(&["--schedule", "1f1b"]);
+    assert_eq!(zb_v["schedule"], "zb-v");
+    assert_eq!(zb_v["layout"]["vpp"], 2);
+    let ratio = |p: &serde_json::Value| p["bubble_ratio"].as_f64().unwrap();
+    assert!(
+        ratio(&zb_v) < ratio(&zb_h1),
+        "{} {}",
+        ratio(&zb_v),
+        ratio(&zb_h1)
+    );
+    let activations = |p: &serde_json::Value, r: usize| {
+        p["memory"]["ranks"][r]["activations_gib"].as_f64().unwrap()
+    };
+    for r in 0..8 {
+        assert!(
+            activations(&zb_v, r) <= activations(&one, 0) * 1.02,
+            "rank {r}: {} vs 1F1B's first {}",
+            activations(&zb_v, r),
+            activations(&one, 0)
+        );
+    }
+    let stages = zb_v["stages"].as_array().unwrap();
+    assert_eq!(stages[0]["role"], "first_and_last");
+    assert_eq!(stages[7]["role"], "middle");
+
+    let cluster = repo("hardware-profiles/dgx-h100.yaml");
+    let job = [
+        "--cluster",
+        &cluster,
+        "--model",
+        "llama3-8b",
+        "--pp",
+        "4",
+        "--dp",
+        "2",
+        "--zero",
+        "3",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "32",
+        "--schedule",
+        "zb-v",
+    ];
+    // a pipeline layout's chunks follow the V: the first and last on rank 0, the second and
+    // the seventh on rank 1
+    let balanced = stepcast(
+        &[
+            &["predict"][..],
+            &job,
+            &[
+                "--pipeline-layout",
+                "Ettt|ttttt|tttt|tttt|tttt|tttt|ttttt|tttL",
+                "--json",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(balanced.status.success(), "{}", stderr(&balanced));
+    let balanced: serde_json::Value = serde_json::from_slice(&balanced.stdout).unwrap();
+    let layers: Vec<u64> = balanced["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["layers"].as_u64().unwrap())
+        .collect();
+    assert_eq!(layers, [6, 10, 8, 8]);
+    let export = |format: &str| stepcast(&[&["export", "--format", format][..], &job].concat());
+    let torchtitan = stdout(&export("torchtitan"));
+    assert!(
+        torchtitan.contains("pipeline_parallel_schedule = \"ZBVZeroBubble\"")
+            && torchtitan.contains("pipeline_parallel_layers_per_stage = 4"),
+        "{torchtitan}"
+    );
+    assert_user_error(
+        &export("megatron"),
+        &["no ZB-V schedule", "--schedule 1f1b"],
+    );
+
+    let search = stdout(&stepcast(&[
+        "search",
+        "--cluster",
+        &cluster,
+        "--model",
+        "llama3-8b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "32",
+        "--pp",
+        "4",
+        "--schedule",
+        "zb-v",
+    ]));
+    assert!(search.contains("--schedule zb-v"), "{search}");
+}
+
 /// Slices on one thread must nest or be disjoint for Perfetto's JSON importer.
 fn check_nesting(doc: &serde_json::Value) -> usize {
     let mut threads: BTreeMap<(u64, u64), Vec<(f64, f64)>> = BTreeMap::new();

@@ -172,7 +172,7 @@ pub struct JobArgs {
     /// Pipeline schedule (default 1f1b; interleaved with --vpp; closed-form under paper rules).
     #[arg(long, value_parser = named::<Schedule>())]
     pub schedule: Option<Schedule>,
-    /// Model chunks per pipeline rank for the interleaved schedule.
+    /// Model chunks per pipeline rank: the interleaved schedule's N (2 or more), zb-v's 2.
     #[arg(long, allow_negative_numbers = true)]
     pub vpp: Option<u64>,
     /// Reduce gradients bucket by bucket during the last backward [default under Megatron

@@ -85,7 +85,7 @@ pub struct SearchArgs {
         long,
         value_parser = named::<Schedule>(),
         value_delimiter = ',',
-        default_value = "1f1b,interleaved,zb-h1"
+        default_value = "1f1b,interleaved,zb-h1,zb-v"
     )]
     pub schedule: Vec<Schedule>,
     /// Largest number of chunks per rank for the interleaved schedule.
@@ -311,7 +311,7 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if let Some(path) = &args.moe_routing {
         cmd += &format!(" --moe-routing {}", path.display());
     }
-    if r.layout.vpp > 1 {
+    if r.layout.schedule == Schedule::Interleaved {
         cmd += &format!(" --vpp {}", r.layout.vpp);
     } else {
         cmd += &format!(" --schedule {}", r.layout.schedule.name());

@@ -125,6 +125,12 @@ pub enum LayoutError {
     ChunksNeedInterleaving { vpp: u64, schedule: &'static str },
 
     #[error(
+        "the zb-v schedule runs two model chunks on every rank, in a V (rank r runs stages r and \
+         2·pp − 1 − r): vpp = {vpp} is not 2; drop --vpp or give --vpp 2"
+    )]
+    VShapeTwoChunks { vpp: u64 },
+
+    #[error(
         "the {schedule} schedule places layers / (pp·vpp) layers in every chunk: drop \
          --partition neox"
     )]
@@ -345,6 +351,7 @@ impl LayoutError {
             InterleavedNeedsChunks { .. }
             | MicroBatchesNotGroupsOfPp { .. }
             | ChunksNeedInterleaving { .. }
+            | VShapeTwoChunks { .. }
             | NeoxWithChunks { .. }
             | PipelineSplitWithNeox
             | UnevenChunks { .. }

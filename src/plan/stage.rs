@@ -16,6 +16,8 @@ use crate::workload::{Arch, Layout, Rules};
 pub enum StageRole {
     /// The only stage (pp = 1): embedding and LM head together.
     Only,
+    /// The first of several holding the head too: ZB-V's first rank, the V's two ends.
+    FirstAndLast,
     /// The first of several: embedding and layers.
     First,
     /// Layers only.
@@ -28,7 +30,7 @@ impl StageRole {
     /// The role an optimizer-step model of the paper's data is keyed by.
     pub fn optimizer_role(self) -> Option<Role> {
         match self {
-            StageRole::Only => None,
+            StageRole::Only | StageRole::FirstAndLast => None,
             StageRole::First => Some(Role::FirstStage),
             StageRole::Middle => Some(Role::MiddleStage),
             StageRole::Last => Some(Role::LastStage),
@@ -39,6 +41,7 @@ impl StageRole {
     pub fn name(self) -> &'static str {
         match self {
             StageRole::Only => "only",
+            StageRole::FirstAndLast => "first and last",
             StageRole::First => "first",
             StageRole::Middle => "middle",
             StageRole::Last => "last",
@@ -46,7 +49,8 @@ impl StageRole {
     }
 }
 
-/// The model chunks in model order, placed round-robin: rank r holds chunks r, r + pp, …
+/// The model chunks in model order, placed as the layout says: round robin (rank r holds
+/// chunks r, r + pp, …), or in ZB-V's V.
 pub(super) fn chunks(arch: &Arch, layout: &Layout) -> Vec<Chunk> {
     let placement = layout.virtual_stage_ranks();
     let n = placement.len();
@@ -140,11 +144,13 @@ pub(super) fn stages(
                     };
                 tensors += blocks.head.tensors - u64::from(shares_table);
             }
-            let role = match (pp, i) {
-                (1, _) => StageRole::Only,
-                (_, 0) => StageRole::First,
-                (n, i) if i + 1 == n => StageRole::Last,
-                _ => StageRole::Middle,
+            // by what the rank holds: under ZB-V's V the first rank holds the head too
+            let role = match (embedding, head) {
+                (true, true) if pp == 1 => StageRole::Only,
+                (true, true) => StageRole::FirstAndLast,
+                (true, false) => StageRole::First,
+                (false, true) => StageRole::Last,
+                (false, false) => StageRole::Middle,
             };
             Stage {
                 index: i,

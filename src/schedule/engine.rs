@@ -5,11 +5,12 @@
 //! back from the step's end gives the critical path, and summing the attributions of its
 //! durations says how much of the step each cost factor is.
 
-use super::order::orders;
+use super::order::{orders, zb_v};
 use super::{Event, Observer, Pass, PipelineWork, RankSummary, Task, Timeline, Unobserved};
 use crate::error::{Error, Result};
 use crate::plan::Buckets;
 use crate::timing::Breakdown;
+use crate::workload::Schedule;
 
 /// A time and the tape node it came from.
 #[derive(Debug, Clone, Copy)]
@@ -340,7 +341,12 @@ fn run_passes(
 ) -> Result<Vec<RankState>> {
     let work = sim.work;
     let (p, m, n) = (work.pp(), work.micro_batches, work.chunks.len());
-    let orders = orders(work.schedule, p, work.vpp(), m);
+    // ZB-V's order is built on the passes' own times (see `order::zb_v`)
+    let orders = if work.schedule == Schedule::ZbV {
+        zb_v(p, m, |s, pass| work.chunks[s].pass(pass).us())
+    } else {
+        orders(work.schedule, p, work.vpp(), m)
+    };
     let mut handoffs = Handoffs::new(n, m);
     let mut next = vec![0usize; p];
     let mut ranks: Vec<RankState> = (0..p)
@@ -741,7 +747,11 @@ mod tests {
         send_attribution.add(3, send);
         let chunks = (0..n)
             .map(|k| ChunkWork {
-                rank: k % p,
+                rank: if schedule == Schedule::ZbV && k >= p {
+                    n - 1 - k
+                } else {
+                    k % p
+                },
                 first_layer: k as u64,
                 fwd: pass(f / v as f64, 100, 0),
                 bwd: pass(
@@ -884,6 +894,49 @@ mod tests {
         let zb = ratio(Schedule::ZbH1, 1);
         assert!((zb - 7.0 / 96.0).abs() < 1e-12, "{zb}");
         assert_eq!(ratio(Schedule::Gpipe, 1), one);
+    }
+
+    /// ZB-V's order is built on the passes' own times: with input-gradient passes longer than
+    /// the forward (as attention's are) it stays near ZB-H1, where an order built at equal times
+    /// would leave ranks waiting — and well under 1F1B. (F, B, W a stage, pp 8, m 32.)
+    #[test]
+    fn zb_v_orders_its_passes_by_their_costs() {
+        for ((f, b, w), zb_v_over, zb_h1_over) in [
+            ((1.0, 1.5, 1.0), 9.25, 10.5),
+            ((1.0, 1.2, 0.8), 9.4, 9.8),
+            ((1.0, 2.0, 1.0), 16.5, 14.0),
+        ] {
+            let step = |schedule, v| {
+                simulate(&uniform(schedule, 8, v, 32, (f, b, w), 0.0))
+                    .unwrap()
+                    .step_us
+            };
+            let ideal = 32.0 * (f + b + w);
+            assert!((step(Schedule::ZbV, 2) - ideal - zb_v_over).abs() < 1e-9);
+            assert!((step(Schedule::ZbH1, 1) - ideal - zb_h1_over).abs() < 1e-9);
+            assert!(step(Schedule::OneFOneB, 1) - ideal > 20.0);
+        }
+    }
+
+    /// ZB-V with equal forward, input- and weight-gradient passes: each rank's 3m passes plus
+    /// at least the (pp − 1) half-stage forwards before the last rank starts — exactly that at
+    /// pp 4, one chunk pass more at pp 2 and four at pp 8, what holding no more than 1F1B's
+    /// first rank costs — against ZB-H1's (pp − 1) whole passes and 1F1B's 3(pp − 1).
+    #[test]
+    fn zb_v_comes_close_to_the_least_any_order_takes() {
+        for (p, extra) in [(2usize, 1.0), (4, 1.5), (8, 5.5)] {
+            for m in [2 * p, 4 * p] {
+                let step = |schedule, v| {
+                    simulate(&uniform(schedule, p, v, m, (1.0, 1.0, 1.0), 0.0))
+                        .unwrap()
+                        .step_us
+                };
+                let ideal = 3.0 * m as f64;
+                assert_eq!(step(Schedule::ZbV, 2), ideal + extra, "pp {p}, m {m}");
+                assert_eq!(step(Schedule::ZbH1, 1), ideal + (p - 1) as f64);
+                assert_eq!(step(Schedule::OneFOneB, 1), ideal + 3.0 * (p - 1) as f64);
+            }
+        }
     }
 
     #[test]

@@ -154,6 +154,11 @@ crate::named_enum!(
         /// Zero-bubble ZB-H1 (Qi et al. 2024): the backward split into input and weight
         /// gradients, rank r running its weight gradients r micro-batches late.
         ZbH1 => "zb-h1",
+        /// Zero-bubble ZB-V (Qi et al. 2024; torchtitan's `ZBVZeroBubble`): two model chunks a
+        /// rank placed in a V (rank r runs virtual stages r and 2·pp − 1 − r), the backward
+        /// split as in ZB-H1, the order built so that no rank holds more activations than
+        /// 1F1B's first rank.
+        ZbV => "zb-v",
     }
 );
 
@@ -238,7 +243,7 @@ crate::named_enum!(
 impl Schedule {
     /// Whether the backward runs as separate input-gradient and weight-gradient passes.
     pub fn splits_backward(self) -> bool {
-        self == Schedule::ZbH1
+        matches!(self, Schedule::ZbH1 | Schedule::ZbV)
     }
 }
 
@@ -662,7 +667,7 @@ impl Layout {
             Some(c) => c.chunks.iter().map(|c| c.layers).collect(),
             None => chunk_layers(spec, arch, [pp, vpp], schedule, partition, pipeline_split)?,
         };
-        let placement = virtual_stage_ranks(pp, vpp);
+        let placement = virtual_stage_ranks(pp, vpp, schedule);
         let mut stage_layers = vec![0; pp as usize];
         for (&rank, &n) in placement.iter().zip(&chunk_layers) {
             stage_layers[rank] += n;
@@ -777,7 +782,7 @@ impl Layout {
     /// The pipeline rank of each virtual stage (model chunk), in the order data flows through
     /// the model: round-robin, so rank r holds chunks r, r + pp, r + 2·pp, …
     pub fn virtual_stage_ranks(&self) -> Vec<usize> {
-        virtual_stage_ranks(self.pp, self.vpp)
+        virtual_stage_ranks(self.pp, self.vpp, self.schedule)
     }
 
     pub fn tokens_per_step(&self) -> u64 {
@@ -1115,10 +1120,17 @@ fn micro_batches(spec: &ParallelSpec, micro_batch: u64, dp: u64) -> Result<u64, 
     bounded("micro-batches per step", m, MAX_MICRO_BATCHES)
 }
 
-/// Round-robin placement of pp·vpp model chunks: chunk k on rank k mod pp.
-fn virtual_stage_ranks(pp: u64, vpp: u64) -> Vec<usize> {
+/// Where each of the pp·vpp model chunks runs: round robin (chunk k on rank k mod pp), or for
+/// ZB-V in a V (the first pp chunks down the ranks, the last pp back up them, so the middle two
+/// and the first and last share a rank).
+fn virtual_stage_ranks(pp: u64, vpp: u64, schedule: Schedule) -> Vec<usize> {
     let (pp, n) = (pp as usize, (pp * vpp) as usize);
-    (0..n).map(|k| k % pp).collect()
+    (0..n)
+        .map(|k| match schedule {
+            Schedule::ZbV if k >= pp => 2 * pp - 1 - k,
+            _ => k % pp,
+        })
+        .collect()
 }
 
 /// Transformer layers in each model chunk, in model order.
@@ -1150,7 +1162,16 @@ fn chunk_layers(
             layers: arch.layers,
             pp,
             vpp,
-            hint: if split.places() == 0
+            hint: if schedule == Schedule::ZbV {
+                if places.is_multiple_of(2) {
+                    format!(
+                        "the zb-v schedule runs 2 chunks a rank: use a pp that divides {}",
+                        places / 2
+                    )
+                } else {
+                    format!("the zb-v schedule needs 2·pp equal chunks, and {places} is odd")
+                }
+            } else if split.places() == 0
                 && accounted.is_multiple_of(chunks)
                 && accounted / chunks >= 2
             {
@@ -1451,6 +1472,7 @@ fn schedule_and_chunks(
     pp: u64,
     micro_batches: u64,
 ) -> Result<(Schedule, u64), LayoutError> {
+    let vpp_given = vpp;
     let vpp = bounded("vpp", vpp.unwrap_or(1), MAX_DEGREE)?;
     let schedule = spec.schedule.unwrap_or(match (rules, vpp) {
         (_, v) if v > 1 => Schedule::Interleaved,
@@ -1458,6 +1480,10 @@ fn schedule_and_chunks(
         (Rules::Megatron, _) => Schedule::OneFOneB,
     });
     match schedule {
+        Schedule::ZbV => match vpp_given {
+            None | Some(2) => Ok((schedule, 2)),
+            Some(vpp) => Err(LayoutError::VShapeTwoChunks { vpp }),
+        },
         Schedule::Interleaved => {
             if pp < 2 || vpp < 2 {
                 return Err(LayoutError::InterleavedNeedsChunks { pp, vpp });
@@ -1813,6 +1839,64 @@ mod tests {
             })
         );
         assert_eq!(run(Some(Gpipe), Some(1), 4, 6), Ok((Gpipe, 1)));
+    }
+
+    /// ZB-V places two chunks a rank in a V: vpp is 2 whether given or not, any other is
+    /// refused; the chunks need layers divisible by 2·pp, and a refusal names the pp that would
+    /// split them.
+    #[test]
+    fn zb_v_places_two_chunks_a_rank_in_a_v() {
+        let cluster = crate::hardware::dgx_h100_without_models();
+        let arch = Arch::resolve("llama3-8b").unwrap();
+        let spec = |pp, vpp| ParallelSpec {
+            pp: Some(pp),
+            dp: Some(8 / pp),
+            vpp,
+            schedule: Some(Schedule::ZbV),
+            global_batch: Some(64),
+            ..Default::default()
+        };
+        let l = Layout::new(&spec(4, None), &arch, &cluster).unwrap();
+        assert_eq!((l.schedule, l.vpp), (Schedule::ZbV, 2));
+        assert_eq!(l.virtual_stage_ranks(), [0, 1, 2, 3, 3, 2, 1, 0]);
+        assert_eq!(l.stage_layers, [8, 8, 8, 8]);
+        assert!(l.schedule.splits_backward());
+        assert_eq!(
+            Layout::new(&spec(4, Some(2)), &arch, &cluster).unwrap().vpp,
+            2
+        );
+        assert_eq!(
+            Layout::new(&spec(4, Some(4)), &arch, &cluster).unwrap_err(),
+            LayoutError::VShapeTwoChunks { vpp: 4 }
+        );
+        // 32 layers over pp 8 · 2 chunks: 2 a chunk; 3 ranks cannot split 32 into 6 chunks
+        let l = Layout::new(&spec(8, None), &arch, &cluster).unwrap();
+        assert_eq!(
+            l.virtual_stage_ranks(),
+            [0, 1, 2, 3, 4, 5, 6, 7, 7, 6, 5, 4, 3, 2, 1, 0]
+        );
+        let three = ParallelSpec {
+            dp: Some(2),
+            ..spec(3, None)
+        };
+        match Layout::new(&three, &arch, &cluster) {
+            Err(LayoutError::UnevenChunks { hint, .. }) => assert_eq!(
+                hint,
+                "the zb-v schedule runs 2 chunks a rank: use a pp that divides 16"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let odd = Arch {
+            layers: 31,
+            ..arch.clone()
+        };
+        match Layout::new(&spec(4, None), &odd, &cluster) {
+            Err(LayoutError::UnevenChunks { hint, .. }) => assert_eq!(
+                hint,
+                "the zb-v schedule needs 2·pp equal chunks, and 31 is odd"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// An expert capacity lies between 0.05 and experts / top-k (Mixtral: 8 / 2), where every

@@ -4,7 +4,8 @@
 //! and cross-entropy); `|` ends a chunk; `X*N` and `(…)*N` repeat; commas and spaces are
 //! ignored. DeepSeek-V3 on 8 × 4 chunks in NVIDIA's H100 recipe: `Et|(tt|)*30mL` — one layer
 //! beside the embedding, two per chunk, and the prediction module beside the loss. Chunk
-//! `c·pp + r` runs on pipeline rank r, as with the interleaved schedule.
+//! `c·pp + r` runs on pipeline rank r, as with the interleaved schedule (under ZB-V the chunks
+//! follow its V instead).
 
 use crate::error::LayoutError;
 use crate::limits::MAX_LAYERS;
