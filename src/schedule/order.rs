@@ -336,6 +336,25 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// Whatever the passes cost — zero included — and however few micro-batches, ZB-V's
+        /// order runs every pass of both chunks of every rank once and never stalls (a stall
+        /// is a debug assertion in `zb_v`).
+        #[test]
+        fn zb_v_finishes_at_any_costs(
+            p in 1usize..9, m in 1usize..20,
+            costs in prop::collection::vec(0.0f64..5.0, 48),
+        ) {
+            let cost = |s: usize, pass: Pass| costs[(3 * s + pass as usize) % costs.len()];
+            let o = zb_v(p, m, cost);
+            for (r, tasks) in o.iter().enumerate() {
+                prop_assert_eq!(tasks.len(), 6 * m, "rank {}", r);
+                let unique: std::collections::HashSet<_> = tasks.iter().collect();
+                prop_assert_eq!(unique.len(), 6 * m);
+            }
+        }
+    }
+
     #[test]
     fn gpipe_runs_every_forward_then_the_backwards_last_first() {
         let o = orders(Schedule::Gpipe, 2, 1, 3);
