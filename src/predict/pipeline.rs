@@ -251,7 +251,9 @@ pub fn pipeline_work(plan: &Plan, layout: &Layout, times: &QueryTimes) -> Pipeli
             step_overhead_us: times.runtime.step_overhead_ms * 1e3,
         },
         factors: if times.attribute { times.factors } else { 0 },
+        order: None,
     }
+    .with_fixed_order()
 }
 
 /// Per-stage times: a rank's chunks' passes for one micro-batch (block by block, with the

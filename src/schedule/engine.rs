@@ -341,11 +341,18 @@ fn run_passes(
 ) -> Result<Vec<RankState>> {
     let work = sim.work;
     let (p, m, n) = (work.pp(), work.micro_batches, work.chunks.len());
-    // ZB-V's order is built on the passes' own times (see `order::zb_v`)
-    let orders = if work.schedule == Schedule::ZbV {
-        zb_v(p, m, |s, pass| work.chunks[s].pass(pass).us())
-    } else {
-        orders(work.schedule, p, work.vpp(), m)
+    // a fixed order, else the schedule's (ZB-V's built on the passes' own times)
+    let built;
+    let orders: &[Vec<Task>] = match &work.order {
+        Some(order) => order,
+        None if work.schedule == Schedule::ZbV => {
+            built = zb_v(p, m, |s, pass| work.chunks[s].pass(pass).us());
+            &built
+        }
+        None => {
+            built = orders(work.schedule, p, work.vpp(), m);
+            &built
+        }
     };
     let mut handoffs = Handoffs::new(n, m);
     let mut next = vec![0usize; p];
@@ -790,6 +797,7 @@ mod tests {
             overlap: Overlap::default(),
             host: Default::default(),
             factors: 4,
+            order: None,
         }
     }
 
@@ -916,6 +924,28 @@ mod tests {
             assert!((step(Schedule::ZbH1, 1) - ideal - zb_h1_over).abs() < 1e-9);
             assert!(step(Schedule::OneFOneB, 1) - ideal > 20.0);
         }
+    }
+
+    /// ZB-V's order fixed on the nominal costs is the one the engine builds from them, and a
+    /// moved copy of the work (an interval's recomposition) runs that same order.
+    #[test]
+    fn a_fixed_zb_v_order_survives_a_moved_copy() {
+        let work = uniform(Schedule::ZbV, 4, 2, 8, (1.0, 1.5, 0.5), 0.1);
+        let fixed = work.clone().with_fixed_order();
+        let order = fixed.order.clone().expect("ZB-V fixes its order");
+        assert_eq!(
+            simulate(&fixed).unwrap().step_us,
+            simulate(&work).unwrap().step_us
+        );
+        let moved = fixed.moved(1, 2.0);
+        assert!(std::sync::Arc::ptr_eq(
+            moved.order.as_ref().unwrap(),
+            &order
+        ));
+        assert!(uniform(Schedule::ZbH1, 4, 1, 8, (1.0, 1.5, 0.5), 0.1)
+            .with_fixed_order()
+            .order
+            .is_none());
     }
 
     /// ZB-V with equal forward, input- and weight-gradient passes: each rank's 3m passes plus

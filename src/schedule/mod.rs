@@ -264,9 +264,27 @@ pub struct PipelineWork {
     pub host: Host,
     /// How many cost factors the attributions index (0: none kept).
     pub factors: usize,
+    /// Each rank's pass order where it was fixed beforehand, as a framework fixes it before
+    /// the step (ZB-V's, built on the nominal costs): moved copies of the work keep it, so an
+    /// interval's recompositions run the same order. `None`: the schedule's order (ZB-V's
+    /// built on this work's costs).
+    #[serde(skip)]
+    pub order: Option<std::sync::Arc<Vec<Vec<Task>>>>,
 }
 
 impl PipelineWork {
+    /// Fixes ZB-V's order on this work's costs (see `order::zb_v`); other schedules' orders
+    /// do not depend on costs.
+    pub fn with_fixed_order(mut self) -> PipelineWork {
+        if self.schedule == Schedule::ZbV {
+            let order = order::zb_v(self.pp(), self.micro_batches, |s, pass| {
+                self.chunks[s].pass(pass).us()
+            });
+            self.order = Some(std::sync::Arc::new(order));
+        }
+        self
+    }
+
     /// The same work with every duration's share of cost factor `factor` scaled by `k` (the
     /// classes of a pass are not kept apart: only the step time of the result is meaningful).
     pub fn moved(&self, factor: u32, k: f64) -> PipelineWork {
@@ -673,6 +691,7 @@ mod tests {
             overlap: Overlap::default(),
             host: Host::default(),
             factors: 2,
+            order: None,
         };
         // factor 0 half as slow again: its 3 µs layers take 4.5, the head keeps its 5
         let moved = work.moved(0, 1.5);

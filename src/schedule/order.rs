@@ -119,97 +119,136 @@ fn interleaved(r: usize, p: usize, v: usize, m: usize) -> Vec<Task> {
 /// last rank starts) at pp 4, by one chunk pass more at pp 2 and four at pp 8 — the memory
 /// bound's price. Not necessarily torchtitan's order, which PyTorch builds by hand.
 pub fn zb_v(p: usize, m: usize, cost: impl Fn(usize, Pass) -> f64) -> Vec<Vec<Task>> {
-    let n = 2 * p;
-    // per stage and micro-batch, when its forward / input gradient ends (∞: not yet started)
-    let mut fwd_end = vec![vec![f64::INFINITY; m]; n];
-    let mut bwd_end = vec![vec![f64::INFINITY; m]; n];
-    // per stage, the next micro-batch of each pass (every stage takes them in order)
-    let (mut next_f, mut next_b, mut next_w) = (vec![0; n], vec![0; n], vec![0; n]);
-    // per rank, chunk activations held (forward run, weight gradient not yet) and when it is
-    // free to start a pass
-    let mut held = vec![0usize; p];
-    let mut free = vec![0.0f64; p];
-    let mut out: Vec<Vec<Task>> = vec![Vec::with_capacity(6 * m); p];
-    let mut left = 3 * n * m;
+    let mut v = VShape::new(p, m);
+    // when each rank's running pass ends (∞: idle)
+    let mut busy_until = vec![f64::INFINITY; p];
+    // the ranks that may start a pass now: at first all; then those whose own pass ended or
+    // whose neighbour's did (a pass waits only on the stages beside its own, which run on the
+    // rank itself or the ranks beside it)
+    let mut woken = vec![true; p];
     let mut t = 0.0;
-    while left > 0 {
-        let mut started = false;
+    loop {
         for r in 0..p {
-            if free[r] > t {
-                continue;
+            if woken[r] && busy_until[r].is_infinite() {
+                if let Some(end) = v.start(r, t, &cost) {
+                    busy_until[r] = end;
+                }
             }
-            let (first, second) = (r, n - 1 - r);
-            let ended = |end: f64| end <= t;
-            let input_gradient = [second, first]
-                .into_iter()
-                .filter(|&s| {
-                    let i = next_b[s];
-                    i < m && ended(fwd_end[s][i]) && (s + 1 == n || ended(bwd_end[s + 1][i]))
-                })
-                .min_by_key(|&s| next_b[s]);
-            let forward = |s: usize| {
-                let i = next_f[s];
-                i < m && (s == 0 || ended(fwd_end[s - 1][i]))
-            };
-            // room for a micro-batch on both chunks, those on the first but not yet the second
-            // counted for both
-            let room = held[r] + (next_f[first] - next_f[second]) + 2 <= n;
-            let weight_gradient = [second, first]
-                .into_iter()
-                .filter(|&s| next_w[s] < next_b[s] && ended(bwd_end[s][next_w[s]]))
-                .min_by_key(|&s| next_w[s]);
-            let (s, pass) = if let Some(s) = input_gradient {
-                (s, Pass::Backward)
-            } else if forward(second) {
-                (second, Pass::Forward)
-            } else if forward(first) && room {
-                (first, Pass::Forward)
-            } else if let Some(s) = weight_gradient {
-                (s, Pass::WeightGrad)
-            } else {
-                continue;
-            };
-            let end = t + cost(s, pass).max(0.0);
-            let i = match pass {
-                Pass::Forward => {
-                    held[r] += 1;
-                    fwd_end[s][next_f[s]] = end;
-                    next_f[s] += 1;
-                    next_f[s] - 1
-                }
-                Pass::Backward => {
-                    bwd_end[s][next_b[s]] = end;
-                    next_b[s] += 1;
-                    next_b[s] - 1
-                }
-                Pass::WeightGrad => {
-                    held[r] -= 1;
-                    next_w[s] += 1;
-                    next_w[s] - 1
-                }
-            };
-            free[r] = end;
-            out[r].push(task(s, pass, i));
-            left -= 1;
-            started = true;
+            woken[r] = false;
         }
-        if !started {
-            // nothing starts now: on to the next pass's end
-            let next = free
-                .iter()
-                .copied()
-                .filter(|&f| f > t)
-                .fold(f64::INFINITY, f64::min);
-            if next.is_infinite() {
-                // no rank can start anything and none is busy: cannot happen (each micro-batch
-                // a rank took in can always finish); the engine reports the incomplete order
-                debug_assert!(false, "the ZB-V order stalled at {t}");
-                break;
+        // on to the next pass's end: its rank and the ranks beside it wake
+        t = busy_until.iter().copied().fold(f64::INFINITY, f64::min);
+        if t.is_infinite() {
+            break;
+        }
+        for r in 0..p {
+            if busy_until[r] <= t {
+                busy_until[r] = f64::INFINITY;
+                woken[r.saturating_sub(1)..(r + 2).min(p)].fill(true);
             }
-            t = next;
         }
     }
-    out
+    // every rank idle and none able to start: cannot happen before the last pass (each
+    // micro-batch a rank took in can always finish); the engine reports an incomplete order
+    debug_assert_eq!(v.left, 0, "the ZB-V order stalled at {t}");
+    v.out
+}
+
+/// The state of ZB-V's V while its order is built.
+struct VShape {
+    p: usize,
+    m: usize,
+    /// Per stage and micro-batch (at s·m + i), when its forward / input gradient ends (∞: not
+    /// started).
+    fwd_end: Vec<f64>,
+    bwd_end: Vec<f64>,
+    /// Per stage, the next micro-batch of each pass (every stage takes them in order).
+    next_f: Vec<usize>,
+    next_b: Vec<usize>,
+    next_w: Vec<usize>,
+    /// Per rank, chunk activations held: forward run, weight gradient not yet.
+    held: Vec<usize>,
+    out: Vec<Vec<Task>>,
+    /// Passes not yet placed.
+    left: usize,
+}
+
+impl VShape {
+    fn new(p: usize, m: usize) -> VShape {
+        let n = 2 * p;
+        VShape {
+            p,
+            m,
+            fwd_end: vec![f64::INFINITY; n * m],
+            bwd_end: vec![f64::INFINITY; n * m],
+            next_f: vec![0; n],
+            next_b: vec![0; n],
+            next_w: vec![0; n],
+            held: vec![0; p],
+            out: vec![Vec::with_capacity(6 * m); p],
+            left: 3 * n * m,
+        }
+    }
+
+    /// Starts on rank `r` at `t` the first pass it can (see `zb_v`); returns when it ends.
+    fn start(&mut self, r: usize, t: f64, cost: &impl Fn(usize, Pass) -> f64) -> Option<f64> {
+        let (n, m) = (2 * self.p, self.m);
+        let (first, second) = (r, n - 1 - r);
+        let ended = |end: f64| end <= t;
+        let input_gradient = [second, first]
+            .into_iter()
+            .filter(|&s| {
+                let i = self.next_b[s];
+                i < m
+                    && ended(self.fwd_end[s * m + i])
+                    && (s + 1 == n || ended(self.bwd_end[(s + 1) * m + i]))
+            })
+            .min_by_key(|&s| self.next_b[s]);
+        let forward = |s: usize| {
+            let i = self.next_f[s];
+            i < m && (s == 0 || ended(self.fwd_end[(s - 1) * m + i]))
+        };
+        // room for a micro-batch on both chunks, those on the first but not yet the second
+        // counted for both
+        let room = self.held[r] + (self.next_f[first] - self.next_f[second]) + 2 <= n;
+        let weight_gradient = [second, first]
+            .into_iter()
+            .filter(|&s| {
+                self.next_w[s] < self.next_b[s] && ended(self.bwd_end[s * m + self.next_w[s]])
+            })
+            .min_by_key(|&s| self.next_w[s]);
+        let (s, pass) = if let Some(s) = input_gradient {
+            (s, Pass::Backward)
+        } else if forward(second) {
+            (second, Pass::Forward)
+        } else if forward(first) && room {
+            (first, Pass::Forward)
+        } else if let Some(s) = weight_gradient {
+            (s, Pass::WeightGrad)
+        } else {
+            return None;
+        };
+        let end = t + cost(s, pass).max(0.0);
+        let next = match pass {
+            Pass::Forward => {
+                self.held[r] += 1;
+                self.fwd_end[s * m + self.next_f[s]] = end;
+                &mut self.next_f[s]
+            }
+            Pass::Backward => {
+                self.bwd_end[s * m + self.next_b[s]] = end;
+                &mut self.next_b[s]
+            }
+            Pass::WeightGrad => {
+                self.held[r] -= 1;
+                &mut self.next_w[s]
+            }
+        };
+        self.out[r].push(task(s, pass, *next));
+        *next += 1;
+        self.left -= 1;
+        Some(end)
+    }
 }
 
 #[cfg(test)]

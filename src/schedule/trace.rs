@@ -576,6 +576,7 @@ mod tests {
             overlap: Overlap::default(),
             host: Default::default(),
             factors: 0,
+            order: None,
         }
     }
 
@@ -813,6 +814,7 @@ mod tests {
             },
             host: Default::default(),
             factors: 0,
+            order: None,
         };
         let mut out = Vec::new();
         let timeline = write_trace(&mut out, &work, "test").unwrap();
