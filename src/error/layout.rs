@@ -126,7 +126,8 @@ pub enum LayoutError {
 
     #[error(
         "the zb-v schedule runs two model chunks on every rank, in a V (rank r runs stages r and \
-         2·pp − 1 − r): vpp = {vpp} is not 2; drop --vpp or give --vpp 2"
+         2·pp − 1 − r): vpp = {vpp} is not 2; drop --vpp or give --vpp 2 (a pipeline layout: \
+         2·pp chunks)"
     )]
     VShapeTwoChunks { vpp: u64 },
 

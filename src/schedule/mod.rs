@@ -254,7 +254,8 @@ pub struct PipelineWork {
     pub schedule: Schedule,
     /// Micro-batches per step.
     pub micro_batches: usize,
-    /// Virtual stages in model order; chunk c of rank r is index c·pp + r.
+    /// Virtual stages in model order, each naming its rank (round robin: chunk c of rank r is
+    /// index c·pp + r; ZB-V's second chunk on rank r is 2·pp − 1 − r).
     pub chunks: Vec<ChunkWork>,
     /// Per pipeline rank, its per-step work.
     pub ranks: Vec<RankWork>,
