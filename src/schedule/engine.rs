@@ -752,13 +752,18 @@ mod tests {
         let n = p * v;
         let mut send_attribution = Attribution::default();
         send_attribution.add(3, send);
+        let rank = |k: usize| {
+            if schedule == Schedule::ZbV && k >= p {
+                n - 1 - k
+            } else {
+                k % p
+            }
+        };
+        // a transfer only between ranks (none between ZB-V's middle two chunks)
+        let apart = |a: usize, b: usize| b < n && rank(a) != rank(b);
         let chunks = (0..n)
             .map(|k| ChunkWork {
-                rank: if schedule == Schedule::ZbV && k >= p {
-                    n - 1 - k
-                } else {
-                    k % p
-                },
+                rank: rank(k),
                 first_layer: k as u64,
                 fwd: pass(f / v as f64, 100, 0),
                 bwd: pass(
@@ -771,8 +776,8 @@ mod tests {
                 } else {
                     PassWork::default()
                 },
-                send_fwd_us: if k + 1 < n { send } else { 0.0 },
-                send_bwd_us: if k > 0 { send } else { 0.0 },
+                send_fwd_us: if apart(k, k + 1) { send } else { 0.0 },
+                send_bwd_us: if k > 0 && apart(k, k - 1) { send } else { 0.0 },
                 send_attribution: send_attribution.clone(),
             })
             .collect();

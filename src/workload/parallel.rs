@@ -780,7 +780,8 @@ impl Layout {
     }
 
     /// The pipeline rank of each virtual stage (model chunk), in the order data flows through
-    /// the model: round-robin, so rank r holds chunks r, r + pp, r + 2·pp, …
+    /// the model: round-robin, so rank r holds chunks r, r + pp, r + 2·pp, … — but under ZB-V
+    /// rank r holds chunks r and 2·pp − 1 − r.
     pub fn virtual_stage_ranks(&self) -> Vec<usize> {
         virtual_stage_ranks(self.pp, self.vpp, self.schedule)
     }
