@@ -1519,6 +1519,17 @@ mod tests {
             let e = launch(*f, &a, &l).unwrap_err().to_string();
             assert!(e.contains("--schedule"), "{f:?}: {e}");
         }
+        // ZB-V: Megatron-Core has none; torchtitan runs it
+        let mut s = spec(1, 4, 2);
+        s.schedule = Some(Schedule::ZbV);
+        let (a, l) = target("llama2-7b", s);
+        for f in [Framework::Megatron, Framework::Nemo] {
+            let e = launch(f, &a, &l).unwrap_err().to_string();
+            assert!(
+                e.contains("no ZB-V") && e.contains("--schedule"),
+                "{f:?}: {e}"
+            );
+        }
         let mut s = spec(1, 1, 8);
         s.rules = Some(Rules::Paper);
         let (a, l) = target("llama2-7b", s);

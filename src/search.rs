@@ -646,6 +646,29 @@ mod tests {
         );
     }
 
+    /// ZB-V is tried with its two chunks a rank wherever the layers split into 2·pp chunks
+    /// and there is a pipeline: llama2-13b's 40 layers over pp 2, 4 and 5 but not 8 (16
+    /// chunks), nor at pp 1.
+    #[test]
+    fn zb_v_is_tried_where_its_v_splits_the_layers() {
+        let c = cluster();
+        let arch = Arch::resolve("llama2-13b").unwrap();
+        let mut req = request(&arch, &c, 40, 80);
+        req.space.schedules = vec![Schedule::ZbV];
+        req.space.tp = Some(vec![1]);
+        req.space.pp = Some(vec![1, 2, 4, 5, 8]);
+        let cost = CostModel::new(&c, None);
+        let r = search(&req, &cost).unwrap();
+        let mut pps: Vec<u64> = r.rows.iter().map(|r| r.layout.pp).collect();
+        pps.sort_unstable();
+        pps.dedup();
+        assert_eq!(pps, [2, 4, 5]);
+        assert!(r
+            .rows
+            .iter()
+            .all(|r| r.layout.schedule == Schedule::ZbV && r.layout.vpp == 2));
+    }
+
     #[test]
     fn a_search_for_a_framework_keeps_only_what_it_runs() {
         let c = cluster();

@@ -734,6 +734,21 @@ mod tests {
         let four = llama_pipeline(4, ParallelSpec::default());
         let roles: Vec<&str> = four.stages.iter().map(|s| s.role.name()).collect();
         assert_eq!(roles, ["first", "middle", "middle", "last"]);
+        // by what a rank holds: ZB-V's first rank holds the embedding and the head, one
+        // stage alone is "only"
+        let v = ParallelSpec {
+            schedule: Some(crate::workload::Schedule::ZbV),
+            ..ParallelSpec::default()
+        };
+        let roles = |p: &crate::plan::Plan| -> Vec<&str> {
+            p.stages.iter().map(|s| s.role.name()).collect()
+        };
+        assert_eq!(
+            roles(&llama_pipeline(4, v.clone())),
+            ["first and last", "middle", "middle", "middle"]
+        );
+        assert_eq!(roles(&llama_pipeline(1, v)), ["only"]);
+        assert_eq!(roles(&llama_pipeline(1, ParallelSpec::default())), ["only"]);
     }
 
     /// Under FSDP the layers reduce-scatter their own gradients (`layer_block`): the stage
