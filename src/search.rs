@@ -327,9 +327,10 @@ fn enumerate(req: &SearchRequest) -> Vec<ParallelSpec> {
         } else {
             Vec::new()
         };
+        // whether ZB-V's V splits the layers here
+        let v_shape = pp > 1 && req.arch.layers.is_multiple_of(2 * pp);
         let sps = s.sequence_parallel.iter().filter(|&&sp| !sp || tp > 1);
         for (&mb, &schedule) in product(&s.micro_batch, &s.schedules) {
-            let v_shape = pp > 1 && req.arch.layers.is_multiple_of(2 * pp);
             let chunks: &[u64] = match schedule {
                 Schedule::Interleaved => &vpps,
                 Schedule::ZbV if v_shape => &[2],

@@ -5,12 +5,10 @@
 //! back from the step's end gives the critical path, and summing the attributions of its
 //! durations says how much of the step each cost factor is.
 
-use super::order::{orders, zb_v};
 use super::{Event, Observer, Pass, PipelineWork, RankSummary, Task, Timeline, Unobserved};
 use crate::error::{Error, Result};
 use crate::plan::Buckets;
 use crate::timing::Breakdown;
-use crate::workload::Schedule;
 
 /// A time and the tape node it came from.
 #[derive(Debug, Clone, Copy)]
@@ -341,16 +339,12 @@ fn run_passes(
 ) -> Result<Vec<RankState>> {
     let work = sim.work;
     let (p, m, n) = (work.pp(), work.micro_batches, work.chunks.len());
-    // a fixed order, else the schedule's (ZB-V's built on the passes' own times)
+    // a fixed order, else the schedule's
     let built;
     let orders: &[Vec<Task>] = match &work.order {
         Some(order) => order,
-        None if work.schedule == Schedule::ZbV => {
-            built = zb_v(p, m, |s, pass| work.chunks[s].pass(pass).us());
-            &built
-        }
         None => {
-            built = orders(work.schedule, p, work.vpp(), m);
+            built = work.schedule_order();
             &built
         }
     };

@@ -278,12 +278,19 @@ impl PipelineWork {
     /// do not depend on costs.
     pub fn with_fixed_order(mut self) -> PipelineWork {
         if self.schedule == Schedule::ZbV {
-            let order = order::zb_v(self.pp(), self.micro_batches, |s, pass| {
-                self.chunks[s].pass(pass).us()
-            });
-            self.order = Some(std::sync::Arc::new(order));
+            self.order = Some(std::sync::Arc::new(self.schedule_order()));
         }
         self
+    }
+
+    /// Each rank's pass order under the schedule: ZB-V's built on this work's pass times, the
+    /// others' fixed by the schedule alone.
+    pub fn schedule_order(&self) -> Vec<Vec<Task>> {
+        let (p, m) = (self.pp(), self.micro_batches);
+        match self.schedule {
+            Schedule::ZbV => order::zb_v(p, m, |s, pass| self.chunks[s].pass(pass).us()),
+            schedule => order::orders(schedule, p, self.vpp(), m),
+        }
     }
 
     /// The same work with every duration's share of cost factor `factor` scaled by `k` (the
