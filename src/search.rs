@@ -658,6 +658,11 @@ mod tests {
         req.space.schedules = vec![Schedule::ZbV];
         req.space.tp = Some(vec![1]);
         req.space.pp = Some(vec![1, 2, 4, 5, 8]);
+        // nothing is enumerated where the V cannot split the layers (it would only be refused)
+        let mut enumerated: Vec<u64> = enumerate(&req).iter().map(|s| s.pp.unwrap()).collect();
+        enumerated.sort_unstable();
+        enumerated.dedup();
+        assert_eq!(enumerated, [2, 4, 5]);
         let cost = CostModel::new(&c, None);
         let r = search(&req, &cost).unwrap();
         let mut pps: Vec<u64> = r.rows.iter().map(|r| r.layout.pp).collect();
