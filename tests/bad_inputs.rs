@@ -182,6 +182,7 @@ fn cases() -> Vec<Case> {
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*15|t*17", "loss L once, last"),
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*15|t*16|tL", "3 chunks", "pp = 2"),
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*15|(t*17L", "never closed"),
+        predict!("--pp 2 --global-batch 8 --pipeline-layout (((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((Et*16|t*16L)))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))", "nest more than 64 deep", "use fewer levels"),
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*15|t*17Lx", "'x' is not a layout symbol"),
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*15|t*99999L", "\"*99999\"", "repeat count"),
         predict!("--pp 2 --global-batch 8 --pipeline-layout Et*15|t*17L --account-for-loss-in-pipeline-split", "drop --account-for-loss-in-pipeline-split"),

@@ -13,6 +13,10 @@ use crate::limits::MAX_LAYERS;
 /// Symbols the expanded layout may hold at most (a bound on `(…)*N` nesting).
 const MAX_SYMBOLS: usize = 1 << 20;
 
+/// Parentheses may nest this deep at most: the expander recurses once a level, so an input of
+/// thousands of `(` would otherwise overflow the stack.
+const MAX_NESTING: usize = 64;
+
 /// What one chunk holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChunkContents {
@@ -34,9 +38,20 @@ pub struct PipelineLayout {
 
 fn bad(text: &str, message: impl Into<String>) -> LayoutError {
     LayoutError::PipelineLayout {
-        layout: text.to_string(),
+        layout: shown(text),
         message: message.into(),
     }
+}
+
+/// A layout string as a message quotes it: whole up to 120 characters, else its two ends.
+fn shown(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= 120 {
+        return text.to_string();
+    }
+    let head: String = chars[..60].iter().collect();
+    let tail: String = chars[chars.len() - 40..].iter().collect();
+    format!("{head}…{tail} ({} characters)", chars.len())
 }
 
 /// Expands repeats into a flat list of symbols (`|` kept).
@@ -54,6 +69,14 @@ impl Expander<'_> {
             let item = match c {
                 ')' if depth > 0 => return Ok(out),
                 ')' => return Err(bad(self.text, "a \")\" closes nothing: drop it")),
+                '(' if depth >= MAX_NESTING => {
+                    return Err(bad(
+                        self.text,
+                        format!(
+                        "parentheses nest more than {MAX_NESTING} deep: use fewer levels of (…)*N"
+                    ),
+                    ))
+                }
                 '(' => {
                     self.at += 1;
                     let inner = self.sequence(depth + 1)?;
@@ -242,6 +265,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(message.contains("expands to more than"), "{message}");
+    }
+
+    /// Parentheses nest up to 64 deep; one more is refused with the fix, and so are a
+    /// hundred thousand (which once overflowed the stack: found by fuzzing job files).
+    #[test]
+    fn parentheses_nest_a_bounded_depth() {
+        let nested = |depth: usize| format!("{}Ettt|tL{}", "(".repeat(depth), ")".repeat(depth));
+        let l = PipelineLayout::parse(&nested(MAX_NESTING), 4).unwrap();
+        assert_eq!(l.chunks.len(), 2);
+        for depth in [MAX_NESTING + 1, 100_000] {
+            let message = PipelineLayout::parse(&nested(depth), 4)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                message.contains("nest more than 64 deep: use fewer levels"),
+                "{message}"
+            );
+            // a long string is quoted by its two ends
+            let ends = format!("\"{}…{} ", "(".repeat(60), ")".repeat(40));
+            assert!(message.contains(&ends), "{message}");
+            let characters = format!("({} characters)", 2 * depth + 7);
+            assert!(message.contains(&characters), "{message}");
+        }
     }
 
     #[test]
