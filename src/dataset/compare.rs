@@ -163,4 +163,67 @@ mod tests {
         assert_eq!(c.by_kind[0].points, 4);
         assert!(compare(&old, &[gemm(9, 1.0)]).is_none());
     }
+
+    /// A call of exactly a bin's bound belongs to the bin above it; each bin has its label.
+    #[test]
+    fn the_time_bins_start_at_their_bounds() {
+        let old: Vec<Measurement> = [49.9, 50.0, 199.9, 200.0, 999.9, 1000.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &us)| gemm(i as u64 + 1, us))
+            .collect();
+        let new = old.clone();
+        let c = compare(&old, &new).unwrap();
+        let bins: Vec<(&str, usize)> = c
+            .by_old_time
+            .iter()
+            .map(|g| (g.label.as_str(), g.points))
+            .collect();
+        assert_eq!(
+            bins,
+            [
+                ("gemm < 50 µs", 1),
+                ("gemm 50–200 µs", 2),
+                ("gemm 200 µs–1 ms", 2),
+                ("gemm ≥ 1 ms", 1)
+            ]
+        );
+    }
+
+    /// The spread is the 10th and 90th percentile of the ratios; a skipped row or one of no
+    /// time is not a point; a role naming another kernel is a kind of its own.
+    #[test]
+    fn ratios_spread_and_only_measured_points_count() {
+        let old: Vec<Measurement> = (1..=11).map(|m| gemm(m, 100.0)).collect();
+        let mut new: Vec<Measurement> = (1..=11).map(|m| gemm(m, 89.0 + m as f64)).collect();
+        let g = &compare(&old, &new).unwrap().by_kind[0];
+        assert_eq!((g.label.as_str(), g.points), ("gemm fwd bf16", 11));
+        for (got, want) in [(g.p10, 0.91), (g.median, 0.95), (g.p90, 0.99)] {
+            assert!((got - want).abs() < 1e-12, "{got} {want}");
+        }
+        new[0].status = Status::Skipped;
+        new[1].time_us = 0.0;
+        let mut flash = gemm(12, 100.0);
+        flash.query.role = Some(crate::ops::Role::FlashAttention2);
+        let mut qkv = gemm(13, 100.0);
+        qkv.query.role = Some(crate::ops::Role::Qkv);
+        let (old, new) = (
+            [old, vec![flash.clone(), qkv.clone()]].concat(),
+            [new, vec![flash, qkv]].concat(),
+        );
+        let c = compare(&old, &new).unwrap();
+        assert_eq!((c.common, c.only_old, c.only_new), (11, 2, 0));
+        let kinds: Vec<(&str, usize)> = c
+            .by_kind
+            .iter()
+            .map(|g| (g.label.as_str(), g.points))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("gemm fwd bf16", 10),
+                ("gemm fwd bf16 flash_attention_2", 1)
+            ]
+        );
+    }
 }
