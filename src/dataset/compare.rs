@@ -164,6 +164,13 @@ mod tests {
         assert!(compare(&old, &[gemm(9, 1.0)]).is_none());
     }
 
+    fn labels_and_points(groups: &[RatioGroup]) -> Vec<(&str, usize)> {
+        groups
+            .iter()
+            .map(|g| (g.label.as_str(), g.points))
+            .collect()
+    }
+
     /// A call of exactly a bin's bound belongs to the bin above it; each bin has its label.
     #[test]
     fn the_time_bins_start_at_their_bounds() {
@@ -174,13 +181,8 @@ mod tests {
             .collect();
         let new = old.clone();
         let c = compare(&old, &new).unwrap();
-        let bins: Vec<(&str, usize)> = c
-            .by_old_time
-            .iter()
-            .map(|g| (g.label.as_str(), g.points))
-            .collect();
         assert_eq!(
-            bins,
+            labels_and_points(&c.by_old_time),
             [
                 ("gemm < 50 µs", 1),
                 ("gemm 50–200 µs", 2),
@@ -213,13 +215,8 @@ mod tests {
         );
         let c = compare(&old, &new).unwrap();
         assert_eq!((c.common, c.only_old, c.only_new), (11, 2, 0));
-        let kinds: Vec<(&str, usize)> = c
-            .by_kind
-            .iter()
-            .map(|g| (g.label.as_str(), g.points))
-            .collect();
         assert_eq!(
-            kinds,
+            labels_and_points(&c.by_kind),
             [
                 ("gemm fwd bf16", 10),
                 ("gemm fwd bf16 flash_attention_2", 1)
