@@ -186,13 +186,18 @@ pub fn parse_message(error: &impl std::fmt::Display) -> String {
     out
 }
 
-/// Today's date (UTC) as YYYY-MM-DD, from the system clock (civil-from-days, Howard Hinnant).
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
 pub fn today_utc() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let z = (secs / 86_400) as i64 + 719_468;
+    date_of_day(secs / 86_400)
+}
+
+/// The date (YYYY-MM-DD) `days` days after 1970-01-01 (civil-from-days, Howard Hinnant).
+fn date_of_day(days: u64) -> String {
+    let z = days as i64 + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
@@ -224,6 +229,27 @@ mod tests {
         let short = "unknown variant `x`, expected \"a \\\"b\\\"\" at line 2";
         assert_eq!(parse_message(&short), short);
         assert_eq!(parse_message(&"unclosed \"abc"), "unclosed \"abc");
+    }
+
+    /// Days since 1970 against dates Python's `datetime` gives: leap days, the turn of a
+    /// century that is not a leap year (2100) and of one that is (2000, 2400).
+    #[test]
+    fn days_become_dates_across_leap_years_and_centuries() {
+        for (days, date) in [
+            (0, "1970-01-01"),
+            (364, "1970-12-31"),
+            (789, "1972-02-29"),
+            (10_956, "1999-12-31"),
+            (11_016, "2000-02-29"),
+            (11_017, "2000-03-01"),
+            (20_788, "2026-12-01"),
+            (47_540, "2100-02-28"),
+            (47_541, "2100-03-01"),
+            (157_113, "2400-02-29"),
+            (2_932_896, "9999-12-31"),
+        ] {
+            assert_eq!(date_of_day(days), date, "{days}");
+        }
     }
 
     #[test]
