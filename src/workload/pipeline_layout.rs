@@ -70,12 +70,10 @@ impl Expander<'_> {
                 ')' if depth > 0 => return Ok(out),
                 ')' => return Err(bad(self.text, "a \")\" closes nothing: drop it")),
                 '(' if depth >= MAX_NESTING => {
-                    return Err(bad(
-                        self.text,
-                        format!(
+                    let message = format!(
                         "parentheses nest more than {MAX_NESTING} deep: use fewer levels of (…)*N"
-                    ),
-                    ))
+                    );
+                    return Err(bad(self.text, message));
                 }
                 '(' => {
                     self.at += 1;
