@@ -73,3 +73,71 @@ impl NetworkSpec {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The DGX H100's network (NVLink 4, eight 400 Gb/s NICs).
+    fn dgx_h100() -> NetworkSpec {
+        NetworkSpec {
+            intra_node: IntraNodeTier {
+                technology: "NVLink 4 + NVSwitch".into(),
+                bandwidth_gb_per_s: 450.0,
+                latency_us: 2.0,
+            },
+            inter_node: InterNodeTier {
+                technology: "InfiniBand NDR".into(),
+                nics_per_node: 8,
+                bandwidth_gbit_per_s_per_nic: 400.0,
+                latency_us: 3.0,
+                topology: "rail-optimized fat-tree".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_fabric_speaks_bytes_per_second() {
+        assert_eq!(dgx_h100().intra_node_bytes_per_s(), 450e9);
+    }
+
+    /// Every number is checked against its range, and a refusal names the file and field.
+    #[test]
+    fn each_number_out_of_its_range_is_refused_by_name() {
+        assert_eq!(dgx_h100().validate("c.yaml"), Ok(()));
+        type Edit = fn(&mut NetworkSpec);
+        let cases: [(Edit, &str); 7] = [
+            (
+                |n| n.intra_node.bandwidth_gb_per_s = 0.0,
+                "intra_node.bandwidth_gb_per_s = 0",
+            ),
+            (
+                |n| n.intra_node.bandwidth_gb_per_s = f64::NAN,
+                "intra_node.bandwidth_gb_per_s",
+            ),
+            (
+                |n| n.inter_node.bandwidth_gbit_per_s_per_nic = 1e6,
+                "bandwidth_gbit_per_s_per_nic",
+            ),
+            (
+                |n| n.intra_node.latency_us = -1.0,
+                "intra_node.latency_us = -1",
+            ),
+            (|n| n.inter_node.latency_us = 1e6, "inter_node.latency_us"),
+            (|n| n.inter_node.nics_per_node = 0, "nics_per_node = 0"),
+            (|n| n.inter_node.nics_per_node = 257, "nics_per_node = 257"),
+        ];
+        for (edit, says) in cases {
+            let mut n = dgx_h100();
+            edit(&mut n);
+            let message = n.validate("c.yaml").unwrap_err();
+            assert!(message.starts_with("c.yaml: network."), "{message}");
+            assert!(message.contains(says), "{message}");
+        }
+        // the bounds themselves are physical
+        let mut n = dgx_h100();
+        n.inter_node.nics_per_node = 256;
+        n.intra_node.latency_us = 0.0;
+        assert_eq!(n.validate("c.yaml"), Ok(()));
+    }
+}
