@@ -229,6 +229,11 @@ mod tests {
         let short = "unknown variant `x`, expected \"a \\\"b\\\"\" at line 2";
         assert_eq!(parse_message(&short), short);
         assert_eq!(parse_message(&"unclosed \"abc"), "unclosed \"abc");
+        // exactly the most characters shown is kept whole; one more is cut
+        let at_most = format!("value \"{}\"", "x".repeat(QUOTED_CHARS_SHOWN));
+        assert_eq!(parse_message(&at_most), at_most);
+        let one_more = format!("value \"{}\"", "x".repeat(QUOTED_CHARS_SHOWN + 1));
+        assert!(parse_message(&one_more).ends_with("…\" (61 characters)"));
     }
 
     /// Days since 1970 against dates Python's `datetime` gives: leap days, the turn of a
