@@ -746,13 +746,8 @@ mod tests {
         let n = p * v;
         let mut send_attribution = Attribution::default();
         send_attribution.add(3, send);
-        let rank = |k: usize| {
-            if schedule == Schedule::ZbV && k >= p {
-                n - 1 - k
-            } else {
-                k % p
-            }
-        };
+        let ranks = crate::workload::parallel::virtual_stage_ranks(p as u64, v as u64, schedule);
+        let rank = |k: usize| ranks[k];
         // a transfer only between ranks (none between ZB-V's middle two chunks)
         let apart = |a: usize, b: usize| b < n && rank(a) != rank(b);
         let chunks = (0..n)

@@ -1124,7 +1124,7 @@ fn micro_batches(spec: &ParallelSpec, micro_batch: u64, dp: u64) -> Result<u64, 
 /// Where each of the pp·vpp model chunks runs: round robin (chunk k on rank k mod pp), or for
 /// ZB-V in a V (the first pp chunks down the ranks, the last pp back up them, so the middle two
 /// and the first and last share a rank).
-fn virtual_stage_ranks(pp: u64, vpp: u64, schedule: Schedule) -> Vec<usize> {
+pub(crate) fn virtual_stage_ranks(pp: u64, vpp: u64, schedule: Schedule) -> Vec<usize> {
     let (pp, n) = (pp as usize, (pp * vpp) as usize);
     (0..n)
         .map(|k| match schedule {
