@@ -186,6 +186,17 @@ pub fn parse_message(error: &impl std::fmt::Display) -> String {
     out
 }
 
+/// A value as a refusal repeats it: whole up to 60 characters, else its start and its length,
+/// so a file pasted where a flag's value belongs does not fill the terminal.
+pub fn shortened(value: &str) -> String {
+    let n = value.chars().count();
+    if n <= QUOTED_CHARS_SHOWN {
+        return value.to_string();
+    }
+    let head: String = value.chars().take(QUOTED_CHARS_SHOWN).collect();
+    format!("{head}… ({n} characters)")
+}
+
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock.
 pub fn today_utc() -> String {
     let secs = std::time::SystemTime::now()
@@ -212,6 +223,15 @@ fn date_of_day(days: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_is_shortened_only_past_the_characters_shown() {
+        let exact = "é".repeat(QUOTED_CHARS_SHOWN);
+        assert_eq!(shortened(&exact), exact);
+        assert_eq!(shortened(""), "");
+        let long = format!("{exact}xyz");
+        assert_eq!(shortened(&long), format!("{exact}… (63 characters)"));
+    }
 
     #[test]
     fn a_parse_error_cuts_long_quoted_values_and_keeps_short_ones() {

@@ -17,7 +17,9 @@ fn main() {
     if std::env::args_os().skip(1).any(|a| a == "--version") {
         command = command.long_version(cli::long_version());
     }
-    let matches = command.get_matches();
+    let matches = command
+        .try_get_matches()
+        .unwrap_or_else(|e| shorten_quoted_input(e).exit());
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(err) = cli::run(cli) {
         // a closed pipe (`stepcast … | head`) is not an error
@@ -36,4 +38,23 @@ fn main() {
         });
         std::process::exit(if user_error { 2 } else { 1 });
     }
+}
+
+/// clap repeats a refused value or unknown argument whole; one pasted by mistake (a whole file)
+/// would fill the terminal, so show its start and length, as the library's own refusals do.
+fn shorten_quoted_input(mut error: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let mut kinds = vec![ContextKind::InvalidValue];
+    if error.kind() == ErrorKind::UnknownArgument {
+        kinds.push(ContextKind::InvalidArg);
+    }
+    for kind in kinds {
+        if let Some(ContextValue::String(value)) = error.get(kind) {
+            let short = stepcast::fsutil::shortened(value);
+            if short != *value {
+                error.insert(kind, ContextValue::String(short));
+            }
+        }
+    }
+    error
 }

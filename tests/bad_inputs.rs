@@ -673,3 +673,33 @@ fn every_bad_input_is_refused_with_what_to_change() {
         failures.join("\n")
     );
 }
+
+/// A file pasted where a flag's value or an argument belongs is quoted by its start and length:
+/// clap alone would print all of it back.
+#[test]
+fn a_pasted_value_is_quoted_by_its_start_and_length() {
+    let pasted = "x".repeat(10_000);
+    let shown = format!("{}… (10000 characters)", "x".repeat(60));
+    for args in [
+        vec!["predict".to_string(), "--schedule".into(), pasted.clone()],
+        vec![
+            "predict".to_string(),
+            "--micro-batch".into(),
+            pasted.clone(),
+        ],
+        vec!["predict".to_string(), pasted.clone()],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.code, Some(2), "{}", o.stderr);
+        assert!(o.stderr.contains(&shown), "{}", o.stderr);
+        assert!(o.stderr.len() < 1_000, "{} bytes", o.stderr.len());
+    }
+    let o = run(&["predict".to_string(), format!("--{pasted}")]);
+    assert_eq!(o.code, Some(2));
+    assert!(o
+        .stderr
+        .contains(&format!("--{}… (10002 characters)", "x".repeat(58))));
+    // a short bad value is still repeated whole, with the values clap accepts
+    let o = run(&["predict".to_string(), "--schedule".into(), "zz".into()]);
+    assert!(o.stderr.contains("invalid value 'zz'") && o.stderr.contains("possible values"));
+}
