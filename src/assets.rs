@@ -110,5 +110,38 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, cluster_names());
+        for name in names {
+            let on_disk =
+                std::fs::read_to_string(root().join(format!("hardware-profiles/{name}.yaml")));
+            assert_eq!(cluster(&name), Some(on_disk.unwrap().as_str()), "{name}");
+        }
+        assert_eq!(cluster("dgx-h100.yaml"), None);
+    }
+
+    fn root() -> std::path::PathBuf {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// Every models directory that holds a `models.bin` ships it, byte for byte, and its
+    /// `calibration.yaml` exactly where the directory has one.
+    #[test]
+    fn every_models_set_and_calibration_is_built_in() {
+        let mut sets: Vec<String> = std::fs::read_dir(root().join("models"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("models.bin").is_file())
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        sets.sort();
+        let shipped: Vec<&str> = MODELS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(sets, shipped);
+        for set in &sets {
+            let dir = root().join("models").join(set);
+            let bin = std::fs::read(dir.join("models.bin")).unwrap();
+            assert_eq!(models(set), Some(bin.as_slice()), "{set}");
+            let yaml = std::fs::read_to_string(dir.join("calibration.yaml")).ok();
+            assert_eq!(calibration(set), yaml.as_deref(), "{set}");
+        }
+        assert_eq!(models("nowhere"), None);
     }
 }
