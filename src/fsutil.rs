@@ -302,6 +302,52 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_of_a_missing_directory_takes_no_lock_and_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("absent");
+        DirLock::shared(&missing).unwrap();
+        assert!(!missing.exists());
+        let e = DirLock::exclusive(&missing).unwrap_err().to_string();
+        assert!(e.contains(LOCK_FILE), "{e}");
+        assert!(!missing.exists());
+    }
+
+    /// Only a reader that cannot write the directory goes without a lock; any other failure to
+    /// open the lock file (here: it is a directory) is an error for readers and writers alike.
+    #[test]
+    fn a_lock_file_that_cannot_be_opened_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join(LOCK_FILE)).unwrap();
+        for lock in [DirLock::shared(dir.path()), DirLock::exclusive(dir.path())] {
+            let e = lock.unwrap_err().to_string();
+            assert!(e.contains(LOCK_FILE), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_failed_write_keeps_the_old_file_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("model.json");
+        write_atomic(&p, b"old").unwrap();
+        let e = write_atomic_with(&p, |w| {
+            w.write_all(b"half")?;
+            Err(std::io::Error::other("disk full"))
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("model.json") && e.contains("disk full"), "{e}");
+        assert_eq!(fs::read_to_string(&p).unwrap(), "old");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_bare_file_name_lies_in_the_current_directory() {
+        assert_eq!(dir_of(Path::new("m.bin")), Path::new("."));
+        assert_eq!(dir_of(Path::new("a/b/m.bin")), Path::new("a/b"));
+        assert_eq!(dir_of(Path::new("/m.bin")), Path::new("/"));
+    }
+
+    #[test]
     fn atomic_write_replaces_and_leaves_no_temporaries() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("sub/model.json");

@@ -163,3 +163,53 @@ fn csv_files(dir: &Path) -> Result<Vec<PathBuf>> {
     files.sort();
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Dtype, GemmShape, OpKind, Phase, Shape};
+
+    fn gemm(m: u64, context: LayerContext) -> Measurement {
+        Measurement {
+            query: OpQuery {
+                op: OpKind::Gemm,
+                phase: Phase::Fwd,
+                dtype: Dtype::Bf16,
+                role: None,
+                shape: Shape::Gemm(GemmShape {
+                    m,
+                    n: 1024,
+                    k: 1024,
+                    batch: 1,
+                }),
+            },
+            context,
+            time_us: 10.0,
+            samples_us: Vec::new(),
+            status: Status::Ok,
+            throttled: false,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_point_measured_twice_is_refused_naming_both_lines() {
+        let path = Path::new("gemm.csv");
+        let tp2 = LayerContext {
+            tp: Some(2),
+            ..Default::default()
+        };
+        // one shape sampled from two layers is two points
+        let rows = [
+            gemm(1, Default::default()),
+            gemm(2, Default::default()),
+            gemm(1, tp2),
+            gemm(3, Default::default()),
+            gemm(2, Default::default()),
+        ];
+        refuse_repeats(path, &rows[..4]).unwrap();
+        let e = refuse_repeats(path, &rows).unwrap_err().to_string();
+        assert!(e.starts_with("gemm.csv:6: "), "{e}");
+        assert!(e.contains("already measured on line 3"), "{e}");
+    }
+}
