@@ -109,31 +109,8 @@ pub fn compare(old: &[Measurement], new: &[Measurement]) -> Option<Comparison> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataset::tests::gemm;
     use crate::dataset::Status;
-    use crate::ops::{Dtype, GemmShape, OpKind, Phase, Shape};
-
-    fn gemm(m: u64, us: f64) -> Measurement {
-        Measurement {
-            query: OpQuery {
-                op: OpKind::Gemm,
-                phase: Phase::Fwd,
-                dtype: Dtype::Bf16,
-                role: None,
-                shape: Shape::Gemm(GemmShape {
-                    m,
-                    n: 1024,
-                    k: 1024,
-                    batch: 1,
-                }),
-            },
-            context: Default::default(),
-            time_us: us,
-            samples_us: Vec::new(),
-            status: Status::Ok,
-            throttled: false,
-            note: String::new(),
-        }
-    }
 
     #[test]
     fn short_and_long_calls_are_told_apart() {
