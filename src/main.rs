@@ -40,11 +40,11 @@ fn main() {
     }
 }
 
-/// clap repeats a refused value or unknown argument whole; one pasted by mistake (a whole file)
-/// would fill the terminal, so show its start and length, as the library's own refusals do.
+/// clap repeats a refused value, unknown argument or command whole; one pasted by mistake (a
+/// whole file) would fill the terminal, so show its start and length, as our refusals do.
 fn shorten_quoted_input(mut error: clap::Error) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
-    let mut kinds = vec![ContextKind::InvalidValue];
+    let mut kinds = vec![ContextKind::InvalidValue, ContextKind::InvalidSubcommand];
     if error.kind() == ErrorKind::UnknownArgument {
         kinds.push(ContextKind::InvalidArg);
     }

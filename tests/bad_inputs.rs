@@ -688,6 +688,7 @@ fn a_pasted_value_is_quoted_by_its_start_and_length() {
             pasted.clone(),
         ],
         vec!["predict".to_string(), pasted.clone()],
+        vec![pasted.clone()],
     ] {
         let o = run(&args);
         assert_eq!(o.code, Some(2), "{}", o.stderr);
