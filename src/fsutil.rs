@@ -89,14 +89,7 @@ impl DirLock {
             .open(&path);
         let file = match opened {
             Ok(f) => f,
-            // a reader of a directory it cannot write (a read-only share): nobody can be
-            // writing it through us, and there is no lock file to take
-            Err(e) if !exclusive && e.kind() == std::io::ErrorKind::PermissionDenied => {
-                return Ok(DirLock { _file: None });
-            }
-            Err(e) if !exclusive && e.raw_os_error() == Some(30) => {
-                return Ok(DirLock { _file: None }); // EROFS
-            }
+            Err(e) if reads_without_a_lock(exclusive, &e) => return Ok(DirLock { _file: None }),
             Err(e) => return Err(Error::io(&path, e)),
         };
         let taken = if exclusive {
@@ -118,6 +111,15 @@ impl DirLock {
             Err(fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
         }
     }
+}
+
+/// A reader of a directory it cannot write (a read-only share or file system) goes without a
+/// lock: nobody can be writing it through us, and there is no lock file to take.
+fn reads_without_a_lock(exclusive: bool, open_error: &std::io::Error) -> bool {
+    const EROFS: i32 = 30;
+    !exclusive
+        && (open_error.kind() == std::io::ErrorKind::PermissionDenied
+            || open_error.raw_os_error() == Some(EROFS))
 }
 
 pub fn read_to_string(path: &Path) -> Result<String> {
@@ -321,6 +323,21 @@ mod tests {
         for lock in [DirLock::shared(dir.path()), DirLock::exclusive(dir.path())] {
             let e = lock.unwrap_err().to_string();
             assert!(e.contains(LOCK_FILE), "{e}");
+        }
+    }
+
+    /// Root cannot be refused a write, so the two errors a read-only directory gives are made.
+    #[test]
+    fn only_a_reader_of_a_read_only_directory_goes_without_a_lock() {
+        use std::io::{Error as IoError, ErrorKind};
+        let denied = IoError::from(ErrorKind::PermissionDenied);
+        let read_only = IoError::from_raw_os_error(30);
+        let other = IoError::from(ErrorKind::NotFound);
+        assert!(reads_without_a_lock(false, &denied));
+        assert!(reads_without_a_lock(false, &read_only));
+        assert!(!reads_without_a_lock(false, &other));
+        for e in [denied, read_only, other] {
+            assert!(!reads_without_a_lock(true, &e));
         }
     }
 
