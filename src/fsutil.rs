@@ -287,6 +287,14 @@ mod tests {
             d.as_str() > "2024-01-01" && d.as_str() < "2100-01-01",
             "{d}"
         );
+        // the year the clock's seconds make in Gregorian years of 365.2425 days
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let year = 1970 + secs / 31_556_952;
+        let shown: u64 = d[..4].parse().unwrap();
+        assert!(shown.abs_diff(year) <= 1, "{d} in about {year}");
     }
 
     #[test]
