@@ -334,7 +334,8 @@ mod tests {
         }
     }
 
-    /// Root cannot be refused a write, so the two errors a read-only directory gives are made.
+    /// Tests may run as root, which is never refused a write, so the two errors a read-only
+    /// directory gives are made here rather than met.
     #[test]
     fn only_a_reader_of_a_read_only_directory_goes_without_a_lock() {
         use std::io::{Error as IoError, ErrorKind};

@@ -57,8 +57,8 @@ mod tests {
     }
 
     /// `Rng::new` xors the seed with the increment, so this seed starts SplitMix64 at state 0,
-    /// whose outputs are Vigna's published reference values; the derived draws were computed
-    /// apart in Python from those integers.
+    /// whose first outputs are the reference values of Vigna's `splitmix64.c`; the derived
+    /// draws were computed apart in Python from those integers.
     fn reference() -> Rng {
         Rng::new(0x9E37_79B9_7F4A_7C15)
     }
