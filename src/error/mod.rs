@@ -111,3 +111,34 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error as IoError, ErrorKind};
+
+    /// The two I/O errors users cause themselves say what to check; the rest keep the
+    /// system's words. Each names the path first.
+    #[test]
+    fn io_errors_name_the_path_and_what_to_check() {
+        let shown =
+            |kind: ErrorKind| Error::io("runs/a.csv", IoError::new(kind, "sys")).to_string();
+        assert_eq!(
+            shown(ErrorKind::NotFound),
+            "runs/a.csv: not found: check the path"
+        );
+        assert_eq!(
+            shown(ErrorKind::PermissionDenied),
+            "runs/a.csv: permission denied: check the file's permissions"
+        );
+        assert_eq!(shown(ErrorKind::Other), "runs/a.csv: sys");
+    }
+
+    #[test]
+    fn a_malformed_file_s_hint_is_appended_to_its_message_only() {
+        let e = Error::bad_file("c.yaml", "no gpu field").hint("add gpu: h100");
+        assert_eq!(e.to_string(), "c.yaml: no gpu field: add gpu: h100");
+        let row = Error::bad_row("d.csv", 3, "not a number").hint("ignored");
+        assert_eq!(row.to_string(), "d.csv:3: not a number");
+    }
+}
