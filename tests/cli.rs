@@ -2822,6 +2822,14 @@ fn the_report_says_what_the_interval_covers() {
         ),
         "{calibrated}"
     );
+    // the breakdown names the host's share (the calibrated per-step host work) beside the rest
+    let host: f64 = calibrated
+        .split(", host-bound ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no host-bound share: {calibrated}"));
+    assert!(host > 0.0, "{calibrated}");
     // dgx-h100's shipped calibration held sets out: the report says how far it carried
     assert!(
         calibrated.contains("It does not cover other software: on the runs of sets it was not"),

@@ -269,9 +269,24 @@ fn trace_and_plot_are_written() {
         (end_us / 1e3 - step_ms).abs() < 1e-6 * step_ms,
         "{end_us} µs vs {step_ms} ms"
     );
+    // the step's classes add up to it, the host's share (the calibrated per-step host work)
+    // among them: until 2026-12-01 the trace and the chart left it out
+    let classes = doc["otherData"]["breakdown_ms"].as_object().unwrap();
+    let sum: f64 = classes.values().map(|v| v.as_f64().unwrap()).sum();
+    assert!(
+        (sum - step_ms).abs() < 1e-9 * step_ms,
+        "{classes:?} vs {step_ms} ms"
+    );
+    assert!(classes["host"].as_f64().unwrap() > 0.0, "{classes:?}");
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    for label in ["rank 0", "rank 3", "bubble / waiting", "milliseconds"] {
+    for label in [
+        "rank 0",
+        "rank 3",
+        "bubble / waiting",
+        "host-bound",
+        "milliseconds",
+    ] {
         assert!(svg.contains(label), "svg lacks {label}");
     }
 }

@@ -13,7 +13,7 @@ use stepcast::schedule::{simulate_with, Pass, PipelineWork, Timeline};
 use stepcast::timing::Breakdown;
 
 /// What a step spends time on, in stacking order, with the colour every chart uses.
-pub const TIME_CLASSES: [(&str, &str); 8] = [
+pub const TIME_CLASSES: [(&str, &str); 9] = [
     ("compute", "#4f81bd"),
     ("TP comm", "#2e9e8f"),
     ("CP comm", "#9bbb59"),
@@ -21,6 +21,7 @@ pub const TIME_CLASSES: [(&str, &str); 8] = [
     ("PP comm", "#8064a2"),
     ("DP comm", "#f79646"),
     ("optimizer", "#c0504d"),
+    ("host-bound", "#ffc000"),
     ("bubble / waiting", "#d9d9d9"),
 ];
 /// Passes of the timeline: compute, in shades of its blue.
@@ -195,43 +196,13 @@ fn classes(b: &Breakdown) -> Vec<f64> {
         b.pp_comm,
         b.dp_comm,
         b.optimizer,
+        b.host,
         b.bubble,
     ]
 }
 
 /// How each pipeline rank spends the step (ms), or the step's breakdown for the closed form.
 pub fn breakdown(p: &Prediction, title: &str) -> String {
-    let rows: Vec<(String, Vec<f64>, String)> = match &p.timeline {
-        None => vec![(
-            "step".to_string(),
-            classes(&p.breakdown_s.scaled(1e3)),
-            format!("{:.1} ms", p.metrics.step_time_s * 1e3),
-        )],
-        Some((_, t)) => t
-            .ranks
-            .iter()
-            .enumerate()
-            .map(|(r, rank)| {
-                let mut b = rank.spent;
-                // waiting for the slowest rank, then this rank's optimizer and all-gather, then
-                // waiting for the step's end
-                b.bubble += t.barrier_us - rank.sync_end_us;
-                let [start, mut end] = rank.optimizer_us;
-                b.optimizer += end - start;
-                if let Some([from, to]) = rank.param_gather_us {
-                    b.dp_comm += to - from;
-                    end = end.max(to);
-                }
-                b.bubble += t.step_us - end;
-                let note = if r == t.critical_rank {
-                    "critical rank".to_string()
-                } else {
-                    String::new()
-                };
-                (format!("rank {r}"), classes(&b.scaled(1e-3)), note)
-            })
-            .collect(),
-    };
     let heading = format!(
         "{title} — {} schedule, step {:.3} s, bubble {:.1} % of busy time",
         p.schedule,
@@ -242,10 +213,50 @@ pub fn breakdown(p: &Prediction, title: &str) -> String {
         title: &heading,
         unit: "milliseconds",
         parts: &TIME_CLASSES,
-        rows,
+        rows: breakdown_rows(p),
         markers: Vec::new(),
     }
     .svg()
+}
+
+/// One bar per pipeline rank (ms per time class, stacking to the step) or one for the step.
+fn breakdown_rows(p: &Prediction) -> Vec<(String, Vec<f64>, String)> {
+    match &p.timeline {
+        None => vec![(
+            "step".to_string(),
+            classes(&p.breakdown_s.scaled(1e3)),
+            format!("{:.1} ms", p.metrics.step_time_s * 1e3),
+        )],
+        Some((work, t)) => t
+            .ranks
+            .iter()
+            .enumerate()
+            .map(|(r, rank)| {
+                let mut b = rank.spent;
+                // waiting for the slowest rank, then this rank's optimizer (host-bound where the
+                // host issues its kernels slower than they run) and all-gather, then waiting for
+                // the step's end and the loop's own host work, as the step's breakdown counts
+                b.bubble += t.barrier_us - rank.sync_end_us;
+                let [start, mut end] = rank.optimizer_us;
+                let optimizer = work.ranks[r].optimizer_us.min(end - start);
+                b.optimizer += optimizer;
+                b.host += end - start - optimizer;
+                if let Some([from, to]) = rank.param_gather_us {
+                    b.dp_comm += to - from;
+                    end = end.max(to);
+                }
+                let overhead = work.host.step_overhead_us;
+                b.host += overhead;
+                b.bubble += t.step_us - overhead - end;
+                let note = if r == t.critical_rank {
+                    "critical rank".to_string()
+                } else {
+                    String::new()
+                };
+                (format!("rank {r}"), classes(&b.scaled(1e-3)), note)
+            })
+            .collect(),
+    }
 }
 
 /// Memory per rank as stacked bars against the GPU's capacity and the AT-RISK line.
@@ -256,27 +267,7 @@ pub fn memory(m: &MemoryReport) -> String {
         title: "What each GPU holds at its peak",
         unit: "GiB",
         parts: &MEMORY_PARTS,
-        rows: m
-            .ranks
-            .iter()
-            .map(|r| {
-                (
-                    format!("rank {}", r.rank),
-                    vec![
-                        r.weights_gib,
-                        r.gradients_gib,
-                        r.optimizer_gib,
-                        r.activations_gib,
-                        r.transient_gib,
-                        // the step's copies replace the freed activations: the bar shows what
-                        // they need beyond them, so that it stacks to the total
-                        (r.step_gradients_gib - r.activations_gib - r.transient_gib).max(0.0),
-                        r.overhead_gib,
-                    ],
-                    format!("{:.1} GiB {}", r.total_gib, r.verdict.name()),
-                )
-            })
-            .collect(),
+        rows: memory_rows(m),
         markers: vec![
             Marker {
                 at: m.capacity_gib,
@@ -293,9 +284,34 @@ pub fn memory(m: &MemoryReport) -> String {
     .svg()
 }
 
+/// One bar per pipeline rank: GiB per part of `MEMORY_PARTS`, stacking to the rank's total.
+fn memory_rows(m: &MemoryReport) -> Vec<(String, Vec<f64>, String)> {
+    m.ranks
+        .iter()
+        .map(|r| {
+            (
+                format!("rank {}", r.rank),
+                vec![
+                    r.weights_gib,
+                    r.gradients_gib,
+                    r.optimizer_gib,
+                    r.activations_gib,
+                    r.transient_gib,
+                    // the step's copies replace the freed activations: the bar shows what
+                    // they need beyond them, so that it stacks to the total
+                    (r.step_gradients_gib - r.activations_gib - r.transient_gib).max(0.0),
+                    r.overhead_gib,
+                ],
+                format!("{:.1} GiB {}", r.total_gib, r.verdict.name()),
+            )
+        })
+        .collect()
+}
+
 /// The simulated step as a Gantt chart: one row per pipeline rank — forward, backward and
-/// weight-gradient passes in the shades of compute's blue, the optimizer step red — over a thin
-/// row of data-parallel buckets (orange) and pipeline sends (purple).
+/// weight-gradient passes in the shades of compute's blue, the optimizer step red, the training
+/// loop's host work closing the step gold — over a thin row of data-parallel buckets (orange)
+/// and pipeline sends (purple).
 pub fn timeline(work: &PipelineWork, t: &Timeline) -> String {
     // the prediction kept no events: simulate again, recording them
     let mut record = Recorder::default();
@@ -371,14 +387,24 @@ pub fn timeline(work: &PipelineWork, t: &Timeline) -> String {
                 run.end_us / 1e3
             );
         }
-        if let Some((start, end)) = rank.optimizer {
-            let _ = write!(
-                s,
-                "<rect x=\"{:.2}\" y=\"{y}\" width=\"{:.2}\" height=\"{row}\" fill=\"{}\"><title>optimizer step</title></rect>",
-                x(start),
-                (x(end) - x(start)).max(0.5),
-                TIME_CLASSES[6].1
-            );
+        // the step's closing phases: this rank's optimizer, then the loop's host work
+        let closing = [
+            (rank.optimizer, TIME_CLASSES[6].1, "optimizer step"),
+            (
+                record.step_overhead,
+                TIME_CLASSES[7].1,
+                "the training loop's host work",
+            ),
+        ];
+        for (span, colour, what) in closing {
+            if let Some((start, end)) = span {
+                let _ = write!(
+                    s,
+                    "<rect x=\"{:.2}\" y=\"{y}\" width=\"{:.2}\" height=\"{row}\" fill=\"{colour}\"><title>{what}</title></rect>",
+                    x(start),
+                    (x(end) - x(start)).max(0.5),
+                );
+            }
         }
         strip(
             &mut s,
@@ -393,11 +419,12 @@ pub fn timeline(work: &PipelineWork, t: &Timeline) -> String {
         ("backward", BACKWARD),
         ("weight gradient", WEIGHT_GRAD),
         ("optimizer", TIME_CLASSES[6].1),
+        ("host work", TIME_CLASSES[7].1),
         ("data-parallel buckets", TIME_CLASSES[5].1),
         ("pipeline sends", TIME_CLASSES[4].1),
     ];
     for (k, (name, colour)) in legend.iter().enumerate() {
-        let lx = left + k as f64 * 170.0;
+        let lx = left + k as f64 * 150.0;
         let ly = axis_y + 34.0;
         let _ = write!(
             s,
@@ -414,4 +441,344 @@ pub fn timeline(work: &PipelineWork, t: &Timeline) -> String {
         100.0 * t.bubble_ratio()
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::path::Path;
+    use stepcast::hardware::Cluster;
+    use stepcast::predict::cost::CostModel;
+    use stepcast::predict::{predict, PredictOptions};
+    use stepcast::workload::{Arch, Layout, ParallelSpec, Schedule};
+
+    /// Every `<tag …>` element of `svg` as its attributes.
+    fn elements(svg: &str, tag: &str) -> Vec<HashMap<String, String>> {
+        svg.split(&format!("<{tag} "))
+            .skip(1)
+            .map(|rest| {
+                let head = &rest[..rest.find('>').expect("a closed tag")];
+                head.split("\" ")
+                    .filter_map(|pair| pair.split_once("=\""))
+                    .map(|(k, v)| (k.trim().to_string(), v.trim_end_matches(['"', '/']).into()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn num(e: &HashMap<String, String>, attribute: &str) -> f64 {
+        e[attribute].parse().expect("a number")
+    }
+
+    /// A prediction of `model` on the DGX H100 file without trained models (roofline and
+    /// analytic estimates: the charts draw whatever the composition gives).
+    fn predicted(model: &str, tp: u64, pp: u64, dp: u64, schedule: Schedule) -> Prediction {
+        predicted_with(model, spec(tp, pp, dp, schedule))
+    }
+
+    /// One micro-batch of each of 8 per step.
+    fn spec(tp: u64, pp: u64, dp: u64, schedule: Schedule) -> ParallelSpec {
+        ParallelSpec {
+            tp: Some(tp),
+            pp: Some(pp),
+            dp: Some(dp),
+            micro_batch: Some(1),
+            micro_batches: Some(8),
+            schedule: Some(schedule),
+            ..Default::default()
+        }
+    }
+
+    fn predicted_with(model: &str, spec: ParallelSpec) -> Prediction {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut cluster = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap();
+        cluster.models_dir = None;
+        let arch = Arch::resolve(model).unwrap();
+        let layout = Layout::new(&spec, &arch, &cluster).unwrap();
+        let cost = CostModel::new(&cluster, None);
+        predict(&arch, &layout, &cluster, &cost, PredictOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn ticks_step_by_one_two_or_five_times_a_power_of_ten() {
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b;
+        assert!(close(tick_step(4.0, 8.0), 0.5));
+        assert!(close(tick_step(10.0, 8.0), 2.0));
+        assert!(close(tick_step(45.0, 10.0), 5.0));
+        assert!(close(tick_step(100.0, 10.0), 10.0));
+        assert!(close(tick_step(95.0, 10.0), 10.0));
+        assert!(close(tick_step(0.7, 10.0), 0.1));
+        assert!(close(tick_step(3.0e4, 8.0), 5.0e3));
+        // an empty chart still steps forward
+        assert!(tick_step(0.0, 8.0) > 0.0);
+    }
+
+    #[test]
+    fn text_is_escaped_for_svg() {
+        assert_eq!(esc(r#"a<b & "c">"#), "a&lt;b &amp; &quot;c&quot;&gt;");
+        assert_eq!(esc("&lt;"), "&amp;lt;");
+    }
+
+    /// Two rows of parts 1 + 2 and 3 against markers at 4 and 3.6: the longest is the first
+    /// marker, so a unit is 760 / 4 = 190 pixels from the labels' 90.
+    #[test]
+    fn bars_are_drawn_to_scale_with_markers_ticks_and_legend() {
+        let parts = [
+            ("a", "#111111"),
+            ("b", "#222222"),
+            ("c", "#333333"),
+            ("d", "#444444"),
+            ("e", "#555555"),
+        ];
+        let svg = Bars {
+            title: "GPU <1>",
+            unit: "GiB",
+            parts: &parts,
+            rows: vec![
+                ("r0".into(), vec![1.0, 2.0, 0.0, 0.0, 0.0], "3 GiB".into()),
+                ("r1".into(), vec![0.0, 0.0, 3.0, 0.0, 0.0], "x".into()),
+            ],
+            markers: vec![
+                Marker {
+                    at: 4.0,
+                    label: "cap",
+                    colour: "#c00000",
+                },
+                Marker {
+                    at: 3.6,
+                    label: "risk",
+                    colour: "#b07d00",
+                },
+            ],
+        }
+        .svg();
+        let root = &elements(&svg, "svg")[0];
+        // rows end at 58 + 2 × 32; the legend's two rows below
+        assert_eq!((num(root, "width"), num(root, "height")), (1040.0, 200.0));
+        assert!(svg.contains(">GPU &lt;1&gt;</text>"));
+        let bars: Vec<(f64, f64, f64, String)> = elements(&svg, "rect")
+            .iter()
+            .filter(|r| r.get("height").map(String::as_str) == Some("22"))
+            .map(|r| (num(r, "x"), num(r, "y"), num(r, "width"), r["fill"].clone()))
+            .collect();
+        assert_eq!(
+            bars,
+            vec![
+                (90.0, 58.0, 190.0, "#111111".into()),
+                (280.0, 58.0, 380.0, "#222222".into()),
+                (90.0, 90.0, 570.0, "#333333".into()),
+            ]
+        );
+        assert!(svg.contains(r#"<title>b 2.000 GiB</title>"#));
+        // the text after a bar starts 4 pixels past its end
+        assert!(svg.contains(r#"<text x="664.0" y="73.4">3 GiB</text>"#));
+        assert!(svg.contains(r#"<text x="664.0" y="105.4">x</text>"#));
+        let lines = elements(&svg, "line");
+        let grid: Vec<f64> = lines
+            .iter()
+            .filter(|l| l["stroke"] == "#eee")
+            .map(|l| num(l, "x1"))
+            .collect();
+        assert_eq!(
+            grid,
+            (0..9).map(|k| 90.0 + 95.0 * k as f64).collect::<Vec<_>>()
+        );
+        assert!(svg.contains(">0.5</text>") && svg.contains(">4</text>"));
+        let markers: Vec<(f64, &str)> = lines
+            .iter()
+            .filter(|l| l.contains_key("stroke-dasharray"))
+            .map(|l| (num(l, "x1"), l["stroke"].as_str()))
+            .collect();
+        assert_eq!(markers, vec![(850.0, "#c00000"), (774.0, "#b07d00")]);
+        // close markers' labels alternate above and below the bars
+        assert!(svg.contains(r##"y="38" text-anchor="middle" fill="#c00000">cap</text>"##));
+        assert!(svg.contains(r##"y="160" text-anchor="middle" fill="#b07d00">risk</text>"##));
+        // four entries a legend row, below the lower marker label
+        let legend: Vec<(f64, f64)> = elements(&svg, "rect")
+            .iter()
+            .filter(|r| r.get("width").map(String::as_str) == Some("10"))
+            .map(|r| (num(r, "x"), num(r, "y")))
+            .collect();
+        assert_eq!(
+            legend,
+            vec![
+                (90.0, 167.0),
+                (270.0, 167.0),
+                (450.0, 167.0),
+                (630.0, 167.0),
+                (90.0, 185.0)
+            ]
+        );
+    }
+
+    /// Whatever the schedule, a rank's bar is its share of the step and they all end at the
+    /// step: busy time, waiting, its optimizer and the step's tail add up to the step time.
+    #[test]
+    fn every_rank_s_bar_stacks_to_the_step_time() {
+        for (schedule, pp) in [
+            (Schedule::OneFOneB, 4),
+            (Schedule::ZbH1, 4),
+            (Schedule::Gpipe, 2),
+            (Schedule::ClosedForm, 4),
+        ] {
+            let p = predicted("llama2-13b", 2, pp, 1, schedule);
+            let rows = breakdown_rows(&p);
+            let step_ms = p.metrics.step_time_s * 1e3;
+            let ranks = if schedule == Schedule::ClosedForm {
+                1
+            } else {
+                pp
+            };
+            assert_eq!(rows.len(), ranks as usize, "{schedule}");
+            for (label, values, _) in &rows {
+                assert_eq!(values.len(), TIME_CLASSES.len());
+                assert!(
+                    values.iter().all(|v| *v >= 0.0),
+                    "{schedule} {label}: {values:?}"
+                );
+                let sum: f64 = values.iter().sum();
+                assert!(
+                    (sum - step_ms).abs() <= 1e-9 * step_ms,
+                    "{schedule} {label}: {sum} ms against a step of {step_ms} ms"
+                );
+            }
+            if schedule != Schedule::ClosedForm {
+                let critical: Vec<&str> = rows
+                    .iter()
+                    .filter(|r| r.2 == "critical rank")
+                    .map(|r| r.0.as_str())
+                    .collect();
+                assert_eq!(critical.len(), 1, "{schedule}");
+                assert!(rows
+                    .iter()
+                    .all(|r| r.2.is_empty() || r.2 == "critical rank"));
+                assert_eq!(rows[0].0, "rank 0");
+            }
+            let svg = breakdown(&p, "llama");
+            assert!(svg.contains(&format!(
+                "llama — {} schedule, step {:.3} s",
+                schedule.name(),
+                p.metrics.step_time_s
+            )));
+        }
+    }
+
+    /// The step's fp32 gradient copies show only where they outgrow the activations they
+    /// replace (a 16-bit gradient buffer and short sequences): each bar stacks to the rank's
+    /// total, with and without them.
+    #[test]
+    fn every_rank_s_memory_bar_stacks_to_its_total() {
+        let mut short = spec(8, 1, 1, Schedule::OneFOneB);
+        short.zero = Some(1);
+        short.seq_len = Some(128);
+        short.grad_reduce_dtype = Some(stepcast::ops::Dtype::Bf16);
+        let mut beyond = [false, false];
+        for (model, spec) in [
+            ("llama2-13b", spec(2, 4, 1, Schedule::OneFOneB)),
+            ("llama2-13b", short),
+        ] {
+            let p = predicted_with(model, spec);
+            let rows = memory_rows(&p.memory);
+            assert_eq!(rows.len(), p.memory.ranks.len());
+            for ((label, values, after), rank) in rows.iter().zip(&p.memory.ranks) {
+                assert_eq!(label, &format!("rank {}", rank.rank));
+                assert_eq!(values.len(), MEMORY_PARTS.len());
+                let sum: f64 = values.iter().sum();
+                assert!(
+                    (sum - rank.total_gib).abs() <= 1e-9 * rank.total_gib,
+                    "{model} {label}: {sum} GiB against {}",
+                    rank.total_gib
+                );
+                assert_eq!(
+                    after,
+                    &format!("{:.1} GiB {}", rank.total_gib, rank.verdict.name())
+                );
+                beyond[usize::from(values[5] > 0.0)] = true;
+            }
+            let svg = memory(&p.memory);
+            let capacity = p.memory.capacity_gib;
+            assert!(svg.contains(&format!(">capacity {capacity:.0} GiB</text>")));
+            assert!(svg.contains(&format!(">AT-RISK above {:.0} GiB</text>", 0.9 * capacity)));
+        }
+        assert_eq!(
+            beyond,
+            [true, true],
+            "both sides of the step's copies drawn"
+        );
+    }
+
+    /// The Gantt chart draws every pass of every rank once, inside the step, one after another
+    /// on a rank's compute stream, then its optimizer step.
+    #[test]
+    fn the_timeline_draws_every_pass_in_order_within_the_step() {
+        for (schedule, passes) in [(Schedule::OneFOneB, 2), (Schedule::ZbH1, 3)] {
+            let (pp, micro_batches) = (4, 8);
+            let p = predicted("llama2-13b", 2, pp, 2, schedule);
+            let (work, t) = p.timeline.as_ref().expect("a simulated step");
+            let svg = timeline(work, t);
+            let rects = elements(&svg, "rect");
+            let pass_colours = [FORWARD, BACKWARD, WEIGHT_GRAD];
+            let (left, right) = (80.0, 80.0 + 1100.0);
+            for r in 0..pp {
+                let y = format!("{}", 30.0 + r as f64 * 42.0);
+                let mut on_rank: Vec<(f64, f64)> = rects
+                    .iter()
+                    .filter(|e| {
+                        e.get("y") == Some(&y) && pass_colours.contains(&e["fill"].as_str())
+                    })
+                    .map(|e| (num(e, "x"), num(e, "x") + num(e, "width")))
+                    .collect();
+                assert_eq!(on_rank.len(), passes * micro_batches, "{schedule} rank {r}");
+                on_rank.sort_by(|a, b| a.0.total_cmp(&b.0));
+                assert!(on_rank[0].0 >= left);
+                for pair in on_rank.windows(2) {
+                    // a pass narrower than 0.2 pixels is drawn 0.2 wide
+                    assert!(
+                        pair[0].1 <= pair[1].0 + 0.21,
+                        "{schedule} rank {r}: {pair:?}"
+                    );
+                }
+                let optimizer: Vec<f64> = rects
+                    .iter()
+                    .filter(|e| e.get("y") == Some(&y) && e["fill"] == TIME_CLASSES[6].1)
+                    .map(|e| num(e, "x"))
+                    .collect();
+                assert_eq!(optimizer.len(), 1, "{schedule} rank {r}");
+                assert!(optimizer[0] >= on_rank.last().unwrap().1 - 0.21);
+                assert!(optimizer[0] <= right);
+                // the loop's host work closes the step on every rank
+                let host: Vec<(f64, f64)> = rects
+                    .iter()
+                    .filter(|e| e.get("y") == Some(&y) && e["fill"] == TIME_CLASSES[7].1)
+                    .map(|e| (num(e, "x"), num(e, "x") + num(e, "width")))
+                    .collect();
+                assert_eq!(host.len(), 1, "{schedule} rank {r}");
+                assert!(host[0].0 > optimizer[0], "{schedule} rank {r}");
+                assert!(
+                    (host[0].1 - right).abs() < 0.01,
+                    "{schedule} rank {r}: {host:?}"
+                );
+                let buckets = rects
+                    .iter()
+                    .filter(|e| e["fill"] == TIME_CLASSES[5].1 && e["height"] == "4")
+                    .filter(|e| num(e, "y") == 30.0 + r as f64 * 42.0 + 28.0)
+                    .count();
+                assert!(buckets >= 1, "{schedule} rank {r}: dp 2 reduces gradients");
+                assert!(svg.contains(&format!(">rank {r}</text>")));
+            }
+            assert!(svg.contains(&format!(
+                ">{} schedule, step {:.1} ms",
+                schedule.name(),
+                t.step_us / 1e3
+            )));
+            for e in &rects {
+                if let (Some(x), Some(w)) = (e.get("x"), e.get("width")) {
+                    if let (Ok(x), Ok(w)) = (x.parse::<f64>(), w.parse::<f64>()) {
+                        assert!(x + w <= right + 0.6 || w >= 1100.0, "{e:?} beyond the step");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -51,8 +51,8 @@ fn summary_table(p: &Prediction) -> String {
         (
             "breakdown",
             format!(
-                "compute {:.3} s, TP {:.3}, CP {:.3}, EP {:.3}, PP {:.3}, DP {:.3}, optimizer {:.3}, bubble {:.3} s ({:.1} % of busy time)",
-                b.compute, b.tp_comm, b.cp_comm, b.ep_comm, b.pp_comm, b.dp_comm, b.optimizer, b.bubble, 100.0 * p.metrics.bubble_ratio
+                "compute {:.3} s, TP {:.3}, CP {:.3}, EP {:.3}, PP {:.3}, DP {:.3}, optimizer {:.3}, host-bound {:.3}, bubble {:.3} s ({:.1} % of busy time)",
+                b.compute, b.tp_comm, b.cp_comm, b.ep_comm, b.pp_comm, b.dp_comm, b.optimizer, b.host, b.bubble, 100.0 * p.metrics.bubble_ratio
             ),
         ),
         (

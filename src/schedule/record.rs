@@ -47,6 +47,9 @@ pub struct RankRecord {
 pub struct Recorder {
     /// Per pipeline rank.
     pub ranks: Vec<RankRecord>,
+    /// The training loop's own host work closing the step (start, end), µs, where it takes
+    /// time: every rank waits for it.
+    pub step_overhead: Option<(f64, f64)>,
 }
 
 impl Recorder {
@@ -77,6 +80,9 @@ impl Observer for Recorder {
                 start_us,
                 end_us,
             } => self.rank(rank).optimizer = Some((start_us, end_us)),
+            Event::StepOverhead { start_us, end_us } => {
+                self.step_overhead = Some((start_us, end_us))
+            }
             other => {
                 let Some(e) = other.on_stream() else { return };
                 let span = StreamSpan {

@@ -108,7 +108,8 @@ pub fn write_trace(
         "bubble_ratio": timeline.bubble_ratio(),
         "breakdown_ms": {
             "compute": b.compute / 1e3, "tp_comm": b.tp_comm / 1e3, "cp_comm": b.cp_comm / 1e3, "ep_comm": b.ep_comm / 1e3, "pp_comm": b.pp_comm / 1e3,
-            "dp_comm": b.dp_comm / 1e3, "optimizer": b.optimizer / 1e3, "bubble": b.bubble / 1e3,
+            "dp_comm": b.dp_comm / 1e3, "optimizer": b.optimizer / 1e3, "host": b.host / 1e3,
+            "bubble": b.bubble / 1e3,
         },
         "layers_drawn_individually": w.per_layer,
     });
