@@ -446,12 +446,9 @@ pub fn timeline(work: &PipelineWork, t: &Timeline) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::test_support::spec;
     use std::collections::HashMap;
-    use std::path::Path;
-    use stepcast::hardware::Cluster;
-    use stepcast::predict::cost::CostModel;
-    use stepcast::predict::{predict, PredictOptions};
-    use stepcast::workload::{Arch, Layout, ParallelSpec, Schedule};
+    use stepcast::workload::{ParallelSpec, Schedule};
 
     /// Every `<tag …>` element of `svg` as its attributes.
     fn elements(svg: &str, tag: &str) -> Vec<HashMap<String, String>> {
@@ -477,27 +474,8 @@ mod tests {
         predicted_with(model, spec(tp, pp, dp, schedule))
     }
 
-    /// One micro-batch of each of 8 per step.
-    fn spec(tp: u64, pp: u64, dp: u64, schedule: Schedule) -> ParallelSpec {
-        ParallelSpec {
-            tp: Some(tp),
-            pp: Some(pp),
-            dp: Some(dp),
-            micro_batch: Some(1),
-            micro_batches: Some(8),
-            schedule: Some(schedule),
-            ..Default::default()
-        }
-    }
-
     fn predicted_with(model: &str, spec: ParallelSpec) -> Prediction {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut cluster = Cluster::load(&dir.join("hardware-profiles/dgx-h100.yaml")).unwrap();
-        cluster.models_dir = None;
-        let arch = Arch::resolve(model).unwrap();
-        let layout = Layout::new(&spec, &arch, &cluster).unwrap();
-        let cost = CostModel::new(&cluster, None);
-        predict(&arch, &layout, &cluster, &cost, PredictOptions::default()).unwrap()
+        crate::cli::test_support::predicted(model, spec).2
     }
 
     #[test]

@@ -98,6 +98,77 @@ pub fn advice(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::cli::test_support::{dgx_h100, predicted, spec};
+    use stepcast::workload::Schedule;
+
+    #[test]
+    fn advice_names_the_scopes_and_the_flag() {
+        let layer = Advice {
+            scopes: vec!["layer"],
+            eager_s: 0.2,
+            step_time_s: 0.15,
+            saved_s: 0.05,
+        };
+        assert_eq!(
+            layer.describe("this step"),
+            "the host issues this step's kernels one by one: capturing whole layers \
+             (--cuda-graphs layer) would take it from 0.200 to 0.150 s (−25.0 %)"
+        );
+        let parts = Advice {
+            scopes: vec!["attn", "moe_router"],
+            eager_s: 1.0,
+            step_time_s: 0.9,
+            saved_s: 0.1,
+        };
+        assert!(parts
+            .describe("the best layout")
+            .contains("capturing attn, moe_router (--cuda-graphs attn,moe_router) would take it"));
+    }
+
+    /// Llama 2 7B on tp 8 with sequences of 256 is host-bound (its kernels are shorter than
+    /// their issue): graphs of whole layers are worth a line, with the graphed prediction's own
+    /// step. Nothing is advised under the paper's rules, for torchtitan, where graphs are on
+    /// already, or for a step the host does not hold up.
+    #[test]
+    fn graphs_are_advised_where_the_host_holds_a_megatron_step_up() {
+        let cluster = dgx_h100();
+        let cost = CostModel::new(&cluster, None);
+        let mut short = spec(8, 1, 1, Schedule::OneFOneB);
+        short.seq_len = Some(256);
+        let (arch, layout, eager) = predicted("llama2-7b", short.clone());
+        let eager_s = eager.metrics.step_time_s;
+        let advised = |layout: &Layout, framework: Option<&str>| {
+            advice(&arch, layout, &cluster, &cost, framework, eager_s).unwrap()
+        };
+        let a = advised(&layout, None).expect("a host-bound step");
+        assert_eq!(a.scopes, ["layer"]);
+        let mut graphed = short.clone();
+        graphed.cuda_graphs = Some(vec![S::Layer]);
+        let with = predicted("llama2-7b", graphed).2.metrics.step_time_s;
+        assert_eq!((a.eager_s, a.step_time_s), (eager_s, with));
+        assert!((a.saved_s - (eager_s - with)).abs() < 1e-12 && a.saved_s > SHARE * eager_s);
+        assert!(advised(&layout, Some("nemo")).is_some());
+        assert!(advised(&layout, Some("torchtitan")).is_none());
+        let mut paper = layout.clone();
+        paper.rules = Rules::Paper;
+        assert!(advised(&paper, None).is_none());
+        let mut on = layout.clone();
+        on.cuda_graphs = vec![S::Attn];
+        assert!(advised(&on, None).is_none());
+        // long sequences: the device is the bottleneck, graphs save under 2 %
+        let (arch, layout, eager) = predicted("llama2-7b", spec(8, 1, 1, Schedule::OneFOneB));
+        let long = advice(
+            &arch,
+            &layout,
+            &cluster,
+            &cost,
+            None,
+            eager.metrics.step_time_s,
+        );
+        assert!(long.unwrap().is_none());
+    }
+
     #[test]
     fn seconds_keep_three_significant_digits() {
         assert_eq!(super::seconds(0.44), "0.440");

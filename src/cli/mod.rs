@@ -19,6 +19,8 @@ mod run;
 mod runs;
 mod search;
 mod stamp;
+#[cfg(test)]
+mod test_support;
 mod train;
 
 use clap::{Parser, Subcommand};

@@ -156,8 +156,6 @@ impl stepcast::progress::Progress for Bar {
     }
 }
 
-/// The line saying which runtime composed a prediction: its calibration ("calibrated for … on
-/// N runs …", or one borrowed) or the cluster's defaults, and the values.
 /// The line under the runtime's: the calibration's error on the sets it held out, and what it
 /// means to a user (none where it held none out).
 pub fn held_out_line(
@@ -171,6 +169,8 @@ pub fn held_out_line(
     })
 }
 
+/// The line saying which runtime composed a prediction: its calibration ("calibrated for … on
+/// N runs …", or one borrowed) or the cluster's defaults, and the values.
 pub fn runtime_line(calibration: Option<&str>, r: &stepcast::hardware::Runtime) -> String {
     let how = calibration.unwrap_or(
         "the cluster's defaults (raw physics: no calibration for this cluster, or --no-calibration)",
@@ -251,5 +251,66 @@ mod tests {
         assert_eq!(share(0.0), "0.0 %");
         assert_eq!(share(0.049), "< 0.1 %");
         assert_eq!(share(0.05), "0.1 %");
+        assert_eq!(opt_pct(Some(3.0)), "3.00");
+        assert_eq!(opt_pct(None), "–");
+    }
+
+    /// KiB below one MiB, MiB from it.
+    #[test]
+    fn sizes_read_in_kib_or_mib() {
+        assert_eq!(bytes(512), "0.5 KiB");
+        assert_eq!(bytes((1 << 20) - 1), "1024.0 KiB");
+        assert_eq!(bytes(1 << 20), "1.0 MiB");
+        assert_eq!(bytes(3 << 19), "1.5 MiB");
+    }
+
+    #[test]
+    fn the_runtime_line_says_how_it_was_calibrated_and_its_values() {
+        let mut r = stepcast::hardware::Runtime {
+            launch_us: 38.4,
+            collective_launch_us: 40.0,
+            in_situ_efficiency: 0.894,
+            contention: 1.49,
+            step_overhead_ms: 17.2,
+            ..Default::default()
+        };
+        r.flash_attention_2_efficiency = 1.0;
+        assert_eq!(
+            runtime_line(Some("calibrated for x on 3 measured runs"), &r),
+            "runtime  calibrated for x on 3 measured runs: launch 38 µs, collective 40 µs, \
+             in-situ efficiency 0.89, contention 1.49, per-step host 17 ms"
+        );
+        r.flash_attention_2_efficiency = 0.8;
+        let raw = runtime_line(None, &r);
+        assert!(
+            raw.starts_with("runtime  the cluster's defaults (raw physics")
+                && raw
+                    .ends_with("per-step host 17 ms, FlashAttention-2 at 0.80 of its costed speed"),
+            "{raw}"
+        );
+    }
+
+    #[test]
+    fn the_held_out_line_appears_only_for_sets_held_out() {
+        use stepcast::stats::ErrorStats;
+        let mut held_out = std::collections::BTreeMap::new();
+        assert_eq!(held_out_line(&held_out), None);
+        held_out.insert(
+            "other".to_string(),
+            ErrorStats {
+                runs: 2,
+                mean_abs_percent: 4.0,
+                max_abs_percent: 5.0,
+                bias_percent: -4.0,
+            },
+        );
+        let line = held_out_line(&held_out).unwrap();
+        assert!(
+            line.starts_with("         on the runs of sets it was not fitted on: other 4.0 %")
+                && line.ends_with(
+                    "expect errors of this size (`stepcast calibrate YOUR_RUNS.csv --check`)"
+                ),
+            "{line}"
+        );
     }
 }
