@@ -236,3 +236,173 @@ pub fn run_ettr(args: EttrArgs) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::test_support::dgx_h100;
+
+    fn no_faults() -> FaultArgs {
+        FaultArgs {
+            failures_per_node_day: None,
+            recovery_s: None,
+            checkpoint_interval: None,
+            first_start_s: None,
+        }
+    }
+
+    fn run(tokens: Option<f64>, steps: Option<f64>) -> RunArgs {
+        RunArgs {
+            tokens,
+            steps,
+            checkpoint_write_gb_per_s_per_node: None,
+            fault: no_faults(),
+        }
+    }
+
+    #[test]
+    fn durations_read_in_seconds_hours_or_days() {
+        assert_eq!(duration(7199.0), "7199 s");
+        assert_eq!(duration(7200.0), "2.00 h");
+        assert_eq!(duration(172_799.0), "48.00 h");
+        assert_eq!(duration(172_800.0), "2.00 days");
+    }
+
+    #[test]
+    fn a_run_is_described_with_its_interval_against_the_optimal_one() {
+        let mut o = RunOutcome {
+            checkpoint_interval: 500,
+            ettr: 0.9512,
+            training_s: 3.0 * 86_400.0,
+            end_to_end_s: 3.2 * 86_400.0,
+            failures: 4.25,
+            optimal_interval: 500,
+            optimal_ettr: 0.9512,
+        };
+        assert_eq!(
+            describe_run(&o, 1e5, 12.34),
+            "100000 steps, 3.00 days of training; ETTR 95.12 % with a checkpoint every 500 steps \
+             (optimal) of 12.3 s; end to end 3.20 days with 4.2 failures expected"
+        );
+        o.checkpoint_interval = 100;
+        assert!(describe_run(&o, 1e5, 12.34)
+            .contains("every 100 steps (optimal: 500, ETTR 95.12 %) of 12.3 s"));
+    }
+
+    /// Flags over the cluster file over MoFa's defaults; each flag bounded.
+    #[test]
+    fn fault_flags_override_the_cluster_file() {
+        let cluster = dgx_h100();
+        let (r, s) = no_faults().resolve(Some(&cluster)).unwrap();
+        assert_eq!(r, cluster.spec.reliability.clone().unwrap());
+        assert_eq!(r.failures_per_node_per_day, 0.0038);
+        assert_eq!(s, Storage::default());
+        assert_eq!(no_faults().resolve(None).unwrap().0, Reliability::default());
+        let given = FaultArgs {
+            failures_per_node_day: Some(0.01),
+            recovery_s: Some(0.0),
+            checkpoint_interval: Some(7),
+            first_start_s: Some(0.0),
+        };
+        let (r, _) = given.resolve(Some(&cluster)).unwrap();
+        assert_eq!(r.failures_per_node_per_day, 0.01);
+        assert_eq!(r.mean_recovery_s(), 0.0);
+        assert_eq!(r.recovery.len(), 1);
+        assert_eq!(r.first_start_s, 0.0);
+        let refused = |f: FaultArgs| f.resolve(None).unwrap_err().to_string();
+        for bad in [0.0, -1.0, f64::INFINITY] {
+            let e = refused(FaultArgs {
+                failures_per_node_day: Some(bad),
+                ..no_faults()
+            });
+            assert!(e.contains("give a positive rate"), "{e}");
+        }
+        for bad in [-1.0, f64::NAN] {
+            let e = refused(FaultArgs {
+                recovery_s: Some(bad),
+                ..no_faults()
+            });
+            assert!(e.contains("must be zero or positive"), "{e}");
+            let e = refused(FaultArgs {
+                first_start_s: Some(bad),
+                ..no_faults()
+            });
+            assert!(e.contains("--first-start-s"), "{e}");
+        }
+    }
+
+    /// --steps become tokens through the step's tokens; run flags without a run's length are
+    /// refused by name.
+    #[test]
+    fn a_run_s_length_in_tokens_or_steps() {
+        let cluster = dgx_h100();
+        assert!(run(None, None).spec(&cluster, 1e6).unwrap().is_none());
+        let by_steps = run(None, Some(100.0))
+            .spec(&cluster, 4096.0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(by_steps.tokens, 409_600.0);
+        let by_tokens = run(Some(1e9), None)
+            .spec(&cluster, 4096.0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(by_tokens.tokens, 1e9);
+        assert_eq!(
+            by_tokens.reliability,
+            cluster.spec.reliability.clone().unwrap()
+        );
+        assert_eq!(by_tokens.checkpoint_interval, None);
+        for bad in [0.0, -5.0, f64::NAN] {
+            let e = run(Some(bad), None)
+                .spec(&cluster, 1.0)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("--tokens") && e.contains("must be positive"),
+                "{e}"
+            );
+            let e = run(None, Some(bad))
+                .spec(&cluster, 1.0)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--steps"), "{e}");
+        }
+        let mut bandwidth = run(Some(1e9), None);
+        bandwidth.checkpoint_write_gb_per_s_per_node = Some(5.0);
+        let spec = bandwidth.spec(&cluster, 1.0).unwrap().unwrap();
+        assert_eq!(spec.storage.checkpoint_write_gb_per_s_per_node, 5.0);
+        bandwidth.checkpoint_write_gb_per_s_per_node = Some(0.0);
+        assert!(bandwidth.spec(&cluster, 1.0).is_err());
+        let given = |set: fn(&mut RunArgs)| {
+            let mut a = run(None, None);
+            set(&mut a);
+            a
+        };
+        for (flag, args) in [
+            (
+                "--checkpoint-write-gb-per-s-per-node",
+                given(|a| a.checkpoint_write_gb_per_s_per_node = Some(5.0)),
+            ),
+            (
+                "--failures-per-node-day",
+                given(|a| a.fault.failures_per_node_day = Some(0.1)),
+            ),
+            ("--recovery-s", given(|a| a.fault.recovery_s = Some(10.0))),
+            (
+                "--checkpoint-interval",
+                given(|a| a.fault.checkpoint_interval = Some(10)),
+            ),
+            (
+                "--first-start-s",
+                given(|a| a.fault.first_start_s = Some(10.0)),
+            ),
+        ] {
+            let e = args.spec(&cluster, 1.0).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("{flag} sizes the whole training run"))
+                    && e.ends_with(&format!("or drop {flag}")),
+                "{e}"
+            );
+        }
+    }
+}
