@@ -393,6 +393,52 @@ fn a_search_for_a_framework_ends_in_its_launch() {
     );
 }
 
+/// `--nodes N` lays the job out on all the GPUs of N nodes, as `--gpus` of their count does,
+/// and like `predict --nodes` takes the cluster as that many nodes; one of the two is needed.
+#[test]
+fn a_search_on_nodes_is_a_search_on_their_gpus() {
+    let ranked = |size: &[&str]| {
+        let o = search(&[&["--model", "llama2-7b", "--global-batch", "16"][..], size].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        // the timing of the search aside
+        stdout(&o)
+            .lines()
+            .map(|l| l.split(" predicted in ").next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let on_nodes = ranked(&["--nodes", "2"]);
+    assert!(
+        on_nodes[0].contains("llama2-7b on 16 × NVIDIA H100"),
+        "{on_nodes:?}"
+    );
+    assert_eq!(on_nodes, ranked(&["--gpus", "16"]));
+    // beyond the file's 2048 nodes, as predict takes them
+    let o = search(&[
+        "--model",
+        "llama2-7b",
+        "--global-batch",
+        "4096",
+        "--nodes",
+        "4096",
+    ]);
+    assert!(
+        stdout(&o).contains("llama2-7b on 32768 ×"),
+        "{}",
+        stdout(&o)
+    );
+    for (size, needle) in [
+        (
+            &["--nodes", "0"][..],
+            "--nodes 0: give between 1 and 1000000 nodes",
+        ),
+        (&["--nodes", "2", "--gpus", "16"][..], "cannot be used with"),
+        (&[][..], "<--gpus <GPUS>|--nodes <NODES>>"),
+    ] {
+        let o = search(&[&["--model", "llama2-7b", "--global-batch", "16"][..], size].concat());
+        assert_user_error(&o, &[needle]);
+    }
+}
+
 #[test]
 fn search_inputs_that_cannot_work_say_why() {
     assert_user_error(

@@ -20,6 +20,7 @@ use stepcast::search::{
 use stepcast::workload::{Arch, AttentionKernel, CpComm, ParallelSpec, Recompute, Rules, Schedule};
 
 #[derive(Debug, Args)]
+#[group(id = "size", required = true, multiple = false)]
 pub struct SearchArgs {
     /// Cluster file (e.g. hardware-profiles/dgx-h100.yaml) or a built-in cluster by name:
     /// dgx-a100, dgx-a100-40gb, dgx-h100, dgx-h200, grand-teton-h100, mi300x, perlmutter, vista.
@@ -29,8 +30,12 @@ pub struct SearchArgs {
     #[arg(long)]
     pub model: String,
     /// GPUs to lay the job out on.
-    #[arg(long, allow_negative_numbers = true)]
-    pub gpus: u64,
+    #[arg(long, allow_negative_numbers = true, group = "size")]
+    pub gpus: Option<u64>,
+    /// Nodes to lay the job out on, in place of --gpus: all their GPUs (the cluster file's
+    /// gpus_per_node each), the cluster taken as that many nodes as `predict --nodes` takes it.
+    #[arg(long, allow_negative_numbers = true, group = "size")]
+    pub nodes: Option<i64>,
     /// Sequences per step.
     #[arg(long, allow_negative_numbers = true)]
     pub global_batch: u64,
@@ -365,6 +370,16 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
 
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let cluster = Cluster::load(&args.cluster)?;
+    // `--nodes` (as predict's) replaces the file's count and takes all their GPUs; clap asks
+    // for it or `--gpus`, not both
+    let (cluster, gpus) = match args.nodes {
+        Some(nodes) => {
+            let cluster = cluster.with_nodes(nodes)?;
+            let gpus = cluster.total_gpus();
+            (cluster, gpus)
+        }
+        None => (cluster, args.gpus.unwrap_or_default()),
+    };
     let arch = Arch::resolve(&args.model)?;
     let seq = args.seq_len.unwrap_or(arch.seq_len);
     let run_spec = args.run.spec(&cluster, (args.global_batch * seq) as f64)?;
@@ -429,7 +444,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let req = SearchRequest {
         arch: &arch,
         cluster: &cluster,
-        gpus: args.gpus,
+        gpus,
         base,
         space: SearchSpace {
             tp: args.tp.clone(),
@@ -481,7 +496,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         stepcast::fsutil::write_atomic(path, super::stamp::document(&report, inputs)?.as_bytes())?;
     }
-    print_report(&args, &report, &arch, &cluster, implied.as_deref());
+    print_report(&args, gpus, &report, &arch, &cluster, implied.as_deref());
     if let (Some((i, best)), None) = (full.first(), &args.cuda_graphs) {
         let framework = args
             .for_framework
@@ -508,7 +523,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
              the rules allow, widen the search's lists (degrees, micro-batches, schedules, ZeRO \
              stages){drop_for}",
             arch.name,
-            args.gpus,
+            gpus,
             args.global_batch,
             rules.join("; ")
         )));
@@ -535,11 +550,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         anyhow::bail!(stepcast::Error::Invalid(format!(
             "no layout of {} fits {} × {} ({:.0} GiB) at global batch {}{closest}: use more GPUs, \
              a smaller batch or --allow-at-risk",
-            arch.name,
-            args.gpus,
-            cluster.spec.gpu.name,
-            cluster.spec.gpu.memory_gib,
-            args.global_batch
+            arch.name, gpus, cluster.spec.gpu.name, cluster.spec.gpu.memory_gib, args.global_batch
         )));
     }
     if let Some(path) = &args.html {
@@ -548,7 +559,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         let page = super::report::SearchPage {
             title: format!(
                 "Layout search: {} on {} GPUs, global batch {}",
-                args.model, args.gpus, args.global_batch
+                args.model, gpus, args.global_batch
             ),
             top: args.top,
             best_command: command.as_deref(),
@@ -563,6 +574,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
 /// `implied`: what the layouts were costed with as the framework searched for runs by default.
 fn print_report(
     args: &SearchArgs,
+    gpus: u64,
     report: &SearchReport,
     arch: &Arch,
     cluster: &Cluster,
@@ -571,7 +583,7 @@ fn print_report(
     println!(
         "{} on {} × {} ({}), global batch {} × {} tokens, ranked by {}",
         arch.name,
-        args.gpus,
+        gpus,
         cluster.spec.gpu.name,
         cluster.spec.name,
         args.global_batch,
