@@ -352,3 +352,156 @@ impl LockedCsv {
         Ok(text.lines().count() + usize::from(new) + 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn import_args(format: LogFormat, config: Option<&str>, gpus: Option<u64>) -> ImportArgs {
+        ImportArgs {
+            format,
+            logs: vec!["run.log".into()],
+            config: config.map(PathBuf::from),
+            gpus,
+            cluster: "dgx-h100".into(),
+            out: "runs.csv".into(),
+            model: None,
+            set: "mine".into(),
+            family: None,
+            warmup_iterations: 10,
+        }
+    }
+
+    /// Megatron-LM's logs print their arguments: `--config` and `--gpus` are refused with
+    /// them and needed (both) with Megatron-Bridge's.
+    #[test]
+    fn a_bridge_import_needs_its_configuration_and_gpus() {
+        use LogFormat::*;
+        let refused = |a: ImportArgs| bridge_arguments(&a).unwrap_err().to_string();
+        assert!(bridge_arguments(&import_args(MegatronLog, None, None))
+            .unwrap()
+            .is_none());
+        for a in [
+            import_args(MegatronLog, Some("c.yaml"), None),
+            import_args(MegatronLog, None, Some(8)),
+        ] {
+            assert!(refused(a).contains("Megatron-LM's logs print their arguments"));
+        }
+        for a in [
+            import_args(MegatronBridge, None, None),
+            import_args(MegatronBridge, Some("c.yaml"), None),
+            import_args(MegatronBridge, None, Some(8)),
+        ] {
+            assert!(refused(a).starts_with("--format megatron-bridge needs --config"));
+        }
+        let e = refused(import_args(MegatronBridge, Some("c.yaml"), Some(0)));
+        assert!(e.contains("--gpus"), "{e}");
+        let e = refused(import_args(
+            MegatronBridge,
+            Some("/nonexistent/c.yaml"),
+            Some(8),
+        ));
+        assert!(e.contains("/nonexistent/c.yaml"), "{e}");
+    }
+
+    #[test]
+    fn a_file_is_named_by_its_absolute_path_and_a_built_in_as_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, "x").unwrap();
+        assert_eq!(as_csv_names_it("dgx-h100").unwrap(), "dgx-h100");
+        let named = as_csv_names_it(file.to_str().unwrap()).unwrap();
+        assert_eq!(
+            Path::new(&named),
+            std::fs::canonicalize(&file).unwrap().as_path()
+        );
+        assert!(Path::new(&named).is_absolute());
+    }
+
+    /// An architecture goes to `archs/NAME.yaml` beside the CSV: written where absent, left
+    /// where the file says the same, refused where it says something else.
+    #[test]
+    fn an_architecture_file_is_written_once_and_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let arch = stepcast::workload::presets::preset("llama2-7b").unwrap();
+        let (path, text) = arch_file(dir.path(), &arch).unwrap().expect("absent");
+        assert_eq!(path, dir.path().join("archs/llama2-7b.yaml"));
+        assert!(text.starts_with("# written by `stepcast runs import`"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+        assert!(arch_file(dir.path(), &arch).unwrap().is_none());
+        std::fs::write(&path, "name: other\n").unwrap();
+        let e = arch_file(dir.path(), &arch).unwrap_err().to_string();
+        assert!(
+            e.contains("describes another architecture under this name"),
+            "{e}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert!(
+            arch_file(dir.path(), &arch).is_err(),
+            "a directory in its place"
+        );
+    }
+
+    fn row(label: &str) -> BTreeMap<&'static str, String> {
+        BTreeMap::from([("label", label.to_string()), ("tp", "2".to_string())])
+    }
+
+    /// A new file (or one of empty lines) gets the header first; an existing one keeps its
+    /// column order, its unended last line is ended; each append says the line its first row
+    /// is on; a second importer is refused while the first holds the file.
+    #[test]
+    fn rows_are_appended_under_the_file_s_own_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.csv");
+        let mut csv = LockedCsv::open(&path).unwrap();
+        let e = LockedCsv::open(&path).err().unwrap().to_string();
+        assert!(e.contains("another stepcast is appending"), "{e}");
+        assert_eq!(csv.append(vec![&row("a"), &row("b")]).unwrap(), 2);
+        drop(csv);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], COLUMNS.join(","));
+        assert_eq!(lines.len(), 3);
+        let at = |name: &str| COLUMNS.iter().position(|c| *c == name).unwrap();
+        let cells: Vec<&str> = lines[2].split(',').collect();
+        assert_eq!((cells[at("label")], cells[at("tp")]), ("b", "2"));
+        assert_eq!(cells.len(), COLUMNS.len());
+
+        // another order, a column of the user's own, no newline at the end
+        let mut reordered: Vec<&str> = COLUMNS.iter().rev().copied().collect();
+        reordered.push("note");
+        std::fs::write(
+            &path,
+            format!("{}\n{}", reordered.join(","), ",".repeat(38)),
+        )
+        .unwrap();
+        let mut csv = LockedCsv::open(&path).unwrap();
+        assert_eq!(csv.append(vec![&row("c")]).unwrap(), 3);
+        drop(csv);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last: Vec<&str> = text.lines().nth(2).unwrap().split(',').collect();
+        assert_eq!(last.len(), reordered.len());
+        assert_eq!(
+            last[reordered.iter().position(|c| *c == "label").unwrap()],
+            "c"
+        );
+
+        std::fs::write(&path, "\n\n").unwrap();
+        let mut csv = LockedCsv::open(&path).unwrap();
+        assert_eq!(csv.append(vec![&row("d")]).unwrap(), 4);
+        drop(csv);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap().lines().nth(2),
+            Some(COLUMNS.join(",").as_str())
+        );
+
+        std::fs::write(&path, "set,family\nx,y\n").unwrap();
+        let e = LockedCsv::open(&path).err().unwrap().to_string();
+        assert!(e.contains("has no column label, cluster"), "{e}");
+        std::fs::write(&path, [0xff, 0xfe, b'\n']).unwrap();
+        let e = LockedCsv::open(&path).err().unwrap().to_string();
+        assert!(e.contains("not a runs CSV"), "{e}");
+    }
+}
