@@ -50,7 +50,7 @@ pub fn esc(s: &str) -> String {
 fn tick_step(span: f64, n: f64) -> f64 {
     let raw = (span / n).max(f64::MIN_POSITIVE);
     let mag = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
+    [1.0, 2.0, 5.0]
         .iter()
         .map(|m| m * mag)
         .find(|&s| s >= raw)
