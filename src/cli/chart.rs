@@ -590,6 +590,47 @@ mod tests {
         );
     }
 
+    /// Without markers the longest bar sets the scale; one marker's label goes above the bars
+    /// and the legend sits closer than under two.
+    #[test]
+    fn the_longest_bar_or_marker_sets_the_scale() {
+        let parts = [("a", "#111111")];
+        let bars = |markers: Vec<Marker<'static>>| {
+            Bars {
+                title: "",
+                unit: "ms",
+                parts: &parts,
+                rows: vec![("r".into(), vec![2.0], String::new())],
+                markers,
+            }
+            .svg()
+        };
+        let width = |svg: &str| {
+            elements(svg, "rect")
+                .iter()
+                .find(|r| r.get("height").map(String::as_str) == Some("22"))
+                .map(|r| num(r, "width"))
+        };
+        let legend_y = |svg: &str| {
+            elements(svg, "rect")
+                .iter()
+                .find(|r| r.get("width").map(String::as_str) == Some("10"))
+                .map(|r| num(r, "y"))
+        };
+        let plain = bars(Vec::new());
+        assert_eq!(width(&plain), Some(760.0));
+        // rows end at 58 + 32; the legend 48 below, its square 9 above its text
+        assert_eq!(legend_y(&plain), Some(90.0 + 48.0 - 9.0));
+        let marked = bars(vec![Marker {
+            at: 8.0,
+            label: "cap",
+            colour: "#c00000",
+        }]);
+        assert_eq!(width(&marked), Some(190.0));
+        assert_eq!(legend_y(&marked), legend_y(&plain));
+        assert!(marked.contains(r##"y="38" text-anchor="middle" fill="#c00000">cap</text>"##));
+    }
+
     /// Whatever the schedule, a rank's bar is its share of the step and they all end at the
     /// step: busy time, waiting, its optimizer and the step's tail add up to the step time.
     #[test]
@@ -639,6 +680,47 @@ mod tests {
                 schedule.name(),
                 p.metrics.step_time_s
             )));
+        }
+    }
+
+    /// A tiny model's optimizer kernels run faster than the host issues them: the excess is
+    /// host-bound, not optimizer time; an all-gather of the parameters not overlapped counts
+    /// as data-parallel communication.
+    #[test]
+    fn a_host_bound_optimizer_and_an_exposed_gather_are_drawn_as_such() {
+        let mut s = spec(2, 2, 2, Schedule::OneFOneB);
+        s.zero = Some(1);
+        s.overlap_param_gather = Some(false);
+        let p = crate::cli::test_support::predicted_arch(crate::cli::test_support::tiny(), s).2;
+        let (work, t) = p.timeline.as_ref().unwrap();
+        let rows = breakdown_rows(&p);
+        let at = |name: &str| TIME_CLASSES.iter().position(|c| c.0 == name).unwrap();
+        let step_ms = t.step_us / 1e3;
+        for (r, (label, values, _)) in rows.iter().enumerate() {
+            let rank = &t.ranks[r];
+            let [start, end] = rank.optimizer_us;
+            let kernels = work.ranks[r].optimizer_us;
+            assert!(
+                end - start > kernels * 1.5,
+                "{label}: the host holds the optimizer up"
+            );
+            let [from, to] = rank.param_gather_us.expect("an exposed all-gather");
+            assert!(to > from);
+            let busy = rank.spent;
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * step_ms;
+            assert!(close(
+                values[at("optimizer")],
+                (busy.optimizer + kernels) / 1e3
+            ));
+            assert!(close(
+                values[at("host-bound")],
+                (busy.host + end - start - kernels + work.host.step_overhead_us) / 1e3
+            ));
+            assert!(close(
+                values[at("DP comm")],
+                (busy.dp_comm + to - from) / 1e3
+            ));
+            assert!(close(values.iter().sum::<f64>(), step_ms), "{label}");
         }
     }
 
@@ -743,13 +825,34 @@ mod tests {
                     .filter(|e| num(e, "y") == 30.0 + r as f64 * 42.0 + 28.0)
                     .count();
                 assert!(buckets >= 1, "{schedule} rank {r}: dp 2 reduces gradients");
-                assert!(svg.contains(&format!(">rank {r}</text>")));
+                let label_y = 30.0 + r as f64 * 42.0 + 26.0 * 0.65;
+                assert!(svg.contains(&format!(r#"<text x="4" y="{label_y}">rank {r}</text>"#)));
             }
             assert!(svg.contains(&format!(
                 ">{} schedule, step {:.1} ms",
                 schedule.name(),
                 t.step_us / 1e3
             )));
+            // four rows of 26 + 16 under a 30-pixel title, then the axis and the legend
+            let root = &elements(&svg, "svg")[0];
+            assert_eq!((num(root, "width"), num(root, "height")), (1200.0, 264.0));
+            let step_ms = t.step_us / 1e3;
+            let tick = tick_step(step_ms, 10.0);
+            let grid: Vec<(f64, f64)> = elements(&svg, "line")
+                .iter()
+                .filter(|l| l["stroke"] == "#ddd")
+                .map(|l| (num(l, "x1"), num(l, "y2")))
+                .collect();
+            assert_eq!(grid.len(), (step_ms / tick).floor() as usize + 1);
+            for (k, (x, y2)) in grid.iter().enumerate() {
+                let at = left + 1100.0 * k as f64 * tick / step_ms;
+                assert!((x - at).abs() <= 0.051 && *y2 == 202.0, "{k}: {x} {y2}");
+            }
+            let label = stepcast::limits::readable(tick);
+            assert!(
+                svg.contains(&format!(r#"y="216" text-anchor="middle">{label}</text>"#)),
+                "no tick {label}"
+            );
             for e in &rects {
                 if let (Some(x), Some(w)) = (e.get("x"), e.get("width")) {
                     if let (Ok(x), Ok(w)) = (x.parse::<f64>(), w.parse::<f64>()) {

@@ -32,8 +32,22 @@ pub fn spec(tp: u64, pp: u64, dp: u64, schedule: Schedule) -> ParallelSpec {
 
 /// `model` (a preset) under `spec`, checked, with the prediction on `dgx_h100()`.
 pub fn predicted(model: &str, spec: ParallelSpec) -> (Arch, Layout, Prediction) {
+    predicted_arch(Arch::resolve(model).unwrap(), spec)
+}
+
+/// Llama 2 7B shrunk to 4 layers of width 256: a model whose kernels are shorter than the
+/// host takes to issue them.
+pub fn tiny() -> Arch {
+    let mut spec = stepcast::workload::presets::preset("llama2-7b").unwrap();
+    spec.name = "tiny".into();
+    (spec.layers, spec.hidden, spec.heads, spec.kv_heads) = (4, 256, 4, Some(4));
+    spec.ffn_hidden = Some(1024);
+    spec.validate("tiny").unwrap()
+}
+
+/// `arch` under `spec`, checked, with the prediction on `dgx_h100()`.
+pub fn predicted_arch(arch: Arch, spec: ParallelSpec) -> (Arch, Layout, Prediction) {
     let cluster = dgx_h100();
-    let arch = Arch::resolve(model).unwrap();
     let layout = Layout::new(&spec, &arch, &cluster).unwrap();
     let cost = CostModel::new(&cluster, None);
     let p = predict(&arch, &layout, &cluster, &cost, PredictOptions::default()).unwrap();
