@@ -238,9 +238,9 @@ fn breakdown_rows(p: &Prediction) -> Vec<(String, Vec<f64>, String)> {
                 // the step's end and the loop's own host work, as the step's breakdown counts
                 b.bubble += t.barrier_us - rank.sync_end_us;
                 let [start, mut end] = rank.optimizer_us;
-                let optimizer = work.ranks[r].optimizer_us.min(end - start);
-                b.optimizer += optimizer;
-                b.host += end - start - optimizer;
+                let host_bound = (end - start - work.ranks[r].optimizer_us).max(0.0);
+                b.optimizer += end - start - host_bound;
+                b.host += host_bound;
                 if let Some([from, to]) = rank.param_gather_us {
                     b.dp_comm += to - from;
                     end = end.max(to);
@@ -819,12 +819,23 @@ mod tests {
                     (host[0].1 - right).abs() < 0.01,
                     "{schedule} rank {r}: {host:?}"
                 );
-                let buckets = rects
-                    .iter()
-                    .filter(|e| e["fill"] == TIME_CLASSES[5].1 && e["height"] == "4")
-                    .filter(|e| num(e, "y") == 30.0 + r as f64 * 42.0 + 28.0)
-                    .count();
-                assert!(buckets >= 1, "{schedule} rank {r}: dp 2 reduces gradients");
+                let strip = |colour: &str, below: f64| {
+                    rects
+                        .iter()
+                        .filter(|e| e["fill"] == colour && e["height"] == "4")
+                        .filter(|e| num(e, "y") == 30.0 + r as f64 * 42.0 + below)
+                        .count()
+                };
+                assert!(
+                    strip(TIME_CLASSES[5].1, 28.0) >= 1,
+                    "dp 2 reduces gradients"
+                );
+                // every rank sends but the last, which has no next stage to send to on the
+                // way forward, and receives the first's gradients: all send something
+                assert!(
+                    strip(TIME_CLASSES[4].1, 33.0) >= 1,
+                    "{schedule} rank {r} sends"
+                );
                 let label_y = 30.0 + r as f64 * 42.0 + 26.0 * 0.65;
                 assert!(svg.contains(&format!(r#"<text x="4" y="{label_y}">rank {r}</text>"#)));
             }
@@ -848,6 +859,22 @@ mod tests {
                 let at = left + 1100.0 * k as f64 * tick / step_ms;
                 assert!((x - at).abs() <= 0.051 && *y2 == 202.0, "{k}: {x} {y2}");
             }
+            // passes are titled by micro-batch and chunk (one chunk a rank here)
+            assert!(svg.contains("<title>F mb 7 (chunk 0) "), "{svg}");
+            assert_eq!(
+                svg.matches(" (chunk 0) ").count(),
+                pp as usize * passes * micro_batches
+            );
+            // the legend's row under the axis, 150 pixels an entry
+            let legend: Vec<(f64, f64)> = rects
+                .iter()
+                .filter(|e| e.get("width").map(String::as_str) == Some("10"))
+                .map(|e| (num(e, "x"), num(e, "y")))
+                .collect();
+            let expected: Vec<(f64, f64)> =
+                (0..7).map(|k| (80.0 + 150.0 * k as f64, 227.0)).collect();
+            assert_eq!(legend, expected);
+            assert!(svg.contains(r#"<text x="94" y="236">forward</text>"#));
             let label = stepcast::limits::readable(tick);
             assert!(
                 svg.contains(&format!(r#"y="216" text-anchor="middle">{label}</text>"#)),
