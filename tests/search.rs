@@ -411,8 +411,16 @@ fn a_search_on_nodes_is_a_search_on_their_gpus() {
         on_nodes[0].contains("llama2-7b on 16 × NVIDIA H100"),
         "{on_nodes:?}"
     );
-    assert_eq!(on_nodes, ranked(&["--gpus", "16"]));
-    // beyond the file's 2048 nodes, as predict takes them
+    // the same layouts, steps and best layout; its command names the nodes searched
+    let on_gpus: Vec<String> = ranked(&["--gpus", "16"])
+        .into_iter()
+        .map(|l| l.replace("dgx-h100.yaml --model", "dgx-h100.yaml --nodes 2 --model"))
+        .collect();
+    assert!(on_nodes
+        .iter()
+        .any(|l| l.contains("dgx-h100.yaml --nodes 2 --model")));
+    assert_eq!(on_nodes, on_gpus);
+    // beyond the file's 2048 nodes, as predict takes them: the best command runs there
     let o = search(&[
         "--model",
         "llama2-7b",
@@ -421,11 +429,32 @@ fn a_search_on_nodes_is_a_search_on_their_gpus() {
         "--nodes",
         "4096",
     ]);
-    assert!(
-        stdout(&o).contains("llama2-7b on 32768 ×"),
-        "{}",
-        stdout(&o)
+    let text = stdout(&o);
+    assert!(text.contains("llama2-7b on 32768 ×"), "{text}");
+    let best_s: f64 = text
+        .lines()
+        .find(|l| l.starts_with("│ 1 "))
+        .and_then(|l| l.split('┆').nth(13))
+        .and_then(|cell| cell.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no best row: {text}"));
+    // the table's three decimals
+    let best = text
+        .lines()
+        .find_map(|l| l.strip_prefix("best: stepcast "))
+        .unwrap();
+    assert!(best.contains(" --nodes 4096 "), "{best}");
+    let p = stepcast(
+        &[
+            &best.split_whitespace().collect::<Vec<_>>()[..],
+            &["--json"],
+        ]
+        .concat(),
     );
+    assert!(p.status.success(), "{best}: {}", stderr(&p));
+    let p: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
+    let step_s = p["step_time_s"].as_f64().unwrap();
+    assert!((step_s - best_s).abs() <= 5e-4, "{best}: {step_s} s");
     for (size, needle) in [
         (
             &["--nodes", "0"][..],

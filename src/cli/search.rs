@@ -286,8 +286,10 @@ fn write_csv(path: &std::path::Path, report: &SearchReport) -> anyhow::Result<()
 /// The `stepcast predict` line that reproduces a row.
 pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     let mut cmd = format!(
-        "stepcast predict --cluster {} --model {} --tp {} --pp {} --dp {} --micro-batch {} --global-batch {}",
+        "stepcast predict --cluster {}{} --model {} --tp {} --pp {} --dp {} --micro-batch {} --global-batch {}",
         args.cluster.display(),
+        // the cluster as searched: more nodes than its file's must be given again
+        args.nodes.map(|n| format!(" --nodes {n}")).unwrap_or_default(),
         args.model,
         r.layout.tp,
         r.layout.pp,

@@ -1,6 +1,6 @@
 //! What the command modules' unit tests share: the DGX H100 file without its trained models
-//! (every estimate roofline or analytic, so tests need no models and stay fast) and a layout
-//! of eight micro-batches of one.
+//! (every estimate roofline or analytic, so tests need no models and stay fast), a layout of
+//! eight micro-batches of one, and a tiny model for host-bound steps.
 
 use std::path::Path;
 
