@@ -227,27 +227,9 @@ fn breakdown_rows(p: &Prediction) -> Vec<(String, Vec<f64>, String)> {
             classes(&p.breakdown_s.scaled(1e3)),
             format!("{:.1} ms", p.metrics.step_time_s * 1e3),
         )],
-        Some((work, t)) => t
-            .ranks
-            .iter()
-            .enumerate()
-            .map(|(r, rank)| {
-                let mut b = rank.spent;
-                // waiting for the slowest rank, then this rank's optimizer (host-bound where the
-                // host issues its kernels slower than they run) and all-gather, then waiting for
-                // the step's end and the loop's own host work, as the step's breakdown counts
-                b.bubble += t.barrier_us - rank.sync_end_us;
-                let [start, mut end] = rank.optimizer_us;
-                let host_bound = (end - start - work.ranks[r].optimizer_us).max(0.0);
-                b.optimizer += end - start - host_bound;
-                b.host += host_bound;
-                if let Some([from, to]) = rank.param_gather_us {
-                    b.dp_comm += to - from;
-                    end = end.max(to);
-                }
-                let overhead = work.host.step_overhead_us;
-                b.host += overhead;
-                b.bubble += t.step_us - overhead - end;
+        Some((work, t)) => (0..t.ranks.len())
+            .map(|r| {
+                let b = t.rank_breakdown(work, r);
                 let note = if r == t.critical_rank {
                     "critical rank".to_string()
                 } else {

@@ -387,6 +387,29 @@ impl Timeline {
     pub fn bubble_ratio(&self) -> f64 {
         self.breakdown.bubble_ratio()
     }
+
+    /// How pipeline rank `r` of `work`'s step spent all of it, adding up to `step_us`: its
+    /// passes and gradient reduction, waiting for the slowest rank, its optimizer (the excess
+    /// host-bound where the host issues its kernels slower than they run) and exposed
+    /// all-gather, waiting for the step's end, and the loop's per-step host work — counted as
+    /// `breakdown` counts the step's.
+    pub fn rank_breakdown(&self, work: &PipelineWork, r: usize) -> Breakdown {
+        let rank = &self.ranks[r];
+        let mut b = rank.spent;
+        b.bubble += self.barrier_us - rank.sync_end_us;
+        let [start, mut end] = rank.optimizer_us;
+        let host_bound = (end - start - work.ranks[r].optimizer_us).max(0.0);
+        b.optimizer += end - start - host_bound;
+        b.host += host_bound;
+        if let Some([from, to]) = rank.param_gather_us {
+            b.dp_comm += to - from;
+            end = end.max(to);
+        }
+        let overhead = work.host.step_overhead_us;
+        b.host += overhead;
+        b.bubble += self.step_us - overhead - end;
+        b
+    }
 }
 
 /// Something that happened during the simulated step, handed to an `Observer`.
