@@ -193,6 +193,19 @@ fn flex_backend(d: Dispatcher) -> Option<&'static str> {
     }
 }
 
+/// The `--vocab-size` under which Megatron's NullTokenizer builds the costed embedding: the
+/// tokenizer adds its end-of-document token (`vocab_size + 1`) and Megatron pads that to a
+/// multiple of `make-vocab-size-divisible-by`·tp, so a vocabulary already at that multiple
+/// would grow by a whole multiple unless given one less.
+fn null_tokenizer_vocab(a: &Arch, tp: u64) -> u64 {
+    let padded = a.padded_vocab(tp);
+    if a.vocab < padded {
+        a.vocab
+    } else {
+        padded - 1
+    }
+}
+
 fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     let (a, l) = (t.arch, t.layout);
     megatron_core_refusals(Framework::Megatron, l)?;
@@ -379,7 +392,7 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     }
     arg(format!(
         "--vocab-size {} --tokenizer-type NullTokenizer",
-        a.vocab
+        null_tokenizer_vocab(a, l.tp)
     ));
     if a.vocab_divisible_by != DEFAULT_VOCAB_DIVISOR {
         arg(format!(
@@ -466,9 +479,12 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         let _ = writeln!(text, "    {a}{end}");
     }
     let mut notes = vec![format!(
-        "--vocab-size {} with the NullTokenizer reproduces the costed embedding; with a real \
-         tokenizer Megatron pads its vocabulary to a multiple of {} · tp",
-        a.vocab, a.vocab_divisible_by
+        "--vocab-size {} with the NullTokenizer (which adds its end-of-document token) gives the \
+         costed embedding of {} rows; with a real tokenizer Megatron pads its vocabulary to a \
+         multiple of {} · tp",
+        null_tokenizer_vocab(a, l.tp),
+        a.padded_vocab(l.tp),
+        a.vocab_divisible_by
     )];
     if l.recompute == Recompute::Selective && l.recompute_modules.is_none() {
         notes.push(
@@ -1319,6 +1335,53 @@ mod tests {
         let (a, l) = target("llama3-8b", spec(1, 1, 8));
         let text = launch(Framework::Megatron, &a, &l).unwrap().text;
         assert!(!text.contains("cuda-graph"), "{text}");
+    }
+
+    /// Megatron's NullTokenizer counts `--vocab-size` + 1 tokens (its end-of-document id) and
+    /// pads them to a multiple of the divisor · tp: the exported size must land on the costed
+    /// rows, whether or not the vocabulary already sits on that multiple.
+    #[test]
+    fn the_null_tokenizers_vocabulary_pads_to_the_costed_rows() {
+        let megatron_rows = |vocab_size: u64, divisor: u64, tp: u64| {
+            (vocab_size + 1).div_ceil(divisor * tp) * divisor * tp
+        };
+        let (llama2, _) = target("llama2-7b", spec(1, 1, 8));
+        for vocab in [1, 2, 127, 128, 129, 32000, 50257, 128256, 151936, 262144] {
+            for divisor in [1, 64, 128] {
+                for tp in [1, 2, 4, 8] {
+                    let a = Arch {
+                        vocab,
+                        vocab_divisible_by: divisor,
+                        ..llama2.clone()
+                    };
+                    let exported = null_tokenizer_vocab(&a, tp);
+                    assert_eq!(
+                        megatron_rows(exported, divisor, tp),
+                        a.padded_vocab(tp),
+                        "vocab {vocab}, divisor {divisor}, tp {tp}: exported {exported}"
+                    );
+                }
+            }
+        }
+        // Llama 2's 32,000 tokens are a multiple of 128 and 256: one less at tp 1 and 2, as is
+        // at tp 4 (padded to 32,256 either way)
+        let text = |tp| {
+            let (a, l) = target("llama2-7b", spec(tp, 1, 8 / tp));
+            let out = launch(Framework::Megatron, &a, &l).unwrap();
+            (out.text, out.notes.join("\n"))
+        };
+        let (one, note) = text(1);
+        assert!(
+            one.contains("--vocab-size 31999 --tokenizer-type NullTokenizer"),
+            "{one}"
+        );
+        assert!(note.contains("costed embedding of 32000 rows"), "{note}");
+        let (four, note) = text(4);
+        assert!(
+            four.contains("--vocab-size 32000 --tokenizer-type NullTokenizer"),
+            "{four}"
+        );
+        assert!(note.contains("costed embedding of 32256 rows"), "{note}");
     }
 
     #[test]
