@@ -1081,6 +1081,37 @@ fn eager_elementwise_code_costs_its_passes_and_exports_as_such() {
     );
 }
 
+/// A switch is written bare, `true|false` or, as NeMo's and Megatron's users write them,
+/// `on|off`: each spelling costs the same layout.
+#[test]
+fn switches_are_written_on_or_off_as_frameworks_write_them() {
+    let predicted = |switch: &[&str]| {
+        let base = "predict --cluster dgx-h100 --model llama3-8b --tp 2 --dp 4 --global-batch 8 \
+                    --sequence-parallel --json";
+        let args: Vec<&str> = base
+            .split_whitespace()
+            .chain(switch.iter().copied())
+            .collect();
+        let out = json_of(&stepcast(&args));
+        (
+            out["step_time_s"].as_f64().unwrap(),
+            out["layout"]["overlap"]["tp"].clone(),
+        )
+    };
+    let on = predicted(&["--tp-comm-overlap"]);
+    let off = predicted(&[]);
+    assert_eq!(on.1, true);
+    assert_eq!(off.1, false);
+    assert_ne!(on.0, off.0, "the overlap moves this step");
+    for (spelling, want) in [("on", &on), ("true", &on), ("off", &off), ("false", &off)] {
+        assert_eq!(
+            &predicted(&["--tp-comm-overlap", spelling]),
+            want,
+            "{spelling}"
+        );
+    }
+}
+
 /// torchtitan's layer-level selective checkpointing (`--recompute selective-layer`) exports as
 /// its every-second-layer option.
 #[test]

@@ -99,6 +99,7 @@ pub struct JobArgs {
     /// Run the expert all-to-alls beside the compute (Megatron-Core's
     /// --overlap-moe-expert-parallel-comm, NeMo's moe_a2a_overlap) [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(value_parser = super::switch())]
     pub moe_a2a_overlap: Option<bool>,
     /// How routed tokens reach their experts: alltoall (NCCL, Megatron's default), allgather,
     /// deepep or hybridep (hierarchical: once per node over the network, then NVLink)
@@ -157,6 +158,7 @@ pub struct JobArgs {
     /// --fp8-param-gather, NeMo's fp8_param_gather (its fp8 recipes' default), torchtitan's
     /// enable_fsdp_float8_all_gather [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(value_parser = super::switch())]
     pub fp8_param_gather: Option<bool>,
     /// Which library runs fp8 training: transformer-engine (Megatron, NeMo: fp8 weight caches,
     /// fp8 GEMM inputs kept for the backward) or torchao (torchtitan: 16-bit inputs kept)
@@ -179,21 +181,25 @@ pub struct JobArgs {
     /// rules: true, as NeMo's recipes and `export` set it; Megatron-LM's own flag is off unless
     /// given: say false for a run without it].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(value_parser = super::switch())]
     pub overlap_grad_reduce: Option<bool>,
     /// All-gather the distributed optimizer's parameters (FSDP's under a pipeline) during the
     /// first forward [default under Megatron rules: true with zero 1–2, or zero 3 with pp > 1,
     /// and dp > 1, as NeMo's recipes and `export` set it; Megatron-LM's own flag is off unless
     /// given].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(value_parser = super::switch())]
     pub overlap_param_gather: Option<bool>,
     /// Pipeline sends on their own stream instead of blocking the sender [default: true for
     /// the interleaved schedule].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(value_parser = super::switch())]
     pub overlap_p2p: Option<bool>,
     /// Pipeline the sequence-parallel all-gathers and reduce-scatters with their GEMMs, as
     /// NeMo's and Megatron's --tp-comm-overlap do (Transformer Engine userbuffers; needs
     /// --sequence-parallel): how much hides is simulated [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(value_parser = super::switch())]
     pub tp_comm_overlap: Option<bool>,
     /// Count the embedding as a layer when splitting the layers over pipeline chunks: the
     /// first chunk holds one layer fewer (Megatron's flag of the same name).

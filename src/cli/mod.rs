@@ -114,6 +114,13 @@ where
     })
 }
 
+/// A value parser for a switch written `--flag`, `--flag true|false` or, as NeMo's and
+/// Megatron's users write them, `--flag on|off`.
+pub fn switch() -> impl clap::builder::TypedValueParser<Value = bool> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(["true", "false", "on", "off"]).map(|s| s == "true" || s == "on")
+}
+
 /// `--version`: the version, the commit and the fingerprint of every built-in models set (the
 /// same fingerprint `models show` and every JSON output's provenance give).
 pub fn long_version() -> String {

@@ -117,6 +117,7 @@ pub struct SearchArgs {
     /// Pipeline the tensor-parallel collectives with their GEMMs in every layout that has
     /// sequence parallelism (NeMo's and Megatron's --tp-comm-overlap).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(value_parser = super::switch())]
     pub tp_comm_overlap: Option<bool>,
     /// Which kernel runs the attention in every layout: native (what the cluster's models
     /// learned) or flash-attention-2 (held to FA2's fraction of peak on Hopper) [default: native].
