@@ -147,8 +147,17 @@ const QUOTED_CHARS_SHOWN: usize = 60;
 
 /// A parser's error as one readable line: the values it quotes from the file cut to their
 /// first characters, so a wrong file given as a YAML (a whole `/etc/passwd` is one string to
-/// YAML) names its first line instead of printing the file back.
+/// YAML) names its first line instead of printing the file back; a switch written as a word
+/// (`on`, `yes`: strings to YAML 1.2 and JSON) gets the spelling that works.
 pub fn parse_message(error: &impl std::fmt::Display) -> String {
+    let mut out = quoted_values_cut(error);
+    if out.contains("expected a boolean") {
+        out.push_str(" (write true or false)");
+    }
+    out
+}
+
+fn quoted_values_cut(error: &impl std::fmt::Display) -> String {
     let text = error.to_string();
     let mut out = String::with_capacity(text.len().min(512));
     let mut chars = text.chars();
@@ -250,6 +259,11 @@ mod tests {
         assert!(m.len() < 140, "{m}");
         let short = "unknown variant `x`, expected \"a \\\"b\\\"\" at line 2";
         assert_eq!(parse_message(&short), short);
+        let switch = "parallel.tp_comm_overlap: invalid type: string \"on\", expected a boolean";
+        assert_eq!(
+            parse_message(&switch),
+            format!("{switch} (write true or false)")
+        );
         assert_eq!(parse_message(&"unclosed \"abc"), "unclosed \"abc");
         // exactly the most characters shown is kept whole; one more is cut
         let at_most = format!("value \"{}\"", "x".repeat(QUOTED_CHARS_SHOWN));

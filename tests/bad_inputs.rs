@@ -317,6 +317,7 @@ fn cases() -> Vec<Case> {
         case("predict --cluster {tmp}/c.yaml --model llama2-7b --global-batch 8", &[("c.yaml", "name: x\n")], &["c.yaml", "gpu"]),
         case("predict --cluster {tmp}/c.yaml --model llama2-7b --global-batch 8", &[("c.yaml", "\u{0}\u{1}binary")], &["c.yaml"]),
         // ---- architecture files ----
+        arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\ndropout: on\n", "dropout", "\"on\"", "write true or false"),
         arch!("name: a\nlayers: 0\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\n", "layers must be at least 1"),
         arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nsliding_window: 0\n", "sliding_window must be at least 1"),
         arch!("name: a\nlayers: 32\nhidden: 4096\nheads: 32\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\ncausal_blocks: half\n", "causal_blocks"),
