@@ -235,15 +235,32 @@ mod tests {
         .throttled()); // GPU idle
     }
 
+    /// Each bound at its edge: at least one timed run and one kept, no more kept than timed, at
+    /// most 10,000 runs of either kind (none of warm-up is fine).
     #[test]
     fn protocol_checks_its_numbers() {
-        assert!(Protocol {
-            warmup: 1,
-            timed: 3,
-            keep: 5
-        }
-        .validate()
-        .is_err());
+        let valid = |warmup, timed, keep| {
+            Protocol {
+                warmup,
+                timed,
+                keep,
+            }
+            .validate()
+            .is_ok()
+        };
         assert!(Protocol::default().validate().is_ok());
+        for (warmup, timed, keep, ok) in [
+            (1, 3, 5, false),
+            (0, 1, 1, true),
+            (0, 0, 1, false),
+            (10, 10, 0, false),
+            (10, 10, 10, true),
+            (10, 10, 11, false),
+            (10_000, 10_000, 5, true),
+            (10_001, 10, 5, false),
+            (10, 10_001, 5, false),
+        ] {
+            assert_eq!(valid(warmup, timed, keep), ok, "{warmup}, {timed}, {keep}");
+        }
     }
 }
