@@ -153,18 +153,26 @@ mod tests {
         assert_eq!(summary, 5.0);
     }
 
+    /// A time that is not a finite positive number (not a number, none at all, an overflow)
+    /// skips the point rather than entering the summary.
     #[test]
     fn a_bad_sample_skips_the_point() {
-        let mut r = Scripted {
-            times: vec![1.0, f64::NAN],
-            untimed: 0,
-        };
         let p = Protocol {
             warmup: 0,
             timed: 2,
             keep: 1,
         };
-        assert!(matches!(measure(&p, &mut r), Err(DeviceError::Skip(_))));
+        for bad in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
+            let mut r = Scripted {
+                times: vec![1.0, bad],
+                untimed: 0,
+            };
+            let outcome = measure(&p, &mut r);
+            assert!(
+                matches!(outcome, Err(DeviceError::Skip(_))),
+                "{bad}: {outcome:?}"
+            );
+        }
     }
 
     /// Queues its timed runs together, as the CUDA device does; `extra` runs too many.

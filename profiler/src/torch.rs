@@ -318,6 +318,59 @@ mod tests {
         }
     }
 
+    /// Each point gets what the script answered for it: its samples, its own skip reason, or
+    /// (never answered) why the script stopped; the versions line is read, not a point.
+    #[cfg(unix)]
+    #[test]
+    fn every_point_gets_its_answer() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let python = tmp.path().join("python");
+        let answers = [
+            r#"{"versions": {"torch": "2.11.0", "gpu": "NVIDIA H100"}}"#,
+            r#"{"id": 1, "skip": "out of memory"}"#,
+            r#"{"id": 0, "samples_us": [3.0, 2.0], "backend": "torch", "telemetry": "sm 1980"}"#,
+        ];
+        let script = answers
+            .iter()
+            .map(|a| format!("echo '{a}'\n"))
+            .collect::<String>();
+        std::fs::write(
+            &python,
+            format!("#!/bin/sh\ncat >/dev/null\n{script}echo 'gone' >&2\nexit 3\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let p = point();
+        let mut outcomes = vec![None; 3];
+        let versions = backend_in(python.to_str().unwrap(), tmp.path())
+            .run(&[&p, &p, &p], &Protocol::default(), 0, &mut |i, o| {
+                outcomes[i] = Some(o);
+                Ok(())
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(versions.torch.as_deref(), Some("2.11.0"));
+        assert_eq!(
+            outcomes[0],
+            Some(Outcome::Measured {
+                samples_us: vec![3.0, 2.0],
+                backend: "torch".into(),
+                telemetry: "sm 1980".into(),
+            })
+        );
+        assert_eq!(outcomes[1], Some(Outcome::Skipped("out of memory".into())));
+        match &outcomes[2] {
+            Some(Outcome::Skipped(why)) => {
+                assert!(
+                    why.contains("PyTorch backend stopped") && why.contains("gone"),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// Files planted in the temporary directory are never imported: the script runs from a
     /// private directory, in isolated mode.
     #[test]
