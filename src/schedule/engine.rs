@@ -155,10 +155,11 @@ pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
 }
 
 /// Simulates one step, handing every event to `observer`; with `critical_path` the timeline
-/// says how much of the step each cost factor of the work's attributions is.
-pub fn simulate_with(
+/// says how much of the step each cost factor of the work's attributions is. Generic over the
+/// observer, so that a search's unobserved simulations build no events (7 % of a search).
+pub fn simulate_with<O: Observer + ?Sized>(
     work: &PipelineWork,
-    observer: &mut dyn Observer,
+    observer: &mut O,
     critical_path: bool,
 ) -> Result<Timeline> {
     let p = work.pp();
@@ -332,9 +333,9 @@ impl Handoffs {
 }
 
 /// Runs every rank's passes in the schedule's order.
-fn run_passes(
+fn run_passes<O: Observer + ?Sized>(
     sim: &mut Sim,
-    observer: &mut dyn Observer,
+    observer: &mut O,
     gates: &[Vec<Moment>],
 ) -> Result<Vec<RankState>> {
     let work = sim.work;
@@ -403,9 +404,9 @@ fn run_passes(
 /// Runs one pass whose input is `ready` on rank `r`, and its send; returns when the pass ended
 /// and when its output arrived.
 #[allow(clippy::too_many_arguments)]
-fn run_task(
+fn run_task<O: Observer + ?Sized>(
     sim: &mut Sim,
-    observer: &mut dyn Observer,
+    observer: &mut O,
     rank: &mut RankState,
     r: usize,
     task: Task,
@@ -540,7 +541,10 @@ fn grad_pass(work: &PipelineWork) -> Pass {
 /// Starts every chunk's parameter all-gather at t = 0 on the data-parallel stream, first chunk
 /// first, each chunk's buckets in forward order; returns per stage the moment each bucket (in
 /// gradient order) is ready, and per rank when its data-parallel stream is free again.
-fn start_gathers(sim: &mut Sim, observer: &mut dyn Observer) -> (Vec<Vec<Moment>>, Vec<Moment>) {
+fn start_gathers<O: Observer + ?Sized>(
+    sim: &mut Sim,
+    observer: &mut O,
+) -> (Vec<Vec<Moment>>, Vec<Moment>) {
     let work = sim.work;
     let p = work.pp();
     let mut ready = vec![Vec::new(); work.chunks.len()];
@@ -629,9 +633,9 @@ fn gated_forward(
 /// Reduces a rank's gradient buckets on its data-parallel stream (free from `dp_free`): each
 /// chunk's as its last gradient pass completes them with overlap, else all after the rank's
 /// last pass. Returns when the rank's gradients are reduced.
-fn reduce_gradients(
+fn reduce_gradients<O: Observer + ?Sized>(
     sim: &mut Sim,
-    observer: &mut dyn Observer,
+    observer: &mut O,
     r: usize,
     rank: &RankState,
     dp_free: Moment,
