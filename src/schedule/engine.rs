@@ -156,7 +156,7 @@ pub fn simulate(work: &PipelineWork) -> Result<Timeline> {
 
 /// Simulates one step, handing every event to `observer`; with `critical_path` the timeline
 /// says how much of the step each cost factor of the work's attributions is. Generic over the
-/// observer, so that a search's unobserved simulations build no events (7 % of a search).
+/// observer, so that the unobserved simulations of a search or an interval build no events.
 pub fn simulate_with<O: Observer + ?Sized>(
     work: &PipelineWork,
     observer: &mut O,
