@@ -390,9 +390,9 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
     if !a.dropout {
         arg("--attention-dropout 0 --hidden-dropout 0".into());
     }
+    let vocab_size = null_tokenizer_vocab(a, l.tp);
     arg(format!(
-        "--vocab-size {} --tokenizer-type NullTokenizer",
-        null_tokenizer_vocab(a, l.tp)
+        "--vocab-size {vocab_size} --tokenizer-type NullTokenizer"
     ));
     if a.vocab_divisible_by != DEFAULT_VOCAB_DIVISOR {
         arg(format!(
@@ -482,7 +482,7 @@ fn megatron(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         "--vocab-size {} with the NullTokenizer (which adds its end-of-document token) gives the \
          costed embedding of {} rows; with a real tokenizer Megatron pads its vocabulary to a \
          multiple of {} · tp",
-        null_tokenizer_vocab(a, l.tp),
+        vocab_size,
         a.padded_vocab(l.tp),
         a.vocab_divisible_by
     )];

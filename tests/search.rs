@@ -102,6 +102,13 @@ fn search_ranks_layouts_and_writes_every_row() {
 
 /// The best row's printed predict command gives the step time the search ranked it by.
 fn best_command_predicts(printed: &str, step_s: f64) {
+    let (best, predicted) = best_command_step(printed);
+    let rel = predicted / step_s - 1.0;
+    assert!(rel.abs() < 1e-9, "{best}: {rel}");
+}
+
+/// The best row's printed predict command, and the step it predicts when run.
+fn best_command_step(printed: &str) -> (String, f64) {
     let best = printed
         .lines()
         .find_map(|l| l.strip_prefix("best: stepcast "))
@@ -112,8 +119,8 @@ fn best_command_predicts(printed: &str, step_s: f64) {
     let p = stepcast(&args);
     assert!(p.status.success(), "{best}: {}", stderr(&p));
     let p: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
-    let rel = p["step_time_s"].as_f64().unwrap() / step_s - 1.0;
-    assert!(rel.abs() < 1e-9, "{best}: {rel}");
+    let step_s = p["step_time_s"].as_f64().unwrap();
+    (best, step_s)
 }
 
 /// A mixture's search: the expert cell names an expert tensor-parallel degree other than tp,
@@ -439,21 +446,8 @@ fn a_search_on_nodes_is_a_search_on_their_gpus() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no best row: {text}"));
     // the table's three decimals
-    let best = text
-        .lines()
-        .find_map(|l| l.strip_prefix("best: stepcast "))
-        .unwrap();
+    let (best, step_s) = best_command_step(&text);
     assert!(best.contains(" --nodes 4096 "), "{best}");
-    let p = stepcast(
-        &[
-            &best.split_whitespace().collect::<Vec<_>>()[..],
-            &["--json"],
-        ]
-        .concat(),
-    );
-    assert!(p.status.success(), "{best}: {}", stderr(&p));
-    let p: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
-    let step_s = p["step_time_s"].as_f64().unwrap();
     assert!((step_s - best_s).abs() <= 5e-4, "{best}: {step_s} s");
     for (size, needle) in [
         (
