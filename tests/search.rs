@@ -691,3 +691,58 @@ fn a_long_fp8_sequences_best_command_carries_what_it_was_costed_with() {
         best_command_predicts(&text, step);
     }
 }
+
+/// A search on other models and the raw physics: its best command names both (`--models`,
+/// `--no-calibration`), quoted where a path holds a space or a quote, and run by a shell it
+/// predicts the step the search ranked it by.
+#[test]
+fn the_best_command_keeps_the_models_and_the_raw_physics_and_survives_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("the team's models");
+    std::fs::create_dir(&models).unwrap();
+    for f in ["models.bin", "manifest.json", "calibration.yaml"] {
+        std::fs::copy(repo(&format!("models/h100-sxm/{f}")), models.join(f)).unwrap();
+    }
+    let json = dir.path().join("s.json");
+    let tail = ["--top", "1", "--json", json.to_str().unwrap()];
+    let steps = |extra: &[&str]| {
+        let o = search(&[&LLAMA2_7B_ON_8[..], extra, &tail].concat());
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let best = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["status"] == "predicted")
+            .unwrap()["step_time_s"]
+            .as_f64()
+            .unwrap();
+        (stdout(&o), best)
+    };
+    let (_, calibrated) = steps(&[]);
+    let (text, raw) = steps(&["--models", models.to_str().unwrap(), "--no-calibration"]);
+    assert!(
+        (raw / calibrated - 1.0).abs() > 0.01,
+        "{raw} vs {calibrated}"
+    );
+    let best = text
+        .lines()
+        .find_map(|l| l.strip_prefix("best: stepcast "))
+        .unwrap();
+    assert!(best.ends_with(" --no-calibration"), "{best}");
+    let quoted = format!("--models '{}'", models.display()).replace("team's", r"team'\''s");
+    assert!(best.contains(&quoted), "{best}");
+    let line = format!("\"$STEPCAST\" {best} --json");
+    let o = std::process::Command::new("sh")
+        .args(["-c", &line])
+        .env("STEPCAST", env!("CARGO_BIN_EXE_stepcast"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{line}: {}", stderr(&o));
+    let predicted = common::json_of(&o)["step_time_s"].as_f64().unwrap();
+    assert!(
+        (predicted / raw - 1.0).abs() < 1e-9,
+        "{line}: {predicted} vs {raw}"
+    );
+}

@@ -288,10 +288,10 @@ fn write_csv(path: &std::path::Path, report: &SearchReport) -> anyhow::Result<()
 pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     let mut cmd = format!(
         "stepcast predict --cluster {}{} --model {} --tp {} --pp {} --dp {} --micro-batch {} --global-batch {}",
-        args.cluster.display(),
+        shell_word(&args.cluster.display().to_string()),
         // the cluster as searched: more nodes than its file's must be given again
         args.nodes.map(|n| format!(" --nodes {n}")).unwrap_or_default(),
-        args.model,
+        shell_word(&args.model),
         r.layout.tp,
         r.layout.pp,
         r.layout.dp,
@@ -317,7 +317,7 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
         cmd += &format!(" --moe-imbalance {f}");
     }
     if let Some(path) = &args.moe_routing {
-        cmd += &format!(" --moe-routing {}", path.display());
+        cmd += &format!(" --moe-routing {}", shell_word(&path.display().to_string()));
     }
     if r.layout.schedule == Schedule::Interleaved {
         cmd += &format!(" --vpp {}", r.layout.vpp);
@@ -368,7 +368,25 @@ pub fn predict_command(args: &SearchArgs, r: &SearchRow) -> String {
     if let Some(f) = &args.framework {
         cmd += &format!(" --framework {f}");
     }
+    // where the costs came from: the same models, and the raw physics if the search used it
+    if let Some(dir) = &args.models {
+        cmd += &format!(" --models {}", shell_word(&dir.display().to_string()));
+    }
+    if args.no_calibration {
+        cmd += " --no-calibration";
+    }
     cmd
+}
+
+/// A word as a POSIX shell reads it back: as is where every character is safe, else in single
+/// quotes, so that a printed command with a path holding spaces or `$` runs as printed.
+fn shell_word(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_-./:=,@%+".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
@@ -764,5 +782,26 @@ fn print_report(
                 p.display()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn a_shell_word_is_quoted_only_where_a_shell_would_split_or_expand_it() {
+        for plain in [
+            "dgx-h100",
+            "hardware-profiles/dgx-h100.yaml",
+            "a_b.c:d=e,f@g%h+i",
+        ] {
+            assert_eq!(shell_word(plain), plain);
+        }
+        assert_eq!(shell_word("my models/x.yaml"), "'my models/x.yaml'");
+        assert_eq!(shell_word("$HOME/m"), "'$HOME/m'");
+        assert_eq!(shell_word("a*b"), "'a*b'");
+        assert_eq!(shell_word("team's"), r"'team'\''s'");
+        assert_eq!(shell_word(""), "''");
     }
 }
