@@ -107,6 +107,14 @@ fn best_command_predicts(printed: &str, step_s: f64) {
     assert!(rel.abs() < 1e-9, "{best}: {rel}");
 }
 
+/// The step time of the best predicted row of a search's `--json` report.
+fn best_predicted_step(json: &std::path::Path) -> f64 {
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let best = rows.iter().find(|r| r["status"] == "predicted").unwrap();
+    best["step_time_s"].as_f64().unwrap()
+}
+
 /// The best row's printed predict command, and the step it predicts when run.
 fn best_command_step(printed: &str) -> (String, f64) {
     let best = printed
@@ -678,17 +686,7 @@ fn a_long_fp8_sequences_best_command_carries_what_it_was_costed_with() {
         for flag in flags {
             assert!(best.contains(flag), "{flag}: {best}");
         }
-        let report: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-        let step = report["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["status"] == "predicted")
-            .unwrap()["step_time_s"]
-            .as_f64()
-            .unwrap();
-        best_command_predicts(&text, step);
+        best_command_predicts(&text, best_predicted_step(&json));
     }
 }
 
@@ -708,17 +706,7 @@ fn the_best_command_keeps_the_models_and_the_raw_physics_and_survives_the_shell(
     let steps = |extra: &[&str]| {
         let o = search(&[&LLAMA2_7B_ON_8[..], extra, &tail].concat());
         assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
-        let report: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-        let best = report["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["status"] == "predicted")
-            .unwrap()["step_time_s"]
-            .as_f64()
-            .unwrap();
-        (stdout(&o), best)
+        (stdout(&o), best_predicted_step(&json))
     };
     let (_, calibrated) = steps(&[]);
     let (text, raw) = steps(&["--models", models.to_str().unwrap(), "--no-calibration"]);
