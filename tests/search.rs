@@ -90,14 +90,61 @@ fn search_ranks_layouts_and_writes_every_row() {
         let i = r["interval_s"].as_array().unwrap();
         assert!(i[0].as_f64().unwrap() <= r["step_time_s"].as_f64().unwrap());
     }
-    let mut csv = csv::Reader::from_path(&csv_path).unwrap();
-    assert_eq!(csv.records().count(), rows.len());
+    csv_holds_the_rows(&csv_path, rows);
     html_page_shows_the_report(
         &std::fs::read_to_string(&html_path).unwrap(),
         &report,
         &text,
     );
     best_command_predicts(&text, steps[0]);
+}
+
+/// Each line of a search's `--csv` is its JSON row, in rank order: status, layout, step time and
+/// memory — memory-pruned rows too, with their status and no step.
+fn csv_holds_the_rows(csv_path: &std::path::Path, rows: &[serde_json::Value]) {
+    let mut csv = csv::Reader::from_path(csv_path).unwrap();
+    let lines: Vec<csv::StringRecord> = csv.records().map(|r| r.unwrap()).collect();
+    let header = csv.headers().unwrap().clone();
+    assert_eq!(lines.len(), rows.len());
+    let mut statuses = std::collections::BTreeSet::new();
+    for (i, (line, row)) in lines.iter().zip(rows).enumerate() {
+        let cell = |name: &str| {
+            line.get(header.iter().position(|h| h == name).unwrap())
+                .unwrap()
+        };
+        let text = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        assert_eq!(cell("rank"), (i + 1).to_string());
+        assert_eq!(cell("status"), text(&row["status"]), "{row}");
+        statuses.insert(cell("status").to_string());
+        for key in [
+            "tp",
+            "cp",
+            "ep",
+            "etp",
+            "pp",
+            "dp",
+            "micro_batch",
+            "micro_batches",
+            "vpp",
+        ] {
+            assert_eq!(cell(key), text(&row["layout"][key]), "{key}: {row}");
+        }
+        for key in ["schedule", "recompute", "sequence_parallel", "zero"] {
+            assert_eq!(cell(key), text(&row["layout"][key]), "{key}: {row}");
+        }
+        assert_eq!(cell("step_s"), text(&row["step_time_s"]), "{row}");
+        let peak: f64 = cell("memory_peak_gib").parse().unwrap();
+        assert!((peak - row["memory_peak_gib"].as_f64().unwrap()).abs() < 1e-9);
+    }
+    // this search keeps memory-pruned rows beside the predicted ones
+    assert!(
+        statuses.contains("predicted") && statuses.len() > 1,
+        "{statuses:?}"
+    );
 }
 
 /// The best row's printed predict command gives the step time the search ranked it by.
