@@ -88,6 +88,31 @@ pub fn export(framework: Framework, target: &Target) -> Result<Launch> {
                 .into(),
         );
     }
+    // stepcast costs key/value heads replicated where tp is a multiple of them; no framework
+    // here runs that
+    let kv = target.arch.kv_heads;
+    if !kv.is_multiple_of(l.tp) {
+        let fits: Vec<String> = (1..=kv)
+            .filter(|&d| kv.is_multiple_of(d))
+            .map(|d| d.to_string())
+            .collect();
+        let rule = match framework {
+            Framework::Megatron | Framework::Nemo => format!(
+                "Megatron-Core requires num_query_groups ({kv}) to be a multiple of \
+                 tensor_model_parallel_size ({})",
+                l.tp
+            ),
+            Framework::Torchtitan => format!(
+                "torchtitan shards whole key/value heads over tp: {kv} do not split over tp = {}",
+                l.tp
+            ),
+        };
+        return refuse(format!(
+            "{rule} (stepcast costs the heads replicated over tp; the framework does not \
+             replicate them): predict with tp ∈ {{{}}}",
+            fits.join(", ")
+        ));
+    }
     let (nodes, per_node) = nodes(l.world, target.gpus_per_node)?;
     match framework {
         Framework::Megatron => megatron(target, nodes, per_node),
@@ -1203,6 +1228,37 @@ mod tests {
             micro_batch: Some(2),
             global_batch: Some(256),
             ..Default::default()
+        }
+    }
+
+    /// Key/value heads that tp does not divide — costed as replicated over tp — are refused by
+    /// every framework, with the tp that divide them; tp dividing them is exported.
+    #[test]
+    fn key_value_heads_must_split_over_tp_in_every_framework() {
+        let (mut arch, _) = target("llama3-8b", spec(1, 1, 8));
+        arch.kv_heads = 4;
+        let mut s = spec(8, 1, 1);
+        s.sequence_parallel = Some(true);
+        s.zero = Some(0);
+        let replicated = Layout::new(&s, &arch, &crate::hardware::dgx_h100_without_models())
+            .expect("stepcast costs tp 8 over 4 key/value heads");
+        for (f, rule) in [
+            (
+                Framework::Megatron,
+                "num_query_groups (4) to be a multiple of",
+            ),
+            (Framework::Nemo, "num_query_groups (4) to be a multiple of"),
+            (Framework::Torchtitan, "4 do not split over tp = 8"),
+        ] {
+            let e = launch(f, &arch, &replicated).unwrap_err().to_string();
+            assert!(e.starts_with(f.name()) && e.contains(rule), "{e}");
+            assert!(e.contains("predict with tp ∈ {1, 2, 4}"), "{e}");
+        }
+        s.tp = Some(4);
+        s.dp = Some(2);
+        let split = Layout::new(&s, &arch, &crate::hardware::dgx_h100_without_models()).unwrap();
+        for f in Framework::ALL {
+            assert!(launch(*f, &arch, &split).is_ok(), "{f:?}");
         }
     }
 
