@@ -213,6 +213,7 @@ fn cases() -> Vec<Case> {
         predict!("--tp 8 --pp 8 --dp 512 --global-batch 512", "tp·cp·pp·dp = 8·1·8·512 = 32768 GPUs", "dgx-h100 has 16384"),
         predict!("--cp 0 --dp 8 --global-batch 64", "cp must be at least 1"),
         predict!("--cp 3 --dp 2 --global-batch 64", "2·cp = 6 chunks", "seq-len 4096"),
+        predict!("--tp 8 --sequence-parallel --global-batch 8 --seq-len 4100", "4100 tokens over tp = 8", "multiple of 8", "drop --sequence-parallel"),
         predict!("--cp 2 --dp 8 --global-batch 64 --nodes 1", "tp·cp·pp·dp = 1·2·1·8 = 16 GPUs", "--nodes"),
         predict!("--cp 2 --dp 4 --global-batch 64 --rules paper", "no context parallelism", "--rules megatron"),
         predict!("--cp 2 --cp-comm ring --dp 4 --global-batch 64", "ring", "p2p", "all-gather"),

@@ -106,6 +106,18 @@ pub enum LayoutError {
     SequenceParallelNeedsTp,
 
     #[error(
+        "sequence parallelism splits each sequence's {tokens} tokens{per_cp} over tp = {tp} \
+         (Megatron-Core requires the sequence to divide by the tensor-parallel size): use a \
+         seq-len that is a multiple of {multiple}, or drop --sequence-parallel"
+    )]
+    SeqNotDivisibleByTp {
+        tokens: u64,
+        per_cp: String,
+        tp: u64,
+        multiple: u64,
+    },
+
+    #[error(
         "the interleaved schedule needs pp ≥ 2 and vpp ≥ 2 (got pp {pp}, vpp {vpp}): give --vpp, \
          or use --schedule 1f1b"
     )]
@@ -349,6 +361,7 @@ impl LayoutError {
             NeoxLeavesEmptyStage { .. } => "GPT-NeoX partition leaves a stage empty",
             BatchNotDivisible { .. } => "global batch not divisible by micro-batch × dp",
             SequenceParallelNeedsTp => "sequence parallelism without tp",
+            SeqNotDivisibleByTp { .. } => "seq-len not divisible by tp under sequence parallelism",
             InterleavedNeedsChunks { .. }
             | MicroBatchesNotGroupsOfPp { .. }
             | ChunksNeedInterleaving { .. }

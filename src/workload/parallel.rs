@@ -645,6 +645,26 @@ impl Layout {
         if sequence_parallel && tp == 1 {
             return Err(LayoutError::SequenceParallelNeedsTp);
         }
+        // Megatron-Core scatters a [s, b, h] activation's first dimension over tp and asserts
+        // it divides (a context-parallel rank holds s / cp of it)
+        if sequence_parallel && !(seq_len / cp).is_multiple_of(tp) {
+            // and 2·cp divides it too: lcm(2·cp, cp·tp)
+            let multiple = match (cp, tp % 2) {
+                (1, _) => tp,
+                (_, 0) => cp * tp,
+                _ => 2 * cp * tp,
+            };
+            return Err(LayoutError::SeqNotDivisibleByTp {
+                tokens: seq_len / cp,
+                per_cp: if cp == 1 {
+                    String::new()
+                } else {
+                    format!(" (on each of cp = {cp} ranks)")
+                },
+                tp,
+                multiple,
+            });
+        }
         let partition = spec.partition.unwrap_or(if paper {
             Partition::Neox
         } else {
@@ -1734,6 +1754,40 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // sequence parallelism splits a context-parallel rank's s / cp tokens over tp; the
+        // multiple named also keeps 2·cp dividing the sequence
+        let sp = |tp, cp, seq_len| ParallelSpec {
+            cp: Some(cp),
+            seq_len: Some(seq_len),
+            sequence_parallel: Some(true),
+            ..spec(tp, 1, 1, 1)
+        };
+        let refused_on = |arch: &Arch, tp, cp, seq_len| match new(arch, sp(tp, cp, seq_len)) {
+            Err(LayoutError::SeqNotDivisibleByTp {
+                tokens, multiple, ..
+            }) => (tokens, multiple),
+            other => panic!("tp {tp} cp {cp} seq {seq_len}: {other:?}"),
+        };
+        let refused = |tp, cp, seq_len| refused_on(&arch, tp, cp, seq_len);
+        assert_eq!(refused(4, 1, 4098), (4098, 4));
+        assert!(new(&arch, sp(4, 1, 4100)).is_ok());
+        assert_eq!(refused(4, 2, 4100), (2050, 8));
+        assert!(new(&arch, sp(4, 2, 4104)).is_ok());
+        // an odd tp: 2·cp·tp; without sequence parallelism the same sequence runs
+        let odd = Arch {
+            heads: 30,
+            kv_heads: 30,
+            hidden: 3840,
+            ffn_hidden: 10_230,
+            ..arch.clone()
+        };
+        assert_eq!(refused_on(&odd, 3, 2, 4100), (2050, 12));
+        assert!(new(&odd, sp(3, 2, 4104)).is_ok());
+        let without = ParallelSpec {
+            sequence_parallel: None,
+            ..sp(4, 1, 4098)
+        };
+        assert!(new(&arch, without).is_ok());
     }
 
     /// Layers that do not fill pp·vpp chunks evenly: the refusal suggests counting the
