@@ -178,6 +178,12 @@ fn megatron_core_refusals(framework: Framework, l: &Layout) -> Result<()> {
         }
         _ => {}
     }
+    if l.ep > 1 && l.tp > 1 && !l.sequence_parallel {
+        return refuse(
+            "Megatron-Core requires sequence parallelism where expert and tensor parallelism \
+             meet (its ModelParallelConfig raises without it): predict with --sequence-parallel",
+        );
+    }
     if l.zero >= 2 {
         return refuse(
             "Megatron-Core's distributed optimizer is ZeRO 1; its FSDP options change with every \
@@ -1262,6 +1268,40 @@ mod tests {
         }
     }
 
+    /// Expert and tensor parallelism together need sequence parallelism in Megatron-Core; with it,
+    /// or with either degree at 1, the mixture exports.
+    #[test]
+    fn megatron_core_refuses_experts_and_tp_without_sequence_parallelism() {
+        let arch = crate::workload::presets::mixtral_8x7b();
+        let c = crate::hardware::dgx_h100_without_models()
+            .with_nodes(2)
+            .unwrap();
+        let layout = |tp, ep, sp| {
+            let s = ParallelSpec {
+                ep: Some(ep),
+                sequence_parallel: Some(sp),
+                ..spec(tp, 1, 16 / tp)
+            };
+            Layout::new(&s, &arch, &c).unwrap()
+        };
+        for f in [Framework::Megatron, Framework::Nemo] {
+            let e = launch(f, &arch, &layout(2, 4, false))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("--sequence-parallel") && e.starts_with(f.name()),
+                "{e}"
+            );
+            for (tp, ep, sp) in [(2, 4, true), (1, 4, false), (2, 1, false)] {
+                let l = layout(tp, ep, sp);
+                assert!(
+                    launch(f, &arch, &l).is_ok(),
+                    "{f:?} tp {tp} ep {ep} sp {sp}"
+                );
+            }
+        }
+    }
+
     /// OLMo 2's reordered norms and whole-projection query/key norms are refused with their
     /// own reason (not Gemma's), each alone.
     #[test]
@@ -1707,6 +1747,8 @@ mod tests {
         };
         let moe = |dispatcher| ParallelSpec {
             ep: Some(2),
+            // Megatron-Core needs it where experts and tp meet
+            sequence_parallel: Some(true),
             moe_dispatcher: Some(dispatcher),
             moe_capacity_factor: Some(1.25),
             moe_pad_to_capacity: Some(true),
@@ -1958,6 +2000,8 @@ mod tests {
         let mixtral = crate::workload::presets::mixtral_8x7b();
         let moe = |dispatcher, mtp| ParallelSpec {
             ep: Some(2),
+            // Megatron-Core needs it where experts and tp meet
+            sequence_parallel: Some(true),
             moe_dispatcher: Some(dispatcher),
             mtp_layers: mtp,
             ..spec(2, 1, 4)
@@ -2280,6 +2324,8 @@ mod tests {
         let mixtral = crate::workload::presets::mixtral_8x7b();
         let capacity = |pad| ParallelSpec {
             ep: Some(2),
+            // Megatron-Core needs it where experts and tp meet
+            sequence_parallel: Some(true),
             moe_capacity_factor: Some(1.25),
             moe_pad_to_capacity: Some(pad),
             ..spec(2, 1, 4)
@@ -2321,6 +2367,8 @@ mod tests {
         let mixtral = crate::workload::presets::mixtral_8x7b();
         let moe = ParallelSpec {
             ep: Some(2),
+            // Megatron-Core needs it where experts and tp meet
+            sequence_parallel: Some(true),
             ..spec(2, 1, 4)
         };
         let (text, notes) = nemo(&mixtral, moe.clone()).unwrap();

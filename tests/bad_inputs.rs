@@ -459,6 +459,7 @@ fn cases() -> Vec<Case> {
         case("export --format megatron --cluster dgx-h100 --model llama2-7b --dp 8 --global-batch 64 --rules paper", &[], &["paper", "--rules megatron"]),
         case("export --format torchtitan --cluster dgx-h100 --model llama2-7b --tp 2 --dp 4 --global-batch 64 --zero 3", &[], &["sequence", "--sequence-parallel"]),
         case("export --format nemo --cluster dgx-h100 --model llama2-7b --tp 2 --dp 6 --global-batch 60", &[], &["12 GPUs", "whole nodes of 8"]),
+        case("export --format megatron --cluster dgx-h100 --nodes 2 --model {repo}/tests/data/mixtral-8x7b.yaml --tp 2 --ep 4 --dp 8 --global-batch 64", &[], &["megatron", "expert and tensor parallelism", "--sequence-parallel"]),
         case("export --format nemo --cluster dgx-h100 --model {tmp}/kv4.yaml --tp 8 --global-batch 64", &[("kv4.yaml", "name: kv4\nlayers: 4\nhidden: 4096\nheads: 32\nkv_heads: 4\nffn_hidden: 14336\nvocab: 32000\nnorm: rmsnorm\nactivation: swiglu\nseq_len: 4096\n")], &["nemo", "num_query_groups (4)", "tp ∈ {1, 2, 4}"]),
         case("export --format megatron --from-search {tmp}/s.json", &[("s.json", "{\"rows\": 3}")], &["s.json", "not a search's JSON", "--json FILE"]),
         case("export --format megatron --from-search {tmp}/s.json --tp 2", &[("s.json", "{}")], &["--from-search", "drop --job, --tp"]),

@@ -3824,6 +3824,7 @@ fn a_mixture_with_interleaved_dense_layers_from_its_config() {
         "dgx-h100",
         "--tp",
         "2",
+        "--sequence-parallel",
         "--pp",
         "2",
         "--ep",
