@@ -180,8 +180,9 @@ fn megatron_core_refusals(framework: Framework, l: &Layout) -> Result<()> {
     }
     if l.ep > 1 && l.tp > 1 && !l.sequence_parallel {
         return refuse(
-            "Megatron-Core requires sequence parallelism where expert and tensor parallelism \
-             meet (its ModelParallelConfig raises without it): predict with --sequence-parallel",
+            "Megatron-Core trains expert and tensor parallelism together only with sequence \
+             parallelism (its ModelParallelConfig raises without it; newer releases warn that it \
+             must be used): predict with --sequence-parallel",
         );
     }
     if l.zero >= 2 {
