@@ -249,6 +249,8 @@ fn a_mixtures_best_layout_carries_its_expert_settings() {
         json.to_str().unwrap(),
     ]);
     assert!(e.status.success(), "{}", stderr(&e));
+    // composed as the search composed it: no note that the steps differ
+    assert!(!stderr(&e).contains("the search costed"), "{}", stderr(&e));
     let launch = stdout(&e);
     assert!(
         launch.contains("--moe-token-dispatcher-type flex")
@@ -739,7 +741,8 @@ fn a_long_fp8_sequences_best_command_carries_what_it_was_costed_with() {
 
 /// A search on other models and the raw physics: its best command names both (`--models`,
 /// `--no-calibration`), quoted where a path holds a space or a quote, and run by a shell it
-/// predicts the step the search ranked it by.
+/// predicts the step the search ranked it by; an export of the search's JSON notes a headline
+/// composed otherwise.
 #[test]
 fn the_best_command_keeps_the_models_and_the_raw_physics_and_survives_the_shell() {
     let dir = tempfile::tempdir().unwrap();
@@ -749,7 +752,14 @@ fn the_best_command_keeps_the_models_and_the_raw_physics_and_survives_the_shell(
         std::fs::copy(repo(&format!("models/h100-sxm/{f}")), models.join(f)).unwrap();
     }
     let json = dir.path().join("s.json");
-    let tail = ["--top", "1", "--json", json.to_str().unwrap()];
+    let tail = [
+        "--top",
+        "1",
+        "--zero",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ];
     let steps = |extra: &[&str]| {
         let o = search(&[&LLAMA2_7B_ON_8[..], extra, &tail].concat());
         assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
@@ -780,4 +790,20 @@ fn the_best_command_keeps_the_models_and_the_raw_physics_and_survives_the_shell(
         (predicted / raw - 1.0).abs() < 1e-9,
         "{line}: {predicted} vs {raw}"
     );
+    // an export of that search's best row says where its headline parts from the search's step,
+    // and is silent given the same models and runtime
+    let export = |extra: &[&str]| {
+        let args = ["export", "--format", "megatron", "--from-search"];
+        let o = stepcast(&[&args[..], &[json.to_str().unwrap()], extra].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let note = export(&[]);
+    assert!(
+        note.contains(&format!("the search costed this layout at {raw:.3} s"))
+            && note.contains("--no-calibration"),
+        "{note}"
+    );
+    let same = export(&["--models", models.to_str().unwrap(), "--no-calibration"]);
+    assert!(!same.contains("the search costed"), "{same}");
 }

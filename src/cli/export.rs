@@ -50,6 +50,8 @@ pub struct ExportArgs {
 }
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
+    // the step the search gave the row, to hold the headline's against
+    let mut searched_step = None;
     let job = match &args.from_search {
         Some(path) => {
             if args.job.job.is_some()
@@ -63,7 +65,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
                         .into()
                 ));
             }
-            from_search(path, args.rank, &args.job)?
+            let (job, step) = from_search(path, args.rank, &args.job)?;
+            searched_step = step;
+            job
         }
         None => args.job.resolve_for(args.format)?,
     };
@@ -130,6 +134,15 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     if let Some(w) = beyond_calibration(&job.arch, &job.layout, &job.cluster, &cost) {
         eprintln!("warning: the predicted step in the headline lies {w}");
     }
+    if let Some(searched) = searched_step.filter(|s| (p.metrics.step_time_s / s - 1.0).abs() > 1e-6)
+    {
+        eprintln!(
+            "note: the search costed this layout at {searched:.3} s, the headline at {:.3} s: \
+             the search composed it with other models, runtime or framework; give the export \
+             the search's --models, --no-calibration or --framework to match",
+            p.metrics.step_time_s
+        );
+    }
     Ok(())
 }
 
@@ -155,6 +168,8 @@ struct SearchInput {
 struct SearchRow {
     status: String,
     layout: serde_json::Value,
+    #[serde(default)]
+    step_time_s: Option<f64>,
 }
 
 /// A row's layout as a search wrote it: what `Layout::new` needs to rebuild it.
@@ -232,8 +247,13 @@ struct RowOverlap {
 }
 
 /// The `rank`-th predicted layout of a search, on its cluster and model (or `--cluster` /
-/// `--model` when given), checked to rebuild to exactly the layout the search costed.
-fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::Result<Job> {
+/// `--model` when given), checked to rebuild to exactly the layout the search costed, and the
+/// step the search gave it.
+fn from_search(
+    path: &std::path::Path,
+    rank: usize,
+    flags: &JobArgs,
+) -> anyhow::Result<(Job, Option<f64>)> {
     let bad = |m: String| stepcast::Error::bad_file(path, m);
     let text = stepcast::fsutil::read_to_string(path)?;
     let file: SearchFile = serde_json::from_str(&text).map_err(|e| {
@@ -350,12 +370,13 @@ fn from_search(path: &std::path::Path, rank: usize, flags: &JobArgs) -> anyhow::
         super::stamp::cluster(&cluster),
         super::stamp::architecture(&model),
     ];
-    Ok(Job {
+    let job = Job {
         cluster,
         arch,
         layout,
         inputs,
         notes: Vec::new(),
         framework: flags.framework.clone(),
-    })
+    };
+    Ok((job, row.step_time_s))
 }
