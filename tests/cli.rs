@@ -3924,3 +3924,63 @@ fn a_llama_4_config_costs_its_chunks_and_interleaved_experts() {
         &["chunked attention", "slides"],
     );
 }
+
+/// `predict` says which frameworks run its layout as costed — exactly those whose `export`
+/// succeeds — in its text and its JSON, and that none does where none would.
+#[test]
+fn predict_names_the_frameworks_that_run_its_layout() {
+    let job = [
+        "--cluster",
+        "dgx-h100",
+        "--model",
+        "llama2-7b",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "8",
+    ];
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["--tp", "2", "--dp", "4"], &["megatron", "nemo"]),
+        (
+            &[
+                "--tp",
+                "2",
+                "--dp",
+                "4",
+                "--sequence-parallel",
+                "--zero",
+                "3",
+            ],
+            &["torchtitan"],
+        ),
+        (&["--dp", "8", "--rules", "paper"], &[]),
+    ];
+    for (layout, expected) in cases {
+        let args = [&job[..], layout].concat();
+        let json = json_of(&stepcast(&[&["predict", "--json"][..], &args].concat()));
+        let listed: Vec<&str> = json["runs_as_costed_on"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, expected, "{layout:?}");
+        for f in ["megatron", "nemo", "torchtitan"] {
+            let e = stepcast(&[&["export", "--format", f][..], &args].concat());
+            assert_eq!(e.status.success(), listed.contains(&f), "{f} {layout:?}");
+        }
+        let text = stdout(&stepcast(&[&["predict"][..], &args].concat()));
+        let line = text.lines().find(|l| l.starts_with("frameworks")).unwrap();
+        if expected.is_empty() {
+            assert!(
+                line.contains("none of megatron, nemo, torchtitan"),
+                "{line}"
+            );
+        } else {
+            assert!(
+                line.contains(&format!("runs as costed on {}", expected.join(", "))),
+                "{line}"
+            );
+        }
+    }
+}

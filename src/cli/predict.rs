@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::layout::{describe, rules_name, JobArgs};
 use super::output::{align_numbers, share, table};
+use stepcast::export::{export, Framework, Target};
 use stepcast::plan::Issue;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, OperatorReport, PredictOptions, Prediction};
@@ -117,8 +118,10 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
+    let runs_on = frameworks_running(&job);
     if args.json {
         let mut value = serde_json::to_value(&prediction)?;
+        value["runs_as_costed_on"] = serde_json::to_value(&runs_on)?;
         if let Some((outcome, save_s)) = &run {
             value["run"] = serde_json::json!({"outcome": outcome, "checkpoint_save_s": save_s});
         }
@@ -131,6 +134,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         if let Some(g) = &graphs {
             println!("cuda graphs   {}", g.describe("this step"));
         }
+        println!("frameworks    {}", describe_frameworks(&runs_on));
         if let Some((o, save_s)) = &run {
             let steps = (o.training_s / prediction.metrics.step_time_s).round();
             println!(
@@ -149,6 +153,37 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The frameworks `stepcast export` writes this layout for, as it was costed.
+fn frameworks_running(job: &super::layout::Job) -> Vec<Framework> {
+    let target = Target {
+        arch: &job.arch,
+        layout: &job.layout,
+        gpus_per_node: job.cluster.spec.gpus_per_node as u64,
+        headline: String::new(),
+    };
+    Framework::ALL
+        .iter()
+        .copied()
+        .filter(|&f| export(f, &target).is_ok())
+        .collect()
+}
+
+/// The `frameworks` line: who runs the layout as costed, or that none of them does.
+fn describe_frameworks(runs_on: &[Framework]) -> String {
+    let names = |fs: &[Framework]| fs.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ");
+    if runs_on.is_empty() {
+        format!(
+            "none of {} runs this layout as costed (`stepcast export --format F` says why)",
+            names(Framework::ALL)
+        )
+    } else {
+        format!(
+            "runs as costed on {} (`stepcast export --format F` writes its launch)",
+            names(runs_on)
+        )
+    }
 }
 
 fn print_prediction(
