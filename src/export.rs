@@ -77,6 +77,21 @@ pub struct Target<'a> {
     pub headline: String,
 }
 
+/// The frameworks whose launch `export` writes for `layout`, as it was costed.
+pub fn runs_as_costed_on(arch: &Arch, layout: &Layout, gpus_per_node: u64) -> Vec<Framework> {
+    let target = Target {
+        arch,
+        layout,
+        gpus_per_node,
+        headline: String::new(),
+    };
+    Framework::ALL
+        .iter()
+        .copied()
+        .filter(|&f| export(f, &target).is_ok())
+        .collect()
+}
+
 /// `target` in `framework`'s terms, or why that framework cannot run it as costed.
 pub fn export(framework: Framework, target: &Target) -> Result<Launch> {
     let l = target.layout;
@@ -92,8 +107,8 @@ pub fn export(framework: Framework, target: &Target) -> Result<Launch> {
     // here runs that
     let kv = target.arch.kv_heads;
     if !kv.is_multiple_of(l.tp) {
-        let fits: Vec<String> = (1..=kv)
-            .filter(|&d| kv.is_multiple_of(d))
+        let fits: Vec<String> = crate::workload::parallel::divisors(kv)
+            .iter()
             .map(|d| d.to_string())
             .collect();
         let rule = match framework {

@@ -563,11 +563,7 @@ pub fn search_watched(
     let beyond_calibration =
         best.and_then(|r| beyond_calibration(req.arch, &r.layout, req.cluster, cost));
     let best_runs_on = best.map_or_else(Vec::new, |r| {
-        Framework::ALL
-            .iter()
-            .copied()
-            .filter(|&f| refused_by(f, req, &r.layout).is_none())
-            .collect()
+        crate::export::runs_as_costed_on(req.arch, &r.layout, req.cluster.spec.gpus_per_node as u64)
     });
     Ok(SearchReport {
         enumerated: candidates.len(),

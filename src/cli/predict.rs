@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::layout::{describe, rules_name, JobArgs};
 use super::output::{align_numbers, share, table};
-use stepcast::export::{export, Framework, Target};
+use stepcast::export::{runs_as_costed_on, Framework};
 use stepcast::plan::Issue;
 use stepcast::predict::cost::CostModel;
 use stepcast::predict::{predict, OperatorReport, PredictOptions, Prediction};
@@ -118,7 +118,11 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    let runs_on = frameworks_running(&job);
+    let runs_on = runs_as_costed_on(
+        &job.arch,
+        &job.layout,
+        job.cluster.spec.gpus_per_node as u64,
+    );
     if args.json {
         let mut value = serde_json::to_value(&prediction)?;
         value["runs_as_costed_on"] = serde_json::to_value(&runs_on)?;
@@ -153,21 +157,6 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The frameworks `stepcast export` writes this layout for, as it was costed.
-fn frameworks_running(job: &super::layout::Job) -> Vec<Framework> {
-    let target = Target {
-        arch: &job.arch,
-        layout: &job.layout,
-        gpus_per_node: job.cluster.spec.gpus_per_node as u64,
-        headline: String::new(),
-    };
-    Framework::ALL
-        .iter()
-        .copied()
-        .filter(|&f| export(f, &target).is_ok())
-        .collect()
 }
 
 /// The `frameworks` line: who runs the layout as costed, or that none of them does.
