@@ -1277,6 +1277,36 @@ fn export_writes_each_frameworks_launch_from_flags_or_a_search() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), fs::read_to_string(&script).unwrap());
+    // the search's framework and models directory are followed: a directory gone since is
+    // named with the fix
+    let mut composer = doc.clone();
+    composer["provenance"]["inputs"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"role": "framework", "name": "composer"}));
+    fs::write(&edited, composer.to_string()).unwrap();
+    let out = export(&edited, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("costed as the search was: --framework composer"),
+        "{}",
+        stderr(&out)
+    );
+    let gone = tmp.path().join("gone");
+    for input in composer["provenance"]["inputs"].as_array_mut().unwrap() {
+        if input["role"] == "models" {
+            input["name"] = serde_json::json!(gone);
+        }
+    }
+    fs::write(&edited, composer.to_string()).unwrap();
+    assert_user_error(
+        &export(&edited, &[]),
+        &[
+            "read models",
+            "gone, which is not a directory here",
+            "give --models",
+        ],
+    );
     // a schedule Megatron lacks is refused with the fix
     let out = stepcast(
         &[

@@ -741,8 +741,8 @@ fn a_long_fp8_sequences_best_command_carries_what_it_was_costed_with() {
 
 /// A search on other models and the raw physics: its best command names both (`--models`,
 /// `--no-calibration`), quoted where a path holds a space or a quote, and run by a shell it
-/// predicts the step the search ranked it by; an export of the search's JSON notes a headline
-/// composed otherwise.
+/// predicts the step the search ranked it by; an export of the search's JSON costs its headline
+/// as the search did, and names why where it cannot.
 #[test]
 fn the_best_command_keeps_the_models_and_the_raw_physics_and_survives_the_shell() {
     let dir = tempfile::tempdir().unwrap();
@@ -790,20 +790,40 @@ fn the_best_command_keeps_the_models_and_the_raw_physics_and_survives_the_shell(
         (predicted / raw - 1.0).abs() < 1e-9,
         "{line}: {predicted} vs {raw}"
     );
-    // an export of that search's best row says where its headline parts from the search's step,
-    // and is silent given the same models and runtime
+    // an export of that search's best row costs its headline as the search did (its models,
+    // the raw physics) and says so
     let export = |extra: &[&str]| {
         let args = ["export", "--format", "megatron", "--from-search"];
         let o = stepcast(&[&args[..], &[json.to_str().unwrap()], extra].concat());
         assert!(o.status.success(), "{}", stderr(&o));
-        stderr(&o)
+        (stdout(&o), stderr(&o))
     };
-    let note = export(&[]);
+    let (script, notes) = export(&[]);
     assert!(
-        note.contains(&format!("the search costed this layout at {raw:.3} s"))
-            && note.contains("--no-calibration"),
-        "{note}"
+        script.contains(&format!("predicts {raw:.3} s per step")),
+        "{raw}: {script}"
     );
-    let same = export(&["--models", models.to_str().unwrap(), "--no-calibration"]);
-    assert!(!same.contains("the search costed"), "{same}");
+    assert!(
+        notes.contains(&format!(
+            "costed as the search was: its models {}, the raw physics",
+            models.display()
+        )) && !notes.contains("the search costed"),
+        "{notes}"
+    );
+    // of a calibrated search on those models: the export's own --no-calibration, then a
+    // calibration removed since, each named where the headline parts from the search's step
+    steps(&["--models", models.to_str().unwrap()]);
+    let (_, notes) = export(&["--no-calibration"]);
+    assert!(
+        notes.contains("the search costed this layout at")
+            && notes.contains("this export's --models, --no-calibration or --framework"),
+        "{notes}"
+    );
+    std::fs::remove_file(models.join("calibration.yaml")).unwrap();
+    let (_, notes) = export(&[]);
+    assert!(
+        notes.contains("the calibration changed since the search (calibrated")
+            && notes.contains(", now none): run the search again"),
+        "{notes}"
+    );
 }

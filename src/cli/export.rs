@@ -50,9 +50,7 @@ pub struct ExportArgs {
 }
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
-    // the step the search gave the row, to hold the headline's against
-    let mut searched_step = None;
-    let job = match &args.from_search {
+    let (job, searched) = match &args.from_search {
         Some(path) => {
             if args.job.job.is_some()
                 || args.job.tp.is_some()
@@ -65,24 +63,55 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
                         .into()
                 ));
             }
-            let (job, step) = from_search(path, args.rank, &args.job)?;
-            searched_step = step;
-            job
+            let (job, searched) = from_search(path, args.rank, &args.job)?;
+            (job, Some(searched))
         }
-        None => args.job.resolve_for(args.format)?,
+        None => (args.job.resolve_for(args.format)?, None),
     };
-    let models = super::layout::open_models(args.models.as_deref(), &job.cluster)?;
+    // a row of a search is costed as the search costed it, where the export's flags are silent:
+    // its models directory, its framework's calibration (set in `from_search`), its runtime
+    let mut followed = Vec::new();
+    let mut models_dir = args.models.clone();
+    if let Some(dir) = searched.as_ref().and_then(|s| s.models.as_ref()) {
+        if models_dir.is_none() {
+            if !dir.is_dir() {
+                anyhow::bail!(stepcast::Error::Invalid(format!(
+                    "the search {} read models {}, which is not a directory here (a relative \
+                     path is read from the working directory): give --models",
+                    args.from_search.as_deref().unwrap_or(dir).display(),
+                    dir.display()
+                )));
+            }
+            followed.push(format!("its models {}", dir.display()));
+            models_dir = Some(dir.clone());
+        }
+    }
+    if let (Some(f), None, Some(_)) = (&job.framework, &args.job.framework, &searched) {
+        followed.push(format!("--framework {f}"));
+    }
+    let models = super::layout::open_models(models_dir.as_deref(), &job.cluster)?;
+    let models_fingerprint = models.as_ref().map(|m| m.fingerprint().to_string());
     let mut inputs = job.inputs.clone();
     inputs.extend(models.as_ref().map(super::stamp::models));
     let cost = CostModel::new(&job.cluster, models)
         .with_transfer(super::layout::open_transfer(&job.cluster)?)
         .with_collectives(super::layout::open_collectives(&job.cluster)?)
         .with_framework(job.framework.as_deref());
-    let cost = if args.no_calibration {
+    let search_was_raw = searched.as_ref().is_some_and(Searched::was_raw);
+    if search_was_raw && !args.no_calibration && cost.calibration_summary().is_some() {
+        followed.push("the raw physics (it was not calibrated)".into());
+    }
+    let cost = if args.no_calibration || search_was_raw {
         cost.uncalibrated()
     } else {
         cost
     };
+    if !followed.is_empty() {
+        eprintln!(
+            "note: the headline is costed as the search was: {}",
+            followed.join(", ")
+        );
+    }
     let p = predict(
         &job.arch,
         &job.layout,
@@ -134,14 +163,11 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     if let Some(w) = beyond_calibration(&job.arch, &job.layout, &job.cluster, &cost) {
         eprintln!("warning: the predicted step in the headline lies {w}");
     }
-    if let Some(searched) = searched_step.filter(|s| (p.metrics.step_time_s / s - 1.0).abs() > 1e-6)
+    if let Some(why) = searched
+        .as_ref()
+        .and_then(|s| s.parted(&args, &p, models_fingerprint.as_deref()))
     {
-        eprintln!(
-            "note: the search costed this layout at {searched:.3} s, the headline at {:.3} s: \
-             the search composed it with other models, runtime or framework; give the export \
-             the search's --models, --no-calibration or --framework to match",
-            p.metrics.step_time_s
-        );
+        eprintln!("note: {why}");
     }
     Ok(())
 }
@@ -151,17 +177,101 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
 struct SearchFile {
     provenance: Option<SearchProvenance>,
     rows: Vec<SearchRow>,
+    /// How its steps were calibrated: `Some(None)` uncalibrated, `None` when the file does not
+    /// say (an older stepcast wrote it).
+    #[serde(default, deserialize_with = "present")]
+    calibration: Option<Option<String>>,
+}
+
+/// A field that is there, `null` or not (`Some(None)` for `null`, `None` when absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
 struct SearchProvenance {
     inputs: Vec<SearchInput>,
+    #[serde(default)]
+    commit: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct SearchInput {
     role: String,
     name: String,
+    #[serde(default)]
+    digest: Option<String>,
+}
+
+/// How a search composed the step of the row exported: what the headline follows where the
+/// export's flags are silent, and what explains a headline that still parts from it.
+struct Searched {
+    /// The step the search gave the row.
+    step: Option<f64>,
+    /// The models directory it read, when it was not built in; and their fingerprint then.
+    models: Option<PathBuf>,
+    models_fingerprint: Option<String>,
+    /// Its calibration (`Some(None)`: uncalibrated; `None`: the file does not say).
+    calibration: Option<Option<String>>,
+    /// The stepcast commit that ran it.
+    commit: Option<String>,
+}
+
+impl Searched {
+    /// Whether the search composed its steps under no calibration.
+    fn was_raw(&self) -> bool {
+        matches!(self.calibration, Some(None))
+    }
+
+    /// Why the headline's step parts from the search's (none when they agree, to 1e-6).
+    fn parted(
+        &self,
+        args: &ExportArgs,
+        p: &stepcast::predict::Prediction,
+        models_fingerprint: Option<&str>,
+    ) -> Option<String> {
+        let searched = self.step?;
+        let step = p.metrics.step_time_s;
+        if (step / searched - 1.0).abs() <= 1e-6 {
+            return None;
+        }
+        let then_calibration = self.calibration.as_ref().map(Option::as_deref);
+        let why = if args.models.is_some() || args.no_calibration || args.job.framework.is_some() {
+            "this export's --models, --no-calibration or --framework part from the search's: \
+             drop them to match"
+                .to_string()
+        } else if self.models_fingerprint.is_some()
+            && self.models_fingerprint.as_deref() != models_fingerprint
+        {
+            format!(
+                "the models changed since the search (fingerprint {}, now {}): run the search \
+                 again",
+                self.models_fingerprint.as_deref().unwrap_or_default(),
+                models_fingerprint.unwrap_or("none")
+            )
+        } else if then_calibration.is_some_and(|c| c != p.calibration.as_deref()) {
+            format!(
+                "the calibration changed since the search ({}, now {}): run the search again",
+                then_calibration.flatten().unwrap_or("none"),
+                p.calibration.as_deref().unwrap_or("none")
+            )
+        } else if self
+            .commit
+            .as_deref()
+            .is_some_and(|c| c != stepcast::provenance::COMMIT)
+        {
+            format!(
+                "the search ran stepcast commit {}, this is {}: run the search again",
+                self.commit.as_deref().unwrap_or_default(),
+                stepcast::provenance::COMMIT
+            )
+        } else {
+            "the search composed it with other inputs: run the search again".to_string()
+        };
+        Some(format!(
+            "the search costed this layout at {searched:.3} s, the headline at {step:.3} s: {why}"
+        ))
+    }
 }
 
 #[derive(Deserialize)]
@@ -247,13 +357,13 @@ struct RowOverlap {
 }
 
 /// The `rank`-th predicted layout of a search, on its cluster and model (or `--cluster` /
-/// `--model` when given), checked to rebuild to exactly the layout the search costed, and the
-/// step the search gave it.
+/// `--model` when given), checked to rebuild to exactly the layout the search costed, under
+/// the search's `--framework` unless the flags name one; and how the search costed it.
 fn from_search(
     path: &std::path::Path,
     rank: usize,
     flags: &JobArgs,
-) -> anyhow::Result<(Job, Option<f64>)> {
+) -> anyhow::Result<(Job, Searched)> {
     let bad = |m: String| stepcast::Error::bad_file(path, m);
     let text = stepcast::fsutil::read_to_string(path)?;
     let file: SearchFile = serde_json::from_str(&text).map_err(|e| {
@@ -277,18 +387,20 @@ fn from_search(
                 predicted.len().max(1)
             ))
         })?;
-    let input = |role: &str| {
+    let recorded = |role: &str| {
         file.provenance
             .as_ref()
             .and_then(|p| p.inputs.iter().find(|i| i.role == role))
-            .map(|i| {
-                // built-in inputs are recorded as `<built-in NAME>`
-                i.name
-                    .strip_prefix("<built-in ")
-                    .and_then(|n| n.strip_suffix('>'))
-                    .unwrap_or(&i.name)
-                    .to_string()
-            })
+    };
+    let input = |role: &str| {
+        recorded(role).map(|i| {
+            // built-in inputs are recorded as `<built-in NAME>`
+            i.name
+                .strip_prefix("<built-in ")
+                .and_then(|n| n.strip_suffix('>'))
+                .unwrap_or(&i.name)
+                .to_string()
+        })
     };
     let cluster_name = flags
         .cluster
@@ -365,18 +477,29 @@ fn from_search(
             cluster_name.display()
         )));
     }
-    let inputs = vec![
+    let mut inputs = vec![
         super::stamp::file("search", path),
         super::stamp::cluster(&cluster),
         super::stamp::architecture(&model),
     ];
+    let framework = flags.framework.clone().or_else(|| input("framework"));
+    inputs.extend(framework.as_deref().map(super::stamp::framework));
     let job = Job {
         cluster,
         arch,
         layout,
         inputs,
         notes: Vec::new(),
-        framework: flags.framework.clone(),
+        framework,
     };
-    Ok((job, row.step_time_s))
+    // the models as the search recorded them: a directory, or built in (`<built-in …>`)
+    let models = recorded("models").filter(|m| !m.name.starts_with("<built-in "));
+    let searched = Searched {
+        step: row.step_time_s,
+        models: models.map(|m| PathBuf::from(&m.name)),
+        models_fingerprint: models.and_then(|m| m.digest.clone()),
+        calibration: file.calibration.clone(),
+        commit: file.provenance.as_ref().and_then(|p| p.commit.clone()),
+    };
+    Ok((job, searched))
 }

@@ -437,6 +437,7 @@ impl JobArgs {
                 .iter()
                 .map(|p| super::stamp::file("moe routing", p)),
         );
+        inputs.extend(framework.as_deref().map(super::stamp::framework));
         Ok(Job {
             cluster,
             arch,

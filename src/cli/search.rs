@@ -415,6 +415,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         super::stamp::architecture(&args.model),
     ];
     inputs.extend(models.as_ref().map(super::stamp::models));
+    inputs.extend(args.framework.as_deref().map(super::stamp::framework));
     let routing = match &args.moe_routing {
         Some(path) => {
             inputs.push(super::stamp::file("moe routing", path));

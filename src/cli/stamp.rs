@@ -19,6 +19,12 @@ pub fn cluster(c: &Cluster) -> Input {
     Input::new("cluster", c.path.display().to_string(), c.digest.clone())
 }
 
+/// The training framework whose calibration the steps were composed under (`--framework`),
+/// so that a later command (`export --from-search`) composes them the same way.
+pub fn framework(name: &str) -> Input {
+    Input::new("framework", name, None)
+}
+
 /// A model architecture: a file, or a preset by name (which the commit identifies).
 pub fn architecture(name_or_path: &str) -> Input {
     let path = Path::new(name_or_path);
