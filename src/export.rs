@@ -1060,9 +1060,25 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
              with --sequence-parallel",
         );
     }
-    if l.stage_layers.iter().any(|&s| s != l.stage_layers[0]) {
-        return refuse("torchtitan splits stages evenly here: use --partition uniform");
-    }
+    let split = match (l.pp > 1).then(|| torchtitan_split(a.layers, l)) {
+        None => None,
+        Some(Some(split)) => Some(split),
+        Some(None) => {
+            return refuse(&format!(
+                "torchtitan splits {} layers over {} model chunks with a remainder on the \
+                 first chunks, the embedding and the output each taking a layer's place or \
+                 none; the prediction put {:?} layers in them: predict with a pp·vpp that \
+                 divides {} (or {} with --account-for-embedding-in-pipeline-split and \
+                 --account-for-loss-in-pipeline-split, torchtitan's default) and \
+                 --partition uniform",
+                a.layers,
+                l.chunk_layers.len(),
+                l.chunk_layers,
+                a.layers,
+                a.layers + 2
+            ))
+        }
+    };
     if l.overlap.tp && l.elementwise == Elementwise::Eager {
         return refuse(
             "torchtitan's TP communication overlap (async tensor parallelism) needs \
@@ -1140,13 +1156,14 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             }
         );
     }
-    if l.pp > 1 {
+    if let Some(split) = split {
         let _ = writeln!(
             out,
             "pipeline_parallel_schedule = \"{schedule}\"\npipeline_parallel_microbatch_size = {}\n\
-             pipeline_parallel_layers_per_stage = {}",
-            l.micro_batch,
-            a.layers / (l.pp * l.vpp)
+             pipeline_parallel_layers_per_stage = {}\n\
+             pipeline_parallel_first_stage_less_layers = {}\n\
+             pipeline_parallel_last_stage_less_layers = {}",
+            l.micro_batch, split.layers_per_stage, split.first_less, split.last_less
         );
     }
     let mode = match l.recompute {
@@ -1197,6 +1214,51 @@ fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
         file_name: "job.toml",
         text: out,
         notes,
+    })
+}
+
+/// How torchtitan is told to split the layers over a pipeline's model chunks: its stage count
+/// is ceil((layers + first_less + last_less) / layers_per_stage), the embedding and the output
+/// taking `first_less` and `last_less` layer places (both 1 unless set).
+#[derive(Debug, PartialEq)]
+struct TorchtitanSplit {
+    layers_per_stage: u64,
+    first_less: u64,
+    last_less: u64,
+}
+
+/// The settings under which torchtitan (`pipeline_llm` and `generate_llm_fqn_per_model_part`
+/// in torchtitan/distributed/pipeline_parallel.py) builds exactly the layout's model chunks —
+/// as many, with the same layers each — or none. The embedding and the output take a layer's
+/// place where the layout's split gave them one (Megatron's account-for flags, torchtitan's
+/// default), none otherwise.
+fn torchtitan_split(layers: u64, l: &Layout) -> Option<TorchtitanSplit> {
+    let chunks = l.chunk_layers.len() as u64;
+    let first_less = u64::from(l.pipeline_split.embedding);
+    let last_less = u64::from(l.pipeline_split.loss);
+    let places = layers + first_less + last_less;
+    let layers_per_stage = places.div_ceil(chunks.max(1));
+    if chunks < 2 || places.div_ceil(layers_per_stage) != chunks {
+        return None;
+    }
+    // the first `extra` chunks take one place more; the end chunks give theirs to the
+    // embedding and the output
+    let (base, extra) = (places / chunks, places % chunks);
+    let built: Vec<u64> = (0..chunks)
+        .map(|i| {
+            let own = base + u64::from(i < extra);
+            let less = match i {
+                0 => first_less,
+                i if i == chunks - 1 => last_less,
+                _ => 0,
+            };
+            own.saturating_sub(less)
+        })
+        .collect();
+    (built == l.chunk_layers).then_some(TorchtitanSplit {
+        layers_per_stage,
+        first_less,
+        last_less,
     })
 }
 
@@ -2145,7 +2207,9 @@ mod tests {
         .unwrap();
         assert!(
             text.contains("local_batch_size = 128\n")
-                && text.contains("pipeline_parallel_layers_per_stage = 16"),
+                && text.contains("pipeline_parallel_layers_per_stage = 16")
+                && text.contains("pipeline_parallel_first_stage_less_layers = 0\n")
+                && text.contains("pipeline_parallel_last_stage_less_layers = 0\n"),
             "{text}"
         );
         for (model, flavor) in [("llama3-70b", "70B"), ("llama3-405b", "405B")] {
@@ -2551,6 +2615,83 @@ mod tests {
                 && !text.contains("MegatronCommOverlapCallback, tp_comm_overlap"),
             "{text}"
         );
+    }
+
+    /// torchtitan builds ceil((layers + first_less + last_less) / layers_per_stage) model chunks
+    /// and, unless told, gives the embedding and the output a layer's place each: an even split
+    /// is exported with both at 0 (the defaults made 34 / 8 = 5 chunks of Llama 3 8B's 32 layers
+    /// on pp 4 and torchtitan raised), Megatron's account-for split with both at 1, torchtitan's
+    /// remainder-first split as it is, and a split torchtitan cannot build is refused.
+    #[test]
+    fn torchtitan_builds_the_costed_pipeline_chunks_or_refuses() {
+        let split = |model: &str, s: ParallelSpec| {
+            let (a, l) = target(model, s);
+            (torchtitan_split(a.layers, &l), a, l)
+        };
+        let tt = |layers_per_stage, first_less, last_less| {
+            Some(TorchtitanSplit {
+                layers_per_stage,
+                first_less,
+                last_less,
+            })
+        };
+        assert_eq!(split("llama3-8b", spec(1, 4, 2)).0, tt(8, 0, 0));
+        let accounted = ParallelSpec {
+            account_for_embedding_in_pipeline_split: Some(true),
+            account_for_loss_in_pipeline_split: Some(true),
+            zero: Some(3),
+            ..spec(1, 2, 4)
+        };
+        let (got, a, l) = split("llama3-70b", accounted);
+        assert_eq!((got, &l.chunk_layers[..]), (tt(41, 1, 1), &[40, 40][..]));
+        let text = launch(Framework::Torchtitan, &a, &l).unwrap().text;
+        for want in [
+            "pipeline_parallel_layers_per_stage = 41\n",
+            "pipeline_parallel_first_stage_less_layers = 1\n",
+            "pipeline_parallel_last_stage_less_layers = 1\n",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        // 80 layers on pp 3: Megatron's remainder lands where torchtitan's does
+        let (got, _, l) = split("llama3-70b", spec(1, 3, 1));
+        assert_eq!(
+            (got, &l.chunk_layers[..]),
+            (tt(27, 0, 0), &[27, 27, 26][..])
+        );
+        // torchtitan's own default split of 32 layers over 4 chunks (8, 9, 8, 7 and the
+        // embedding and output) — not one Megatron's rules make, but exported as it is
+        let (_, _, mut l) = split("llama3-8b", spec(1, 4, 2));
+        l.chunk_layers = vec![8, 9, 8, 7];
+        l.pipeline_split = crate::workload::PipelineSplit {
+            embedding: true,
+            loss: true,
+        };
+        assert_eq!(torchtitan_split(32, &l), tt(9, 1, 1));
+        // on pp 6 Megatron puts the remainder in the middle, torchtitan on the first chunks
+        let fsdp = ParallelSpec {
+            zero: Some(3),
+            ..spec(1, 6, 1)
+        };
+        let (got, a, mut l) = split("llama3-70b", fsdp);
+        assert_eq!(
+            (got, &l.chunk_layers[..]),
+            (None, &[13, 14, 14, 13, 13, 13][..])
+        );
+        let refused = launch(Framework::Torchtitan, &a, &l)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("[13, 14, 14, 13, 13, 13]")
+                && refused.contains("a pp·vpp that divides 80 (or 82"),
+            "{refused}"
+        );
+        // and a chunk count no layers_per_stage gives: 9 layers in 6 chunks takes 2 per chunk
+        // at the least, and 2 makes 5 chunks
+        l.pipeline_split = crate::workload::PipelineSplit::default();
+        l.chunk_layers = vec![2, 2, 2, 1, 1, 1];
+        assert_eq!(torchtitan_split(9, &l), None);
+        l.chunk_layers = vec![9];
+        assert_eq!(torchtitan_split(9, &l), None);
     }
 
     /// torchtitan takes GPipe, full precision and its ring rotation, and refuses what only
