@@ -10,8 +10,8 @@ use crate::error::{Error, Result};
 use crate::ops::Dtype;
 use crate::workload::{
     Activation, Arch, AttentionKernel, CpComm, CrossEntropy, CudaGraphScope, Dispatcher,
-    Elementwise, Fp8Library, Layout, MoeSpec, NormKind, ParallelSpec, Position, QkNormSpan,
-    Recompute, Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
+    Elementwise, Fp8Library, Layout, MoeSpec, NormKind, ParallelSpec, Partition, Position,
+    QkNormSpan, Recompute, Rules, Schedule, DEFAULT_VOCAB_DIVISOR,
 };
 
 crate::named_enum!(
@@ -213,9 +213,18 @@ fn megatron_core_refusals(framework: Framework, l: &Layout) -> Result<()> {
         );
     }
     if uneven_ends(&l.stage_layers).is_none() {
+        let fix = match l.partition {
+            Partition::Neox => "predict with --partition uniform".to_string(),
+            // the uniform split puts a remainder in the middle stages
+            Partition::Uniform => format!(
+                "predict with a pp that divides the {} layers, or give the split with \
+                 --pipeline-layout",
+                l.stage_layers.iter().sum::<u64>()
+            ),
+        };
         return refuse(&format!(
-            "Megatron-Core sets only the first and last stage apart: stages of {:?} layers; use \
-             --partition uniform",
+            "Megatron-Core sets only the first and last stage apart: stages of {:?} layers; \
+             {fix}",
             l.stage_layers
         ));
     }
@@ -997,12 +1006,25 @@ fn moe_layer_freq(layers: u64, m: &MoeSpec) -> String {
 
 /// torchtitan's model name and flavor for `arch`, where it has one.
 fn torchtitan_flavor(arch: &Arch) -> Option<(&'static str, &'static str)> {
-    match arch.name.as_str() {
-        "llama3-8b" => Some(("llama3", "8B")),
-        "llama3-70b" => Some(("llama3", "70B")),
-        "llama3-405b" => Some(("llama3", "405B")),
-        _ => None,
-    }
+    TORCHTITAN_FLAVORS
+        .iter()
+        .find(|(preset, ..)| *preset == arch.name)
+        .map(|&(_, name, flavor)| (name, flavor))
+}
+
+/// The presets torchtitan has a flavor of: (preset, torchtitan's model name, flavor).
+const TORCHTITAN_FLAVORS: [(&str, &str, &str); 3] = [
+    ("llama3-8b", "llama3", "8B"),
+    ("llama3-70b", "llama3", "70B"),
+    ("llama3-405b", "llama3", "405B"),
+];
+
+/// The preset of a torchtitan `[model]` name and flavor, if stepcast has it.
+pub fn torchtitan_preset(name: &str, flavor: &str) -> Option<&'static str> {
+    TORCHTITAN_FLAVORS
+        .iter()
+        .find(|(_, n, f)| *n == name && *f == flavor)
+        .map(|&(preset, ..)| preset)
 }
 
 fn torchtitan(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
@@ -1772,6 +1794,18 @@ mod tests {
         let (a, l) = target("llama2-7b", s);
         let e = launch(Framework::Megatron, &a, &l).unwrap_err().to_string();
         assert!(e.contains("--rules megatron"), "{e}");
+        // a remainder in the middle stages (Megatron's uniform split of 80 layers on pp 6):
+        // Megatron-Core sets only the ends apart, and another partition would not help
+        let (a, l) = target("llama3-70b", spec(1, 6, 1));
+        for f in [Framework::Megatron, Framework::Nemo] {
+            let e = launch(f, &a, &l).unwrap_err().to_string();
+            assert!(
+                e.contains("stages of [13, 14, 14, 13, 13, 13] layers")
+                    && e.contains("a pp that divides the 80 layers")
+                    && !e.contains("--partition"),
+                "{f:?}: {e}"
+            );
+        }
     }
 
     /// Transformer Engine's fused cross-entropy is a switch in Megatron-LM and NeMo and is

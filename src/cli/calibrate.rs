@@ -144,9 +144,14 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         }
     }
     if ok.is_empty() {
+        // why the first run that could not be predicted was not
+        let first = failed
+            .first()
+            .map(|(i, e)| format!(" (line {}: {e})", runs[*i].line))
+            .unwrap_or_default();
         anyhow::bail!(stepcast::Error::Empty(format!(
-            "{}: no run on a cluster with the models of {} could be predicted; check the runs' \
-             cluster column",
+            "{}: no run on a cluster with the models of {} could be predicted{first}; check \
+             the runs' cluster column and layouts",
             args.runs.display(),
             args.cluster.display()
         )));
