@@ -204,6 +204,110 @@ fn a_megatron_bridge_log_with_its_configuration_is_the_same_run() {
     );
 }
 
+/// rank 0's step line as torchtitan prints it (colors, a launcher prefix, thousands separators)
+fn torchtitan_line(step: u64, tps: &str) -> String {
+    format!(
+        "[rank0]:[titan] 2025-06-01 12:00:00,000 - root - INFO - \u{1b}[31mstep: {step:2}  \
+         \u{1b}[32mloss:  6.4012  \u{1b}[38;2;54;234;195mmemory: 41.27GiB(51.99%)  \
+         \u{1b}[34mtps: {tps}  \u{1b}[36mtflops: 300.12  \u{1b}[35mmfu: 30.35%\u{1b}[39m"
+    )
+}
+
+/// A torchtitan run of the job `stepcast export --format torchtitan` wrote for a layout (Llama
+/// 3 8B, tp 2 · FSDP 4, micro-batch 2 accumulated twice): its log's tokens per second per GPU
+/// become the step (32 · 8192 / (8 · 4,096) = 8 s at the median line), and calibrate composes the
+/// row exactly as predict composes that layout for torchtitan.
+#[test]
+fn a_torchtitan_log_with_its_exported_job_is_the_layout_predict_costs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = [
+        "--cluster",
+        "dgx-h100",
+        "--model",
+        "llama3-8b",
+        "--tp",
+        "2",
+        "--dp",
+        "4",
+        "--micro-batch",
+        "2",
+        "--global-batch",
+        "32",
+        "--zero",
+        "3",
+        "--sequence-parallel",
+    ];
+    let job = tmp.path().join("job.toml");
+    let out = stepcast(
+        &[
+            &["export", "--format", "torchtitan", "--out", s(&job)][..],
+            &layout,
+        ]
+        .concat(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = tmp.path().join("titan.log");
+    let lines = [
+        torchtitan_line(1, "612"),
+        torchtitan_line(10, "4,000"),
+        torchtitan_line(20, "4,096"),
+        torchtitan_line(30, "4,200"),
+        torchtitan_line(40, "3,990"),
+    ];
+    fs::write(&log, lines.join("\n")).unwrap();
+    let csv = tmp.path().join("runs.csv");
+    let titan = ["--format", "torchtitan", s(&log), "--config", s(&job)];
+    let out = import_to(&csv, &[&titan[..], &["--gpus", "8"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("llama3-8b 8 GPUs tp2 pp1 cp1 dp4 mbs2 gbs32 BF16 torchtitan FSDP")
+            && text.contains("8.000 s a step (median of 3 logged intervals, iterations 20–40)")
+            && text.contains("peak reserved 41.270 GiB"),
+        "{text}"
+    );
+    let (_, run) = checked(&csv, "dgx-h100");
+    assert_eq!(run["measured_s"], 8.0);
+    let mut predict = vec!["predict"];
+    predict.extend(layout);
+    predict.extend([
+        "--framework",
+        "torchtitan",
+        "--grad-reduce-dtype",
+        "fp32",
+        "--json",
+    ]);
+    let predicted = json_of(&stepcast(&predict));
+    assert_same_step(&run, &predicted);
+    // the GPUs must add up with the job's degrees
+    assert_user_error(
+        &import_to(&csv, &[&titan[..], &["--gpus", "7"]].concat()),
+        &["titan.log", "is 8 GPUs, not the 7 given", "--gpus"],
+    );
+    // a configuration that is not TOML, or none, is named with the fix
+    let not_toml = [
+        "--format",
+        "torchtitan",
+        s(&log),
+        "--config",
+        s(&log),
+        "--gpus",
+        "8",
+    ];
+    assert_user_error(
+        &import_to(&csv, &not_toml),
+        &[
+            "titan.log",
+            "not a torchtitan job configuration",
+            "--job.config_file",
+        ],
+    );
+    assert_user_error(
+        &import_to(&csv, &["--format", "torchtitan", s(&log), "--gpus", "8"]),
+        &["--format torchtitan needs --config JOB.toml"],
+    );
+}
+
 /// A Megatron-DeepSpeed run (GPT-2 style 1.3 B, tp 2 · pp 2 · dp 2, fp16, full recompute,
 /// ZeRO 1 as DeepSpeed's configuration prints it) becomes a `deepspeed` row that calibrate
 /// composes as predict composes the same layout on the DGX A100.

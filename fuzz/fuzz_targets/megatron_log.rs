@@ -1,10 +1,12 @@
 //! A training log for `stepcast runs import` — Megatron-LM's output, or a Megatron-Bridge
-//! configuration read beside it: made into a runs-CSV row or refused with a message, never a
-//! panic; a row's step is a finite, positive time.
+//! configuration read beside it, or torchtitan's output and job configuration: made into a
+//! runs-CSV row or refused with a message, never a panic; a row's step is a finite, positive
+//! time.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use stepcast::calibrate::megatron_log::{args_of_bridge_config, import, parse, ImportOptions};
+use stepcast::calibrate::torchtitan_log;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -26,6 +28,15 @@ fuzz_target!(|data: &[u8]| {
         log.args = args;
         if let Ok(run) = import(&log, &options) {
             assert!(run.step_ms.is_finite() && run.step_ms > 0.0);
+        }
+    }
+    // the same text as torchtitan's log, and as its job configuration beside it
+    let titan = torchtitan_log::parse(text);
+    if let Ok(job) = torchtitan_log::parse_config(text) {
+        for gpus in [1, 8, 1 << 20] {
+            if let Ok(run) = torchtitan_log::import(&titan, &job, gpus, |_| Ok(32), &options) {
+                assert!(run.step_ms.is_finite() && run.step_ms > 0.0);
+            }
         }
     }
 });

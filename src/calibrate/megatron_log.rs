@@ -282,7 +282,7 @@ pub struct ImportedRun {
 }
 
 /// The columns a row is written with, in this order in a new runs CSV.
-pub const COLUMNS: [&str; 38] = [
+pub const COLUMNS: [&str; 42] = [
     "set",
     "family",
     "label",
@@ -316,6 +316,10 @@ pub const COLUMNS: [&str; 38] = [
     "fp8_param_gather",
     "cross_entropy",
     "cuda_graphs",
+    "cp_comm",
+    "attention_kernel",
+    "elementwise",
+    "fp8_library",
     "measured_step_s",
     "measured_memory_gib",
     "memory_scope",
@@ -773,22 +777,30 @@ pub fn intervals_phrase(n: usize) -> String {
 /// The median interval past the warm-up: (ms per iteration, intervals, first and last
 /// iteration).
 fn step_time(log: &MegatronLog, warmup: u64) -> Result<(f64, usize, (u64, u64)), String> {
-    let mut kept: Vec<(u64, f64)> = log
-        .intervals
-        .iter()
-        .copied()
-        .filter(|&(iteration, _)| iteration > warmup)
-        .collect();
-    if kept.is_empty() {
-        return Err(format!(
+    median_past_warmup(&log.intervals, warmup).ok_or_else(|| {
+        format!(
             "no iteration line past iteration {warmup} ({} logged in all, `{ELAPSED} …`, \
              which Megatron-LM's last rank prints): give its log too, train longer, or give a \
              smaller --warmup-iterations",
             log.intervals.len()
-        ));
-    }
-    let first = kept.iter().map(|k| k.0).min().unwrap_or(0);
-    let last = kept.iter().map(|k| k.0).max().unwrap_or(0);
+        )
+    })
+}
+
+/// The median of the logged intervals (last iteration, mean ms per iteration) that end past
+/// the warm-up, how many there are, and the first and last iteration they end at; none where
+/// no interval ends past it.
+pub(crate) fn median_past_warmup(
+    intervals: &[(u64, f64)],
+    warmup: u64,
+) -> Option<(f64, usize, (u64, u64))> {
+    let mut kept: Vec<(u64, f64)> = intervals
+        .iter()
+        .copied()
+        .filter(|&(iteration, _)| iteration > warmup)
+        .collect();
+    let first = kept.iter().map(|k| k.0).min()?;
+    let last = kept.iter().map(|k| k.0).max()?;
     kept.sort_by(|x, y| x.1.total_cmp(&y.1));
     let n = kept.len();
     let median = if n % 2 == 1 {
@@ -796,7 +808,7 @@ fn step_time(log: &MegatronLog, warmup: u64) -> Result<(f64, usize, (u64, u64)),
     } else {
         (kept[n / 2 - 1].1 + kept[n / 2].1) / 2.0
     };
-    Ok((median, n, (first, last)))
+    Some((median, n, (first, last)))
 }
 
 /// How often a layer attends to the whole sequence among sliding-window ones, as Megatron's
@@ -841,7 +853,7 @@ fn global_attention_every(a: &Args) -> Result<Option<u64>, String> {
 }
 
 /// A family name from a model name: what grouped cross-validation leaves out together.
-fn family_of(model: &str) -> String {
+pub(crate) fn family_of(model: &str) -> String {
     let file = model.rsplit('/').next().unwrap_or(model);
     file.trim_end_matches(".yaml")
         .trim_end_matches(".json")

@@ -8,6 +8,7 @@
 pub mod fit;
 pub mod megatron_log;
 pub mod runs;
+pub mod torchtitan_log;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,7 +1,7 @@
-//! `stepcast runs import [--format megatron-log|megatron-bridge] LOG… --cluster C --out
-//! RUNS.csv`: one row per training log appended to a runs CSV (the architecture each run's
-//! arguments or configuration describe written beside it), ready for `stepcast calibrate
-//! RUNS.csv --cluster C`.
+//! `stepcast runs import [--format megatron-log|megatron-bridge|torchtitan] LOG… --cluster C
+//! --out RUNS.csv`: one row per training log appended to a runs CSV (the architecture each
+//! Megatron run's arguments or configuration describe written beside it), ready for
+//! `stepcast calibrate RUNS.csv --cluster C`.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -11,15 +11,16 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand, ValueEnum};
 
 use stepcast::calibrate::megatron_log::{self, ImportOptions, COLUMNS};
+use stepcast::calibrate::torchtitan_log;
 use stepcast::hardware::Cluster;
 use stepcast::Error;
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// Make runs-CSV rows of training logs (Megatron-LM's, or Megatron-Bridge's with their
-    /// configuration): the layout, precision and architecture from the argument dump rank 0
-    /// prints (or the configuration), the step time from the iteration lines past the
-    /// warm-up, the peak reserved memory from the memory reports.
+    /// Make runs-CSV rows of training logs (Megatron-LM's, or Megatron-Bridge's or
+    /// torchtitan's with their configuration): the layout, precision and architecture from the
+    /// argument dump rank 0 prints (or the configuration), the step time from the iteration
+    /// lines past the warm-up, the peak reserved memory from the memory reports.
     Import(ImportArgs),
 }
 
@@ -34,6 +35,9 @@ pub enum LogFormat {
     /// the run's configuration from `--config` (the YAML `--dryrun` prints or
     /// `logger.save_config_filepath` saves) and its GPUs from `--gpus`.
     MegatronBridge,
+    /// torchtitan's training output (rank 0's `step: N … memory: M GiB … tps: T` lines), with
+    /// the job's TOML from `--config` and its GPUs from `--gpus`.
+    Torchtitan,
 }
 
 #[derive(Debug, Args)]
@@ -47,10 +51,11 @@ pub struct ImportArgs {
     #[arg(required = true)]
     pub logs: Vec<PathBuf>,
     /// With `--format megatron-bridge`: the runs' configuration (Megatron-Bridge's
-    /// ConfigContainer YAML).
-    #[arg(long, value_name = "CONFIG.yaml")]
+    /// ConfigContainer YAML); with `--format torchtitan`, the job's TOML.
+    #[arg(long, value_name = "CONFIG")]
     pub config: Option<PathBuf>,
-    /// With `--format megatron-bridge`: the GPUs the runs used (the configuration does not say).
+    /// With `--format megatron-bridge` or `torchtitan`: the GPUs the runs used (the
+    /// configuration does not say).
     #[arg(long)]
     pub gpus: Option<u64>,
     /// The cluster the runs ran on (a built-in name or a cluster file).
@@ -83,7 +88,7 @@ pub fn run(cmd: RunsCommand) -> anyhow::Result<()> {
 }
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {
-    let bridge_args = bridge_arguments(&args)?;
+    let source = source(&args)?;
     // the cluster and a named model as the CSV will name them, each checked first
     Cluster::load(Path::new(&args.cluster))?;
     let cluster = as_csv_names_it(&args.cluster)?;
@@ -107,15 +112,30 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
     let mut imported = Vec::new();
     for log in &args.logs {
         let text = stepcast::fsutil::read_to_string(log)?;
-        let mut parsed = megatron_log::parse(&text);
-        if let Some(config) = &bridge_args {
-            parsed.args = config.clone();
-        }
-        let mut run =
-            megatron_log::import(&parsed, &options).map_err(|message| Error::BadFile {
-                path: log.clone(),
-                message,
-            })?;
+        let run = match &source {
+            Source::Megatron(config) => {
+                let mut parsed = megatron_log::parse(&text);
+                if let Some(config) = config {
+                    parsed.args = config.clone();
+                }
+                megatron_log::import(&parsed, &options)
+            }
+            Source::Torchtitan(config, gpus) => torchtitan_log::import(
+                &torchtitan_log::parse(&text),
+                config,
+                *gpus,
+                |model| {
+                    stepcast::workload::Arch::resolve(model)
+                        .map(|a| a.layers)
+                        .map_err(|e| e.to_string())
+                },
+                &options,
+            ),
+        };
+        let mut run = run.map_err(|message| Error::BadFile {
+            path: log.clone(),
+            message,
+        })?;
         let source = format!("{}: {}", log.display(), run.columns["source"]);
         run.columns.insert("source", source);
         imported.push((log, run));
@@ -131,7 +151,12 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
     }
     // the CSV is locked before the architectures its rows name are written beside it (and
     // looked at again): another import into it is refused until both are written
-    let mut csv = LockedCsv::open(&args.out)?;
+    let filled: Vec<&str> = COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| imported.iter().any(|(_, run)| run.columns.contains_key(c)))
+        .collect();
+    let mut csv = LockedCsv::open(&args.out, &filled)?;
     for arch in &archs {
         if let Some((path, text)) = arch_file(dir, arch)? {
             stepcast::fsutil::write_atomic(&path, text.as_bytes())?;
@@ -171,33 +196,56 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// With `--format megatron-bridge`, the run's configuration read as the argument dump its logs
-/// do not print; none for Megatron-LM's logs, which print it.
-fn bridge_arguments(args: &ImportArgs) -> anyhow::Result<Option<BTreeMap<String, String>>> {
-    let needs = "--format megatron-bridge needs --config CONFIG.yaml (the run's ConfigContainer \
-                 YAML, as --dryrun prints it or logger.save_config_filepath saves it) and --gpus \
-                 N (the GPUs the run used)";
+/// Where a log's layout comes from: Megatron-LM's own argument dump, or a Megatron-Bridge
+/// configuration read as that dump; torchtitan's job configuration and the GPUs.
+enum Source {
+    Megatron(Option<BTreeMap<String, String>>),
+    Torchtitan(Box<torchtitan_log::JobConfig>, u64),
+}
+
+/// The logs' layout source for `--format`, with `--config` and `--gpus` read and checked.
+fn source(args: &ImportArgs) -> anyhow::Result<Source> {
+    let gpus = |gpus: u64| {
+        stepcast::limits::check_range("--gpus", "gpus", gpus as f64, 1.0..=1e6, "")
+            .map_err(Error::Invalid)
+    };
+    let bad_config = |path: &PathBuf| {
+        let path = path.clone();
+        move |message| Error::BadFile { path, message }
+    };
     match (args.format, &args.config, args.gpus) {
-        (LogFormat::MegatronLog, None, None) => Ok(None),
+        (LogFormat::MegatronLog, None, None) => Ok(Source::Megatron(None)),
         (LogFormat::MegatronLog, ..) => Err(Error::Invalid(
-            "--config and --gpus are read with --format megatron-bridge: Megatron-LM's logs \
-             print their arguments themselves; drop them"
+            "--config and --gpus are read with --format megatron-bridge or torchtitan: \
+             Megatron-LM's logs print their arguments themselves; drop them"
                 .into(),
         )
         .into()),
-        (LogFormat::MegatronBridge, Some(config), Some(gpus)) => {
-            stepcast::limits::check_range("--gpus", "gpus", gpus as f64, 1.0..=1e6, "")
-                .map_err(Error::Invalid)?;
+        (LogFormat::MegatronBridge, Some(config), Some(n)) => {
+            gpus(n)?;
             let text = stepcast::fsutil::read_to_string(config)?;
-            let dump = megatron_log::args_of_bridge_config(&text, gpus).map_err(|message| {
-                Error::BadFile {
-                    path: config.clone(),
-                    message,
-                }
-            })?;
-            Ok(Some(dump))
+            let dump = megatron_log::args_of_bridge_config(&text, n).map_err(bad_config(config))?;
+            Ok(Source::Megatron(Some(dump)))
         }
-        (LogFormat::MegatronBridge, ..) => Err(Error::Invalid(needs.into()).into()),
+        (LogFormat::MegatronBridge, ..) => Err(Error::Invalid(
+            "--format megatron-bridge needs --config CONFIG.yaml (the run's ConfigContainer \
+             YAML, as --dryrun prints it or logger.save_config_filepath saves it) and --gpus \
+             N (the GPUs the run used)"
+                .into(),
+        )
+        .into()),
+        (LogFormat::Torchtitan, Some(config), Some(n)) => {
+            gpus(n)?;
+            let text = stepcast::fsutil::read_to_string(config)?;
+            let job = torchtitan_log::parse_config(&text).map_err(bad_config(config))?;
+            Ok(Source::Torchtitan(Box::new(job), n))
+        }
+        (LogFormat::Torchtitan, ..) => Err(Error::Invalid(
+            "--format torchtitan needs --config JOB.toml (the job configuration the run was \
+             launched with, --job.config_file) and --gpus N (the GPUs the run used)"
+                .into(),
+        )
+        .into()),
     }
 }
 
@@ -257,8 +305,9 @@ struct LockedCsv {
 
 impl LockedCsv {
     /// Opens (or creates) the runs CSV at `path`, locks it and reads its header; another
-    /// import holding it is refused at once, and so is a file without the columns a row needs.
-    fn open(path: &Path) -> anyhow::Result<LockedCsv> {
+    /// import holding it is refused at once, and so is a file without a column the rows fill
+    /// (`filled`; a file written before a column was added takes rows that leave it empty).
+    fn open(path: &Path, filled: &[&str]) -> anyhow::Result<LockedCsv> {
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -296,7 +345,7 @@ impl LockedCsv {
                 .iter()
                 .map(str::to_string)
                 .collect();
-            let missing: Vec<&str> = COLUMNS
+            let missing: Vec<&str> = filled
                 .iter()
                 .copied()
                 .filter(|c| !header.iter().any(|h| h == c))
@@ -373,35 +422,48 @@ mod tests {
     }
 
     /// Megatron-LM's logs print their arguments: `--config` and `--gpus` are refused with
-    /// them and needed (both) with Megatron-Bridge's.
+    /// them and needed (both) with Megatron-Bridge's and torchtitan's.
     #[test]
-    fn a_bridge_import_needs_its_configuration_and_gpus() {
+    fn a_bridge_or_torchtitan_import_needs_its_configuration_and_gpus() {
         use LogFormat::*;
-        let refused = |a: ImportArgs| bridge_arguments(&a).unwrap_err().to_string();
-        assert!(bridge_arguments(&import_args(MegatronLog, None, None))
-            .unwrap()
-            .is_none());
+        let refused = |a: ImportArgs| match source(&a) {
+            Ok(_) => panic!("{:?} accepted", a.format),
+            Err(e) => e.to_string(),
+        };
+        assert!(matches!(
+            source(&import_args(MegatronLog, None, None)).unwrap(),
+            Source::Megatron(None)
+        ));
         for a in [
             import_args(MegatronLog, Some("c.yaml"), None),
             import_args(MegatronLog, None, Some(8)),
         ] {
             assert!(refused(a).contains("Megatron-LM's logs print their arguments"));
         }
-        for a in [
-            import_args(MegatronBridge, None, None),
-            import_args(MegatronBridge, Some("c.yaml"), None),
-            import_args(MegatronBridge, None, Some(8)),
+        for (format, needs) in [
+            (MegatronBridge, "--format megatron-bridge needs --config"),
+            (Torchtitan, "--format torchtitan needs --config JOB.toml"),
         ] {
-            assert!(refused(a).starts_with("--format megatron-bridge needs --config"));
+            for a in [
+                import_args(format, None, None),
+                import_args(format, Some("c.yaml"), None),
+                import_args(format, None, Some(8)),
+            ] {
+                assert!(refused(a).starts_with(needs), "{needs}");
+            }
+            let e = refused(import_args(format, Some("c.yaml"), Some(0)));
+            assert!(e.contains("--gpus"), "{e}");
+            let e = refused(import_args(format, Some("/nonexistent/c.yaml"), Some(8)));
+            assert!(e.contains("/nonexistent/c.yaml"), "{e}");
         }
-        let e = refused(import_args(MegatronBridge, Some("c.yaml"), Some(0)));
-        assert!(e.contains("--gpus"), "{e}");
-        let e = refused(import_args(
-            MegatronBridge,
-            Some("/nonexistent/c.yaml"),
-            Some(8),
-        ));
-        assert!(e.contains("/nonexistent/c.yaml"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job.toml");
+        std::fs::write(&job, "[parallelism\n").unwrap();
+        let e = refused(import_args(Torchtitan, job.to_str(), Some(8)));
+        assert!(
+            e.contains("job.toml") && e.contains("not a torchtitan job configuration"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -455,8 +517,8 @@ mod tests {
     fn rows_are_appended_under_the_file_s_own_header() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.csv");
-        let mut csv = LockedCsv::open(&path).unwrap();
-        let e = LockedCsv::open(&path).err().unwrap().to_string();
+        let mut csv = LockedCsv::open(&path, &COLUMNS).unwrap();
+        let e = LockedCsv::open(&path, &COLUMNS).err().unwrap().to_string();
         assert!(e.contains("another stepcast is appending"), "{e}");
         assert_eq!(csv.append(vec![&row("a"), &row("b")]).unwrap(), 2);
         drop(csv);
@@ -474,10 +536,10 @@ mod tests {
         reordered.push("note");
         std::fs::write(
             &path,
-            format!("{}\n{}", reordered.join(","), ",".repeat(38)),
+            format!("{}\n{}", reordered.join(","), ",".repeat(COLUMNS.len())),
         )
         .unwrap();
-        let mut csv = LockedCsv::open(&path).unwrap();
+        let mut csv = LockedCsv::open(&path, &COLUMNS).unwrap();
         assert_eq!(csv.append(vec![&row("c")]).unwrap(), 3);
         drop(csv);
         let text = std::fs::read_to_string(&path).unwrap();
@@ -489,7 +551,7 @@ mod tests {
         );
 
         std::fs::write(&path, "\n\n").unwrap();
-        let mut csv = LockedCsv::open(&path).unwrap();
+        let mut csv = LockedCsv::open(&path, &COLUMNS).unwrap();
         assert_eq!(csv.append(vec![&row("d")]).unwrap(), 4);
         drop(csv);
         assert_eq!(
@@ -498,10 +560,22 @@ mod tests {
         );
 
         std::fs::write(&path, "set,family\nx,y\n").unwrap();
-        let e = LockedCsv::open(&path).err().unwrap().to_string();
+        let e = LockedCsv::open(&path, &COLUMNS).err().unwrap().to_string();
         assert!(e.contains("has no column label, cluster"), "{e}");
+        // a file written before a column was added takes rows that leave it empty
+        let before: Vec<&str> = COLUMNS
+            .iter()
+            .copied()
+            .filter(|c| *c != "elementwise")
+            .collect();
+        std::fs::write(&path, format!("{}\n", before.join(","))).unwrap();
+        let e = LockedCsv::open(&path, &COLUMNS).err().unwrap().to_string();
+        assert!(e.contains("has no column elementwise:"), "{e}");
+        let mut csv = LockedCsv::open(&path, &["label", "tp"]).unwrap();
+        assert_eq!(csv.append(vec![&row("e")]).unwrap(), 2);
+        drop(csv);
         std::fs::write(&path, [0xff, 0xfe, b'\n']).unwrap();
-        let e = LockedCsv::open(&path).err().unwrap().to_string();
+        let e = LockedCsv::open(&path, &COLUMNS).err().unwrap().to_string();
         assert!(e.contains("not a runs CSV"), "{e}");
     }
 }
