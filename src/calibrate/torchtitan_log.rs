@@ -98,6 +98,15 @@ pub struct JobConfig {
     parallelism: ParallelismSection,
     activation_checkpoint: CheckpointSection,
     compile: CompileSection,
+    /// float8 as older torchtitan switched it on (`[float8] enable_float8_linear`), before
+    /// `[model] converters`
+    float8: Float8Section,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Float8Section {
+    enable_float8_linear: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -191,13 +200,28 @@ struct CompileSection {
 
 /// Reads a job configuration's text.
 pub fn parse_config(text: &str) -> Result<JobConfig, String> {
-    toml::from_str(text).map_err(|e| {
+    let not_one = |why: String| {
         format!(
-            "not a torchtitan job configuration ({}): give the TOML the run was launched \
-             with (--job.config_file)",
-            e.message()
+            "not a torchtitan job configuration ({why}): give the TOML the run was launched \
+             with (--job.config_file)"
         )
-    })
+    };
+    let table: toml::Table = toml::from_str(text).map_err(|e| not_one(e.message().into()))?;
+    // torchtitan before its [parallelism] section kept the degrees under [training] and
+    // [experimental]: read as absent, they would import another layout
+    for section in ["training", "experimental"] {
+        if let Some(key) = table
+            .get(section)
+            .and_then(toml::Value::as_table)
+            .and_then(|t| t.keys().find(|k| k.ends_with("_degree")))
+        {
+            return Err(format!(
+                "[{section}] {key}: an older torchtitan's configuration, which kept the parallel \
+                 degrees there; move them under [parallelism] as torchtitan now reads them"
+            ));
+        }
+    }
+    JobConfig::deserialize(table).map_err(|e| not_one(e.message().into()))
 }
 
 /// A parallel degree as torchtitan takes it: 1 or more (-1 only where torchtitan fills it in).
@@ -294,7 +318,9 @@ pub fn import(
             "[training] seq_len = {seq_len}: give the sequence the run trained on (1 to 16M)"
         ));
     }
-    let dtype = if config.model.converters.iter().any(|c| c.contains("float8")) {
+    let float8 = config.float8.enable_float8_linear
+        || config.model.converters.iter().any(|c| c.contains("float8"));
+    let dtype = if float8 {
         "fp8"
     } else {
         match t.mixed_precision_param.as_str() {
@@ -625,6 +651,22 @@ mod tests {
         assert!((run.step_ms / 1e3 / expected - 1.0).abs() < 1e-12);
         assert_eq!((run.intervals_used, run.iterations), (2, (20, 30)));
         assert!(run.arch.is_none());
+        // float8 as a converter, or as older torchtitan switched it on
+        for toml in [
+            "[model]\nconverters = [\"float8\"]\n",
+            "[float8]\nenable_float8_linear = true\n",
+        ] {
+            let config = parse_config(toml).unwrap();
+            let run = import(
+                &log(),
+                &config,
+                8,
+                llama3_layers,
+                &options(Some("llama3-8b")),
+            );
+            let c = run.unwrap().columns;
+            assert_eq!((&c["dtype"][..], &c["fp8_library"][..]), ("fp8", "torchao"));
+        }
     }
 
     /// What `stepcast export --format torchtitan` writes is read back as the layout it was
@@ -689,7 +731,10 @@ mod tests {
     #[test]
     fn what_cannot_be_costed_is_refused_naming_the_field() {
         let refused = |toml: &str, gpus: u64| {
-            let config = parse_config(toml).unwrap();
+            let config = match parse_config(toml) {
+                Ok(config) => config,
+                Err(e) => return e,
+            };
             import(
                 &log(),
                 &config,
@@ -732,6 +777,16 @@ mod tests {
                 "float16",
             ),
             ("[training]\nseq_len = 0\n", 8, "seq_len = 0"),
+            (
+                "[training]\ntensor_parallel_degree = 2\n",
+                8,
+                "[training] tensor_parallel_degree: an older torchtitan's",
+            ),
+            (
+                "[experimental]\npipeline_parallel_degree = 2\n",
+                8,
+                "[experimental] pipeline_parallel_degree",
+            ),
             (
                 "[training]\nseq_len = 16777216\nlocal_batch_size = 1000000\n",
                 8,
