@@ -615,15 +615,10 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
     } else {
         ""
     };
-    let pipeline_split = match (
+    let pipeline_split = pipeline_split_column(
         a.flag("account_for_embedding_in_pipeline_split"),
         a.flag("account_for_loss_in_pipeline_split"),
-    ) {
-        (true, true) => "embedding+loss",
-        (true, false) => "embedding",
-        (false, true) => "loss",
-        (false, false) => "",
-    };
+    );
     let graphed =
         a.flag("enable_cuda_graph") || a.text("cuda_graph_impl").is_some_and(|i| i != "none");
     let cuda_graphs = if graphed {
@@ -763,6 +758,16 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         intervals_used,
         iterations,
     })
+}
+
+/// The runs CSV's `pipeline_split`: which of the embedding and the loss took a layer's place.
+pub(crate) fn pipeline_split_column(embedding: bool, loss: bool) -> &'static str {
+    match (embedding, loss) {
+        (true, true) => "embedding+loss",
+        (true, false) => "embedding",
+        (false, true) => "loss",
+        (false, false) => "",
+    }
 }
 
 /// "median of 3 logged intervals", or "1 logged interval" where there is one.

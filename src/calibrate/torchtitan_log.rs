@@ -413,15 +413,10 @@ pub fn import(
     } else {
         ("1f1b", 1)
     };
-    let pipeline_split = match (
+    let pipeline_split = super::megatron_log::pipeline_split_column(
         pp > 1 && p.pipeline_parallel_first_stage_less_layers == 1,
         pp > 1 && p.pipeline_parallel_last_stage_less_layers == 1,
-    ) {
-        (true, true) => "embedding+loss",
-        (true, false) => "embedding",
-        (false, true) => "loss",
-        (false, false) => "",
-    };
+    );
 
     // per logged line: the mean step over the interval, from tokens per second per GPU
     let tokens = global_batch as f64 * seq_len as f64;
