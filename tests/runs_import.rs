@@ -279,10 +279,24 @@ fn a_torchtitan_log_with_its_exported_job_is_the_layout_predict_costs() {
     ]);
     let predicted = json_of(&stepcast(&predict));
     assert_same_step(&run, &predicted);
-    // the GPUs must add up with the job's degrees
+    // the GPUs must add up with the job's degrees: refused naming the job's file
+    let seven = import_to(&csv, &[&titan[..], &["--gpus", "7"]].concat());
     assert_user_error(
-        &import_to(&csv, &[&titan[..], &["--gpus", "7"]].concat()),
-        &["titan.log", "is 8 GPUs, not the 7 given", "--gpus"],
+        &seven,
+        &["job.toml", "is 8 GPUs, not the 7 given", "--gpus"],
+    );
+    assert!(!stderr(&seven).contains("titan.log"), "{}", stderr(&seven));
+    // a log without a step past the warm-up is the log's fault, named so
+    let short = tmp.path().join("short.log");
+    fs::write(&short, torchtitan_line(5, "4,096")).unwrap();
+    let short_titan = ["--format", "torchtitan", s(&short), "--config", s(&job)];
+    assert_user_error(
+        &import_to(&csv, &[&short_titan[..], &["--gpus", "8"]].concat()),
+        &[
+            "short.log",
+            "no step line past step 10",
+            "--warmup-iterations",
+        ],
     );
     // a configuration that is not TOML, or none, is named with the fix
     let not_toml = [

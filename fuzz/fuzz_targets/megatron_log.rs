@@ -32,9 +32,12 @@ fuzz_target!(|data: &[u8]| {
     }
     // the same text as torchtitan's log, and as its job configuration beside it
     let titan = torchtitan_log::parse(text);
-    if let Ok(job) = torchtitan_log::parse_config(text) {
+    if let Ok(config) = torchtitan_log::parse_config(text) {
         for gpus in [1, 8, 1 << 20] {
-            if let Ok(run) = torchtitan_log::import(&titan, &job, gpus, |_| Ok(32), &options) {
+            let Ok(job) = torchtitan_log::job(&config, gpus, |_| Ok(32), &options) else {
+                continue;
+            };
+            if let Ok(run) = torchtitan_log::import(&titan, &job, &options) {
                 assert!(run.step_ms.is_finite() && run.step_ms > 0.0);
             }
         }

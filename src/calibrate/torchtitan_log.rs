@@ -232,16 +232,26 @@ fn degree(name: &str, value: i64) -> Result<u64, String> {
         .ok_or_else(|| format!("[parallelism] {name} = {value}: give a degree of 1 or more"))
 }
 
-/// One log of a run of `config` on `gpus` GPUs as a runs-CSV row. The model is the one the user
-/// named, else the preset torchtitan's `[model]` name and flavor are (Llama 3's 8B, 70B and
-/// 405B); `layers` is its layer count, for the pipeline's model chunks.
-pub fn import(
-    log: &TorchtitanLog,
+/// What a job configuration fixes of every run launched with it: the runs-CSV columns of its
+/// layout, the GPUs and the tokens one step trains. Kept apart from the logs so that a
+/// refusal names the file at fault: the job's (or `--gpus`'s, `--model`'s) here, a log's in
+/// [`import`].
+#[derive(Debug, Clone)]
+pub struct Job {
+    columns: BTreeMap<&'static str, String>,
+    gpus: u64,
+    tokens: f64,
+}
+
+/// The layout `config` runs on `gpus` GPUs. The model is the one the user named, else the
+/// preset torchtitan's `[model]` name and flavor are (Llama 3's 8B, 70B and 405B); `layers` is
+/// its layer count, for the pipeline's model chunks.
+pub fn job(
     config: &JobConfig,
     gpus: u64,
     layers: impl FnOnce(&str) -> Result<u64, String>,
     options: &ImportOptions,
-) -> Result<ImportedRun, String> {
+) -> Result<Job, String> {
     let p = &config.parallelism;
     let tp = degree("tensor_parallel_degree", p.tensor_parallel_degree)?;
     let cp = degree("context_parallel_degree", p.context_parallel_degree)?;
@@ -418,38 +428,6 @@ pub fn import(
         pp > 1 && p.pipeline_parallel_last_stage_less_layers == 1,
     );
 
-    // per logged line: the mean step over the interval, from tokens per second per GPU
-    let tokens = global_batch as f64 * seq_len as f64;
-    let intervals: Vec<(u64, f64)> = log
-        .lines
-        .iter()
-        .map(|&(step, tps, _)| (step, 1e3 * tokens / (gpus as f64 * tps)))
-        .collect();
-    let (step_ms, intervals_used, iterations) =
-        median_past_warmup(&intervals, options.warmup_iterations).ok_or_else(|| {
-            format!(
-                "no step line past step {} ({} logged in all, `step: N … tps: T`, which \
-                 torchtitan's rank 0 prints every metrics.log_freq steps): train longer, or \
-                 give a smaller --warmup-iterations",
-                options.warmup_iterations,
-                log.lines.len()
-            )
-        })?;
-    // a step of 100 µs to a day, as a runs CSV takes it
-    if !(0.1..=86_400_000.0).contains(&step_ms) {
-        return Err(format!(
-            "{:.3e} s a step is not a training step's time: check --gpus and the job's batch \
-             and sequence against the log",
-            step_ms / 1e3
-        ));
-    }
-    let memory = log
-        .lines
-        .iter()
-        .filter(|(step, ..)| *step > options.warmup_iterations)
-        .filter_map(|(.., m)| *m)
-        .reduce(f64::max);
-
     let mut c: BTreeMap<&'static str, String> = BTreeMap::new();
     let mut put = |k: &'static str, v: String| {
         c.insert(k, v);
@@ -518,13 +496,58 @@ pub fn import(
         }
         .into(),
     );
-    put("measured_step_s", format!("{}", step_ms / 1e3));
-    if let Some(gib) = memory {
-        put("measured_memory_gib", format!("{gib:.3}"));
-        put("memory_scope", "allocator".into());
-    }
     put("expressible", "true".into());
-    put(
+    Ok(Job {
+        columns: c,
+        gpus,
+        tokens: global_batch as f64 * seq_len as f64,
+    })
+}
+
+/// One log of a run of `job` as a runs-CSV row.
+pub fn import(
+    log: &TorchtitanLog,
+    job: &Job,
+    options: &ImportOptions,
+) -> Result<ImportedRun, String> {
+    // per logged line: the mean step over the interval, from tokens per second per GPU
+    let intervals: Vec<(u64, f64)> = log
+        .lines
+        .iter()
+        .map(|&(step, tps, _)| (step, 1e3 * job.tokens / (job.gpus as f64 * tps)))
+        .collect();
+    let (step_ms, intervals_used, iterations) =
+        median_past_warmup(&intervals, options.warmup_iterations).ok_or_else(|| {
+            format!(
+                "no step line past step {} ({} logged in all, `step: N … tps: T`, which \
+                 torchtitan's rank 0 prints every metrics.log_freq steps): train longer, or \
+                 give a smaller --warmup-iterations",
+                options.warmup_iterations,
+                log.lines.len()
+            )
+        })?;
+    // a step of 100 µs to a day, as a runs CSV takes it
+    if !(0.1..=86_400_000.0).contains(&step_ms) {
+        return Err(format!(
+            "{:.3e} s a step is not a training step's time: check --gpus and the job's batch \
+             and sequence against the log",
+            step_ms / 1e3
+        ));
+    }
+    let memory = log
+        .lines
+        .iter()
+        .filter(|(step, ..)| *step > options.warmup_iterations)
+        .filter_map(|(.., m)| *m)
+        .reduce(f64::max);
+
+    let mut c = job.columns.clone();
+    c.insert("measured_step_s", format!("{}", step_ms / 1e3));
+    if let Some(gib) = memory {
+        c.insert("measured_memory_gib", format!("{gib:.3}"));
+        c.insert("memory_scope", "allocator".into());
+    }
+    c.insert(
         "source",
         format!(
             "{} (tokens per second per GPU), steps {}–{}",
@@ -572,6 +595,17 @@ mod tests {
             .map_err(|e| e.to_string())
     }
 
+    /// A log of a run of `config` on `gpus` GPUs, as `runs import` reads the two.
+    fn imported(
+        log: &TorchtitanLog,
+        config: &JobConfig,
+        gpus: u64,
+        layers: fn(&str) -> Result<u64, String>,
+        options: &ImportOptions,
+    ) -> Result<ImportedRun, String> {
+        import(log, &job(config, gpus, layers, options)?, options)
+    }
+
     /// Steps 1 and 10 (warm-up), then 20 and 30 at 6,000 and 6,400 tokens per second per GPU.
     fn log() -> TorchtitanLog {
         let text = [
@@ -615,7 +649,7 @@ mod tests {
              enable = true\n",
         )
         .unwrap();
-        let run = import(&log(), &config, 8, llama3_layers, &options(None)).unwrap();
+        let run = imported(&log(), &config, 8, llama3_layers, &options(None)).unwrap();
         let c = &run.columns;
         let want = [
             ("model", "llama3-8b"),
@@ -652,7 +686,7 @@ mod tests {
             "[float8]\nenable_float8_linear = true\n",
         ] {
             let config = parse_config(toml).unwrap();
-            let run = import(
+            let run = imported(
                 &log(),
                 &config,
                 8,
@@ -700,7 +734,7 @@ mod tests {
                 .unwrap()
                 .text;
             let config = parse_config(&toml).unwrap();
-            let run = import(&log(), &config, 8, llama3_layers, &options(None)).unwrap();
+            let run = imported(&log(), &config, 8, llama3_layers, &options(None)).unwrap();
             let c = &run.columns;
             let want = [
                 ("tp", "2".to_string()),
@@ -730,7 +764,7 @@ mod tests {
                 Ok(config) => config,
                 Err(e) => return e,
             };
-            import(
+            imported(
                 &log(),
                 &config,
                 gpus,
@@ -816,9 +850,9 @@ mod tests {
             assert!(e.contains(want), "{toml}: {e}");
         }
         let config = parse_config("[model]\nname = \"qwen3\"\nflavor = \"8B\"\n").unwrap();
-        let e = import(&log(), &config, 8, llama3_layers, &options(None)).unwrap_err();
+        let e = imported(&log(), &config, 8, llama3_layers, &options(None)).unwrap_err();
         assert!(e.contains("qwen3 8B") && e.contains("--model"), "{e}");
-        let e = import(
+        let e = imported(
             &parse(&line(5, "10", "1")),
             &config,
             8,

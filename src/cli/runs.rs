@@ -88,7 +88,6 @@ pub fn run(cmd: RunsCommand) -> anyhow::Result<()> {
 }
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {
-    let source = source(&args)?;
     // the cluster and a named model as the CSV will name them, each checked first
     Cluster::load(Path::new(&args.cluster))?;
     let cluster = as_csv_names_it(&args.cluster)?;
@@ -108,6 +107,7 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
         model,
         warmup_iterations: args.warmup_iterations,
     };
+    let source = source(&args, &options)?;
     // every log is read before anything is written: one bad log writes no row
     let mut imported = Vec::new();
     for log in &args.logs {
@@ -120,17 +120,9 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
                 }
                 megatron_log::import(&parsed, &options)
             }
-            Source::Torchtitan(config, gpus) => torchtitan_log::import(
-                &torchtitan_log::parse(&text),
-                config,
-                *gpus,
-                |model| {
-                    stepcast::workload::Arch::resolve(model)
-                        .map(|a| a.layers)
-                        .map_err(|e| e.to_string())
-                },
-                &options,
-            ),
+            Source::Torchtitan(job) => {
+                torchtitan_log::import(&torchtitan_log::parse(&text), job, &options)
+            }
         };
         let mut run = run.map_err(|message| Error::BadFile {
             path: log.clone(),
@@ -197,14 +189,15 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
 }
 
 /// Where a log's layout comes from: Megatron-LM's own argument dump, or a Megatron-Bridge
-/// configuration read as that dump; torchtitan's job configuration and the GPUs.
+/// configuration read as that dump; the layout of torchtitan's job on its GPUs.
 enum Source {
     Megatron(Option<BTreeMap<String, String>>),
-    Torchtitan(Box<torchtitan_log::JobConfig>, u64),
+    Torchtitan(torchtitan_log::Job),
 }
 
-/// The logs' layout source for `--format`, with `--config` and `--gpus` read and checked.
-fn source(args: &ImportArgs) -> anyhow::Result<Source> {
+/// The logs' layout source for `--format`, with `--config` and `--gpus` read and checked: a
+/// refusal of what the configuration sets names its file, not a log's.
+fn source(args: &ImportArgs, options: &ImportOptions) -> anyhow::Result<Source> {
     let gpus = |gpus: u64| {
         stepcast::limits::check_range("--gpus", "gpus", gpus as f64, 1.0..=1e6, "")
             .map_err(Error::Invalid)
@@ -237,8 +230,15 @@ fn source(args: &ImportArgs) -> anyhow::Result<Source> {
         (LogFormat::Torchtitan, Some(config), Some(n)) => {
             gpus(n)?;
             let text = stepcast::fsutil::read_to_string(config)?;
-            let job = torchtitan_log::parse_config(&text).map_err(bad_config(config))?;
-            Ok(Source::Torchtitan(Box::new(job), n))
+            let layers = |model: &str| {
+                stepcast::workload::Arch::resolve(model)
+                    .map(|a| a.layers)
+                    .map_err(|e| e.to_string())
+            };
+            let job = torchtitan_log::parse_config(&text)
+                .and_then(|job| torchtitan_log::job(&job, n, layers, options))
+                .map_err(bad_config(config))?;
+            Ok(Source::Torchtitan(job))
         }
         (LogFormat::Torchtitan, ..) => Err(Error::Invalid(
             "--format torchtitan needs --config JOB.toml (the job configuration the run was \
@@ -426,12 +426,19 @@ mod tests {
     #[test]
     fn a_bridge_or_torchtitan_import_needs_its_configuration_and_gpus() {
         use LogFormat::*;
-        let refused = |a: ImportArgs| match source(&a) {
+        let options = ImportOptions {
+            set: "mine".into(),
+            family: None,
+            cluster: "dgx-h100".into(),
+            model: None,
+            warmup_iterations: 10,
+        };
+        let refused = |a: ImportArgs| match source(&a, &options) {
             Ok(_) => panic!("{:?} accepted", a.format),
             Err(e) => e.to_string(),
         };
         assert!(matches!(
-            source(&import_args(MegatronLog, None, None)).unwrap(),
+            source(&import_args(MegatronLog, None, None), &options).unwrap(),
             Source::Megatron(None)
         ));
         for a in [
@@ -464,6 +471,15 @@ mod tests {
             e.contains("job.toml") && e.contains("not a torchtitan job configuration"),
             "{e}"
         );
+        // a layout the job sets that stepcast does not cost is the job file's fault
+        std::fs::write(&job, "[parallelism]\ndata_parallel_replicate_degree = 2\n").unwrap();
+        let e = refused(import_args(Torchtitan, job.to_str(), Some(8)));
+        assert!(e.contains("job.toml") && e.contains("HSDP"), "{e}");
+        std::fs::write(&job, "[model]\nname = \"llama3\"\nflavor = \"8B\"\n").unwrap();
+        assert!(matches!(
+            source(&import_args(Torchtitan, job.to_str(), Some(8)), &options).unwrap(),
+            Source::Torchtitan(_)
+        ));
     }
 
     #[test]
