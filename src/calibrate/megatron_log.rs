@@ -208,6 +208,20 @@ pub fn args_of_bridge_config(
         let untie = if shared == "True" { "False" } else { "True" };
         args.insert("untie_embeddings_and_output_weights".into(), untie.into());
     }
+    for (bridge, megatron) in [
+        (
+            "num_layers_in_first_pipeline_stage",
+            "decoder_first_pipeline_num_layers",
+        ),
+        (
+            "num_layers_in_last_pipeline_stage",
+            "decoder_last_pipeline_num_layers",
+        ),
+    ] {
+        if let Some(n) = args.get(bridge).cloned() {
+            args.insert(megatron.into(), n);
+        }
+    }
     if let Some(fp32) = args.get("grad_reduce_in_fp32").cloned() {
         args.insert("accumulate_allreduce_grads_in_fp32".into(), fp32);
     }
@@ -282,7 +296,7 @@ pub struct ImportedRun {
 }
 
 /// The columns a row is written with, in this order in a new runs CSV.
-pub const COLUMNS: [&str; 42] = [
+pub const COLUMNS: [&str; 43] = [
     "set",
     "family",
     "label",
@@ -324,6 +338,7 @@ pub const COLUMNS: [&str; 42] = [
     "measured_memory_gib",
     "memory_scope",
     "expressible",
+    "reason",
     "source",
 ];
 
@@ -619,6 +634,55 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         a.flag("account_for_embedding_in_pipeline_split"),
         a.flag("account_for_loss_in_pipeline_split"),
     );
+    let pipeline_layout = match (
+        a.text("pipeline_model_parallel_layout"),
+        uneven_ends_layout(&a, layers, pp, vpp)?,
+    ) {
+        (Some(_), Some(_)) => return Err(
+            "arguments pipeline_model_parallel_layout and decoder_first|last_pipeline_num_layers \
+                 together, which Megatron-Core refuses: is this one run's log?"
+                .into(),
+        ),
+        (_, Some(_)) if !pipeline_split.is_empty() => {
+            return Err("arguments account_for_…_in_pipeline_split and \
+                 decoder_first|last_pipeline_num_layers together, which Megatron-Core refuses: \
+                 is this one run's log?"
+                .into())
+        }
+        (layout, ends) => layout.map(str::to_string).or(ends),
+    };
+    let cp_comm = if cp > 1 {
+        cp_comm_column(&a, &mut reason)
+    } else {
+        ""
+    };
+    for (flag, what) in [
+        (
+            "cpu_offloading",
+            "activations and weights offloaded to the host",
+        ),
+        (
+            "optimizer_cpu_offload",
+            "the optimizer offloaded to the host",
+        ),
+        ("use_torch_fsdp2", "PyTorch FSDP2 under Megatron"),
+        ("use_custom_fsdp", "Megatron-FSDP"),
+        ("use_megatron_fsdp", "Megatron-FSDP"),
+    ] {
+        if a.flag(flag) {
+            reason.push(format!("{what} ({flag}) is not costed"));
+        }
+    }
+    if let Some(n) = a
+        .count("num_distributed_optimizer_instances")?
+        .filter(|&n| n > 1)
+    {
+        reason.push(format!(
+            "{n} distributed-optimizer instances (num_distributed_optimizer_instances: the \
+             optimizer sharded within each, the gradients all-reduced across them) are not \
+             costed"
+        ));
+    }
     let graphed =
         a.flag("enable_cuda_graph") || a.text("cuda_graph_impl").is_some_and(|i| i != "none");
     let cuda_graphs = if graphed {
@@ -698,8 +762,11 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         );
     }
     put("pipeline_split", pipeline_split.into());
-    if let Some(layout) = a.text("pipeline_model_parallel_layout") {
-        put("pipeline_layout", layout.to_string());
+    if let Some(layout) = pipeline_layout {
+        put("pipeline_layout", layout);
+    }
+    if !cp_comm.is_empty() {
+        put("cp_comm", cp_comm.into());
     }
     put("micro_batch", micro_batch.to_string());
     put("global_batch", global_batch.to_string());
@@ -737,6 +804,9 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         put("memory_scope", "allocator".into());
     }
     put("expressible", yes(reason.is_empty()));
+    if !reason.is_empty() {
+        put("reason", reason.join("; "));
+    }
     put(
         "source",
         format!(
@@ -767,6 +837,99 @@ pub(crate) fn pipeline_split_column(embedding: bool, loss: bool) -> &'static str
         (true, false) => "embedding",
         (false, true) => "loss",
         (false, false) => "",
+    }
+}
+
+/// Megatron-Core's uneven ends (`decoder_first|last_pipeline_num_layers`, Megatron-Bridge's
+/// `num_layers_in_first|last_pipeline_stage`) as the pipeline layout string that places the
+/// same layers: the ends' layers on the first and last rank, the rest evenly over the ranks
+/// between, each rank's layers evenly over its `vpp` chunks, chunk `v·pp + r` on rank r
+/// (Megatron-Core's `get_transformer_layer_offset`). None where neither is set.
+fn uneven_ends_layout(a: &Args, layers: u64, pp: u64, vpp: u64) -> Result<Option<String>, String> {
+    let first = a.count("decoder_first_pipeline_num_layers")?;
+    let last = a.count("decoder_last_pipeline_num_layers")?;
+    if (first.is_none() && last.is_none()) || pp < 2 {
+        return Ok(None);
+    }
+    let not_one_run = |why: String| {
+        format!(
+            "arguments decoder_first|last_pipeline_num_layers ({}, {}) over {pp} pipeline \
+             ranks of {vpp} chunks and {layers} layers: {why}, which Megatron-Core refuses: is \
+             this one run's log?",
+            first.map_or("None".into(), |n| n.to_string()),
+            last.map_or("None".into(), |n| n.to_string()),
+        )
+    };
+    // the string spells pp · vpp ≤ layers chunks: bounded, as a log may say anything
+    if layers > crate::limits::MAX_LAYERS {
+        return Err(not_one_run(format!(
+            "more than the {} layers a model may have",
+            crate::limits::MAX_LAYERS
+        )));
+    }
+    let ends = first.unwrap_or(0).checked_add(last.unwrap_or(0));
+    let rest = ends
+        .and_then(|ends| layers.checked_sub(ends))
+        .ok_or_else(|| not_one_run("more layers at the ends than in the model".into()))?;
+    let between = pp - u64::from(first.is_some()) - u64::from(last.is_some());
+    let per_rank_between = match between {
+        0 if rest == 0 => 0,
+        0 => return Err(not_one_run(format!("{rest} layers on no rank"))),
+        n if rest % n == 0 => rest / n,
+        n => {
+            return Err(not_one_run(format!(
+                "{rest} layers do not split over {n} ranks"
+            )))
+        }
+    };
+    let on_rank = |r: u64| match (r, first, last) {
+        (0, Some(f), _) => f,
+        (r, _, Some(l)) if r == pp - 1 => l,
+        _ => per_rank_between,
+    };
+    if let Some(r) = (0..pp).find(|&r| on_rank(r) % vpp != 0) {
+        return Err(not_one_run(format!(
+            "rank {r}'s {} layers do not split over its {vpp} chunks",
+            on_rank(r)
+        )));
+    }
+    let chunks = pp.saturating_mul(vpp);
+    let layout: Vec<String> = (0..chunks)
+        .map(|c| {
+            let n = on_rank(c % pp) / vpp;
+            format!(
+                "{}{}{}",
+                if c == 0 { "E" } else { "" },
+                if n > 0 {
+                    format!("t*{n}")
+                } else {
+                    String::new()
+                },
+                if c == chunks - 1 { "L" } else { "" }
+            )
+        })
+        .collect();
+    Ok(Some(layout.join("|")))
+}
+
+/// The runs CSV's `cp_comm` of Megatron-Core's `cp_comm_type` (one for all layers, or one per
+/// layer): `p2p` (its default) or `all-gather`; an all-to-all exchange, or layers exchanging
+/// differently, is not costed and says so in `reason`.
+fn cp_comm_column(a: &Args, reason: &mut Vec<String>) -> &'static str {
+    let mut kinds = a.list("cp_comm_type");
+    kinds.sort();
+    kinds.dedup();
+    match kinds.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [] | ["p2p"] => "p2p",
+        ["all_gather"] => "all-gather",
+        _ => {
+            reason.push(format!(
+                "the context-parallel exchange {} (cp_comm_type) is not costed: p2p or \
+                 all_gather for every layer is",
+                kinds.join(" and ")
+            ));
+            "p2p"
+        }
     }
 }
 
@@ -1654,6 +1817,137 @@ mod tests {
 
     /// What `export --format megatron` writes, `runs import` reads back as the same layout
     /// and architecture: the two are each other's inverse on what both express.
+    /// Megatron-Core's uneven ends (the first and last rank's layers set apart) are read as
+    /// the layout string that places the same layers, over interleaved chunks too; ends that
+    /// do not add up, or beside another way to split, are refused as Megatron-Core refuses
+    /// them.
+    #[test]
+    fn uneven_ends_are_read_as_the_layout_that_places_them() {
+        use crate::workload::{Layout, ParallelSpec};
+        let read = |changed: &[(&str, &str)]| import(&parse(&log(changed)), &options());
+        let layout = |changed: &[(&str, &str)]| {
+            let run = read(changed).unwrap_or_else(|e| panic!("{changed:?}: {e}"));
+            run.columns.get("pipeline_layout").cloned()
+        };
+        let first = "decoder_first_pipeline_num_layers";
+        let last = "decoder_last_pipeline_num_layers";
+        // the fixture: 32 layers on pp 2
+        assert_eq!(layout(&[]), None);
+        assert_eq!(layout(&[(first, "14")]).unwrap(), "Et*14|t*18L");
+        assert_eq!(layout(&[(last, "14")]).unwrap(), "Et*18|t*14L");
+        assert_eq!(
+            layout(&[(first, "14"), (last, "18")]).unwrap(),
+            "Et*14|t*18L"
+        );
+        // pp 4 of 2 chunks each: 6 and 6 at the ends, 10 on each rank between
+        let four = [
+            ("pipeline_model_parallel_size", "4"),
+            ("virtual_pipeline_model_parallel_size", "2"),
+        ];
+        assert_eq!(
+            layout(&[&four[..], &[(first, "6"), (last, "6")]].concat()).unwrap(),
+            "Et*3|t*5|t*5|t*3|t*3|t*5|t*5|t*3L"
+        );
+        // costed as that layout: the ranks hold 6, 10, 10 and 6 layers
+        let row = read(&[&four[..], &[(first, "6"), (last, "6")]].concat()).unwrap();
+        let spec = ParallelSpec {
+            tp: Some(2),
+            pp: Some(4),
+            dp: Some(2),
+            micro_batch: Some(1),
+            global_batch: Some(64),
+            sequence_parallel: Some(true),
+            pipeline_layout: Some(row.columns["pipeline_layout"].clone()),
+            ..Default::default()
+        };
+        let arch = crate::workload::Arch::resolve("llama3-8b").unwrap();
+        let costed = Layout::new(&spec, &arch, &crate::hardware::dgx_h100_without_models());
+        assert_eq!(costed.unwrap().stage_layers, [6, 10, 10, 6]);
+        let two: &[(&str, &str)] = &[];
+        for (pp, ends, want) in [
+            (
+                two,
+                [(first, "14"), (last, "20")],
+                "more layers at the ends",
+            ),
+            (two, [(first, "14"), (last, "17")], "1 layers on no rank"),
+            (
+                &four,
+                [(first, "7"), (last, "5")],
+                "rank 0's 7 layers do not split over its 2",
+            ),
+            (
+                &four,
+                [(first, "5"), (last, "6")],
+                "21 layers do not split over 2 ranks",
+            ),
+            (
+                &[("num_layers", "1000000")],
+                [(first, "14"), (last, "14")],
+                "more than the 16384 layers",
+            ),
+        ] {
+            let e = read(&[pp, &ends].concat()).unwrap_err();
+            assert!(
+                e.contains(want) && e.contains("is this one run's log"),
+                "{e}"
+            );
+        }
+        for beside in [
+            ("pipeline_model_parallel_layout", "Et*16|t*16L"),
+            ("account_for_loss_in_pipeline_split", "True"),
+        ] {
+            let e = read(&[(first, "14"), beside]).unwrap_err();
+            assert!(e.contains(beside.0.split('_').next().unwrap()), "{e}");
+            assert!(e.contains("which Megatron-Core refuses"), "{e}");
+        }
+    }
+
+    /// The context-parallel exchange is read from `cp_comm_type` (one for all layers or one
+    /// per layer); what stepcast does not cost — an all-to-all exchange, layers exchanging
+    /// differently, offloading, Megatron's FSDP, several distributed-optimizer instances — is
+    /// kept with its reason, not expressible.
+    #[test]
+    fn the_context_exchange_is_read_and_what_is_not_costed_is_named() {
+        let read = |changed: &[(&str, &str)]| {
+            let with_cp = [&[("context_parallel_size", "2")][..], changed].concat();
+            import(&parse(&log(&with_cp)), &options()).unwrap().columns
+        };
+        assert_eq!(read(&[])["cp_comm"], "p2p");
+        assert_eq!(
+            read(&[("cp_comm_type", "['all_gather']")])["cp_comm"],
+            "all-gather"
+        );
+        assert_eq!(
+            read(&[("cp_comm_type", "all_gather")])["cp_comm"],
+            "all-gather"
+        );
+        assert_eq!(
+            read(&[("cp_comm_type", "['p2p', 'p2p']")])["expressible"],
+            "true"
+        );
+        let plain = import(&parse(&log(&[])), &options()).unwrap().columns;
+        assert!(!plain.contains_key("cp_comm"));
+        for (changed, want) in [
+            (("cp_comm_type", "['a2a']"), "exchange a2a (cp_comm_type)"),
+            (("cp_comm_type", "['p2p', 'a2a+p2p']"), "a2a+p2p and p2p"),
+            (("cpu_offloading", "True"), "(cpu_offloading) is not costed"),
+            (("optimizer_cpu_offload", "True"), "(optimizer_cpu_offload)"),
+            (("use_torch_fsdp2", "True"), "PyTorch FSDP2"),
+            (("use_megatron_fsdp", "True"), "Megatron-FSDP"),
+            (
+                ("num_distributed_optimizer_instances", "2"),
+                "2 distributed-optimizer",
+            ),
+        ] {
+            let c = read(&[changed]);
+            assert_eq!(c["expressible"], "false", "{changed:?}");
+            assert!(c["reason"].contains(want), "{changed:?}: {}", c["reason"]);
+        }
+        let one = read(&[("num_distributed_optimizer_instances", "1")]);
+        assert_eq!(one["expressible"], "true");
+    }
+
     #[test]
     fn an_exported_launch_is_imported_as_the_layout_it_was_made_from() {
         use crate::export::{export, Framework, Target};
@@ -1703,6 +1997,31 @@ mod tests {
                     ..Default::default()
                 },
             ),
+            // the GPT-NeoX split, [8, 9, 9, 6]: exported as uneven ends
+            (
+                "llama2-7b",
+                ParallelSpec {
+                    pp: Some(4),
+                    dp: Some(2),
+                    partition: Some(crate::workload::Partition::Neox),
+                    micro_batch: Some(1),
+                    global_batch: Some(16),
+                    ..Default::default()
+                },
+            ),
+            (
+                "llama3-8b",
+                ParallelSpec {
+                    tp: Some(2),
+                    cp: Some(2),
+                    dp: Some(2),
+                    cp_comm: Some(crate::workload::CpComm::AllGather),
+                    sequence_parallel: Some(true),
+                    micro_batch: Some(1),
+                    global_batch: Some(16),
+                    ..Default::default()
+                },
+            ),
         ];
         for (model, spec) in cases {
             let arch = Arch::resolve(model).unwrap();
@@ -1741,6 +2060,20 @@ mod tests {
             for (column, value) in want {
                 assert_eq!(c[column], value, "{model}: {column}\n{dump}");
             }
+            // the row's pipeline layout places the layers where the exported split did
+            let split = Layout::new(
+                &ParallelSpec {
+                    partition: None,
+                    pipeline_layout: c.get("pipeline_layout").cloned(),
+                    ..spec.clone()
+                },
+                &arch,
+                &cluster,
+            )
+            .unwrap();
+            assert_eq!(split.stage_layers, layout.stage_layers, "{model}");
+            let cp_comm = (layout.cp > 1).then(|| layout.cp_comm.to_string());
+            assert_eq!(c.get("cp_comm"), cp_comm.as_ref(), "{model}");
             assert_eq!(
                 c["cross_entropy"] == "fused",
                 spec.cross_entropy.is_some(),
@@ -1805,6 +2138,19 @@ mod tests {
             let args = args_of_bridge_config(&config, 16).unwrap();
             assert!(!args.contains_key("group_query_attention"), "{groups}");
         }
+        // Bridge's names of the uneven ends are Megatron's arguments of them
+        let uneven = config.replace(
+            "num_query_groups: 8",
+            "num_query_groups: 8\n  num_layers_in_first_pipeline_stage: 14\n  \
+             num_layers_in_last_pipeline_stage: null",
+        );
+        let args = args_of_bridge_config(&uneven, 16).unwrap();
+        assert_eq!(args["decoder_first_pipeline_num_layers"], "14");
+        assert_eq!(args["decoder_last_pipeline_num_layers"], "None");
+        let mut run = megatron.clone();
+        run.args = args;
+        let c = import(&run, &options()).unwrap().columns;
+        assert_eq!(c["pipeline_layout"], "Et*14|t*18L");
         // a file that is not one says so
         let e = args_of_bridge_config("train: {micro_batch_size: 1}\n", 8).unwrap_err();
         assert!(e.contains("model:") && e.contains("--dryrun"), "{e}");
