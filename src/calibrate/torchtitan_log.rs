@@ -300,7 +300,15 @@ pub fn job(
     };
     let t = &config.training;
     let local = t.local_batch_size.or(t.batch_size).unwrap_or(8);
-    let per_step = local.checked_mul(dp).filter(|&n| n > 0);
+    if local == 0 {
+        return Err(
+            "[training] local_batch_size = 0: give the batch each data-parallel rank trains a \
+             step (1 or more)"
+                .into(),
+        );
+    }
+    // both 1 or more: a product of 0 cannot be, an overflow is None
+    let per_step = local.checked_mul(dp);
     let global_batch = match t.global_batch_size {
         g if g <= 0 => per_step.unwrap_or(0),
         g => g as u64,
@@ -635,6 +643,8 @@ mod tests {
         assert_eq!(number_after("per_step: 3  step: 4", "step:"), Some(4.0));
         assert_eq!(number_after("tps: n/a", "tps:"), None);
         assert!(parse("step: 0  tps: 10").lines.is_empty());
+        // a line of no throughput times no step (it would be an endless one)
+        assert!(parse("step: 3  tps: 0").lines.is_empty());
     }
 
     /// Llama 3 8B's flavor on 8 GPUs, FSDP filling what tp leaves, torchtitan's defaults
@@ -807,6 +817,29 @@ mod tests {
             ),
             ("[training]\nseq_len = 0\n", 8, "seq_len = 0"),
             (
+                "[parallelism]\npipeline_parallel_degree = 2\n\
+                 pipeline_parallel_first_stage_less_layers = 2\n",
+                2,
+                "less_layers above 1",
+            ),
+            (
+                "[parallelism]\npipeline_parallel_degree = 2\n\
+                 pipeline_parallel_last_stage_less_layers = 2\n",
+                2,
+                "less_layers above 1",
+            ),
+            (
+                "[parallelism]\npipeline_parallel_degree = 2\n\
+                 pipeline_parallel_microbatch_size = 3\n",
+                2,
+                "pipeline_parallel_microbatch_size 3 does not divide local_batch_size 8",
+            ),
+            (
+                "[training]\nlocal_batch_size = 0\n\n[parallelism]\npipeline_parallel_degree = 2\n",
+                2,
+                "local_batch_size = 0",
+            ),
+            (
                 "[training]\ntensor_parallel_degree = 2\n",
                 8,
                 "[training] tensor_parallel_degree: an older torchtitan's",
@@ -849,6 +882,29 @@ mod tests {
             let e = refused(toml, gpus);
             assert!(e.contains(want), "{toml}: {e}");
         }
+        // without a pipeline its settings mean nothing: one chunk, 1F1B
+        let config = parse_config(
+            "[parallelism]\npipeline_parallel_first_stage_less_layers = 2\n\
+             pipeline_parallel_last_stage_less_layers = 3\n\
+             pipeline_parallel_layers_per_stage = 16\n\
+             pipeline_parallel_schedule = \"DualPipeV\"\n",
+        )
+        .unwrap();
+        let named = options(Some("llama3-8b"));
+        let c = imported(&log(), &config, 8, llama3_layers, &named)
+            .unwrap()
+            .columns;
+        assert_eq!((&c["vpp"][..], &c["schedule"][..]), ("1", "1f1b"));
+        // no layers per stage: torchtitan's default chunks (one a rank for 1F1B)
+        let config = parse_config(
+            "[parallelism]\npipeline_parallel_degree = 2\n\
+             pipeline_parallel_layers_per_stage = 0\n",
+        )
+        .unwrap();
+        let c = imported(&log(), &config, 2, llama3_layers, &named)
+            .unwrap()
+            .columns;
+        assert_eq!((&c["pp"][..], &c["vpp"][..]), ("2", "1"));
         let config = parse_config("[model]\nname = \"qwen3\"\nflavor = \"8B\"\n").unwrap();
         let e = imported(&log(), &config, 8, llama3_layers, &options(None)).unwrap_err();
         assert!(e.contains("qwen3 8B") && e.contains("--model"), "{e}");
