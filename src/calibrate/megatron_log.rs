@@ -634,20 +634,20 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         a.flag("account_for_embedding_in_pipeline_split"),
         a.flag("account_for_loss_in_pipeline_split"),
     );
+    // Megatron-Core takes one way to place the layers: uneven ends beside another is no run
+    let beside = |other: &str| {
+        format!(
+            "arguments {other} and decoder_first|last_pipeline_num_layers together, which \
+             Megatron-Core refuses: is this one run's log?"
+        )
+    };
     let pipeline_layout = match (
         a.text("pipeline_model_parallel_layout"),
         uneven_ends_layout(&a, layers, pp, vpp)?,
     ) {
-        (Some(_), Some(_)) => return Err(
-            "arguments pipeline_model_parallel_layout and decoder_first|last_pipeline_num_layers \
-                 together, which Megatron-Core refuses: is this one run's log?"
-                .into(),
-        ),
+        (Some(_), Some(_)) => return Err(beside("pipeline_model_parallel_layout")),
         (_, Some(_)) if !pipeline_split.is_empty() => {
-            return Err("arguments account_for_…_in_pipeline_split and \
-                 decoder_first|last_pipeline_num_layers together, which Megatron-Core refuses: \
-                 is this one run's log?"
-                .into())
+            return Err(beside("account_for_…_in_pipeline_split"))
         }
         (layout, ends) => layout.map(str::to_string).or(ends),
     };
@@ -1815,8 +1815,6 @@ mod tests {
         out
     }
 
-    /// What `export --format megatron` writes, `runs import` reads back as the same layout
-    /// and architecture: the two are each other's inverse on what both express.
     /// Megatron-Core's uneven ends (the first and last rank's layers set apart) are read as
     /// the layout string that places the same layers, over interleaved chunks too; ends that
     /// do not add up, or beside another way to split, are refused as Megatron-Core refuses
@@ -1948,6 +1946,8 @@ mod tests {
         assert_eq!(one["expressible"], "true");
     }
 
+    /// What `export --format megatron` writes, `runs import` reads back as the same layout
+    /// and architecture: the two are each other's inverse on what both express.
     #[test]
     fn an_exported_launch_is_imported_as_the_layout_it_was_made_from() {
         use crate::export::{export, Framework, Target};

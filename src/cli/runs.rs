@@ -143,10 +143,10 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
     }
     // the CSV is locked before the architectures its rows name are written beside it (and
     // looked at again): another import into it is refused until both are written
-    // (a file without `reason` takes rows that fill it: their source says it too)
     let filled: Vec<&str> = COLUMNS
         .iter()
         .copied()
+        // a file without `reason` takes rows that fill it: their source says it too
         .filter(|&c| c != "reason")
         .filter(|c| imported.iter().any(|(_, run)| run.columns.contains_key(c)))
         .collect();
