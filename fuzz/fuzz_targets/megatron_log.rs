@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
             let Ok(job) = torchtitan_log::job(&config, gpus, |_| Ok(32), &options) else {
                 continue;
             };
-            if let Ok(run) = torchtitan_log::import(&titan, &job, &options) {
+            if let Ok(run) = torchtitan_log::import(&titan, &job) {
                 assert!(run.step_ms.is_finite() && run.step_ms > 0.0);
             }
         }

@@ -233,7 +233,7 @@ fn degree(name: &str, value: i64) -> Result<u64, String> {
 }
 
 /// What a job configuration fixes of every run launched with it: the runs-CSV columns of its
-/// layout, the GPUs and the tokens one step trains. Kept apart from the logs so that a
+/// layout, the GPUs, the tokens one step trains and the warm-up its logs' steps are read past. Kept apart from the logs so that a
 /// refusal names the file at fault: the job's (or `--gpus`'s, `--model`'s) here, a log's in
 /// [`import`].
 #[derive(Debug, Clone)]
@@ -241,6 +241,7 @@ pub struct Job {
     columns: BTreeMap<&'static str, String>,
     gpus: u64,
     tokens: f64,
+    warmup_iterations: u64,
 }
 
 /// The layout `config` runs on `gpus` GPUs. The model is the one the user named, else the
@@ -509,15 +510,12 @@ pub fn job(
         columns: c,
         gpus,
         tokens: global_batch as f64 * seq_len as f64,
+        warmup_iterations: options.warmup_iterations,
     })
 }
 
 /// One log of a run of `job` as a runs-CSV row.
-pub fn import(
-    log: &TorchtitanLog,
-    job: &Job,
-    options: &ImportOptions,
-) -> Result<ImportedRun, String> {
+pub fn import(log: &TorchtitanLog, job: &Job) -> Result<ImportedRun, String> {
     // per logged line: the mean step over the interval, from tokens per second per GPU
     let intervals: Vec<(u64, f64)> = log
         .lines
@@ -525,12 +523,12 @@ pub fn import(
         .map(|&(step, tps, _)| (step, 1e3 * job.tokens / (job.gpus as f64 * tps)))
         .collect();
     let (step_ms, intervals_used, iterations) =
-        median_past_warmup(&intervals, options.warmup_iterations).ok_or_else(|| {
+        median_past_warmup(&intervals, job.warmup_iterations).ok_or_else(|| {
             format!(
                 "no step line past step {} ({} logged in all, `step: N … tps: T`, which \
                  torchtitan's rank 0 prints every metrics.log_freq steps): train longer, or \
                  give a smaller --warmup-iterations",
-                options.warmup_iterations,
+                job.warmup_iterations,
                 log.lines.len()
             )
         })?;
@@ -545,7 +543,7 @@ pub fn import(
     let memory = log
         .lines
         .iter()
-        .filter(|(step, ..)| *step > options.warmup_iterations)
+        .filter(|(step, ..)| *step > job.warmup_iterations)
         .filter_map(|(.., m)| *m)
         .reduce(f64::max);
 
@@ -611,7 +609,7 @@ mod tests {
         layers: fn(&str) -> Result<u64, String>,
         options: &ImportOptions,
     ) -> Result<ImportedRun, String> {
-        import(log, &job(config, gpus, layers, options)?, options)
+        import(log, &job(config, gpus, layers, options)?)
     }
 
     /// Steps 1 and 10 (warm-up), then 20 and 30 at 6,000 and 6,400 tokens per second per GPU.

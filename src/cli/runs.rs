@@ -120,9 +120,7 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
                 }
                 megatron_log::import(&parsed, &options)
             }
-            Source::Torchtitan(job) => {
-                torchtitan_log::import(&torchtitan_log::parse(&text), job, &options)
-            }
+            Source::Torchtitan(job) => torchtitan_log::import(&torchtitan_log::parse(&text), job),
         };
         let mut run = run.map_err(|message| Error::BadFile {
             path: log.clone(),
