@@ -860,6 +860,9 @@ fn uneven_ends_layout(a: &Args, layers: u64, pp: u64, vpp: u64) -> Result<Option
             last.map_or("None".into(), |n| n.to_string()),
         )
     };
+    if first == Some(0) || last == Some(0) {
+        return Err(not_one_run("an end of no layers".into()));
+    }
     // the string spells pp · vpp ≤ layers chunks: bounded, as a log may say anything
     if layers > crate::limits::MAX_LAYERS {
         return Err(not_one_run(format!(
@@ -1869,6 +1872,8 @@ mod tests {
                 "more layers at the ends",
             ),
             (two, [(first, "14"), (last, "17")], "1 layers on no rank"),
+            (&four, [(first, "0"), (last, "8")], "an end of no layers"),
+            (two, [(first, "32"), (last, "0")], "an end of no layers"),
             (
                 &four,
                 [(first, "7"), (last, "5")],

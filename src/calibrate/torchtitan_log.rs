@@ -612,11 +612,12 @@ mod tests {
         import(log, &job(config, gpus, layers, options)?)
     }
 
-    /// Steps 1 and 10 (warm-up), then 20 and 30 at 6,000 and 6,400 tokens per second per GPU.
+    /// Steps 1 and 10 (warm-up, the peak memory of step 10 above the rest), then 20 and 30 at
+    /// 6,000 and 6,400 tokens per second per GPU.
     fn log() -> TorchtitanLog {
         let text = [
             line(1, "512", "30.00"),
-            line(10, "5,900", "38.00"),
+            line(10, "5,900", "40.00"),
             "[rank0]: evaluation:  step: 20  loss: 6.1  memory: 50.00GiB(60%)  tps: 9,999".into(),
             line(20, "6,000", "38.51"),
             line(30, "6,400", "38.25"),
@@ -632,7 +633,7 @@ mod tests {
             log.lines,
             [
                 (1, 512.0, Some(30.0)),
-                (10, 5900.0, Some(38.0)),
+                (10, 5900.0, Some(40.0)),
                 (20, 6000.0, Some(38.51)),
                 (30, 6400.0, Some(38.25)),
             ]
@@ -704,6 +705,96 @@ mod tests {
             let c = run.unwrap().columns;
             assert_eq!((&c["dtype"][..], &c["fp8_library"][..]), ("fp8", "torchao"));
         }
+    }
+
+    /// The pipeline's chunks as torchtitan counts its stages (layers per stage over the layers
+    /// and the ends' weights, or one or two a rank by the schedule), the ends' weights as the
+    /// pipeline split, the context exchange by its rotation, and asynchronous tensor
+    /// parallelism and sequence-parallel norms only where tensor parallelism runs.
+    #[test]
+    fn chunks_ends_context_exchange_and_async_tp_are_read_as_torchtitan_runs_them() {
+        let columns = |toml: &str, gpus: u64| {
+            let config = parse_config(toml).unwrap();
+            let named = options(Some("llama3-8b"));
+            imported(&log(), &config, gpus, llama3_layers, &named)
+                .unwrap()
+                .columns
+        };
+        let pipeline = "[parallelism]\npipeline_parallel_degree = 2\n";
+        // (the job's TOML, its GPUs, the columns it imports as)
+        type Case = (String, u64, &'static [(&'static str, &'static str)]);
+        let cases: [Case; 8] = [
+            // an interleaved schedule's default: two chunks a rank, the ends weighing a layer
+            (
+                format!("{pipeline}pipeline_parallel_schedule = \"Interleaved1F1B\"\n"),
+                2,
+                &[
+                    ("schedule", "interleaved"),
+                    ("vpp", "2"),
+                    ("pipeline_split", "embedding+loss"),
+                ],
+            ),
+            // 32 layers and ends of no weight, 8 a stage: 4 stages, 2 a rank
+            (
+                format!(
+                    "{pipeline}pipeline_parallel_schedule = \"Interleaved1F1B\"\n\
+                     pipeline_parallel_layers_per_stage = 8\n\
+                     pipeline_parallel_first_stage_less_layers = 0\n\
+                     pipeline_parallel_last_stage_less_layers = 0\n"
+                ),
+                2,
+                &[("vpp", "2"), ("pipeline_split", "")],
+            ),
+            (
+                format!("{pipeline}pipeline_parallel_last_stage_less_layers = 0\n"),
+                2,
+                &[("vpp", "1"), ("pipeline_split", "embedding")],
+            ),
+            // without a pipeline the ends' weights mean nothing
+            (
+                "[parallelism]\ntensor_parallel_degree = 2\n".into(),
+                8,
+                &[
+                    ("pipeline_split", ""),
+                    ("sequence_parallel", "true"),
+                    ("tp_comm_overlap", "0"),
+                ],
+            ),
+            (
+                "[training]\nlocal_batch_size = 1\n".into(),
+                8,
+                &[("sequence_parallel", "false")],
+            ),
+            (
+                "[parallelism]\ntensor_parallel_degree = 2\nenable_async_tensor_parallel = true\n"
+                    .into(),
+                8,
+                &[("tp_comm_overlap", "1")],
+            ),
+            (
+                "[parallelism]\ncontext_parallel_degree = 2\n".into(),
+                8,
+                &[("cp", "2"), ("dp", "4"), ("cp_comm", "all-gather")],
+            ),
+            (
+                "[parallelism]\ncontext_parallel_degree = 2\n\
+                 context_parallel_rotate_method = \"alltoall\"\n"
+                    .into(),
+                8,
+                &[("cp_comm", "p2p")],
+            ),
+        ];
+        for (toml, gpus, want) in cases {
+            let c = columns(&toml, gpus);
+            for (k, v) in want {
+                assert_eq!(c.get(*k).map(String::as_str), Some(*v), "{k}: {toml}");
+            }
+        }
+        // asynchronous tensor parallelism without tensor parallelism overlaps nothing; no
+        // context exchange without context parallelism
+        let c = columns("[parallelism]\nenable_async_tensor_parallel = true\n", 8);
+        assert_eq!(c["tp_comm_overlap"], "0");
+        assert!(!c.contains_key("cp_comm"), "{c:?}");
     }
 
     /// What `stepcast export --format torchtitan` writes is read back as the layout it was
