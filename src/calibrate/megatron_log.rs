@@ -1840,6 +1840,11 @@ mod tests {
             layout(&[(first, "14"), (last, "18")]).unwrap(),
             "Et*14|t*18L"
         );
+        // as many layers as a model may have are placed; more are refused (below)
+        assert_eq!(
+            layout(&[("num_layers", "16384"), (first, "8192")]).unwrap(),
+            "Et*8192|t*8192L"
+        );
         // pp 4 of 2 chunks each: 6 and 6 at the ends, 10 on each rank between
         let four = [
             ("pipeline_model_parallel_size", "4"),

@@ -960,6 +960,14 @@ mod tests {
                 2,
                 "3 pipeline stages over pp 2",
             ),
+            // 32 layers and the embedding's weight of one, 8 a stage: 5 stages
+            (
+                "[parallelism]\npipeline_parallel_degree = 2\n\
+                 pipeline_parallel_layers_per_stage = 8\n\
+                 pipeline_parallel_last_stage_less_layers = 0\n",
+                2,
+                "5 pipeline stages over pp 2",
+            ),
             (
                 "[parallelism]\npipeline_parallel_degree = 2\n\
                  pipeline_parallel_schedule = \"DualPipeV\"\n",
