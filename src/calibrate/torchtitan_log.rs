@@ -233,9 +233,9 @@ fn degree(name: &str, value: i64) -> Result<u64, String> {
 }
 
 /// What a job configuration fixes of every run launched with it: the runs-CSV columns of its
-/// layout, the GPUs, the tokens one step trains and the warm-up its logs' steps are read past. Kept apart from the logs so that a
-/// refusal names the file at fault: the job's (or `--gpus`'s, `--model`'s) here, a log's in
-/// [`import`].
+/// layout, the GPUs, the tokens one step trains and the warm-up its logs' steps are read past.
+/// Kept apart from the logs so that a refusal names the file at fault: the job's (or
+/// `--gpus`'s, `--model`'s) here, a log's in [`import`].
 #[derive(Debug, Clone)]
 pub struct Job {
     columns: BTreeMap<&'static str, String>,
@@ -760,6 +760,7 @@ mod tests {
                     ("tp_comm_overlap", "0"),
                 ],
             ),
+            // without tensor parallelism the norms are not sequence-parallel
             (
                 "[training]\nlocal_batch_size = 1\n".into(),
                 8,
