@@ -19,6 +19,11 @@ fn llama3_8b_log() -> String {
 
 /// `predict --json` of `model` under the log's layout.
 fn predict(model: &str, extra: &[&str]) -> serde_json::Value {
+    predict_under("megatron", model, extra)
+}
+
+/// `predict --json --framework FRAMEWORK` of `model` under the log's layout.
+fn predict_under(framework: &str, model: &str, extra: &[&str]) -> serde_json::Value {
     let mut args = vec![
         "predict",
         "--cluster",
@@ -26,7 +31,7 @@ fn predict(model: &str, extra: &[&str]) -> serde_json::Value {
         "--model",
         model,
         "--framework",
-        "megatron",
+        framework,
         "--tp",
         "2",
         "--pp",
@@ -201,6 +206,96 @@ fn a_megatron_bridge_log_with_its_configuration_is_the_same_run() {
             &bridge(bl, &["--config", s(&megatron_log), "--gpus", "16"]),
         ),
         &["megatron.log"],
+    );
+}
+
+/// A NeMo 2 run: its log prints Lightning's progress lines, its layout is the NeMo-Run task's
+/// configuration, its model the preset of the task's model config class. The same run as the
+/// Megatron-LM log's (Llama 3 8B, tp 2 · pp 2 on 16 GPUs) makes a row of the same layout, which
+/// calibrate composes as predict composes it under `--framework nemo`.
+#[test]
+fn a_nemo_log_with_its_task_configuration_is_the_same_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let megatron_log = tmp.path().join("megatron.log");
+    fs::write(&megatron_log, llama3_8b_log()).unwrap();
+    let nemo_log = common::repo("tests/data/megatron/llama3-8b-tp2-pp2.nemo.log");
+    let config = common::repo("tests/data/megatron/llama3-8b-tp2-pp2.nemo_config.yaml");
+    let nemo = [
+        "--format",
+        "nemo",
+        nemo_log.as_str(),
+        "--config",
+        config.as_str(),
+    ];
+    let (a, b) = (tmp.path().join("a.csv"), tmp.path().join("b.csv"));
+    let out = import_to(&a, &[s(&megatron_log)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = import_to(&b, &nemo);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("llama3-8b 16 GPUs tp2 pp2 cp1 dp4 mbs1 gbs64 BF16")
+            && text.contains("2.000 s a step (median of 3 logged intervals, iterations 20–40)"),
+        "{text}"
+    );
+    // every column of the layout is the Megatron-LM log's
+    let rows = |p: &Path| {
+        let mut reader = csv::Reader::from_path(p).unwrap();
+        let header = reader.headers().unwrap().clone();
+        let row = reader.records().next().unwrap().unwrap();
+        header
+            .iter()
+            .zip(row.iter())
+            .map(|(h, v)| (h.to_string(), v.to_string()))
+            .collect::<std::collections::BTreeMap<String, String>>()
+    };
+    let (megatron, nemo_row) = (rows(&a), rows(&b));
+    for (column, value) in &megatron {
+        match column.as_str() {
+            "framework" => assert_eq!(nemo_row[column], "nemo"),
+            "model" => assert_eq!(nemo_row[column], "llama3-8b"),
+            "set" | "family" | "label" | "source" | "measured_memory_gib" | "memory_scope" => {}
+            _ => assert_eq!(&nemo_row[column], value, "{column}"),
+        }
+    }
+    let (_, run) = checked(&b, "dgx-h100");
+    assert_eq!(run["measured_s"], 2.0);
+    let predicted = predict_under("nemo", "llama3-8b", &["--grad-reduce-dtype", "fp32"]);
+    assert_same_step(&run, &predicted);
+    // the configuration is needed, and its faults are named in it
+    assert_user_error(
+        &import_to(&b, &["--format", "nemo", nemo_log.as_str()]),
+        &["--format nemo needs --config TASK_config.yaml"],
+    );
+    assert_user_error(
+        &import_to(&b, &[&nemo[..], &["--gpus", "8"]].concat()),
+        &["llama3-8b-tp2-pp2.nemo_config.yaml", "is 16 GPUs, --gpus 8"],
+    );
+    let other = tmp.path().join("mistral_config.yaml");
+    let text = fs::read_to_string(&config).unwrap();
+    fs::write(&other, text.replace("Llama3Config8B", "MistralConfig7B")).unwrap();
+    let mistral = ["--format", "nemo", nemo_log.as_str(), "--config", s(&other)];
+    assert_user_error(
+        &import_to(&b, &mistral),
+        &["mistral_config.yaml", "\"MistralConfig7B\"", "--model"],
+    );
+    // the Megatron log is no NeMo log: no step line, named so
+    assert_user_error(
+        &import_to(
+            &b,
+            &[
+                "--format",
+                "nemo",
+                s(&megatron_log),
+                "--config",
+                config.as_str(),
+            ],
+        ),
+        &[
+            "megatron.log",
+            "no step line past iteration 10",
+            "train_step_timing",
+        ],
     );
 }
 

@@ -105,7 +105,7 @@ fn argument(line: &str) -> Option<(String, String)> {
 
 /// The number at the start of `s` (after blanks), up to the first character that is not part
 /// of one.
-fn leading_number(s: &str) -> Option<f64> {
+pub(crate) fn leading_number(s: &str) -> Option<f64> {
     let s = s.trim_start();
     let end = s
         .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
@@ -201,6 +201,13 @@ pub fn args_of_bridge_config(
             args.insert(key.to_string(), value);
         }
     }
+    megatron_core_names(&mut args);
+    Ok(args)
+}
+
+/// Megatron-LM's names beside the Megatron-Core config fields' in `args`, for settings the two
+/// name otherwise (Megatron-Bridge's and NeMo 2's configurations hold the config fields).
+pub(crate) fn megatron_core_names(args: &mut BTreeMap<String, String>) {
     if let Some(n) = args.get("num_moe_experts").cloned() {
         args.insert("num_experts".into(), n);
     }
@@ -238,12 +245,11 @@ pub fn args_of_bridge_config(
             args.insert("padded_vocab_size".into(), v);
         }
     }
-    Ok(args)
 }
 
 /// A YAML value as Python prints it in Megatron-LM's argument dump (`True`, `None`, `[127,
 /// 0]`, `['core_attn', 'mlp']`); none for an object (`_target_`), which no argument is.
-fn python_repr(v: &serde_norway::Value) -> Option<String> {
+pub(crate) fn python_repr(v: &serde_norway::Value) -> Option<String> {
     use serde_norway::Value;
     Some(match v {
         Value::Null => "None".into(),
@@ -1258,7 +1264,7 @@ fn architecture(a: &Args, layers: u64, seq_len: u64, deepspeed: bool) -> Result<
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A log as Megatron-LM writes it (Llama 3 8B, tp 2 · pp 2 · dp 4): a launcher's lines,
@@ -1303,7 +1309,8 @@ mod tests {
         text
     }
 
-    fn options() -> ImportOptions {
+    /// The options of an import into set `mine` on the DGX H100, 10 warm-up iterations.
+    pub(crate) fn options() -> ImportOptions {
         ImportOptions {
             set: "mine".into(),
             family: None,

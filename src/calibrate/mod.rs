@@ -7,6 +7,7 @@
 
 pub mod fit;
 pub mod megatron_log;
+pub mod nemo_log;
 pub mod runs;
 pub mod torchtitan_log;
 

@@ -63,8 +63,8 @@ pub enum Command {
     /// cross-validated by model family.
     Calibrate(Box<calibrate::CalibrateArgs>),
     /// Measured training runs for `calibrate`: `stepcast runs import LOG… --cluster C --out
-    /// RUNS.csv` makes runs-CSV rows of Megatron-LM (Megatron-DeepSpeed, Megatron-Bridge) and
-    /// torchtitan training logs.
+    /// RUNS.csv` makes runs-CSV rows of Megatron-LM (Megatron-DeepSpeed, Megatron-Bridge), NeMo 2
+    /// and torchtitan training logs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
     /// Inspect trained models, or check them against this machine.

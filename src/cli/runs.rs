@@ -1,4 +1,4 @@
-//! `stepcast runs import [--format megatron-log|megatron-bridge|torchtitan] LOG… --cluster C
+//! `stepcast runs import [--format megatron-log|megatron-bridge|nemo|torchtitan] LOG… --cluster C
 //! --out RUNS.csv`: one row per training log appended to a runs CSV (the architecture each
 //! Megatron run's arguments or configuration describe written beside it), ready for
 //! `stepcast calibrate RUNS.csv --cluster C`.
@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand, ValueEnum};
 
 use stepcast::calibrate::megatron_log::{self, ImportOptions, COLUMNS};
-use stepcast::calibrate::torchtitan_log;
+use stepcast::calibrate::{nemo_log, torchtitan_log};
 use stepcast::hardware::Cluster;
 use stepcast::Error;
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// Make runs-CSV rows of training logs (Megatron-LM's, or Megatron-Bridge's or
+    /// Make runs-CSV rows of training logs (Megatron-LM's, or Megatron-Bridge's, NeMo 2's or
     /// torchtitan's with their configuration): the layout, precision and architecture from the
     /// argument dump rank 0 prints (or the configuration), the step time from the iteration
     /// lines past the warm-up, the peak reserved memory from the memory reports.
@@ -35,6 +35,10 @@ pub enum LogFormat {
     /// the run's configuration from `--config` (the YAML `--dryrun` prints or
     /// `logger.save_config_filepath` saves) and its GPUs from `--gpus`.
     MegatronBridge,
+    /// NeMo 2's training output (its `… | train_step_timing in s: 1.234` progress lines, or
+    /// its progress bar's), with the NeMo-Run task's configuration from `--config` (the
+    /// `<task>_config.yaml` NeMo-Run saves) and the model from its config class or `--model`.
+    Nemo,
     /// torchtitan's training output (rank 0's `step: N … memory: M GiB … tps: T` lines), with
     /// the job's TOML from `--config` and its GPUs from `--gpus`.
     Torchtitan,
@@ -51,11 +55,13 @@ pub struct ImportArgs {
     #[arg(required = true)]
     pub logs: Vec<PathBuf>,
     /// With `--format megatron-bridge`: the runs' configuration (Megatron-Bridge's
-    /// ConfigContainer YAML); with `--format torchtitan`, the job's TOML.
+    /// ConfigContainer YAML); with `--format nemo`, the NeMo-Run task's `<task>_config.yaml`;
+    /// with `--format torchtitan`, the job's TOML.
     #[arg(long, value_name = "CONFIG")]
     pub config: Option<PathBuf>,
     /// With `--format megatron-bridge` or `torchtitan`: the GPUs the runs used (the
-    /// configuration does not say).
+    /// configuration does not say); with `--format nemo`, where `trainer.devices` is not a
+    /// count (checked against it where it is).
     #[arg(long)]
     pub gpus: Option<u64>,
     /// The cluster the runs ran on (a built-in name or a cluster file).
@@ -120,6 +126,7 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
                 }
                 megatron_log::import(&parsed, &options)
             }
+            Source::Nemo(task) => nemo_log::import(&nemo_log::parse(&text), task, &options),
             Source::Torchtitan(job) => torchtitan_log::import(&torchtitan_log::parse(&text), job),
         };
         let mut run = run.map_err(|message| Error::BadFile {
@@ -189,9 +196,10 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
 }
 
 /// Where a log's layout comes from: Megatron-LM's own argument dump, or a Megatron-Bridge
-/// configuration read as that dump; the layout of torchtitan's job on its GPUs.
+/// configuration read as that dump; a NeMo-Run task; the layout of torchtitan's job on its GPUs.
 enum Source {
     Megatron(Option<BTreeMap<String, String>>),
+    Nemo(nemo_log::Task),
     Torchtitan(torchtitan_log::Job),
 }
 
@@ -209,7 +217,7 @@ fn source(args: &ImportArgs, options: &ImportOptions) -> anyhow::Result<Source> 
     match (args.format, &args.config, args.gpus) {
         (LogFormat::MegatronLog, None, None) => Ok(Source::Megatron(None)),
         (LogFormat::MegatronLog, ..) => Err(Error::Invalid(
-            "--config and --gpus are read with --format megatron-bridge or torchtitan: \
+            "--config and --gpus are read with --format megatron-bridge, nemo or torchtitan: \
              Megatron-LM's logs print their arguments themselves; drop them"
                 .into(),
         )
@@ -224,6 +232,23 @@ fn source(args: &ImportArgs, options: &ImportOptions) -> anyhow::Result<Source> 
             "--format megatron-bridge needs --config CONFIG.yaml (the run's ConfigContainer \
              YAML, as --dryrun prints it or logger.save_config_filepath saves it) and --gpus \
              N (the GPUs the run used)"
+                .into(),
+        )
+        .into()),
+        (LogFormat::Nemo, Some(config), n) => {
+            if let Some(n) = n {
+                gpus(n)?;
+            }
+            let text = stepcast::fsutil::read_to_string(config)?;
+            let resolve =
+                |model: &str| stepcast::workload::Arch::resolve(model).map_err(|e| e.to_string());
+            let task = nemo_log::task(&text, n, options.model.as_deref(), resolve)
+                .map_err(bad_config(config))?;
+            Ok(Source::Nemo(task))
+        }
+        (LogFormat::Nemo, None, _) => Err(Error::Invalid(
+            "--format nemo needs --config TASK_config.yaml (the task's configuration NeMo-Run \
+             saves in the experiment's configs folder)"
                 .into(),
         )
         .into()),
