@@ -851,11 +851,24 @@ fn nemo(t: &Target, nodes: u64, per_node: u64) -> Result<Launch> {
             ))
         }
     }
+    // the plugin's gradient reduction type is applied over the DDP config's (its DtypeConfig
+    // overrides the model's, optimizer's and DDP's fields): bf16_mixed() reduces in fp32,
+    // fp16_mixed() in fp16, whatever the DDP config says
+    set(
+        "trainer.plugins.grad_reduce_in_fp32",
+        py_bool(l.grad_reduce_dtype == Dtype::Fp32),
+    );
     if l.overlap.tp {
+        // the callback also overlaps the distributed optimizer's data-parallel communication
+        // in 128 Mi-element buckets unless told otherwise: told the layout's
         let _ = writeln!(
             text,
             "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, \
-             tp_comm_overlap=True))"
+             tp_comm_overlap=True, overlap_grad_reduce={}, overlap_param_gather={}, \
+             bucket_size={}))",
+            py_bool(l.overlap.grad_reduce),
+            py_bool(l.overlap.param_gather),
+            l.dp_bucket_elements
         );
     }
     if l.overlap.moe_a2a {
@@ -1613,9 +1626,17 @@ mod tests {
             target("llama2-7b", s)
         };
         // the defaults are each framework's own
+        // NeMo's precision plugin sets its own type over the DDP config's: both are set
         let (a, l) = with(Dtype::Bf16, None, 1);
         let n = launch(Framework::Nemo, &a, &l).unwrap().text;
         assert!(n.contains("grad_reduce_in_fp32=True"), "{n}");
+        assert!(
+            n.contains(
+                "recipe.trainer.plugins = bf16_mixed()\n\
+                        recipe.trainer.plugins.grad_reduce_in_fp32 = True\n"
+            ),
+            "{n}"
+        );
         let (a, l) = with(Dtype::Bf16, None, 3);
         let t = launch(Framework::Torchtitan, &a, &l).unwrap();
         assert!(t.text.contains("mixed_precision_reduce = \"float32\""));
@@ -1624,6 +1645,10 @@ mod tests {
         let (a, l) = with(Dtype::Bf16, Some(Dtype::Bf16), 1);
         let n = launch(Framework::Nemo, &a, &l).unwrap().text;
         assert!(n.contains("grad_reduce_in_fp32=False"), "{n}");
+        assert!(
+            n.contains("recipe.trainer.plugins.grad_reduce_in_fp32 = False\n"),
+            "{n}"
+        );
         let noted = |f, zero| {
             let (a, l) = with(Dtype::Bf16, Some(Dtype::Bf16), zero);
             let notes = launch(f, &a, &l).unwrap().notes;
@@ -1636,9 +1661,20 @@ mod tests {
         assert!(m.contains("--accumulate-allreduce-grads-in-fp32"), "{m}");
         let n = launch(Framework::Nemo, &a, &l).unwrap().text;
         assert!(n.contains("grad_reduce_in_fp32=True"), "{n}");
+        assert!(
+            n.contains(
+                "recipe.trainer.plugins = fp16_mixed()\n\
+                        recipe.trainer.plugins.grad_reduce_in_fp32 = True\n"
+            ),
+            "{n}"
+        );
         let (a, l) = with(Dtype::Fp16, None, 1);
         let n = launch(Framework::Nemo, &a, &l).unwrap().text;
         assert!(n.contains("grad_reduce_in_fp32=False"), "{n}");
+        assert!(
+            n.contains("recipe.trainer.plugins.grad_reduce_in_fp32 = False\n"),
+            "{n}"
+        );
         let m = launch(Framework::Megatron, &a, &l).unwrap().text;
         assert!(!m.contains("--accumulate-allreduce-grads-in-fp32"), "{m}");
     }
@@ -2634,11 +2670,28 @@ mod tests {
         for want in [
             "recipe.model.config.cp_comm_type = \"all_gather\"\n",
             "recipe.model.config.mtp_num_layers = 1\n",
+            // the callback told the layout's data-parallel overlap, not its own defaults
             "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, \
-             tp_comm_overlap=True))",
+             tp_comm_overlap=True, overlap_grad_reduce=True, overlap_param_gather=True, \
+             bucket_size=40000000))",
         ] {
             assert!(text.contains(want), "{want}: {text}");
         }
+        let text = nemo(ParallelSpec {
+            tp_comm_overlap: Some(true),
+            sequence_parallel: Some(true),
+            overlap_grad_reduce: Some(false),
+            overlap_param_gather: Some(false),
+            dp_bucket_elements: Some(1 << 27),
+            ..spec(2, 1, 2)
+        });
+        assert!(
+            text.contains(
+                "tp_comm_overlap=True, overlap_grad_reduce=False, overlap_param_gather=False, \
+                 bucket_size=134217728))"
+            ),
+            "{text}"
+        );
         let text = nemo(ParallelSpec {
             cp: Some(2),
             ..spec(2, 1, 2)
