@@ -818,6 +818,239 @@ trainer:
         assert_eq!(mixtral.args["num_layers"], "32");
     }
 
+    /// NeMo's llama3_8b `pretrain_recipe` as NeMo-Run saves it before any change (its
+    /// source's defaults: cp 2, one node of 8 GPUs, the distributed optimizer, bf16_mixed()).
+    const LLAMA3_8B_RECIPE: &str = "\
+_partial_: true
+_target_: nemo.collections.llm.api.pretrain
+data:
+  _target_: nemo.collections.llm.gpt.data.mock.MockDataModule
+  global_batch_size: 512
+  micro_batch_size: 1
+  seq_length: 8192
+model:
+  _target_: nemo.collections.llm.gpt.model.llama.LlamaModel
+  config:
+    _target_: nemo.collections.llm.gpt.model.llama.Llama3Config8B
+optim:
+  _target_: nemo.lightning.pytorch.optim.megatron.MegatronOptimizerModule
+  config:
+    _target_: megatron.core.optimizer.optimizer_config.OptimizerConfig
+    bf16: true
+    use_distributed_optimizer: true
+trainer:
+  _target_: nemo.lightning.pytorch.trainer.Trainer
+  callbacks:
+  - _target_: nemo.utils.exp_manager.TimingCallback
+  devices: 8
+  num_nodes: 1
+  plugins:
+    _target_: nemo.lightning.pytorch.plugins.mixed_precision.MegatronMixedPrecision
+    grad_reduce_in_fp32: true
+    precision: bf16-mixed
+  strategy:
+    _target_: nemo.lightning.pytorch.strategies.megatron_strategy.MegatronStrategy
+    context_parallel_size: 2
+    pipeline_model_parallel_size: 1
+    sequence_parallel: false
+    tensor_model_parallel_size: 1
+";
+
+    /// A Python value of an exported recipe as NeMo-Run's YAML holds it: a config object as a
+    /// mapping of its class and arguments, NeMo's precision factories as the plugin they
+    /// configure, a torch dtype as a callable reference.
+    fn yaml_of(expr: &str) -> Value {
+        let expr = expr.trim();
+        let plugin = |precision: &str, fp32_grads: bool, fp8: bool| {
+            let mut text = format!(
+                "_target_: nemo.lightning.pytorch.plugins.mixed_precision.MegatronMixedPrecision\n\
+                 precision: {precision}\ngrad_reduce_in_fp32: {fp32_grads}\n"
+            );
+            if fp8 {
+                text += "fp8: hybrid\nfp8_recipe: delayed\nfp8_param_gather: true\n";
+            }
+            serde_norway::from_str(&text).unwrap()
+        };
+        match expr {
+            "bf16_mixed()" => return plugin("bf16-mixed", true, false),
+            "fp16_mixed()" => return plugin("16-mixed", false, false),
+            "bf16_with_fp8_mixed()" => return plugin("bf16-mixed", true, true),
+            _ => {}
+        }
+        if let Some(dtype) = expr.strip_prefix("torch.") {
+            return serde_norway::from_str(&format!("{{_target_: torch.{dtype}, _call_: false}}"))
+                .unwrap();
+        }
+        if let Some(args) = expr
+            .strip_prefix("run.Config(")
+            .and_then(|e| e.strip_suffix(')'))
+        {
+            let mut parts = args.split(", ");
+            let mut map = Mapping::new();
+            map.insert("_target_".into(), parts.next().unwrap().into());
+            for part in parts {
+                let (key, value) = part.split_once('=').unwrap();
+                map.insert(key.into(), yaml_of(value));
+            }
+            return Value::Mapping(map);
+        }
+        let python = expr.replace("True", "true").replace("False", "false");
+        serde_norway::from_str(&python.replace("None", "null")).unwrap()
+    }
+
+    /// The task NeMo-Run saves for the recipe `export --format nemo` wrote: its assignments and
+    /// appended callbacks applied onto `LLAMA3_8B_RECIPE`.
+    fn task_of_export(recipe_py: &str) -> String {
+        let mut root: Value = serde_norway::from_str(LLAMA3_8B_RECIPE).unwrap();
+        for line in recipe_py.lines() {
+            if let Some(call) = line.strip_prefix("recipe = llm.llama3_8b.pretrain_recipe(") {
+                for (key, field) in [
+                    ("num_nodes=", "num_nodes"),
+                    ("num_gpus_per_node=", "devices"),
+                ] {
+                    let at = call.find(key).unwrap() + key.len();
+                    let n: u64 = call[at..]
+                        .split([',', ')'])
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    root["trainer"][field] = n.into();
+                }
+            } else if let Some(callback) = line
+                .strip_prefix("recipe.trainer.callbacks.append(")
+                .and_then(|c| c.strip_suffix(')'))
+            {
+                let Value::Sequence(callbacks) = &mut root["trainer"]["callbacks"] else {
+                    panic!("no callbacks");
+                };
+                callbacks.push(yaml_of(callback));
+            } else if let Some((path, value)) = line
+                .strip_prefix("recipe.")
+                .and_then(|l| l.split_once(" = "))
+            {
+                let mut at = &mut root;
+                let keys: Vec<&str> = path.split('.').collect();
+                for key in &keys[..keys.len() - 1] {
+                    at = at
+                        .as_mapping_mut()
+                        .unwrap()
+                        .entry((*key).into())
+                        .or_insert(Value::Mapping(Mapping::new()));
+                }
+                at[keys[keys.len() - 1]] = yaml_of(value);
+            }
+        }
+        serde_norway::to_string(&root).unwrap()
+    }
+
+    /// What `stepcast export --format nemo` writes, run as NeMo-Run saves it, is read back as
+    /// the layout it was made from: degrees, schedule, precision, gradient reduction and
+    /// overlap, recompute, the context exchange and uneven pipeline ends.
+    #[test]
+    fn an_exported_recipe_is_imported_as_the_layout_it_came_from() {
+        use crate::ops::Dtype;
+        use crate::workload::{CpComm, Layout, ParallelSpec, Recompute, Schedule};
+        let cluster = crate::hardware::dgx_h100_without_models();
+        let arch = Arch::resolve("llama3-8b").unwrap();
+        let spec = |tp, pp, dp| ParallelSpec {
+            tp: Some(tp),
+            pp: Some(pp),
+            dp: Some(dp),
+            micro_batch: Some(1),
+            global_batch: Some(64),
+            ..ParallelSpec::default()
+        };
+        let layouts = [
+            // TP overlap and bf16 gradients, the data-parallel overlap off: what the plugin
+            // and the callback would otherwise turn around
+            ParallelSpec {
+                sequence_parallel: Some(true),
+                tp_comm_overlap: Some(true),
+                grad_reduce_dtype: Some(Dtype::Bf16),
+                overlap_grad_reduce: Some(false),
+                overlap_param_gather: Some(false),
+                ..spec(2, 2, 4)
+            },
+            // interleaved, fp8 without fp8 weights, full recompute, the all-gather exchange
+            ParallelSpec {
+                dtype: Some(Dtype::Fp8),
+                fp8_param_gather: Some(false),
+                schedule: Some(Schedule::Interleaved),
+                vpp: Some(2),
+                cp: Some(2),
+                cp_comm: Some(CpComm::AllGather),
+                recompute: Some(Recompute::Full),
+                ..spec(1, 4, 2)
+            },
+            // fp16 reduced in fp32, selective recompute, no distributed optimizer
+            ParallelSpec {
+                dtype: Some(Dtype::Fp16),
+                grad_reduce_dtype: Some(Dtype::Fp32),
+                sequence_parallel: Some(true),
+                recompute: Some(Recompute::Selective),
+                zero: Some(0),
+                ..spec(4, 1, 2)
+            },
+            // uneven pipeline ends
+            ParallelSpec {
+                pipeline_layout: Some("Et*6|t*10|t*10|t*6L".into()),
+                ..spec(1, 4, 2)
+            },
+        ];
+        for spec in layouts {
+            let layout = Layout::new(&spec, &arch, &cluster).unwrap();
+            let target = crate::export::Target {
+                arch: &arch,
+                layout: &layout,
+                gpus_per_node: 8,
+                headline: "test".into(),
+            };
+            let recipe = crate::export::export(crate::export::Framework::Nemo, &target)
+                .unwrap()
+                .text;
+            let yaml = task_of_export(&recipe);
+            let task = read(&yaml, None, None).unwrap_or_else(|e| panic!("{e}: {yaml}"));
+            let c = import(&parse(&log()), &task, &options()).unwrap().columns;
+            let l = &layout;
+            let yes = |b: bool| if b { "true" } else { "false" }.to_string();
+            let want = [
+                ("tp", l.tp.to_string()),
+                ("pp", l.pp.to_string()),
+                ("dp", l.dp.to_string()),
+                ("cp", l.cp.to_string()),
+                ("vpp", l.vpp.to_string()),
+                ("schedule", l.schedule.name().to_string()),
+                ("micro_batch", l.micro_batch.to_string()),
+                ("global_batch", l.global_batch.to_string()),
+                ("seq_len", l.seq_len.to_string()),
+                ("dtype", l.dtype.name().to_string()),
+                ("zero", l.zero.to_string()),
+                ("recompute", l.recompute.name().to_string()),
+                ("sequence_parallel", yes(l.sequence_parallel)),
+                (
+                    "tp_comm_overlap",
+                    if l.overlap.tp { "1" } else { "0" }.to_string(),
+                ),
+                ("overlap_grad_reduce", yes(l.overlap.grad_reduce)),
+                ("overlap_param_gather", yes(l.overlap.param_gather)),
+                ("grad_reduce_dtype", l.grad_reduce_dtype.name().to_string()),
+                ("fp8_param_gather", yes(l.fp8_param_gather)),
+                (
+                    "pipeline_layout",
+                    l.pipeline_layout.clone().unwrap_or_default(),
+                ),
+            ];
+            for (column, value) in want {
+                let got = c.get(column).cloned().unwrap_or_default();
+                assert_eq!(got, value, "{column}: {recipe}\n{yaml}");
+            }
+            if l.cp > 1 {
+                assert_eq!(c["cp_comm"], "all-gather", "{recipe}");
+            }
+        }
+    }
+
     #[test]
     fn what_is_not_a_megatron_core_pre_training_task_is_refused_or_kept_not_costed() {
         let e = read("a: [", None, None).unwrap_err();
