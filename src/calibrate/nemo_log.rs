@@ -314,10 +314,10 @@ fn comm_overlap(
     world: u64,
     distributed_optimizer: bool,
 ) {
+    // a degree of 0 is refused when the task is read as a run; here it only must not divide
     let degree = |name: &str| {
         args.get(name)
             .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&d| d > 0)
             .unwrap_or(1)
     };
     let model_parallel = degree("tensor_model_parallel_size")
@@ -567,6 +567,13 @@ trainer:
 
     #[test]
     fn a_task_and_its_log_are_the_megatron_core_run_they_launch() {
+        // the settings, not the objects' classes or fiddle's marks
+        let task = read(TASK, None, None).unwrap();
+        assert!(
+            !task.args.keys().any(|k| k.starts_with('_')),
+            "{:?}",
+            task.args
+        );
         let c = row(TASK);
         for (column, value) in [
             ("framework", "nemo"),
@@ -618,8 +625,9 @@ trainer:
         ]
         .concat();
         assert_eq!(parse(&text).intervals, vec![(11, 1500.0), (12, 1600.0)]);
-        // a printer line without a step count, a NaN or no time is no step
+        // a printer line without a step count, a NaN, 0 s or no time is no step
         let odd = "Training epoch 0, iteration 20/50 | train_step_timing in s: nan\n\
+                   Training epoch 0, iteration 25/50 | train_step_timing in s: 0\n\
                    Training epoch 0 | train_step_timing in s: 1.2\n\
                    Training epoch 0, iteration 30/50 | reduced_train_loss: 1.1\n";
         assert_eq!(parse(odd).intervals, vec![]);
@@ -646,6 +654,19 @@ trainer:
             "    sequence_parallel: false",
         );
         assert_eq!(row(&no_sp)["tp_comm_overlap"], "0");
+        let no_tp = with(
+            "    tensor_model_parallel_size: 2",
+            "    tensor_model_parallel_size: 1",
+        );
+        assert_eq!(row(&no_tp)["tp_comm_overlap"], "0");
+        // a degree of 0 is the file's fault, not a division by zero
+        let zero = with(
+            "    tensor_model_parallel_size: 2",
+            "    tensor_model_parallel_size: 0",
+        );
+        assert!(read(&zero, None, None)
+            .unwrap_err()
+            .contains("not a multiple"));
         let not_asked = with("    tp_comm_overlap: true", "    tp_comm_overlap: false");
         assert_eq!(row(&not_asked)["tp_comm_overlap"], "0");
         // without the callback the ddp section's own overlap holds
