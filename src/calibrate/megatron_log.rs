@@ -458,6 +458,16 @@ fn yes(b: bool) -> String {
 
 /// The run a parsed log describes. Errors name the argument and say what to do.
 pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun, String> {
+    import_noting(log, options, &[])
+}
+
+/// The run a parsed log describes, with `noted`, what its launcher's configuration says is not
+/// costed, among the reasons the row is not expressible (after the arguments' own).
+pub(crate) fn import_noting(
+    log: &MegatronLog,
+    options: &ImportOptions,
+    noted: &[String],
+) -> Result<ImportedRun, String> {
     let a = Args(&log.args);
     if log.args.is_empty() {
         return Err(
@@ -726,6 +736,7 @@ pub fn import(log: &MegatronLog, options: &ImportOptions) -> Result<ImportedRun,
         .clone()
         .unwrap_or_else(|| family_of(&model_name));
 
+    reason.extend(noted.iter().cloned());
     let mut c: BTreeMap<&'static str, String> = BTreeMap::new();
     let mut put = |k: &'static str, v: String| {
         c.insert(k, v);

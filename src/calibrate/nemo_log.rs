@@ -430,22 +430,8 @@ pub fn import(
         model: Some(task.model.clone()),
         ..options.clone()
     };
-    let mut run = megatron_log::import(&run_log, &options)?;
-    let c = &mut run.columns;
-    c.insert("framework", "nemo".into());
-    if !task.reasons.is_empty() {
-        let mut reasons: Vec<String> = c.get("reason").into_iter().cloned().collect();
-        reasons.extend(task.reasons.iter().cloned());
-        let reason = reasons.join("; ");
-        c.insert("expressible", "false".into());
-        let source = c["source"]
-            .split(" (not expressible")
-            .next()
-            .unwrap_or("")
-            .to_string();
-        c.insert("source", format!("{source} (not expressible: {reason})"));
-        c.insert("reason", reason);
-    }
+    let mut run = megatron_log::import_noting(&run_log, &options, &task.reasons)?;
+    run.columns.insert("framework", "nemo".into());
     Ok(run)
 }
 
